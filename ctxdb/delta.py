@@ -1,0 +1,144 @@
+"""Thin, typed access to ctxdb's Delta tables (local paths and object-store URIs alike)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+
+@dataclass(frozen=True)
+class DeltaStore:
+    """A root URI under which every ctxdb table lives as `<root>/<table>`."""
+
+    root: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def uri(self, table: str) -> str:
+        return f"{self.root.rstrip('/')}/{table}"
+
+    def table(self, table: str) -> DeltaTable | None:
+        """The Delta table, or None when it has never been written."""
+        try:
+            return DeltaTable(self.uri(table), storage_options=self.storage_options or None)
+        except TableNotFoundError:
+            return None
+
+    def exists(self, table: str) -> bool:
+        return self.table(table) is not None
+
+    def version(self, table: str) -> int | None:
+        dt = self.table(table)
+        return None if dt is None else dt.version()
+
+    def read(
+        self,
+        table: str,
+        schema: pa.Schema | None = None,
+        columns: Sequence[str] | None = None,
+        version: int | None = None,
+    ) -> pl.DataFrame:
+        """Read a whole table (or an empty frame with `schema` when it does not exist yet)."""
+        dt = self.table(table)
+        if dt is None:
+            empty = pl.from_arrow(schema.empty_table()) if schema is not None else pl.DataFrame()
+            return empty.select(columns) if columns else empty
+        if version is not None:
+            dt.load_as_version(version)
+        return pl.from_arrow(dt.to_pyarrow_table(columns=list(columns) if columns else None))
+
+    def scan(self, table: str) -> pl.LazyFrame:
+        return pl.scan_delta(self.uri(table), storage_options=self.storage_options or None)
+
+    def append(self, table: str, data: pl.DataFrame, schema: pa.Schema | None = None) -> int:
+        """Append rows in one atomic commit; returns the number of rows written."""
+        if data.is_empty():
+            return 0
+        write_deltalake(
+            self.uri(table),
+            _to_arrow(data, schema),
+            mode="append",
+            storage_options=self.storage_options or None,
+        )
+        return data.height
+
+    def overwrite(self, table: str, data: pl.DataFrame, schema: pa.Schema | None = None) -> None:
+        write_deltalake(
+            self.uri(table),
+            _to_arrow(data, schema),
+            mode="overwrite",
+            schema_mode="overwrite",
+            storage_options=self.storage_options or None,
+        )
+
+    def upsert(
+        self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
+    ) -> dict[str, int]:
+        """MERGE rows on `keys`: matched rows are replaced, new rows inserted, in one commit."""
+        if data.is_empty():
+            return {"inserted": 0, "updated": 0}
+        source = _to_arrow(data, schema)
+        dt = self.table(table)
+        if dt is None:
+            write_deltalake(
+                self.uri(table), source, mode="append",
+                storage_options=self.storage_options or None,
+            )
+            return {"inserted": data.height, "updated": 0}
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        metrics = (
+            dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return {
+            "inserted": int(metrics.get("num_target_rows_inserted", 0)),
+            "updated": int(metrics.get("num_target_rows_updated", 0)),
+        }
+
+    def insert_new(
+        self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
+    ) -> int:
+        """MERGE-insert rows whose `keys` are not present yet; existing rows are left untouched."""
+        if data.is_empty():
+            return 0
+        source = _to_arrow(data, schema)
+        dt = self.table(table)
+        if dt is None:
+            write_deltalake(
+                self.uri(table), source, mode="append",
+                storage_options=self.storage_options or None,
+            )
+            return data.height
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        metrics = (
+            dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return int(metrics.get("num_target_rows_inserted", 0))
+
+    def delete(self, table: str, predicate: str) -> int:
+        """DELETE rows matching a SQL predicate; returns the number of rows deleted."""
+        dt = self.table(table)
+        if dt is None:
+            return 0
+        return int(dt.delete(predicate).get("num_deleted_rows", 0))
+
+
+def _to_arrow(data: pl.DataFrame, schema: pa.Schema | None) -> pa.Table:
+    table = data.to_arrow()
+    if schema is None:
+        return table
+    return table.select(schema.names).cast(schema)
+
+
+def sql_in(column: str, values: Sequence[str]) -> str:
+    """A SQL `column IN (...)` predicate with quoted string literals (for Delta delete/merge)."""
+    quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+    return f"{column} IN ({quoted})"

@@ -1,0 +1,27 @@
+"""Build the Elasticsearch client from the one settings object (embedded node or a user's cluster)."""
+
+from __future__ import annotations
+
+from elasticsearch import Elasticsearch
+
+from ctxdb.settings import Settings
+
+
+def make_client(settings: Settings) -> Elasticsearch:
+    """A client for `settings.elasticsearch_url` with optional API key, basic auth and CA bundle."""
+    kwargs: dict = {
+        "request_timeout": settings.elasticsearch_request_timeout,
+        "retry_on_timeout": True,
+        "max_retries": 2,
+    }
+    if settings.elasticsearch_api_key is not None:
+        kwargs["api_key"] = settings.elasticsearch_api_key.get_secret_value()
+    elif settings.elasticsearch_username:
+        password = settings.elasticsearch_password
+        kwargs["basic_auth"] = (
+            settings.elasticsearch_username,
+            password.get_secret_value() if password else "",
+        )
+    if settings.elasticsearch_ca_certs:
+        kwargs["ca_certs"] = settings.elasticsearch_ca_certs
+    return Elasticsearch(settings.elasticsearch_url, **kwargs)

@@ -1,0 +1,92 @@
+"""Elasticsearch index settings and mappings (the one place they are defined; see docs/elasticsearch.md).
+
+Only analyzers built into the server are used (standard, whitespace), so the mappings create on the
+embedded test distribution (no analysis-common module) and on a full cluster alike. Trigrams and
+stems are computed by the pipeline and indexed into whitespace-analyzed fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS = "rows"
+TURNS = "turns"
+
+_SETTINGS: dict[str, Any] = {
+    "number_of_shards": 1,
+    "number_of_replicas": 0,
+    "refresh_interval": "1s",
+}
+
+_KEYWORD = {"type": "keyword"}
+_DATE = {"type": "date"}
+
+
+def _identity() -> dict[str, Any]:
+    return {
+        name: _KEYWORD
+        for name in ("tenant", "app", "agent", "user_id", "conversation_id", "turn_id")
+    }
+
+
+def rows_mapping(dims: int = 384) -> dict[str, Any]:
+    """Role rows: the searchable units (BM25 text, boosted anchors, trigrams, stems, vectors)."""
+    return {
+        "dynamic": "strict",
+        "properties": {
+            "row_id": _KEYWORD,
+            **_identity(),
+            "role": _KEYWORD,
+            "target": _KEYWORD,
+            "tags": _KEYWORD,
+            "event_type": _KEYWORD,
+            "batch_id": _KEYWORD,
+            "ref": _KEYWORD,
+            "path": _KEYWORD,
+            "visibility": _KEYWORD,
+            "ordinal": {"type": "integer"},
+            "ts": _DATE,
+            "expires_at": _DATE,
+            "text": {"type": "text", "analyzer": "standard"},
+            "anchors_text": {"type": "text", "analyzer": "standard"},
+            "trigrams": {"type": "text", "analyzer": "whitespace", "norms": False},
+            "stems": {"type": "text", "analyzer": "whitespace"},
+            "embedding": {
+                "type": "dense_vector",
+                "dims": dims,
+                "similarity": "cosine",
+                "index": True,
+            },
+            "embedding_status": _KEYWORD,
+            "model_id": _KEYWORD,
+            "text_hash": _KEYWORD,
+        },
+    }
+
+
+def turns_mapping() -> dict[str, Any]:
+    """TurnLogs stored for materialization (payload not searched) plus timeline/catalog fields."""
+    return {
+        "dynamic": "strict",
+        "properties": {
+            **_identity(),
+            "adapter": _KEYWORD,
+            "recording_kind": _KEYWORD,
+            "title": {"type": "keyword", "ignore_above": 1024},
+            "ordinal": {"type": "integer"},
+            "started_at": _DATE,
+            "ended_at": _DATE,
+            "last_activity_at": _DATE,
+            "expires_at": _DATE,
+            "error": {"type": "boolean"},
+            "first_user_text": {"type": "text", "index": False},
+            "last_assistant_text": {"type": "text", "index": False},
+            "payload": {"type": "object", "enabled": False},
+        },
+    }
+
+
+def index_body(kind: str, dims: int = 384) -> dict[str, Any]:
+    """The full create-index body for `kind` ('rows' or 'turns')."""
+    mappings = rows_mapping(dims) if kind == ROWS else turns_mapping()
+    return {"settings": _SETTINGS, "mappings": mappings}

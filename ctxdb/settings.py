@@ -1,0 +1,93 @@
+"""The one settings object every ctxdb component reads (environment variables, documented in README)."""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_home() -> Path:
+    return Path(os.getcwd()) / "var"
+
+
+class Settings(BaseSettings):
+    """Configuration for storage, search, embedding and the embedded Elasticsearch node.
+
+    Every field can be set from the environment: `CTXDB_<FIELD>` (e.g. `CTXDB_HOME`), except the
+    Elasticsearch connection, which uses the conventional `ELASTICSEARCH_*` names.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CTXDB_", extra="ignore", populate_by_name=True)
+
+    home: Path = Field(default_factory=_default_home, description="Project-local state root.")
+    delta_root: str | None = Field(
+        default=None, description="URI of the Delta tables (local path or s3://, gs://, az://)."
+    )
+    delta_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="delta-rs storage options for object stores."
+    )
+    landing_uri: str | None = Field(default=None, description="Where JSONL event files land.")
+    files_root: str | None = Field(default=None, description="Conversation file storage root.")
+
+    elasticsearch_url: str = Field(
+        default="http://127.0.0.1:9200", validation_alias="ELASTICSEARCH_URL"
+    )
+    elasticsearch_api_key: SecretStr | None = Field(
+        default=None, validation_alias="ELASTICSEARCH_API_KEY"
+    )
+    elasticsearch_username: str | None = Field(
+        default=None, validation_alias="ELASTICSEARCH_USERNAME"
+    )
+    elasticsearch_password: SecretStr | None = Field(
+        default=None, validation_alias="ELASTICSEARCH_PASSWORD"
+    )
+    elasticsearch_ca_certs: str | None = Field(
+        default=None, validation_alias="ELASTICSEARCH_CA_CERTS"
+    )
+    elasticsearch_request_timeout: float = Field(default=30.0)
+    index_prefix: str = Field(default="ctxdb", description="Prefix of every index and alias.")
+
+    es_version: str = Field(default="9.2.4", description="Embedded node version (Maven Central).")
+    es_heap: str = Field(default="1g", description="Embedded node heap (-Xms/-Xmx).")
+    es_port: int = Field(default=9200)
+    es_cache_dir: Path | None = Field(
+        default=None, description="Where the embedded node's zip, home, data and logs live."
+    )
+    es_user: str = Field(default="ctxdb-es", description="System user the node runs as under root.")
+    es_start_timeout_s: float = Field(default=120.0)
+
+    embedding_model: str = Field(default="all-MiniLM-L6-v2")
+    embedding_batch_size: int = Field(default=64)
+    embedding_dims: int = Field(default=384)
+
+    retention_days: int = Field(default=365, description="Default TTL of every derived row.")
+    recency_half_life_days: float = Field(default=7.0)
+
+    @cached_property
+    def delta_uri(self) -> str:
+        return self.delta_root or str(self.home / "delta")
+
+    @cached_property
+    def landing(self) -> str:
+        return self.landing_uri or str(self.home / "landing")
+
+    @cached_property
+    def files(self) -> str:
+        return self.files_root or str(self.home / "files")
+
+    @property
+    def embedded(self) -> bool:
+        """True when the URL points at the node ctxdb manages itself (loopback, default port)."""
+        return self.elasticsearch_url.rstrip("/") in {
+            f"http://127.0.0.1:{self.es_port}",
+            f"http://localhost:{self.es_port}",
+        }
+
+
+def get_settings() -> Settings:
+    """Read the settings from the environment now (never at import time)."""
+    return Settings()

@@ -1,0 +1,5 @@
+"""Jobs of the ctxdb code location."""
+
+from __future__ import annotations
+
+JOBS: list = []

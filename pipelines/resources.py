@@ -1,0 +1,15 @@
+"""The resource set every asset and job runs with (defaults read the settings object lazily)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
+
+
+def build_resources() -> dict[str, Any]:
+    return {
+        "delta": DeltaResource(),
+        "es": ElasticsearchResource(),
+    }

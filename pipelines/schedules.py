@@ -1,0 +1,5 @@
+"""Schedules of the ctxdb code location."""
+
+from __future__ import annotations
+
+SCHEDULES: list = []

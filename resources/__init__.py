@@ -1,0 +1,1 @@
+"""Dagster resources: typed wrappers that hand ctxdb's plain clients to assets."""
