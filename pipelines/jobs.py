@@ -2,4 +2,12 @@
 
 from __future__ import annotations
 
-JOBS: list = []
+from dagster import AssetSelection, define_asset_job
+
+memory_job = define_asset_job(
+    "memory_job",
+    selection=AssetSelection.all(),
+    description="Land new events, derive the turn record, embed and index: the main job.",
+)
+
+JOBS: list = [memory_job]

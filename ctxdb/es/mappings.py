@@ -90,3 +90,18 @@ def index_body(kind: str, dims: int = 384) -> dict[str, Any]:
     """The full create-index body for `kind` ('rows' or 'turns')."""
     mappings = rows_mapping(dims) if kind == ROWS else turns_mapping()
     return {"settings": _SETTINGS, "mappings": mappings}
+
+
+def alias_name(prefix: str, kind: str) -> str:
+    """The read/write alias searches use: `<prefix>-rows` or `<prefix>-turns`."""
+    return f"{prefix}-{kind}"
+
+
+def index_name(prefix: str, kind: str, version: int) -> str:
+    """A concrete versioned index behind the alias: `<prefix>-rows-v<N>`."""
+    return f"{prefix}-{kind}-v{version}"
+
+
+def turn_doc_id(conversation_id: str, turn_id: str) -> str:
+    """Document id of a turn in the turns index."""
+    return f"{conversation_id}:{turn_id}"

@@ -1,0 +1,53 @@
+"""Text features computed by the pipeline (and identically at query time): hashes, trigrams, stems.
+
+The embedded Elasticsearch distribution has no ngram tokenizer or stemmer filters (they live in the
+analysis-common module it lacks), so both are computed here and indexed into whitespace-analyzed
+fields. Written by hand because no library produces pg_trgm-style padded word trigrams.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+import snowballstemmer
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+MIN_WORD_LEN = 3
+
+
+def text_hash(text: str) -> str:
+    """Stable content hash (the embedding cache key together with the model id)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (split on non-word characters), as pg_trgm does."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def word_trigrams(word: str) -> list[str]:
+    """Padded character trigrams of one word: 'abc' -> ['_ab', 'abc', 'bc_']."""
+    padded = f"_{word}_"
+    return [padded[i : i + 3] for i in range(len(padded) - 2)]
+
+
+def trigrams(text: str) -> str:
+    """Unique padded trigrams of every word of at least 3 characters, space-separated."""
+    seen: dict[str, None] = {}
+    for word in words(text):
+        if len(word) >= MIN_WORD_LEN:
+            for gram in word_trigrams(word):
+                seen.setdefault(gram, None)
+    return " ".join(seen)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> snowballstemmer.stemmer:
+    return snowballstemmer.stemmer("english")
+
+
+def stems(text: str) -> str:
+    """English Snowball stems of the words of `text`, space-separated (for the `stems` field)."""
+    return " ".join(_stemmer().stemWords(words(text)))
