@@ -67,6 +67,34 @@ class Settings(BaseSettings):
     retention_days: int = Field(default=365, description="Default TTL of every derived row.")
     recency_half_life_days: float = Field(default=7.0)
 
+    search_rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
+    search_weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
+    search_weight_lexical: float = Field(default=1.0, description="RRF weight of both text arms.")
+    search_weight_recency: float = Field(default=0.5, description="Recency lift weight.")
+    search_num_candidates: int = Field(default=200, description="kNN num_candidates per shard.")
+    search_knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
+    search_overfetch_rows: int = Field(
+        default=4, description="Rows fetched per wanted turn in each arm, before per-turn dedup."
+    )
+    search_max_per_conversation: int = Field(default=2)
+    search_query_max_chars: int = Field(default=256)
+    search_trigram_min_match: str = Field(
+        default="40%", description="minimum_should_match of the trigram arm."
+    )
+    search_snippet_chars: int = Field(default=400)
+
+    auth_tokens_path: Path | None = Field(
+        default=None, description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json."
+    )
+    auth_jwt_key: SecretStr | None = Field(
+        default=None, description="JWT verification key (HS secret or PEM public key)."
+    )
+    auth_jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256"])
+    auth_jwt_audience: str | None = Field(default=None)
+    auth_jwt_issuer: str | None = Field(default=None)
+    auth_jwt_user_claim: str = Field(default="sub")
+    auth_jwt_tenant_claim: str = Field(default="tenant")
+
     @cached_property
     def delta_uri(self) -> str:
         return self.delta_root or str(self.home / "delta")
@@ -78,6 +106,10 @@ class Settings(BaseSettings):
     @cached_property
     def files(self) -> str:
         return self.files_root or str(self.home / "files")
+
+    @property
+    def tokens_path(self) -> Path:
+        return self.auth_tokens_path or self.home / "auth" / "tokens.json"
 
     @property
     def embedded(self) -> bool:
