@@ -73,3 +73,39 @@ ROW_EMBEDDINGS_SCHEMA = pa.schema(
         pa.field("updated_at", TS, nullable=False),
     ]
 )
+
+RETENTION_PENDING = "retention_pending"
+
+# Work the retention sweep or an erasure has committed to but not finished: Elasticsearch ids
+# (kind rows|turns) and conversation-storage paths (kind files). Written before Delta is purged,
+# cleared once the work is confirmed, so a killed or Elasticsearch-less run is finished next time.
+RETENTION_PENDING_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("recorded_at", TS, nullable=False),
+    ]
+)
+
+# One row per retention sweep or erasure run. Counts are JSON objects keyed by table or index kind.
+RETENTION_REPORT_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("operation", pa.string(), nullable=False),  # retention | erase
+        pa.field("status", pa.string(), nullable=False),  # ok | es_pending | dry_run | failed
+        pa.field("dry_run", pa.bool_(), nullable=False),
+        pa.field("cutoff", TS),
+        pa.field("started_at", TS, nullable=False),
+        pa.field("finished_at", TS, nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("deleted_rows", pa.string(), nullable=False),  # {"role_rows": n, ...}
+        pa.field("es_deleted", pa.string(), nullable=False),  # {"rows": n, "turns": n}
+        pa.field("es_pending", pa.int64(), nullable=False),
+        pa.field("files_removed", pa.int64(), nullable=False),
+        pa.field("vacuumed_files", pa.string(), nullable=False),  # {"role_rows": n, ...}
+        pa.field("oldest_remaining_ts", TS),
+        pa.field("rows_per_s", pa.float64(), nullable=False),
+        pa.field("error", pa.string()),
+    ]
+)
