@@ -6,8 +6,17 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class RetentionRule(BaseModel):
+    """A TTL override: rows matching every set field live `days` days (most specific rule wins)."""
+
+    tenant: str | None = None
+    app: str | None = None
+    role: str | None = None
+    days: int = Field(gt=0)
 
 
 def _default_home() -> Path:
@@ -59,12 +68,42 @@ class Settings(BaseSettings):
     )
     es_user: str = Field(default="ctxdb-es", description="System user the node runs as under root.")
     es_start_timeout_s: float = Field(default=120.0)
+    es_stop_timeout_s: float = Field(default=60.0, description="Wait for a clean node shutdown.")
+    es_download_timeout_s: float = Field(default=1800.0, description="Limit of the mvn download.")
+    es_mvn: str = Field(default="mvn", description="Maven executable that fetches the node's zip.")
+    es_zip_sha512: str | None = Field(
+        default=None, description="Expected SHA-512 of the zip (needed for unpinned versions)."
+    )
+    es_java_home: Path | None = Field(
+        default=None, validation_alias="ES_JAVA_HOME", description="JDK for the node, first choice."
+    )
+    java_home: Path | None = Field(
+        default=None, validation_alias="JAVA_HOME", description="JDK, second choice."
+    )
+    jvm_dir: Path = Field(
+        default=Path("/usr/lib/jvm"), description="Where installed JDKs are searched last."
+    )
 
     embedding_model: str = Field(default="all-MiniLM-L6-v2")
     embedding_batch_size: int = Field(default=64)
     embedding_dims: int = Field(default=384)
 
     retention_days: int = Field(default=365, description="Default TTL of every derived row.")
+    retention_rules: list[RetentionRule] = Field(
+        default_factory=list,
+        description="Per tenant/app/role TTL overrides (JSON list of {tenant, app, role, days}).",
+    )
+    retention_vacuum_hours: int = Field(
+        default=168, ge=0, description="VACUUM keeps files removed less than this many hours ago."
+    )
+    erase_vacuum_hours: int = Field(
+        default=0, ge=0, description="VACUUM window after an erasure (0: old files go at once)."
+    )
+    compaction_target_mb: int = Field(default=128, description="OPTIMIZE target file size.")
+    compaction_small_file_mb: int = Field(default=16, description="Files below this are small.")
+    compaction_max_small_files: int = Field(
+        default=8, description="Small files a table may keep after compaction before the check fails."
+    )
     recency_half_life_days: float = Field(default=7.0)
 
     search_rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
