@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     compaction_target_mb: int = Field(default=128, description="OPTIMIZE target file size.")
     compaction_small_file_mb: int = Field(default=16, description="Files below this are small.")
     compaction_max_small_files: int = Field(
-        default=8, description="Small files a table may keep after compaction before the check fails."
+        default=8, description="Small files a table may keep after compaction (checked)."
     )
     recency_half_life_days: float = Field(default=7.0)
 
