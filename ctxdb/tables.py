@@ -109,3 +109,17 @@ RETENTION_REPORT_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
     ]
 )
+
+INDEX_STATE = "index_state"
+
+# One row per concrete Elasticsearch index: the Delta versions of its source tables it was last
+# synced from (JSON {"role_rows": 12, ...}), so a run with no new versions does nothing.
+INDEX_STATE_SCHEMA = pa.schema(
+    [
+        pa.field("index_name", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # rows | turns
+        pa.field("source_versions", pa.string(), nullable=False),
+        pa.field("docs", pa.int64(), nullable=False),
+        pa.field("updated_at", TS, nullable=False),
+    ]
+)
