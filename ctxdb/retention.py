@@ -1,0 +1,422 @@
+"""Retention: the TTL policy applied at derivation time and the sweep that physically purges.
+
+Sweep order (each step idempotent, so a run killed anywhere is finished by the next one):
+
+1. find expired rows in Delta (`expires_at <= cutoff`) and expired stragglers in Elasticsearch;
+2. record the Elasticsearch ids and storage paths to remove in `retention_pending`;
+3. DELETE the expired rows from Delta (role rows first, then their embedding statuses, TurnLogs,
+   catalog, timelines, replay artifacts) and prune embedding-cache entries no row references;
+4. bulk-delete every pending Elasticsearch id (404 = already gone) and remove pending files;
+5. clear the pending entries that were confirmed; Elasticsearch failures stay pending;
+6. VACUUM with the configured window and append a `retention_report` row.
+
+Delta is purged before Elasticsearch so the indexer, which reads Delta, cannot re-index a row the
+sweep is removing (see docs/operations.md for the full ordering argument).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pyarrow as pa
+from elasticsearch import ApiError, Elasticsearch, TransportError
+
+from ctxdb.delta import DeltaStore
+from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.purge import (
+    EsDeleteResult,
+    columns_of,
+    delete_docs,
+    delete_keys,
+    remove_paths,
+    scan_ids,
+    sql_ts,
+    vacuum,
+)
+from ctxdb.settings import RetentionRule, Settings
+from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    EMBEDDINGS,
+    EMBEDDINGS_SCHEMA,
+    REPLAY_ARTIFACTS,
+    RETENTION_PENDING,
+    RETENTION_PENDING_SCHEMA,
+    RETENTION_REPORT,
+    RETENTION_REPORT_SCHEMA,
+    ROLE_ROWS,
+    ROW_EMBEDDINGS,
+    TURN_CATALOG,
+    TURN_LOGS,
+)
+
+log = logging.getLogger(__name__)
+
+# Tables whose rows carry their own `expires_at` and are swept by it.
+EXPIRING_TABLES = (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, REPLAY_ARTIFACTS)
+# Every table the sweep may shrink (and therefore vacuums).
+SWEPT_TABLES = (*EXPIRING_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
+FILES = "files"
+TURN_KEY = ("tenant", "app", "user_id", "conversation_id", "turn_id")
+
+
+def ttl_days_expr(
+    rules: Sequence[RetentionRule],
+    default_days: int,
+    *,
+    role_column: str | None = "role",
+) -> pl.Expr:
+    """Per-row TTL in days: the most specific matching rule (tenant, app, role), else the default.
+
+    Rows without a role column (TurnLogs, timelines) only match rules that leave `role` unset.
+    """
+    days: pl.Expr = pl.lit(default_days, dtype=pl.Int64)
+    for rule in sorted(rules, key=_specificity):
+        conditions = [pl.lit(True)]
+        if rule.tenant is not None:
+            conditions.append(pl.col("tenant") == rule.tenant)
+        if rule.app is not None:
+            conditions.append(pl.col("app") == rule.app)
+        if rule.role is not None:
+            if role_column is None:
+                continue
+            conditions.append(pl.col(role_column) == rule.role)
+        days = pl.when(pl.all_horizontal(conditions)).then(pl.lit(rule.days)).otherwise(days)
+    return days
+
+
+def expires_at_expr(
+    settings: Settings, *, ts_column: str = "ts", role_column: str | None = "role"
+) -> pl.Expr:
+    """`expires_at` = `ts` + the row's TTL (derivation computes it once, the sweep obeys it)."""
+    days = ttl_days_expr(settings.retention_rules, settings.retention_days, role_column=role_column)
+    return (pl.col(ts_column) + pl.duration(days=days)).alias("expires_at")
+
+
+def _specificity(rule: RetentionRule) -> int:
+    return sum(value is not None for value in (rule.tenant, rule.app, rule.role))
+
+
+@dataclass
+class Expired:
+    """What a sweep found expired at `cutoff`."""
+
+    cutoff: datetime
+    counts: dict[str, int]
+    row_ids: list[str]
+    turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
+
+    def pending(self, settings: Settings, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
+        """The Elasticsearch ids and storage paths this sweep must remove."""
+        turn_ids = [
+            turn_doc_id(c, t)
+            for c, t in self.turns.select("conversation_id", "turn_id").iter_rows()
+        ]
+        return {
+            ROWS: [*self.row_ids, *stragglers.get(ROWS, [])],
+            TURNS: [*turn_ids, *stragglers.get(TURNS, [])],
+            FILES: turn_file_paths(self.turns),
+        }
+
+
+@dataclass
+class RetentionReport:
+    """One sweep's outcome (also appended to `retention_report`)."""
+
+    run_id: str
+    status: str
+    dry_run: bool
+    cutoff: datetime
+    started_at: datetime
+    finished_at: datetime
+    deleted_rows: dict[str, int] = field(default_factory=dict)
+    es_deleted: dict[str, int] = field(default_factory=dict)
+    es_pending: int = 0
+    files_removed: int = 0
+    vacuumed_files: dict[str, int] = field(default_factory=dict)
+    oldest_remaining_ts: datetime | None = None
+    error: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    @property
+    def rows_per_s(self) -> float:
+        deleted = sum(self.deleted_rows.values())
+        return deleted / self.duration_s if self.duration_s > 0 else 0.0
+
+    def as_row(self, operation: str = "retention") -> dict:
+        return {
+            "run_id": self.run_id,
+            "operation": operation,
+            "status": self.status,
+            "dry_run": self.dry_run,
+            "cutoff": self.cutoff,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": self.duration_s,
+            "deleted_rows": json.dumps(self.deleted_rows, sort_keys=True),
+            "es_deleted": json.dumps(self.es_deleted, sort_keys=True),
+            "es_pending": self.es_pending,
+            "files_removed": self.files_removed,
+            "vacuumed_files": json.dumps(self.vacuumed_files, sort_keys=True),
+            "oldest_remaining_ts": self.oldest_remaining_ts,
+            "rows_per_s": self.rows_per_s,
+            "error": self.error,
+        }
+
+    def as_metadata(self) -> dict[str, object]:
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.as_row().items()}
+
+
+def turn_file_path(tenant: str, app: str, user_id: str, conversation_id: str, turn_id: str) -> str:
+    """Where a turn's hosted files and attachments live under the conversation-storage root.
+
+    Mirrors the ref grammar (`conv:fi:conv_<conversation_id>.turn_<turn_id>.files/...`) inside the
+    owner's namespace: `<tenant>/<app>/<user_id>/conv_<conversation_id>/turn_<turn_id>/`.
+    """
+    return f"{tenant}/{app}/{user_id}/conv_{conversation_id}/turn_{turn_id}"
+
+
+def conversation_file_path(tenant: str, app: str, user_id: str, conversation_id: str) -> str:
+    """The directory holding every turn's files of one conversation."""
+    return f"{tenant}/{app}/{user_id}/conv_{conversation_id}"
+
+
+def turn_file_paths(turns: pl.DataFrame) -> list[str]:
+    """Storage paths of the given turns (rows need every TURN_KEY column)."""
+    if turns.is_empty() or not set(TURN_KEY) <= set(turns.columns):
+        return []
+    return [turn_file_path(*row) for row in turns.select(TURN_KEY).unique().iter_rows()]
+
+
+def find_expired(store: DeltaStore, cutoff: datetime) -> Expired:
+    """Expired rows per table, the expired role-row ids and the expired turns (from TurnLogs)."""
+    counts: dict[str, int] = {}
+    row_ids: list[str] = []
+    turns = pl.DataFrame(schema={k: pl.String for k in TURN_KEY})
+    for table in EXPIRING_TABLES:
+        columns = columns_of(store, table)
+        if "expires_at" not in columns:
+            continue
+        wanted = {ROLE_ROWS: ["row_id"], TURN_LOGS: [c for c in TURN_KEY if c in columns]}
+        expired = (
+            store.scan(table)
+            .filter(pl.col("expires_at") <= cutoff)
+            .select(wanted.get(table, []) or [pl.lit(1).alias("one")])
+            .collect()
+        )
+        counts[table] = expired.height
+        if table == ROLE_ROWS:
+            row_ids = expired["row_id"].to_list()
+        elif table == TURN_LOGS:
+            turns = expired.unique()
+    return Expired(cutoff=cutoff, counts=counts, row_ids=row_ids, turns=turns)
+
+
+def es_stragglers(es: Elasticsearch, prefix: str, cutoff: datetime) -> dict[str, list[str]]:
+    """Documents already expired in Elasticsearch whatever Delta says (e.g. indexed mid-sweep)."""
+    query = {"range": {"expires_at": {"lte": cutoff.isoformat()}}}
+    return {kind: scan_ids(es, prefix, kind, query) for kind in (ROWS, TURNS)}
+
+
+def record_pending(store: DeltaStore, run_id: str, pending: dict[str, list[str]]) -> int:
+    """Append the work to `retention_pending` (MERGE-insert on kind+doc_id, so re-runs add none)."""
+    now = datetime.now(UTC)
+    frame = pl.DataFrame(
+        [
+            {"kind": kind, "doc_id": doc_id, "run_id": run_id, "recorded_at": now}
+            for kind, ids in pending.items()
+            for doc_id in ids
+        ],
+        schema={"kind": pl.String, "doc_id": pl.String, "run_id": pl.String,
+                "recorded_at": pl.Datetime("us", "UTC")},
+    ).unique(subset=["kind", "doc_id"])
+    return store.insert_new(
+        RETENTION_PENDING, frame, keys=["kind", "doc_id"], schema=RETENTION_PENDING_SCHEMA
+    )
+
+
+def read_pending(store: DeltaStore) -> pl.DataFrame:
+    return store.read(RETENTION_PENDING, RETENTION_PENDING_SCHEMA)
+
+
+def purge_expired(store: DeltaStore, expired: Expired, started_at: datetime) -> dict[str, int]:
+    """DELETE the expired rows from every expiring table and their dependants."""
+    deleted: dict[str, int] = {}
+    for table in EXPIRING_TABLES:
+        if table in expired.counts:
+            deleted[table] = store.delete(table, f"expires_at <= {sql_ts(expired.cutoff)}")
+    if expired.row_ids:
+        keys = pl.DataFrame({"row_id": expired.row_ids})
+        deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys)
+    deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at)
+    return deleted
+
+
+def prune_embedding_cache(store: DeltaStore, before: datetime) -> int:
+    """Delete cached vectors no role row references any more (only entries older than `before`,
+    so a vector the embedder just cached for a row being derived right now is kept)."""
+    if not store.exists(EMBEDDINGS):
+        return 0
+    referenced = (
+        store.scan(ROLE_ROWS).select("text_hash").unique().collect()
+        if store.exists(ROLE_ROWS)
+        else pl.DataFrame(schema={"text_hash": pl.String})
+    )
+    stale = (
+        store.scan(EMBEDDINGS)
+        .filter(pl.col("created_at") < before)
+        .select("model_id", "text_hash")
+        .collect()
+        .join(referenced, on="text_hash", how="anti")
+    )
+    return delete_keys(store, EMBEDDINGS, stale.select(EMBEDDINGS_SCHEMA.names[:2]))
+
+
+def drop_live_ids(store: DeltaStore, pending: pl.DataFrame) -> pl.DataFrame:
+    """Pending Elasticsearch ids whose row is still live in Delta are not deleted (re-derived)."""
+    if pending.is_empty():
+        return pending
+    live_rows = (
+        store.scan(ROLE_ROWS).select(pl.col("row_id").alias("doc_id")).collect()
+        if store.exists(ROLE_ROWS)
+        else pl.DataFrame(schema={"doc_id": pl.String})
+    )
+    live_turns = (
+        store.scan(TURN_LOGS)
+        .select(pl.concat_str("conversation_id", pl.lit(":"), "turn_id").alias("doc_id"))
+        .collect()
+        if "turn_id" in columns_of(store, TURN_LOGS)
+        else pl.DataFrame(schema={"doc_id": pl.String})
+    )
+    live = pl.concat(
+        [live_rows.with_columns(kind=pl.lit(ROWS)), live_turns.with_columns(kind=pl.lit(TURNS))]
+    )
+    return pending.join(live, on=["kind", "doc_id"], how="anti")
+
+
+def execute_pending(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, pending: pl.DataFrame
+) -> tuple[EsDeleteResult, int, pl.DataFrame]:
+    """Delete pending Elasticsearch ids and files; returns the result and the entries now done."""
+    ids = {
+        kind: pending.filter(pl.col("kind") == kind)["doc_id"].to_list() for kind in (ROWS, TURNS)
+    }
+    if es is None:
+        result = EsDeleteResult(error="no Elasticsearch client", failed=ids)
+    else:
+        result = delete_docs(es, settings.index_prefix, ids)
+    paths = pending.filter(pl.col("kind") == FILES)["doc_id"].to_list()
+    files_removed = remove_paths(settings.files, paths)
+    failed = pl.DataFrame(
+        [{"kind": kind, "doc_id": doc_id} for kind, ids in result.failed.items() for doc_id in ids],
+        schema={"kind": pl.String, "doc_id": pl.String},
+    )
+    done = pending.select("kind", "doc_id").join(failed, on=["kind", "doc_id"], how="anti")
+    return result, files_removed, done
+
+
+def clear_pending(store: DeltaStore, done: pl.DataFrame) -> int:
+    return delete_keys(store, RETENTION_PENDING, done.select("kind", "doc_id"))
+
+
+def oldest_remaining(store: DeltaStore) -> datetime | None:
+    if not store.exists(ROLE_ROWS):
+        return None
+    return store.scan(ROLE_ROWS).select(pl.col("ts").min()).collect().item()
+
+
+def new_run_id(operation: str, started_at: datetime) -> str:
+    return f"{operation}-{started_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def sweep(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    vacuum_hours: int | None = None,
+) -> RetentionReport:
+    """Run one retention sweep at `now` (default: the current time) and report it."""
+    clock = time.perf_counter()
+    started_at = datetime.now(UTC)
+    cutoff = now or started_at
+    run_id = new_run_id("retention", started_at)
+    hours = settings.retention_vacuum_hours if vacuum_hours is None else vacuum_hours
+
+    expired = find_expired(store, cutoff)
+    stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
+    pending_now = expired.pending(settings, stragglers)
+    report = RetentionReport(
+        run_id=run_id, status="ok", dry_run=dry_run, cutoff=cutoff,
+        started_at=started_at, finished_at=started_at, error=es_error,
+    )
+    if dry_run:
+        report.status = "dry_run"
+        report.deleted_rows = dict(expired.counts)
+        report.es_deleted = {kind: len(set(pending_now[kind])) for kind in (ROWS, TURNS)}
+        report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=True)
+        return _finish(store, report, clock)
+
+    record_pending(store, run_id, pending_now)
+    report.deleted_rows = purge_expired(store, expired, started_at)
+    finish_pending(store, es, settings, report)
+    report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=False)
+    report.oldest_remaining_ts = oldest_remaining(store)
+    return _finish(store, report, clock)
+
+
+def finish_pending(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, report: RetentionReport
+) -> None:
+    """Carry out every pending entry (this run's and any earlier run's) and clear what is done."""
+    everything = read_pending(store)
+    actionable = drop_live_ids(store, everything)
+    result, report.files_removed, done = execute_pending(store, es, settings, actionable)
+    live = everything.join(actionable, on=["kind", "doc_id"], how="anti").select("kind", "doc_id")
+    clear_pending(store, pl.concat([done, live]))
+    report.es_deleted = {
+        kind: result.deleted.get(kind, 0) + result.missing.get(kind, 0) for kind in (ROWS, TURNS)
+    }
+    report.es_pending = read_pending(store).height
+    report.error = result.error or report.error
+    if report.es_pending:
+        report.status = "es_pending"
+        log.warning("%s: %d Elasticsearch ids left pending", report.run_id, report.es_pending)
+
+
+def _stragglers(
+    es: Elasticsearch | None, prefix: str, cutoff: datetime
+) -> tuple[dict[str, list[str]], str | None]:
+    if es is None:
+        return {}, None
+    try:
+        return es_stragglers(es, prefix, cutoff), None
+    except (TransportError, ApiError) as exc:
+        log.warning("Elasticsearch unavailable for the straggler scan: %s", exc)
+        return {}, f"{type(exc).__name__}: {exc}"
+
+
+def _finish(store: DeltaStore, report: RetentionReport, clock: float) -> RetentionReport:
+    report.finished_at = report.started_at + timedelta(seconds=time.perf_counter() - clock)
+    write_report(store, report, "retention")
+    log.info(
+        "retention %s %s: deleted %s, es %s, pending %d",
+        report.run_id, report.status, report.deleted_rows, report.es_deleted, report.es_pending,
+    )
+    return report
+
+
+def write_report(store: DeltaStore, report: RetentionReport, operation: str) -> None:
+    row = pa.Table.from_pylist([report.as_row(operation)], schema=RETENTION_REPORT_SCHEMA)
+    store.append(RETENTION_REPORT, pl.from_arrow(row), schema=RETENTION_REPORT_SCHEMA)

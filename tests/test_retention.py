@@ -1,0 +1,201 @@
+"""Retention: TTL policy, the sweep over real Delta tables and the real Elasticsearch node."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+from conftest_ops import (  # noqa: F401  (fixtures)
+    es,
+    es_ids,
+    index_rows,
+    ops_settings,
+    role_rows,
+    store,
+    turn_logs,
+    write_rows,
+    write_turn_files,
+    write_turns,
+)
+
+from ctxdb import retention
+from ctxdb.es.client import make_client
+from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.settings import RetentionRule, Settings
+from ctxdb.tables import (
+    EMBEDDINGS,
+    EMBEDDINGS_SCHEMA,
+    RETENTION_PENDING,
+    RETENTION_REPORT,
+    ROLE_ROWS,
+    ROW_EMBEDDINGS,
+    ROW_EMBEDDINGS_SCHEMA,
+)
+
+pytestmark = pytest.mark.es
+
+
+def _seed(store, es, settings, n=20, expired=5):
+    rows = role_rows(n, expired=expired)
+    write_rows(store, rows)
+    write_turns(store, turn_logs(rows))
+    index_rows(es, settings.index_prefix, rows)
+    files = write_turn_files(settings.files, rows)
+    return rows, files
+
+
+def _embeddings(store, rows: pl.DataFrame, extra_hash: str | None = None) -> None:
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    hashes = rows["text_hash"].to_list() + ([extra_hash] if extra_hash else [])
+    store.append(EMBEDDINGS, pl.DataFrame({
+        "model_id": "all-MiniLM-L6-v2", "text_hash": hashes,
+        "vector": [[0.1, 0.2]] * len(hashes), "created_at": now,
+    }), schema=EMBEDDINGS_SCHEMA)
+    store.append(ROW_EMBEDDINGS, pl.DataFrame({
+        "row_id": rows["row_id"], "model_id": "all-MiniLM-L6-v2", "text_hash": rows["text_hash"],
+        "embedding_status": "ok", "error": None, "attempts": 1, "updated_at": now,
+    }), schema=ROW_EMBEDDINGS_SCHEMA)
+
+
+def test_ttl_policy_most_specific_rule_wins():
+    settings = Settings(retention_days=365, retention_rules=[
+        RetentionRule(tenant="acme", days=30),
+        RetentionRule(tenant="acme", role="assistant", days=7),
+        RetentionRule(app="press", days=90),
+    ])
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    frame = pl.DataFrame({
+        "tenant": ["acme", "acme", "other", "other"],
+        "app": ["x", "x", "press", "x"],
+        "role": ["assistant", "user", "user", "user"],
+        "ts": [ts] * 4,
+    }).with_columns(retention.expires_at_expr(settings))
+    assert [(e - ts).days for e in frame["expires_at"]] == [7, 30, 90, 365]
+    turn_level = frame.drop("role", "expires_at").with_columns(
+        retention.expires_at_expr(settings, role_column=None)
+    )
+    assert [(e - ts).days for e in turn_level["expires_at"]] == [30, 30, 90, 365]
+
+
+def test_sweep_purges_delta_es_files_and_reports(store, es, ops_settings):
+    rows, files = _seed(store, es, ops_settings)
+    _embeddings(store, rows, extra_hash="orphan")
+    expired_ids = set(rows["row_id"][:5])
+
+    report = retention.sweep(store, es, ops_settings)
+
+    assert report.status == "ok"
+    assert report.deleted_rows[ROLE_ROWS] == 5
+    assert report.deleted_rows["turn_logs"] == 5
+    assert report.deleted_rows[ROW_EMBEDDINGS] == 5
+    assert report.deleted_rows[EMBEDDINGS] == 6  # 5 expired rows' vectors + the orphan
+    remaining = store.read(ROLE_ROWS)
+    assert remaining.height == 15 and not expired_ids & set(remaining["row_id"])
+    assert store.read("turn_logs").height == 15
+    assert store.read(ROW_EMBEDDINGS).height == 15
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(remaining["row_id"])
+    assert len(es_ids(es, ops_settings.index_prefix, TURNS)) == 15
+    hits = es.search(index=alias_name(ops_settings.index_prefix, ROWS),
+                     query={"terms": {"row_id": sorted(expired_ids)}})
+    assert hits["hits"]["total"]["value"] == 0
+    assert [p.exists() for p in files] == [False] * 10 + [True] * 30
+    assert report.files_removed == 5
+    assert store.read(RETENTION_PENDING).height == 0
+    assert report.oldest_remaining_ts == remaining["ts"].min()
+
+    saved = store.read(RETENTION_REPORT).row(0, named=True)
+    assert saved["run_id"] == report.run_id and saved["status"] == "ok"
+    assert json.loads(saved["deleted_rows"])[ROLE_ROWS] == 5
+    assert json.loads(saved["es_deleted"]) == {ROWS: 5, TURNS: 5}
+    assert saved["es_pending"] == 0 and saved["duration_s"] >= 0
+
+
+def test_sweep_is_idempotent(store, es, ops_settings):
+    _seed(store, es, ops_settings)
+    retention.sweep(store, es, ops_settings)
+    again = retention.sweep(store, es, ops_settings)
+    assert again.status == "ok"
+    assert again.deleted_rows[ROLE_ROWS] == 0
+    assert again.es_deleted == {ROWS: 0, TURNS: 0}
+    assert store.read(ROLE_ROWS).height == 15
+    assert store.read(RETENTION_REPORT).height == 2
+
+
+def test_dry_run_changes_nothing(store, es, ops_settings):
+    _, files = _seed(store, es, ops_settings)
+    report = retention.sweep(store, es, ops_settings, dry_run=True)
+    assert report.status == "dry_run"
+    assert report.deleted_rows[ROLE_ROWS] == 5
+    assert report.es_deleted == {ROWS: 5, TURNS: 5}
+    assert store.read(ROLE_ROWS).height == 20
+    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+    assert all(p.exists() for p in files)
+
+
+def test_es_straggler_is_removed(store, es, ops_settings):
+    """A document indexed after its Delta row was purged (a racing indexer) goes next sweep."""
+    rows, _ = _seed(store, es, ops_settings)
+    retention.sweep(store, es, ops_settings)
+    index_rows(es, ops_settings.index_prefix, rows.head(2))
+    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 17
+    report = retention.sweep(store, es, ops_settings)
+    assert report.es_deleted[ROWS] == 2
+    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 15
+
+
+def test_interrupted_sweep_is_finished_by_the_next_run(store, es, ops_settings, monkeypatch):
+    """A crash after Delta was purged and before Elasticsearch was touched (the injected
+    RuntimeError stands in for the process being killed) leaves nothing behind next run."""
+    rows, files = _seed(store, es, ops_settings)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash between the Delta and Elasticsearch steps")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(retention, "finish_pending", crash)
+        with pytest.raises(RuntimeError):
+            retention.sweep(store, es, ops_settings)
+
+    assert store.read(ROLE_ROWS).height == 15
+    assert store.read(RETENTION_PENDING).height == 15  # 5 rows + 5 turns + 5 file paths
+    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+
+    report = retention.sweep(store, es, ops_settings)
+    assert report.status == "ok"
+    assert report.deleted_rows[ROLE_ROWS] == 0
+    assert report.es_deleted == {ROWS: 5, TURNS: 5}
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
+    assert not any(p.exists() for p in files[:10])
+    assert store.read(RETENTION_PENDING).height == 0
+
+
+def test_elasticsearch_down_leaves_ids_pending_until_next_run(store, es, ops_settings):
+    _, files = _seed(store, es, ops_settings)
+    down = ops_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
+
+    report = retention.sweep(store, make_client(down), down)
+
+    assert report.status == "es_pending"
+    assert report.es_pending == 10
+    assert report.error
+    assert store.read(ROLE_ROWS).height == 15
+    assert not any(p.exists() for p in files[:10])
+    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+    saved = store.read(RETENTION_REPORT).row(0, named=True)
+    assert saved["status"] == "es_pending" and saved["es_pending"] == 10
+
+    again = retention.sweep(store, es, ops_settings)
+    assert again.status == "ok" and again.es_pending == 0
+    assert again.es_deleted == {ROWS: 5, TURNS: 5}
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
+
+
+def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):
+    """A pending id whose row is live again in Delta (re-derived with a new TTL) stays indexed."""
+    rows, _ = _seed(store, es, ops_settings)
+    retention.record_pending(store, "old-run", {ROWS: [rows["row_id"][10]], TURNS: []})
+    retention.sweep(store, es, ops_settings)
+    assert rows["row_id"][10] in es_ids(es, ops_settings.index_prefix, ROWS)
+    assert store.read(RETENTION_PENDING).height == 0
