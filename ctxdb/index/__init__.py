@@ -1,0 +1,1 @@
+"""Elasticsearch index lifecycle, document building, bulk writes, incremental sync and reindex."""

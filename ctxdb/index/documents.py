@@ -1,0 +1,99 @@
+"""Build Elasticsearch documents from Delta frames: role rows (text, stems, vectors) and turns.
+
+Documents are built in two steps so incremental syncs stay cheap: a `base` frame (what a doc's
+content depends on, no stems or vectors) is diffed against the previous sync, then only the
+changed rows are completed with stems and vectors and turned into bulk actions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+
+from ctxdb.embedding import OK, PENDING
+from ctxdb.es.mappings import rows_mapping, turns_mapping
+from ctxdb.text import stems
+
+ID = "_id"
+FINGERPRINT = "_fingerprint"
+_CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]"
+ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
+TURN_FIELDS = list(turns_mapping()["properties"])
+
+
+def _clean(column: str) -> pl.Expr:
+    """Control characters other than tab and newlines become spaces."""
+    return pl.col(column).fill_null("").str.replace_all(_CONTROL, " ")
+
+
+def with_fingerprint(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add a per-row content hash over every column but the id (for change detection)."""
+    content = frame.drop(ID)
+    return frame.select(ID).with_columns(
+        content.hash_rows(seed=0).alias(FINGERPRINT)
+    ).hstack(content)
+
+
+def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.DataFrame:
+    """Role rows joined to their embedding status for `model_id` (pending when none applies)."""
+    status = statuses.filter(pl.col("model_id") == model_id).select(
+        "row_id", pl.col("text_hash").alias("_status_hash"), "embedding_status"
+    )
+    return with_fingerprint(
+        rows.join(status, on="row_id", how="left")
+        .with_columns(
+            pl.when(pl.col("_status_hash") == pl.col("text_hash"))
+            .then(pl.col("embedding_status"))
+            .otherwise(pl.lit(PENDING))
+            .alias("embedding_status"),
+            pl.lit(model_id).alias("model_id"),
+            _clean("text").alias("text"),
+            _clean("anchors_text").alias("anchors_text"),
+            pl.col("row_id").alias(ID),
+        )
+        .select(ID, *ROW_FIELDS)
+    )
+
+
+def complete_rows(base: pl.DataFrame, vectors: pl.DataFrame) -> pl.DataFrame:
+    """Add `stems` (text + anchors) and `embedding` (only where the status is ok)."""
+    joined = base.join(vectors, on="text_hash", how="left")
+    return joined.with_columns(
+        (pl.col("text") + " " + pl.col("anchors_text"))
+        .map_elements(stems, return_dtype=pl.String)
+        .alias("stems"),
+        pl.when(pl.col("embedding_status") == OK)
+        .then(pl.col("vector"))
+        .otherwise(None)
+        .alias("embedding"),
+    ).drop("vector", FINGERPRINT)
+
+
+def index_actions(frame: pl.DataFrame, index: str, chunk: int = 1000) -> Iterator[dict[str, Any]]:
+    """Bulk index actions (`_id` from the frame) with null fields left out of the source."""
+    for part in frame.iter_slices(chunk):
+        for row in part.to_dicts():
+            doc_id = row.pop(ID)
+            yield {
+                "_index": index,
+                "_id": doc_id,
+                "_source": {k: v for k, v in row.items() if v is not None},
+            }
+
+
+def delete_actions(ids: pl.Series, index: str) -> Iterator[dict[str, Any]]:
+    for doc_id in ids:
+        yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+
+
+def payload_object(payload: str | None) -> dict[str, Any] | None:
+    """The parsed TurnLog JSON object (None when missing)."""
+    if payload is None:
+        return None
+    value = json.loads(payload)
+    if not isinstance(value, dict):
+        raise ValueError(f"TurnLog payload is not a JSON object: {payload[:80]!r}")
+    return value

@@ -1,0 +1,159 @@
+"""Incremental sync of Delta tables into one concrete index, tracked by source table versions.
+
+Each concrete index has a row in the `index_state` Delta table with the versions of its source
+tables it was last synced from. A run whose sources have the same versions does nothing. Otherwise
+documents are built at the old and the new versions, diffed by content fingerprint, and only
+changed documents are indexed; documents whose rows disappeared are deleted. When the old version
+can no longer be read (vacuumed) or there is no state, every document is indexed and ids found in
+the index but not in Delta are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import chain
+
+import polars as pl
+import pyarrow as pa
+from elasticsearch import Elasticsearch, helpers
+
+from ctxdb.delta import DeltaStore
+from ctxdb.index.bulk import BulkReport, bulk_write
+from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
+from ctxdb.tables import INDEX_STATE, INDEX_STATE_SCHEMA
+
+log = logging.getLogger(__name__)
+
+Versions = dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """How one index kind is built from Delta: its tables, base frame and completion step."""
+
+    kind: str
+    tables: tuple[str, ...]
+    base: Callable[[Mapping[str, pl.DataFrame], str], pl.DataFrame]
+    complete: Callable[[DeltaStore, pl.DataFrame, str], pl.DataFrame]
+    schemas: Mapping[str, pa.Schema]
+
+
+@dataclass
+class SyncReport:
+    """What one sync of one index did."""
+
+    kind: str
+    index: str
+    skipped: bool = False
+    full: bool = False
+    docs: int = 0
+    indexed: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+
+    def as_metadata(self) -> dict[str, str | int | float | bool]:
+        return dict(self.__dict__)
+
+
+def current_versions(store: DeltaStore, tables: tuple[str, ...]) -> Versions:
+    return {table: store.version(table) for table in tables}
+
+
+def read_at(store: DeltaStore, table: str, schema: pa.Schema, version: int | None) -> pl.DataFrame:
+    """The table as of `version` (empty when the table did not exist then)."""
+    if version is None:
+        return pl.from_arrow(schema.empty_table())
+    return store.read(table, schema, version=version)
+
+
+def build_base(store: DeltaStore, source: Source, versions: Versions, model_id: str) -> pl.DataFrame:
+    frames = {t: read_at(store, t, source.schemas[t], versions[t]) for t in source.tables}
+    return source.base(frames, model_id)
+
+
+def read_state(store: DeltaStore, index: str) -> Versions | None:
+    state = store.read(INDEX_STATE, INDEX_STATE_SCHEMA).filter(pl.col("index_name") == index)
+    if state.is_empty():
+        return None
+    return json.loads(state.get_column("source_versions")[0])
+
+
+def write_state(store: DeltaStore, index: str, kind: str, versions: Versions, docs: int) -> None:
+    frame = pl.DataFrame(
+        {
+            "index_name": [index],
+            "kind": [kind],
+            "source_versions": [json.dumps(versions, sort_keys=True)],
+            "docs": [docs],
+            "updated_at": [datetime.now(UTC)],
+        }
+    )
+    store.upsert(INDEX_STATE, frame, keys=["index_name"], schema=INDEX_STATE_SCHEMA)
+
+
+def indexed_ids(es: Elasticsearch, index: str) -> pl.Series:
+    """Every document id in `index`."""
+    hits = helpers.scan(es, index=index, query={"query": {"match_all": {}}}, _source=False)
+    return pl.Series(ID, [hit["_id"] for hit in hits], dtype=pl.String)
+
+
+def plan_changes(
+    new: pl.DataFrame, old: pl.DataFrame | None, existing: pl.Series | None
+) -> tuple[pl.DataFrame, pl.Series]:
+    """(documents to index, ids to delete) from the new and old base frames."""
+    if old is None:
+        ids = existing if existing is not None else pl.Series(ID, [], dtype=pl.String)
+        gone = ids.filter(~ids.is_in(new.get_column(ID).implode()))
+        return new, gone
+    changed = new.join(old.select(ID, FINGERPRINT), on=[ID, FINGERPRINT], how="anti")
+    gone = old.join(new.select(ID), on=ID, how="anti").get_column(ID)
+    return changed, gone
+
+
+def sync_index(
+    store: DeltaStore,
+    es: Elasticsearch,
+    source: Source,
+    index: str,
+    *,
+    model_id: str,
+    chunk_size: int = 500,
+    refresh: bool = True,
+    versions: Versions | None = None,
+) -> SyncReport:
+    """Bring `index` up to date with `source`'s Delta tables (at `versions`, default: latest)."""
+    started = time.monotonic()
+    report = SyncReport(kind=source.kind, index=index)
+    target = versions or current_versions(store, source.tables)
+    state = read_state(store, index)
+    if state == target:
+        report.skipped = True
+        report.seconds = time.monotonic() - started
+        return report
+    new = build_base(store, source, target, model_id)
+    old = None
+    if state is not None:
+        try:
+            old = build_base(store, source, state, model_id)
+        except Exception as exc:  # an old version vacuumed away: fall back to a full sync
+            log.warning("cannot read %s at %s (%s); full sync of %s", source.kind, state, exc, index)
+    report.full = old is None
+    changed, gone = plan_changes(new, old, indexed_ids(es, index) if old is None else None)
+    docs = source.complete(store, changed, model_id)
+    bulk: BulkReport = bulk_write(
+        es,
+        chain(index_actions(docs, index), delete_actions(gone, index)),
+        chunk_size=chunk_size,
+    )
+    if refresh:
+        es.indices.refresh(index=index)
+    write_state(store, index, source.kind, target, docs=new.height)
+    report.docs, report.indexed, report.deleted = new.height, bulk.indexed, bulk.deleted
+    report.seconds = time.monotonic() - started
+    log.info("synced %s: %d indexed, %d deleted", index, bulk.indexed, bulk.deleted)
+    return report

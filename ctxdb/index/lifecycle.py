@@ -1,0 +1,169 @@
+"""Versioned indices behind aliases: `<prefix>-<kind>-v<N>` read and written through `<prefix>-<kind>`.
+
+The alias always points at exactly one index (with `is_write_index`). A reload builds the next
+version and swaps every alias in one `_aliases` call, so reads never see zero or two indices.
+Retired versions are deleted once their grace period has passed; versions above the live one that
+no alias points at are abandoned builds and are deleted before the next build.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from elasticsearch import Elasticsearch, NotFoundError
+
+from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name
+
+log = logging.getLogger(__name__)
+
+KINDS = (ROWS, TURNS)
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Move `alias` from `old` (None on first creation) to `new`."""
+
+    alias: str
+    old: str | None
+    new: str
+
+
+def alias_target(es: Elasticsearch, alias: str) -> str | None:
+    """The one concrete index behind `alias`, or None when the alias does not exist."""
+    try:
+        targets = sorted(es.indices.get_alias(name=alias).body)
+    except NotFoundError:
+        return None
+    if len(targets) != 1:
+        raise RuntimeError(f"alias {alias} points at {len(targets)} indices: {targets}")
+    return targets[0]
+
+
+def versions(es: Elasticsearch, prefix: str, kind: str) -> dict[int, str]:
+    """Every existing `<prefix>-<kind>-v<N>` index by version."""
+    pattern = re.compile(rf"^{re.escape(prefix)}-{kind}-v(\d+)$")
+    names = es.indices.get(index=f"{prefix}-{kind}-v*", expand_wildcards="all").body
+    return {int(m.group(1)): name for name in names if (m := pattern.match(name))}
+
+
+def version_of(name: str) -> int:
+    match = re.search(r"-v(\d+)$", name)
+    if match is None:
+        raise ValueError(f"{name} is not a versioned index name")
+    return int(match.group(1))
+
+
+def create_index(
+    es: Elasticsearch,
+    prefix: str,
+    kind: str,
+    version: int,
+    *,
+    dims: int,
+    model_id: str,
+    with_alias: bool = False,
+    bulk_load: bool = False,
+) -> str:
+    """Create `<prefix>-<kind>-v<version>` from the mappings module; optionally with its alias.
+
+    `bulk_load` turns refresh off until `finish_bulk_load` (faster full builds).
+    """
+    name = index_name(prefix, kind, version)
+    body = index_body(kind, dims)
+    body["mappings"]["_meta"] = {
+        "kind": kind,
+        "version": version,
+        "model_id": model_id,
+        "created_at": datetime.now(UTC).isoformat(),
+    }
+    settings = dict(body["settings"])
+    if bulk_load:
+        settings["refresh_interval"] = "-1"
+    aliases = {alias_name(prefix, kind): {"is_write_index": True}} if with_alias else None
+    es.indices.create(index=name, settings=settings, mappings=body["mappings"], aliases=aliases)
+    log.info("created index %s", name)
+    return name
+
+
+def finish_bulk_load(es: Elasticsearch, name: str, kind: str) -> None:
+    """Restore the normal refresh interval and make everything written searchable."""
+    es.indices.put_settings(
+        index=name, settings={"refresh_interval": index_body(kind)["settings"]["refresh_interval"]}
+    )
+    es.indices.refresh(index=name)
+
+
+def ensure_index(es: Elasticsearch, prefix: str, kind: str, *, dims: int, model_id: str) -> str:
+    """The index behind the alias, creating the first version (with alias) when there is none."""
+    alias = alias_name(prefix, kind)
+    current = alias_target(es, alias)
+    if current is not None:
+        return current
+    existing = versions(es, prefix, kind)
+    version = max(existing, default=0) + 1
+    return create_index(es, prefix, kind, version, dims=dims, model_id=model_id, with_alias=True)
+
+
+def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:
+    """Point every alias at its new index in one atomic `_aliases` call (remove + add)."""
+    actions: list[dict] = []
+    for swap in swaps:
+        if swap.old is not None:
+            actions.append(
+                {"remove": {"index": swap.old, "alias": swap.alias, "must_exist": True}}
+            )
+        actions.append({"add": {"index": swap.new, "alias": swap.alias, "is_write_index": True}})
+    es.indices.update_aliases(actions=actions)
+    for swap in swaps:
+        log.info("alias %s: %s -> %s", swap.alias, swap.old, swap.new)
+
+
+def index_meta(es: Elasticsearch, name: str) -> dict:
+    """The `_meta` ctxdb stored in the index mapping."""
+    return es.indices.get_mapping(index=name).body[name]["mappings"].get("_meta", {})
+
+
+def drop_abandoned(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
+    """Delete versions above the live one that no alias points at (interrupted builds)."""
+    live = alias_target(es, alias_name(prefix, kind))
+    floor = version_of(live) if live else 0
+    doomed = [name for v, name in versions(es, prefix, kind).items() if v > floor]
+    for name in doomed:
+        es.indices.delete(index=name)
+        log.warning("deleted abandoned build %s", name)
+    return doomed
+
+
+def drop_retired(
+    es: Elasticsearch, prefix: str, kind: str, *, grace_s: float, now: datetime | None = None
+) -> list[str]:
+    """Delete versions below the live one whose retirement is older than `grace_s` seconds.
+
+    A retired version is stamped `retired_at` the first time it is seen, so the grace period
+    counts from the swap (or from the first cleanup after a crash right after it).
+    """
+    now = now or datetime.now(UTC)
+    live = alias_target(es, alias_name(prefix, kind))
+    if live is None:
+        return []
+    dropped = []
+    for version, name in sorted(versions(es, prefix, kind).items()):
+        if version >= version_of(live):
+            continue
+        retired_at = index_meta(es, name).get("retired_at")
+        if retired_at is None:
+            mark_retired(es, name, now)
+            retired_at = now.isoformat()
+        if (now - datetime.fromisoformat(retired_at)).total_seconds() >= grace_s:
+            es.indices.delete(index=name)
+            log.info("deleted retired index %s", name)
+            dropped.append(name)
+    return dropped
+
+
+def mark_retired(es: Elasticsearch, name: str, when: datetime) -> None:
+    meta = index_meta(es, name)
+    es.indices.put_mapping(index=name, meta={**meta, "retired_at": when.isoformat()})

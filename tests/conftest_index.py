@@ -1,0 +1,89 @@
+"""Fixtures and builders for the embedding and index tests (imported by tests/test_embedding*.py,
+tests/test_index*.py and tests/test_reindex.py)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pytest
+
+from ctxdb.delta import DeltaStore
+from ctxdb.embedding import SentenceTransformerEmbedder
+from ctxdb.es.client import make_client
+from ctxdb.settings import Settings
+from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.text import text_hash, trigrams
+
+TEST_ES_URL = "http://127.0.0.1:9299"
+
+
+def role_rows(texts: list[str], *, conversation: str = "c1", user: str = "u1",
+              anchors: list[str] | None = None, start: int = 0,
+              expires_in_days: float = 365) -> pl.DataFrame:
+    """A role_rows frame (ROLE_ROWS_SCHEMA) with one assistant row per text, turn i per row."""
+    now = datetime.now(UTC)
+    n = len(texts)
+    anchors = anchors or [""] * n
+    ids = [f"{conversation}-r{start + i}" for i in range(n)]
+    frame = pl.DataFrame(
+        {
+            "row_id": ids,
+            "tenant": ["t1"] * n,
+            "app": ["app1"] * n,
+            "agent": ["agent1"] * n,
+            "user_id": [user] * n,
+            "conversation_id": [conversation] * n,
+            "turn_id": [f"turn{start + i}" for i in range(n)],
+            "role": ["assistant"] * n,
+            "target": ["assistant"] * n,
+            "tags": [["chat:assistant", f"turn:turn{start + i}"] for i in range(n)],
+            "event_type": [None] * n,
+            "batch_id": [None] * n,
+            "ts": [now - timedelta(minutes=n - i) for i in range(n)],
+            "text": texts,
+            "anchors_text": anchors,
+            "trigrams": [trigrams(t + " " + a) for t, a in zip(texts, anchors, strict=True)],
+            "text_hash": [text_hash(t) for t in texts],
+            "ref": [f"conv:ar:turn{start + i}.assistant.completion" for i in range(n)],
+            "path": [f"conv:ar:turn{start + i}.assistant.completion" for i in range(n)],
+            "ordinal": [0] * n,
+            "visibility": ["public"] * n,
+            "expires_at": [now + timedelta(days=expires_in_days)] * n,
+            "derived_at": [now] * n,
+        },
+        schema_overrides={"event_type": pl.String, "batch_id": pl.String},
+    )
+    return frame
+
+
+def write_rows(store: DeltaStore, frame: pl.DataFrame) -> None:
+    store.upsert(ROLE_ROWS, frame, keys=["row_id"], schema=ROLE_ROWS_SCHEMA)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real all-MiniLM-L6-v2, loaded once per test session."""
+    model = SentenceTransformerEmbedder(batch_size=16)
+    model.load()
+    return model
+
+
+@pytest.fixture()
+def store(tmp_path) -> DeltaStore:
+    return DeltaStore(str(tmp_path / "delta"))
+
+
+@pytest.fixture()
+def es_settings(tmp_path) -> Settings:
+    """Settings on the real node with a unique index prefix; the prefix's indices are deleted."""
+    prefix = f"t-idx-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        home=tmp_path, elasticsearch_url=TEST_ES_URL, index_prefix=prefix, embedding_batch_size=16
+    )
+    yield settings
+    es = make_client(settings)
+    names = list(es.indices.get(index=f"{prefix}-*", expand_wildcards="all"))
+    if names:
+        es.indices.delete(index=",".join(names))
