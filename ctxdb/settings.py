@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     embedding_model: str = Field(default="all-MiniLM-L6-v2")
     embedding_batch_size: int = Field(default=64)
     embedding_dims: int = Field(default=384)
+    embedding_device: str = Field(default="cpu", description="torch device of the embedder.")
+    index_chunk_size: int = Field(default=500, description="Documents per bulk request.")
+    reindex_grace_s: float = Field(
+        default=60.0, description="Seconds a retired index is kept after an alias swap."
+    )
 
     retention_days: int = Field(default=365, description="Default TTL of every derived row.")
     retention_rules: list[RetentionRule] = Field(
