@@ -123,3 +123,158 @@ INDEX_STATE_SCHEMA = pa.schema(
         pa.field("updated_at", TS, nullable=False),
     ]
 )
+
+DERIVE_STATE = "derive_state"
+PURGED_CONVERSATIONS = "purged_conversations"
+
+# Landed events: the validated envelope, the normalized payload (JSON) and where the line came
+# from. `landed_version` is the Delta version of the commit that appended the row; derivation
+# reads rows above the version it last derived.
+RAW_EVENTS_SCHEMA = pa.schema(
+    [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("schema_version", pa.int32(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("occurred_at", TS, nullable=False),
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("app", pa.string(), nullable=False),
+        pa.field("agent", pa.string(), nullable=False),
+        pa.field("adapter", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("turn_id", pa.string(), nullable=False),
+        pa.field("payload", pa.string(), nullable=False),  # JSON object
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("line_number", pa.int64(), nullable=False),  # 1-based
+        pa.field("ingested_at", TS, nullable=False),
+        pa.field("landed_version", pa.int64(), nullable=False),
+    ]
+)
+
+# Lines that failed to parse or validate, with the reason (see docs/events.md for the codes).
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("line_number", pa.int64(), nullable=False),
+        pa.field("raw_line", pa.string(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("event_id", pa.string()),
+        pa.field("conversation_id", pa.string()),
+        pa.field("quarantined_at", TS, nullable=False),
+    ]
+)
+
+# Every landing file already read (never re-read while its size and mtime are unchanged).
+LANDED_FILES_SCHEMA = pa.schema(
+    [
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("mtime", TS),
+        pa.field("lines", pa.int64(), nullable=False),
+        pa.field("landed", pa.int64(), nullable=False),
+        pa.field("duplicates", pa.int64(), nullable=False),
+        pa.field("quarantined", pa.int64(), nullable=False),
+        pa.field("landed_at", TS, nullable=False),
+    ]
+)
+
+# One TurnLog per closed turn (payload = the TurnLog envelope JSON) plus compact accounting.
+TURN_LOGS_SCHEMA = pa.schema(
+    [
+        *IDENTITY,
+        pa.field("turn_id", pa.string(), nullable=False),
+        pa.field("adapter", pa.string(), nullable=False),
+        pa.field("recording_kind", pa.string(), nullable=False),  # minimal | rich
+        pa.field("recording_state", pa.int32(), nullable=False),  # 1 | 2
+        pa.field("started_at", TS, nullable=False),
+        pa.field("ended_at", TS, nullable=False),
+        pa.field("last_event_at", TS, nullable=False),
+        pa.field("error", pa.bool_(), nullable=False),
+        pa.field("payload", pa.string(), nullable=False),
+        pa.field("block_count", pa.int32(), nullable=False),
+        pa.field("source_event_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("tokens_in", pa.int64()),
+        pa.field("tokens_out", pa.int64()),
+        pa.field("feedback_summary", pa.string()),  # JSON {count,last_ts,last_reaction,...}
+        pa.field("title", pa.string()),
+        pa.field("expires_at", TS, nullable=False),
+        pa.field("updated_at", TS, nullable=False),
+    ]
+)
+
+# conv.timeline.v1: one row per conversation (the newest timeline).
+TIMELINES_SCHEMA = pa.schema(
+    [
+        *IDENTITY,
+        pa.field("version", pa.int32(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("started_at", TS, nullable=False),
+        pa.field("last_activity_at", TS, nullable=False),
+        pa.field("turn_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("turn_count", pa.int32(), nullable=False),
+        pa.field("blocks", pa.string(), nullable=False),  # JSON list; [] for minimal adapters
+        pa.field("sources_pool", pa.string(), nullable=False),  # JSON list
+        pa.field("forked_from", pa.string()),
+        pa.field("recording_kind", pa.string(), nullable=False),  # highest of its turns
+        pa.field("expires_at", TS, nullable=False),
+        pa.field("updated_at", TS, nullable=False),
+    ]
+)
+
+TURN_CATALOG_SCHEMA = pa.schema(
+    [
+        *IDENTITY,
+        pa.field("turn_id", pa.string(), nullable=False),
+        pa.field("ordinal", pa.int32(), nullable=False),  # 1-based by started_at, then turn_id
+        pa.field("started_at", TS, nullable=False),
+        pa.field("ended_at", TS, nullable=False),
+        pa.field("first_user_text", pa.string(), nullable=False),
+        pa.field("last_assistant_text", pa.string(), nullable=False),
+        pa.field("title", pa.string()),
+        pa.field("last_activity_at", TS, nullable=False),
+        pa.field("error", pa.bool_(), nullable=False),
+        pa.field("recording_kind", pa.string(), nullable=False),
+        pa.field("expires_at", TS, nullable=False),
+        pa.field("updated_at", TS, nullable=False),
+    ]
+)
+
+# conv.artifacts.events / conv.artifacts.stream items in arrival order (stream chunks -> counts).
+REPLAY_SCHEMA = pa.schema(
+    [
+        *IDENTITY,
+        pa.field("turn_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int32(), nullable=False),
+        pa.field("artifact", pa.string(), nullable=False),  # conv.artifacts.events | .stream
+        pa.field("name", pa.string(), nullable=False),  # chat.step, chat.citations, tool, ...
+        pa.field("marker", pa.string()),  # canvas | tool | subsystem (stream only)
+        pa.field("ts", TS, nullable=False),
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("data", pa.string(), nullable=False),  # JSON
+        pa.field("expires_at", TS, nullable=False),
+        pa.field("updated_at", TS, nullable=False),
+    ]
+)
+
+# Progress of incremental derivation: the highest raw `landed_version` already derived.
+DERIVE_STATE_SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("landed_version", pa.int64(), nullable=False),
+        pa.field("conversations", pa.int64(), nullable=False),
+        pa.field("turns", pa.int64(), nullable=False),
+        pa.field("derived_at", TS, nullable=False),
+    ]
+)
+
+# Conversations erased on purpose: later events for them are quarantined, never re-derived.
+PURGED_CONVERSATIONS_SCHEMA = pa.schema(
+    [
+        pa.field("tenant", pa.string(), nullable=False),
+        pa.field("app", pa.string(), nullable=False),
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("purged_at", TS, nullable=False),
+    ]
+)
