@@ -6,10 +6,12 @@ from typing import Any
 
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
+from resources.embedder import EmbedderResource
 
 
 def build_resources() -> dict[str, Any]:
     return {
         "delta": DeltaResource(),
         "es": ElasticsearchResource(),
+        "embedder": EmbedderResource(),
     }
