@@ -1,0 +1,295 @@
+"""The raw turn event contract: one JSON object per line, validated before it lands (docs/events.md).
+
+Every event carries the same envelope (ids, identity, adapter, UTC timestamp) and a `payload` whose
+model is chosen by `type`. Validation is strict where a mistake would corrupt the record: ids must be
+safe inside `conv:` refs, timestamps must carry a zone, payload limits follow the reference.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+
+SCHEMA_VERSION = 1
+MAX_EVENT_BYTES = 256 * 1024
+"""Largest accepted raw line (UTF-8 bytes); longer lines are quarantined as `oversize`."""
+
+ADAPTERS = ("minimal", "langgraph", "claude_code", "react")
+RICH_ADAPTERS = frozenset({"react"})
+Adapter = Literal["minimal", "langgraph", "claude_code", "react"]
+
+SUMMARY_MAX_CHARS = 24_000
+SUMMARY_MAX_REFS = 64
+REF_MAX_CHARS = 2_048
+ANCHORS_MAX = 32
+ANCHOR_MAX_CHARS = 256
+
+RefId = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
+]
+"""Conversation, turn and event ids: letters, digits, `_` and `-` only (safe inside refs)."""
+
+Ident = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-@.:+]{0,127}$")
+]
+"""Tenant, app, agent and user ids: no `/`, `\\` or whitespace (they become storage path parts)."""
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(_utc)]
+
+
+def _relative_path(value: str) -> str:
+    parts = value.split("/")
+    if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"path must be relative with no empty, '.' or '..' segments: {value!r}")
+    return value
+
+
+RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relative_path)]
+FileName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$"),
+    AfterValidator(_relative_path),
+]
+Anchor = Annotated[str, StringConstraints(min_length=1, max_length=ANCHOR_MAX_CHARS)]
+RefText = Annotated[str, StringConstraints(min_length=1, max_length=REF_MAX_CHARS)]
+
+
+class Payload(BaseModel):
+    """Base of every payload model: unknown keys are kept out, types are checked."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TurnStarted(Payload):
+    pass
+
+
+class TurnClosed(Payload):
+    status: Literal["ok", "error", "cancelled"] = "ok"
+    error_type: str | None = None
+
+
+class UserSubmission(Payload):
+    text: str = Field(max_length=100_000)
+    event_type: Literal["prompt", "followup", "steer"] = "prompt"
+    batch_id: RefId | None = None
+    arrived_at: UtcDatetime | None = None
+
+
+class UserContext(Payload):
+    kind: str = Field(min_length=1, max_length=128)
+    label: str = Field(default="", max_length=1024)
+    ref: str | None = Field(default=None, max_length=REF_MAX_CHARS)
+    source: str | None = Field(default=None, max_length=1024)
+    batch_id: RefId | None = None
+    event: dict[str, Any] = Field(default_factory=dict)
+
+
+class AttachmentUploaded(Payload):
+    name: FileName
+    mime: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    storage_ref: str = Field(min_length=1, max_length=REF_MAX_CHARS)
+    extracted_text: str | None = Field(default=None, max_length=100_000)
+    batch_id: RefId | None = None
+
+
+class ProgressStep(Payload):
+    step: str = Field(min_length=1, max_length=128)
+    phase: Literal["start", "complete", "error"]
+    tool: str | None = Field(default=None, max_length=128)
+    status: str | None = Field(default=None, max_length=1024)
+    title: str | None = Field(default=None, max_length=1024)
+
+
+class FileHosted(Payload):
+    path: RelPath
+    mime: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class AssistantCompletion(Payload):
+    text: str = Field(default="", max_length=200_000)
+    error: bool = False
+    error_type: str | None = Field(default=None, max_length=256)
+    tokens_in: int | None = Field(default=None, ge=0)
+    tokens_out: int | None = Field(default=None, ge=0)
+
+
+class WorkingSummary(Payload):
+    text: str = Field(max_length=SUMMARY_MAX_CHARS)
+    refs: list[RefText] = Field(default_factory=list, max_length=SUMMARY_MAX_REFS)
+    scope: str = Field(default="turn", max_length=64)
+
+
+class RetrievalAnchors(Payload):
+    phrases: list[Anchor] = Field(default_factory=list, max_length=ANCHORS_MAX)
+    entities: list[Anchor] = Field(default_factory=list, max_length=ANCHORS_MAX)
+
+
+class InternalNote(Payload):
+    text: str = Field(min_length=1, max_length=SUMMARY_MAX_CHARS)
+
+
+class RichBlock(Payload):
+    block_type: Literal[
+        "react.tool.call", "react.tool.result", "react.thinking", "stage.suggested_followups"
+    ]
+    call_id: RefId | None = None
+    tool: str | None = Field(default=None, max_length=128)
+    text: str = Field(default="", max_length=100_000)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Feedback(Payload):
+    reaction: Literal["up", "down", "neutral"] | None = None
+    text: str | None = Field(default=None, max_length=10_000)
+    origin: str = Field(default="user", max_length=64)
+
+
+class CommunicatorEvent(Payload):
+    name: Literal[
+        "chat.step", "chat.citations", "chat.followups", "accounting.usage", "chat.turn.summary"
+    ]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StreamAggregate(Payload):
+    marker: Literal["canvas", "tool", "subsystem"]
+    name: str = Field(min_length=1, max_length=256)
+    chunks: list[str] | None = None
+    chunks_num: int | None = Field(default=None, ge=0)
+    text: str | None = Field(default=None, max_length=100_000)
+
+
+class ConversationTitle(Payload):
+    title: str = Field(min_length=1, max_length=512)
+
+
+PAYLOADS: dict[str, type[Payload]] = {
+    "turn.started": TurnStarted,
+    "turn.closed": TurnClosed,
+    "user.submission": UserSubmission,
+    "user.context": UserContext,
+    "user.attachment": AttachmentUploaded,
+    "chat.step": ProgressStep,
+    "file.hosted": FileHosted,
+    "assistant.completion": AssistantCompletion,
+    "react.summary": WorkingSummary,
+    "react.anchors": RetrievalAnchors,
+    "react.note": InternalNote,
+    "react.block": RichBlock,
+    "feedback": Feedback,
+    "communicator.event": CommunicatorEvent,
+    "stream.aggregate": StreamAggregate,
+    "conversation.title": ConversationTitle,
+}
+EVENT_TYPES = tuple(PAYLOADS)
+RICH_EVENT_TYPES = frozenset({"react.summary", "react.anchors", "react.note", "react.block"})
+
+
+class Envelope(BaseModel):
+    """Fields every event carries; `payload` is validated by the model registered for `type`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: RefId
+    schema_version: Literal[1]
+    type: str
+    occurred_at: UtcDatetime
+    tenant: Ident
+    app: Ident
+    agent: Ident
+    adapter: Adapter
+    user_id: Ident
+    conversation_id: RefId
+    turn_id: RefId
+    payload: dict[str, Any]
+
+
+def _event_model(type_name: str, payload: type[Payload]) -> type[BaseModel]:
+    namespace = {
+        "__annotations__": {"type": Literal[type_name], "payload": payload},  # type: ignore[valid-type]
+        "__module__": __name__,
+    }
+    return type(f"Event_{type_name.replace('.', '_')}", (Envelope,), namespace)
+
+
+_EVENT_MODELS = tuple(_event_model(name, model) for name, model in PAYLOADS.items())
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(
+    Annotated[Union[_EVENT_MODELS], Field(discriminator="type")]  # noqa: UP007
+)
+"""A discriminated union over every event type: one Rust-side validation pass per line."""
+
+
+class EventError(ValueError):
+    """A raw line that is not a valid event; `reason` is a short machine-readable code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _reason(error: ValidationError) -> EventError:
+    first = error.errors(include_url=False)[0]
+    kind = first["type"]
+    parts = [str(p) for p in first["loc"]]
+    loc = ".".join(parts[1:] if parts and parts[0] in PAYLOADS else parts)
+    if kind == "json_invalid":
+        return EventError("malformed_json", first["msg"])
+    if kind in {"model_type", "model_attributes_type", "dict_type"} and not loc:
+        return EventError("malformed_json", "a line must hold one JSON object")
+    if kind == "union_tag_invalid":
+        return EventError("unknown_type", first["msg"])
+    if kind == "union_tag_not_found":
+        return EventError("missing_field", "type")
+    if kind == "missing":
+        return EventError("missing_field", loc)
+    if kind == "timezone_aware":
+        return EventError("naive_timestamp", loc)
+    if kind == "string_pattern_mismatch" and loc.split(".")[-1] in {
+        "event_id", "conversation_id", "turn_id", "batch_id", "call_id",
+        "tenant", "app", "agent", "user_id",
+    }:
+        return EventError("unsafe_id", f"{loc}: {first['msg']}")
+    if kind == "literal_error" and loc == "schema_version":
+        return EventError("unsupported_schema_version", first["msg"])
+    if kind == "extra_forbidden":
+        return EventError("unknown_field", loc)
+    return EventError("invalid_field", f"{loc}: {first['msg']}")
+
+
+def parse_event(line: str | bytes) -> Any:
+    """Validate one raw JSON line into its typed event model, or raise `EventError`."""
+    size = len(line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass"))
+    if size > MAX_EVENT_BYTES:
+        raise EventError("oversize", f"{size} bytes > {MAX_EVENT_BYTES}")
+    try:
+        return _ADAPTER.validate_json(line)
+    except ValidationError as exc:
+        raise _reason(exc) from None
+
+
+def make_event(**fields: Any) -> dict[str, Any]:
+    """A raw event dict (as written to JSONL) validated through the contract; used by generators."""
+    event = {"schema_version": SCHEMA_VERSION, **fields}
+    model = _ADAPTER.validate_python(event)
+    return model.model_dump(mode="json")
