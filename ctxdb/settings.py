@@ -133,11 +133,16 @@ class Settings(BaseSettings):
     auth_jwt_key: SecretStr | None = Field(
         default=None, description="JWT verification key (HS secret or PEM public key)."
     )
-    auth_jwt_algorithms: list[str] = Field(default_factory=lambda: ["RS256"])
+    auth_jwt_algorithms: list[str] = Field(
+        default_factory=lambda: ["HS256"], description="RS256/ES256 need pyjwt[crypto]."
+    )
     auth_jwt_audience: str | None = Field(default=None)
     auth_jwt_issuer: str | None = Field(default=None)
     auth_jwt_user_claim: str = Field(default="sub")
     auth_jwt_tenant_claim: str = Field(default="tenant")
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token the CLI runs as (CTXDB_TOKEN)."
+    )
 
     @cached_property
     def delta_uri(self) -> str:
