@@ -1,0 +1,51 @@
+"""Errors of the Elasticsearch set-up: each carries one clear, user-facing message."""
+
+from __future__ import annotations
+
+
+class ElasticsearchSetupError(Exception):
+    """Base of every error `ctxdb es` reports as one line and a non-zero exit."""
+
+
+class EmbeddedNodeError(ElasticsearchSetupError):
+    """The embedded node could not be installed, started or stopped."""
+
+
+class JavaNotFoundError(EmbeddedNodeError):
+    """No JDK new enough for the node was found."""
+
+
+class MavenError(EmbeddedNodeError):
+    """`mvn` is missing or failed to fetch the distribution."""
+
+
+class ChecksumError(EmbeddedNodeError):
+    """The distribution zip does not match (or has no) pinned checksum."""
+
+
+class SystemUserError(EmbeddedNodeError):
+    """The unprivileged system user for the node could not be created."""
+
+
+class PortInUseError(EmbeddedNodeError):
+    """Another process listens on the node's HTTP or transport port."""
+
+
+class NodeStartError(EmbeddedNodeError):
+    """The node died or did not become healthy during start-up (message ends with its log)."""
+
+
+class ClusterError(ElasticsearchSetupError):
+    """The configured cluster cannot be used."""
+
+
+class ClusterUnreachableError(ClusterError):
+    """Nothing answers at ELASTICSEARCH_URL."""
+
+
+class ClusterAuthError(ClusterError):
+    """The cluster refused the configured credentials."""
+
+
+class ClusterVersionError(ClusterError):
+    """The server is not Elasticsearch, or its major version differs from the client's."""
