@@ -112,7 +112,7 @@ class SentenceTransformerEmbedder:
 
     @property
     def dims(self) -> int:
-        return int(self.model.get_sentence_embedding_dimension())
+        return int(self.model.get_embedding_dimension())
 
     @property
     def max_tokens(self) -> int:

@@ -52,6 +52,7 @@ class SyncReport:
     skipped: bool = False
     full: bool = False
     docs: int = 0
+    vectors: int = 0
     indexed: int = 0
     deleted: int = 0
     seconds: float = 0.0
@@ -154,6 +155,8 @@ def sync_index(
         es.indices.refresh(index=index)
     write_state(store, index, source.kind, target, docs=new.height)
     report.docs, report.indexed, report.deleted = new.height, bulk.indexed, bulk.deleted
+    if "embedding" in docs.columns:
+        report.vectors = docs.get_column("embedding").is_not_null().sum()
     report.seconds = time.monotonic() - started
     log.info("synced %s: %d indexed, %d deleted", index, bulk.indexed, bulk.deleted)
     return report

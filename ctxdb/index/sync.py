@@ -1,0 +1,38 @@
+"""Keep the live indices (behind their aliases) in step with Delta: the `search_index` asset."""
+
+from __future__ import annotations
+
+import logging
+
+from elasticsearch import Elasticsearch
+
+from ctxdb.delta import DeltaStore
+from ctxdb.es.mappings import alias_name
+from ctxdb.index.incremental import SyncReport, sync_index
+from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
+from ctxdb.index.sources import SOURCES
+from ctxdb.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def sync_live(
+    store: DeltaStore, es: Elasticsearch, settings: Settings, *, model_id: str
+) -> list[SyncReport]:
+    """Ensure both aliases exist, sync each live index incrementally, drop retired versions."""
+    reports = []
+    for kind in KINDS:
+        index = ensure_index(
+            es, settings.index_prefix, kind, dims=settings.embedding_dims, model_id=model_id
+        )
+        if kind in SOURCES:
+            reports.append(
+                sync_index(
+                    store, es, SOURCES[kind], index,
+                    model_id=model_id, chunk_size=settings.index_chunk_size,
+                )
+            )
+        dropped = drop_retired(es, settings.index_prefix, kind, grace_s=settings.reindex_grace_s)
+        if dropped:
+            log.info("%s: dropped retired %s", alias_name(settings.index_prefix, kind), dropped)
+    return reports
