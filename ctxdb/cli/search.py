@@ -1,0 +1,249 @@
+"""`ctxdb search|conversations|turn|pull|serve` and `ctxdb tokens issue|revoke`.
+
+The CLI runs as the principal of a bearer token (`--token` or CTXDB_TOKEN), never as a user id
+given on the command line. Output is human-readable, or JSON with `--json`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+
+from ctxdb.auth import AuthError, Authenticator, Principal, TokenStore
+from ctxdb.cli.app import app
+from ctxdb.es.client import make_client
+from ctxdb.refs import RefError
+from ctxdb.resolve import Resolver
+from ctxdb.search.models import (
+    MissingQuery,
+    NotFound,
+    SearchRequest,
+    SearchResponse,
+    SearchUnavailable,
+    TurnView,
+    Weights,
+)
+from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.settings import Settings, get_settings
+
+T = TypeVar("T")
+
+tokens_app = typer.Typer(help="Issue and revoke bearer tokens (local hashed token store).")
+app.add_typer(tokens_app, name="tokens")
+
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", help="Bearer token (default: CTXDB_TOKEN).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _principal(settings: Settings, token: str | None) -> Principal:
+    token = token or (settings.token.get_secret_value() if settings.token else None)
+    try:
+        return Authenticator(settings).authenticate(token)
+    except AuthError as exc:
+        typer.echo(f"error: {exc} (pass --token or set CTXDB_TOKEN)", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _run(action: Callable[[], T]) -> T:
+    """Run `action`; known failures become one line on stderr and a non-zero exit status."""
+    try:
+        return action()
+    except MissingQuery as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except (NotFound, RefError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    except SearchUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from exc
+
+
+def _service(settings: Settings, semantic: bool = True) -> SearchService:
+    embedder = default_embedder(settings) if semantic else None
+    return SearchService(settings, make_client(settings), embedder)
+
+
+def render_response(response: SearchResponse) -> str:
+    """Human-readable hits: identity, score, matched targets, snippets, explain, warnings."""
+    lines = [f"{response.mode}: {len(response.hits)} hit(s) for {response.query!r}"]
+    for i, hit in enumerate(response.hits, start=1):
+        score = f"{hit.score:.5f}" if hit.score is not None else "-"
+        when = hit.ts.strftime("%Y-%m-%d %H:%M") if hit.ts else "?"
+        title = f" {hit.title!r}" if hit.title else ""
+        matched = f" [{','.join(hit.matched_targets)}]" if hit.matched_targets else ""
+        ordinal = f" #{hit.ordinal}" if hit.ordinal is not None else ""
+        lines.append(
+            f"{i}. {hit.conversation_id}/{hit.turn_id}{ordinal}{title} {when} "
+            f"score={score}{matched}"
+        )
+        for snippet in hit.snippets:
+            lines.append(f"     {snippet.target}: {snippet.text}")
+        if hit.explain:
+            e = hit.explain
+            arms = " ".join(
+                f"{arm}=r{x.rank}:{x.contribution:.5f}" if x.rank else f"{arm}=-"
+                for arm, x in e.arms.items()
+            )
+            lines.append(
+                f"     explain: {arms} rrf={e.rrf:.5f} age={e.age_days:.1f}d "
+                f"recency={e.recency:.3f} final={e.final:.5f}"
+            )
+    lines += [f"warning: {w}" for w in response.warnings]
+    return "\n".join(lines)
+
+
+def render_turn(view: TurnView) -> str:
+    lines = [f"{view.conversation_id}/{view.turn_id} #{view.ordinal} {view.title or ''}".rstrip()]
+    lines += [f"  {m.role}: {m.text}" for m in view.messages]
+    lines += [f"  attachment: {a.filename} {a.ref or a.path}" for a in view.attachments]
+    lines += [f"  file: {f.filename} {f.ref or f.path}" for f in view.files]
+    lines += [f"  citation: {json.dumps(c)}" for c in view.citations]
+    if view.summary:
+        lines.append(f"  summary: {view.summary}")
+    return "\n".join(lines)
+
+
+@app.command()
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for (blank with --since/--until).")] = "",
+    scope: Annotated[str, typer.Option(help="conversation | user | agent")] = "user",
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="Repeatable; default user, assistant, summary, attachment.")
+    ] = None,
+    snippet: Annotated[list[str] | None, typer.Option("--snippet", help="Snippet targets.")] = None,
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
+    agent: Annotated[str | None, typer.Option()] = None,
+    since: Annotated[datetime | None, typer.Option(help="Window start (ISO time).")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Window end (ISO time).")] = None,
+    first: Annotated[bool, typer.Option("--first", help="First turn of --conversation.")] = False,
+    last: Annotated[bool, typer.Option("--last", help="Last turn of --conversation.")] = False,
+    nth: Annotated[int | None, typer.Option("--nth", help="n-th turn (negative from the end).")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
+    days: Annotated[int, typer.Option()] = 365,
+    w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
+    w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
+    w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")] = False,
+    no_semantic: Annotated[bool, typer.Option("--no-semantic", help="Skip the model.")] = False,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Hybrid conversation search (or a catalog lookup with --first/--last/--nth/--since)."""
+    settings = get_settings()
+    caller = _principal(settings, token)
+    ordinal = 1 if first else -1 if last else nth
+    try:
+        request = SearchRequest(
+            query=query,
+            scope=scope,
+            targets=list(target) if target else SearchRequest().targets,
+            snippets=list(snippet) if snippet else None,
+            conversation_id=conversation,
+            agent=agent,
+            since=since,
+            until=until,
+            ordinal=ordinal,
+            top_k=top_k,
+            days=days,
+            weights=Weights(semantic=w_semantic, lexical=w_lexical, recency=w_recency),
+            explain=explain,
+        )
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
+    typer.echo(response.model_dump_json(indent=2, exclude_none=True) if as_json else render_response(response))
+
+
+@app.command()
+def conversations(
+    limit: Annotated[int, typer.Option(min=1, max=200)] = 50,
+    agent: Annotated[str | None, typer.Option()] = None,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Your conversations, most recent activity first, with titles."""
+    settings = get_settings()
+    caller = _principal(settings, token)
+    listing = _run(lambda: _service(settings, False).conversations(caller, limit=limit, agent=agent))
+    if as_json:
+        typer.echo(listing.model_dump_json(indent=2))
+        return
+    for c in listing.conversations:
+        when = c.last_activity_at.strftime("%Y-%m-%d %H:%M") if c.last_activity_at else "?"
+        typer.echo(f"{when}  {c.conversation_id}  {c.turns} turn(s)  {c.title or ''}")
+
+
+@app.command()
+def turn(
+    conversation_id: str,
+    turn_id: str,
+    token: TokenOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reconstruct one turn (messages, attachments, hosted files, citations) from its TurnLog."""
+    settings = get_settings()
+    caller = _principal(settings, token)
+    view = _run(lambda: _service(settings, False).turn(caller, conversation_id, turn_id))
+    typer.echo(view.model_dump_json(indent=2) if as_json else render_turn(view))
+
+
+@app.command()
+def pull(
+    ref: Annotated[str, typer.Argument(help="conv:fi:conv_<id>.turn_<id>.<path>")],
+    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Owner of a short ref.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; '-' for stdout.")] = None,
+    token: TokenOpt = None,
+) -> None:
+    """Write the bytes behind a conv:fi: ref (default: its file name in the current directory)."""
+    settings = get_settings()
+    caller = _principal(settings, token)
+    pulled = _run(lambda: Resolver(settings, make_client(settings)).pull(caller, ref, conversation))
+    if out is not None and str(out) == "-":
+        sys.stdout.buffer.write(pulled.data)
+        return
+    target = out or Path(pulled.filename)
+    target.write_bytes(pulled.data)
+    typer.echo(f"wrote {pulled.size} bytes to {target} ({pulled.mime})")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8080,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
+    import uvicorn
+
+    from ctxdb.http import create_app
+
+    uvicorn.run(create_app(get_settings()), host=host, port=port)
+
+
+@tokens_app.command("issue")
+def tokens_issue(
+    user: Annotated[str, typer.Option("--user", help="User id the token acts as.")],
+    tenant: Annotated[str | None, typer.Option()] = None,
+    label: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Issue a bearer token for a user; printed once, stored only as a salted hash."""
+    settings = get_settings()
+    typer.echo(TokenStore(settings.tokens_path).issue(user, tenant=tenant, label=label))
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(token_id: str) -> None:
+    """Revoke a token by its id (the part after `ctxdb_`)."""
+    if not TokenStore(get_settings().tokens_path).revoke(token_id):
+        typer.echo(f"error: no token {token_id!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {token_id}")

@@ -1,0 +1,146 @@
+"""The three candidate generators as Elasticsearch request bodies, and their hits as RowHits.
+
+semantic: approximate kNN on `embedding` (cosine), filtered inside the kNN search.
+lexical:  BM25 `multi_match` over `anchors_text` (boosted) and `text`, plus the stemmed query on
+          `stems` (same Snowball stemmer as the pipeline).
+trigram:  the query's padded word trigrams matched on `trigrams` with a minimum-should-match
+          threshold, or query words matched on `text` with edit-distance fuzziness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ctxdb.search.models import Arm, Target
+from ctxdb.text import stems, trigrams, words
+
+ANCHOR_BOOST = 2.0
+STEM_BOOST = 0.5
+FUZZY_BOOST = 0.5
+# Function words dropped from the trigram arm's query: they share trigrams with every text and
+# would let near-random rows pass the minimum-should-match threshold (BM25 discounts them by IDF).
+STOPWORDS = frozenset(
+    "a about after all an and any are as at be been before but by can did do does for from had has"
+    " have how i if in into is it its me my no not of on or our so such than that the their then"
+    " there these they this to was we were what when where which who why will with you your".split()
+)
+SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
+
+
+@dataclass(frozen=True)
+class RowHit:
+    """One role row returned by an arm (rank order is list order)."""
+
+    conversation_id: str
+    turn_id: str
+    target: Target
+    ts: datetime
+    score: float
+    text: str = ""
+    path: str | None = None
+    agent: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.conversation_id, self.turn_id)
+
+
+def semantic_body(
+    vector: list[float], row_filter: dict[str, Any], *, k: int, num_candidates: int
+) -> dict[str, Any]:
+    """kNN on `embedding` with the shared filter applied during the graph search."""
+    return {
+        "knn": {
+            "field": "embedding",
+            "query_vector": vector,
+            "k": k,
+            "num_candidates": max(num_candidates, k),
+            "filter": row_filter,
+        },
+        "size": k,
+        "_source": SOURCE_FIELDS,
+    }
+
+
+def lexical_body(
+    query: str, row_filter: dict[str, Any], *, size: int, use_stems: bool = True
+) -> dict[str, Any]:
+    """BM25 over anchors (boosted) and text; the stemmed query adds recall for inflections."""
+    should: list[dict[str, Any]] = [
+        {
+            "multi_match": {
+                "query": query,
+                "fields": [f"anchors_text^{ANCHOR_BOOST}", "text"],
+                "type": "best_fields",
+                "tie_breaker": 0.3,
+            }
+        }
+    ]
+    stemmed = stems(query)
+    if use_stems and stemmed:
+        should.append({"match": {"stems": {"query": stemmed, "boost": STEM_BOOST}}})
+    return {
+        "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
+        "size": size,
+        "_source": SOURCE_FIELDS,
+    }
+
+
+def content_words(query: str) -> str:
+    """The query without stopwords (the whole query when nothing else is left)."""
+    kept = [w for w in words(query) if w not in STOPWORDS]
+    return " ".join(kept) if kept else query
+
+
+def trigram_body(
+    query: str, row_filter: dict[str, Any], *, size: int, min_match: str
+) -> dict[str, Any] | None:
+    """Trigram overlap above `min_match`, or fuzzy word matches on text; None for no usable words."""
+    content = content_words(query)
+    grams = trigrams(content)
+    if not grams:
+        return None
+    should: list[dict[str, Any]] = [
+        {"match": {"trigrams": {"query": grams, "minimum_should_match": min_match}}},
+        {
+            "match": {
+                "text": {
+                    "query": content,
+                    "fuzziness": "AUTO",
+                    "prefix_length": 1,
+                    "minimum_should_match": min_match,
+                    "boost": FUZZY_BOOST,
+                }
+            }
+        },
+    ]
+    return {
+        "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
+        "size": size,
+        "_source": SOURCE_FIELDS,
+    }
+
+
+def parse_hits(response: dict[str, Any]) -> list[RowHit]:
+    """RowHits in rank order from one search response."""
+    rows = []
+    for hit in response["hits"]["hits"]:
+        src = hit["_source"]
+        rows.append(
+            RowHit(
+                conversation_id=src["conversation_id"],
+                turn_id=src["turn_id"],
+                target=src["target"],
+                ts=datetime.fromisoformat(src["ts"]),
+                score=float(hit["_score"] or 0.0),
+                text=src.get("text") or "",
+                path=src.get("path"),
+                agent=src.get("agent"),
+            )
+        )
+    return rows
+
+
+ArmBodies = dict[Arm, dict[str, Any]]

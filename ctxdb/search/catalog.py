@@ -1,0 +1,133 @@
+"""Catalog lookups over the turns index: n-th turn, turns in a time window, conversation list.
+
+These answer "what did I ask first" or "what happened between Monday and Wednesday" by explicit
+ordering, never by similarity. Turn order is `started_at` ascending (then turn id), the order the
+TurnLogs were recorded in. Every query carries the identity and expiry filter.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import Elasticsearch
+
+from ctxdb.auth import Principal
+from ctxdb.search.filters import scope_filter, turn_filter, window_filter
+from ctxdb.search.models import (
+    ConversationList,
+    ConversationSummary,
+    NotFound,
+    SearchRequest,
+)
+
+TURN_ORDER_ASC = [{"started_at": "asc"}, {"turn_id": "asc"}]
+TURN_ORDER_DESC = [{"started_at": "desc"}, {"turn_id": "desc"}]
+MAX_CONVERSATIONS = 200
+
+
+def count_turns(
+    client: Elasticsearch, alias: str, principal: Principal, conversation_id: str, now: datetime
+) -> int:
+    """Live turns of one of the principal's conversations (0 when it is not theirs)."""
+    query = {"bool": {"filter": turn_filter(principal, now, conversation_id)}}
+    return int(client.count(index=alias, query=query)["count"])
+
+
+def require_conversation(
+    client: Elasticsearch, alias: str, principal: Principal, conversation_id: str, now: datetime
+) -> int:
+    """The live turn count of a conversation of the principal; NotFound if it has none."""
+    total = count_turns(client, alias, principal, conversation_id, now)
+    if total == 0:
+        raise NotFound(f"conversation {conversation_id!r} not found")
+    return total
+
+
+def nth_turn(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    conversation_id: str,
+    ordinal: int,
+    now: datetime,
+) -> list[tuple[int, dict[str, Any]]]:
+    """[(position, turn doc)] of the `ordinal`-th turn (1 = first, -1 = last); [] past the end."""
+    total = require_conversation(client, alias, principal, conversation_id, now)
+    position = ordinal if ordinal > 0 else total + ordinal + 1
+    if not 1 <= position <= total:
+        return []
+    response = client.search(
+        index=alias,
+        query={"bool": {"filter": turn_filter(principal, now, conversation_id)}},
+        sort=TURN_ORDER_ASC if ordinal > 0 else TURN_ORDER_DESC,
+        from_=(ordinal - 1) if ordinal > 0 else (-ordinal - 1),
+        size=1,
+    )
+    return [(position, h["_source"]) for h in response["hits"]["hits"]]
+
+
+def window_turns(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    request: SearchRequest,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Turns started inside [since, until] within the request's scope, oldest first."""
+    if request.scope == "conversation":
+        require_conversation(client, alias, principal, request.conversation_id or "", now)
+    filters = [
+        *turn_filter(principal, now),
+        *scope_filter(request),
+        *window_filter(request, now, field="started_at", use_days=False),
+    ]
+    response = client.search(
+        index=alias, query={"bool": {"filter": filters}}, sort=TURN_ORDER_ASC, size=request.top_k
+    )
+    return [h["_source"] for h in response["hits"]["hits"]]
+
+
+def list_conversations(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    now: datetime,
+    *,
+    limit: int = 50,
+    agent: str | None = None,
+) -> ConversationList:
+    """The principal's conversations, most recent activity first, with titles and turn counts."""
+    if not 1 <= limit <= MAX_CONVERSATIONS:
+        raise ValueError(f"limit must be between 1 and {MAX_CONVERSATIONS}")
+    filters = turn_filter(principal, now)
+    if agent:
+        filters.append({"term": {"agent": agent}})
+    newest = {"top_hits": {"size": 1, "sort": [{"last_activity_at": "desc"}], "_source": ["title", "agent"]}}
+    aggs = {
+        "conversations": {
+            "terms": {"field": "conversation_id", "size": limit, "order": {"last": "desc"}},
+            "aggs": {
+                "last": {"max": {"field": "last_activity_at"}},
+                "first": {"min": {"field": "started_at"}},
+                "newest": newest,
+                "titled": {"filter": {"exists": {"field": "title"}}, "aggs": {"newest": newest}},
+            },
+        }
+    }
+    response = client.search(index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0)
+    out = []
+    for bucket in response["aggregations"]["conversations"]["buckets"]:
+        doc = bucket["newest"]["hits"]["hits"][0]["_source"]
+        titled = bucket["titled"]["newest"]["hits"]["hits"]
+        out.append(
+            ConversationSummary(
+                conversation_id=bucket["key"],
+                title=doc.get("title") or (titled[0]["_source"].get("title") if titled else None),
+                agent=doc.get("agent"),
+                turns=bucket["doc_count"],
+                started_at=bucket["first"].get("value_as_string"),
+                last_activity_at=bucket["last"].get("value_as_string"),
+            )
+        )
+    return ConversationList(conversations=out)

@@ -1,0 +1,82 @@
+"""The filter every arm, catalog path and resolution shares: identity, expiry, scope, targets, window."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from ctxdb.auth import Principal
+from ctxdb.search.models import SearchRequest
+
+EXCLUDED_TAGS = ("kind:react.recovery.session",)
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+def identity_filter(principal: Principal) -> list[dict[str, Any]]:
+    """The identity boundary: the principal's user (and tenant when it has one)."""
+    clauses: list[dict[str, Any]] = [{"term": {"user_id": principal.user_id}}]
+    if principal.tenant:
+        clauses.append({"term": {"tenant": principal.tenant}})
+    return clauses
+
+
+def live_filter(now: datetime) -> dict[str, Any]:
+    """Not expired: `expires_at > now` (rows and turns alike)."""
+    return {"range": {"expires_at": {"gt": _iso(now)}}}
+
+
+def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
+    """Conversation id for scope=conversation, agent for scope=agent (or when given)."""
+    clauses: list[dict[str, Any]] = []
+    if request.scope == "conversation" or (request.conversation_id and request.ordinal):
+        clauses.append({"term": {"conversation_id": request.conversation_id}})
+    if request.agent:
+        clauses.append({"term": {"agent": request.agent}})
+    return clauses
+
+
+def window_filter(
+    request: SearchRequest, now: datetime, field: str = "ts", *, use_days: bool = True
+) -> list[dict[str, Any]]:
+    """`since`/`until` on `field`, and `field >= now - days` when `use_days`."""
+    bounds: dict[str, str] = {}
+    if request.since:
+        bounds["gte"] = _iso(request.since)
+    if request.until:
+        bounds["lte"] = _iso(request.until)
+    clauses = [{"range": {field: bounds}}] if bounds else []
+    if use_days:
+        clauses.append({"range": {field: {"gte": _iso(now - timedelta(days=request.days))}}})
+    return clauses
+
+
+def row_filter(principal: Principal, request: SearchRequest, now: datetime) -> dict[str, Any]:
+    """The bool filter for role-row arms: identity, live, scope, targets, window, notes opt-in."""
+    must_not: list[dict[str, Any]] = [{"terms": {"tags": list(EXCLUDED_TAGS)}}]
+    if "notes" not in request.targets:
+        must_not.append({"term": {"visibility": "internal"}})
+    return {
+        "bool": {
+            "filter": [
+                *identity_filter(principal),
+                live_filter(now),
+                *scope_filter(request),
+                {"terms": {"target": list(request.targets)}},
+                *window_filter(request, now),
+            ],
+            "must_not": must_not,
+        }
+    }
+
+
+def turn_filter(
+    principal: Principal, now: datetime, conversation_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Filter clauses for the turns index: identity, live, optionally one conversation."""
+    clauses = [*identity_filter(principal), live_filter(now)]
+    if conversation_id is not None:
+        clauses.append({"term": {"conversation_id": conversation_id}})
+    return clauses

@@ -1,0 +1,178 @@
+"""Snippets and known-turn views from TurnLog payloads stored in the turns index.
+
+A hit's snippets come from its TurnLog blocks by target. When the TurnLog is missing (not yet
+indexed, or purged), the matched role row's own text becomes one fallback snippet and the response
+carries a warning. Turn documents are read with a search (ids + identity + expiry filter), never a
+plain get, so the identity boundary holds here too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from elasticsearch import Elasticsearch
+
+from ctxdb.auth import Principal
+from ctxdb.es.mappings import turn_doc_id
+from ctxdb.search.arms import RowHit
+from ctxdb.search.filters import turn_filter
+from ctxdb.search.models import FileCard, Message, Snippet, Target, TurnView
+from ctxdb.text import words
+
+MAX_SNIPPETS_PER_TARGET = 3
+
+USER_TYPES = ("user.prompt", "user.followup", "user.steer")
+TARGET_TYPES: dict[Target, tuple[str, ...]] = {
+    "user": USER_TYPES,
+    "assistant": ("assistant.completion",),
+    "summary": ("conv.working.summary",),
+    "notes": ("react.note",),
+    "attachment": ("user.attachment",),
+}
+
+
+def block_target(block: dict[str, Any]) -> Target | None:
+    """Which snippet target a TurnLog block belongs to (by its type prefix), if any."""
+    kind = str(block.get("type") or "")
+    for target, prefixes in TARGET_TYPES.items():
+        if any(kind == p or kind.startswith(p + ".") for p in prefixes):
+            return target
+    return None
+
+
+def clip(text: str, query: str, chars: int) -> str:
+    """At most `chars` characters of `text`, centred on the first query word it contains."""
+    text = " ".join(text.split())
+    if len(text) <= chars:
+        return text
+    lowered = text.lower()
+    hits = [i for w in words(query) if len(w) >= 3 and (i := lowered.find(w)) >= 0]
+    start = max(0, min(hits) - chars // 4) if hits else 0
+    start = min(start, len(text) - chars)
+    piece = text[start : start + chars]
+    return ("…" if start > 0 else "") + piece + ("…" if start + chars < len(text) else "")
+
+
+def snippets_from_payload(
+    payload: dict[str, Any], targets: Sequence[Target], query: str, chars: int
+) -> list[Snippet]:
+    """Snippets for `targets` from the TurnLog blocks, in block order, a few per target."""
+    counts: dict[Target, int] = {}
+    out: list[Snippet] = []
+    for block in payload.get("blocks") or []:
+        target = block_target(block)
+        text = block.get("text")
+        if target is None or target not in targets or not isinstance(text, str) or not text.strip():
+            continue
+        if counts.get(target, 0) >= MAX_SNIPPETS_PER_TARGET:
+            continue
+        counts[target] = counts.get(target, 0) + 1
+        out.append(
+            Snippet(target=target, text=clip(text, query, chars), path=block.get("path"), ts=block.get("ts"))
+        )
+    return out
+
+
+def fallback_snippet(row: RowHit, query: str, chars: int) -> Snippet:
+    """One snippet from the matched role row when the TurnLog is missing."""
+    return Snippet(
+        target=row.target,
+        text=clip(row.text, query, chars),
+        path=f"conv:ar:{row.turn_id}.react.turn.index",
+        ts=row.ts,
+        source="retrieval_row",
+    )
+
+
+def fetch_turns(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    keys: Iterable[tuple[str, str]],
+    now: datetime,
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Live turn documents of the principal for (conversation, turn) keys."""
+    ids = [turn_doc_id(conv, turn) for conv, turn in dict.fromkeys(keys)]
+    if not ids:
+        return {}
+    response = client.search(
+        index=alias,
+        query={"bool": {"filter": [{"ids": {"values": ids}}, *turn_filter(principal, now)]}},
+        size=len(ids),
+    )
+    return {
+        (h["_source"]["conversation_id"], h["_source"]["turn_id"]): h["_source"]
+        for h in response["hits"]["hits"]
+    }
+
+
+def _card(block: dict[str, Any]) -> FileCard:
+    meta = block.get("meta") or {}
+    candidates = [meta.get("ref"), meta.get("artifact_path"), block.get("path")]
+    ref = next((c for c in candidates if isinstance(c, str) and c.startswith("conv:fi:")), None)
+    path = meta.get("artifact_path") or block.get("path")
+    named = ref or path
+    return FileCard(
+        ref=ref,
+        path=path,
+        filename=meta.get("filename") or (named.rsplit("/", 1)[-1] if named else None),
+        mime=block.get("mime") or meta.get("mime"),
+        size=meta.get("size"),
+        hosted_uri=meta.get("hosted_uri"),
+        text=block.get("text") if isinstance(block.get("text"), str) else None,
+    )
+
+
+def _is_hosted_file(block: dict[str, Any]) -> bool:
+    meta = block.get("meta") or {}
+    return block.get("type") == "react.tool.result" and (
+        meta.get("kind") == "file" or bool(meta.get("hosted_uri"))
+    )
+
+
+def turn_view(doc: dict[str, Any]) -> TurnView:
+    """Reconstruct a turn (messages, attachment cards, hosted files, citations) from its TurnLog."""
+    payload = doc.get("payload") or {}
+    blocks = payload.get("blocks") or []
+    messages: list[Message] = []
+    attachments: list[FileCard] = []
+    files: list[FileCard] = []
+    summary = None
+    for block in blocks:
+        kind = block.get("type")
+        meta = block.get("meta") or {}
+        target = block_target(block)
+        if target in ("user", "assistant") and isinstance(block.get("text"), str):
+            messages.append(
+                Message(
+                    role=target,
+                    text=block["text"],
+                    ts=block.get("ts"),
+                    path=block.get("path"),
+                    event_type=meta.get("event_type"),
+                )
+            )
+        elif kind == "user.attachment.meta":
+            attachments.append(_card(block))
+        elif _is_hosted_file(block):
+            files.append(_card(block))
+        elif target == "summary":
+            summary = block.get("text")
+    citations = [c if isinstance(c, dict) else {"ref": c} for c in payload.get("sources_used") or []]
+    return TurnView(
+        conversation_id=doc["conversation_id"],
+        turn_id=doc["turn_id"],
+        title=doc.get("title"),
+        ordinal=doc.get("ordinal"),
+        started_at=doc.get("started_at"),
+        ended_at=doc.get("ended_at"),
+        error=bool(doc.get("error")),
+        messages=messages,
+        attachments=attachments,
+        files=files,
+        citations=citations,
+        summary=summary,
+    )

@@ -1,0 +1,199 @@
+"""Request and response contracts of the conversation search service (Python API, CLI and HTTP)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+Scope = Literal["conversation", "user", "agent"]
+Target = Literal["user", "assistant", "summary", "notes", "attachment"]
+Arm = Literal["semantic", "lexical", "trigram"]
+Mode = Literal["search", "catalog"]
+
+ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
+DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment")
+
+
+class MissingQuery(ValueError):
+    """A blank query without a time window or ordinal (HTTP 400 `missing_query`)."""
+
+    code = "missing_query"
+
+
+class NotFound(LookupError):
+    """The conversation, turn or ref does not exist for this principal (HTTP 404, never 403)."""
+
+
+class SearchUnavailable(RuntimeError):
+    """Elasticsearch is unreachable or failed (HTTP 503)."""
+
+
+class Weights(BaseModel):
+    """Fusion weights; each is clamped to [0, 2]. None means the configured default."""
+
+    semantic: float | None = None
+    lexical: float | None = None
+    recency: float | None = None
+
+    @field_validator("semantic", "lexical", "recency")
+    @classmethod
+    def _clamp(cls, value: float | None) -> float | None:
+        return None if value is None else min(2.0, max(0.0, float(value)))
+
+
+class SearchRequest(BaseModel):
+    """One search or catalog call. The principal is never part of the request."""
+
+    query: str = Field(default="", description="Free text; cut to the configured length.")
+    scope: Scope = "user"
+    targets: list[Target] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
+    conversation_id: str | None = Field(default=None, description="Required for scope=conversation.")
+    agent: str | None = Field(default=None, description="Required for scope=agent; else a filter.")
+    since: datetime | None = Field(default=None, description="Window start (inclusive).")
+    until: datetime | None = Field(default=None, description="Window end (inclusive).")
+    ordinal: int | None = Field(
+        default=None, description="Catalog lookup: 1 = first turn, n = n-th, -1 = last, -n."
+    )
+    top_k: int = Field(default=5, ge=1, le=50)
+    days: int = Field(default=365, ge=1, le=3650, description="Only rows newer than this.")
+    weights: Weights = Field(default_factory=Weights)
+    explain: bool = False
+    snippets: list[Target] | None = Field(
+        default=None, description="Snippet targets to materialize; default: the search targets."
+    )
+
+    @field_validator("targets")
+    @classmethod
+    def _targets_not_empty(cls, value: list[Target]) -> list[Target]:
+        if not value:
+            raise ValueError("targets must name at least one of user|assistant|summary|notes|attachment")
+        return list(dict.fromkeys(value))
+
+    @field_validator("ordinal")
+    @classmethod
+    def _ordinal_not_zero(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("ordinal is 1-based (1 = first, -1 = last); 0 is not a turn")
+        return value
+
+    @model_validator(mode="after")
+    def _scope_needs_its_id(self) -> SearchRequest:
+        if self.scope == "conversation" and not self.conversation_id:
+            raise ValueError("scope=conversation needs conversation_id")
+        if self.scope == "agent" and not self.agent:
+            raise ValueError("scope=agent needs agent")
+        if self.ordinal is not None and not self.conversation_id:
+            raise ValueError("an ordinal lookup needs conversation_id")
+        if self.since and self.until and self.since > self.until:
+            raise ValueError("since must not be after until")
+        return self
+
+    @property
+    def snippet_targets(self) -> list[Target]:
+        return list(self.snippets) if self.snippets is not None else list(self.targets)
+
+    @property
+    def has_window(self) -> bool:
+        return self.since is not None or self.until is not None
+
+
+class Snippet(BaseModel):
+    """A piece of the turn shown for a hit, from its TurnLog (or the matched row as a fallback)."""
+
+    target: Target
+    text: str
+    path: str | None = None
+    ts: datetime | None = None
+    source: Literal["turn_log", "retrieval_row"] = "turn_log"
+
+
+class ArmExplain(BaseModel):
+    rank: int | None = None
+    score: float | None = None
+    weight: float = 0.0
+    contribution: float = 0.0
+
+
+class Explain(BaseModel):
+    """How a hit's score was computed: per-arm ranks/contributions, RRF sum and recency factor."""
+
+    arms: dict[Arm, ArmExplain]
+    rrf: float
+    age_days: float
+    recency: float
+    recency_weight: float
+    half_life_days: float
+    final: float
+
+
+class SearchHit(BaseModel):
+    conversation_id: str
+    turn_id: str
+    score: float | None = Field(default=None, description="Fused score; None for catalog hits.")
+    target: Target | None = Field(default=None, description="The target of the best-ranked row.")
+    matched_targets: list[Target] = Field(default_factory=list)
+    ts: datetime | None = None
+    ordinal: int | None = None
+    title: str | None = None
+    agent: str | None = None
+    snippets: list[Snippet] = Field(default_factory=list)
+    explain: Explain | None = None
+
+
+class SearchResponse(BaseModel):
+    mode: Mode
+    query: str
+    hits: list[SearchHit]
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ConversationSummary(BaseModel):
+    conversation_id: str
+    title: str | None = None
+    agent: str | None = None
+    turns: int
+    started_at: datetime | None = None
+    last_activity_at: datetime | None = None
+
+
+class ConversationList(BaseModel):
+    conversations: list[ConversationSummary]
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    text: str
+    ts: datetime | None = None
+    path: str | None = None
+    event_type: str | None = None
+
+
+class FileCard(BaseModel):
+    """An attachment card or hosted output file of a turn (pull its bytes by `ref`)."""
+
+    ref: str | None = None
+    path: str | None = None
+    filename: str | None = None
+    mime: str | None = None
+    size: int | None = None
+    hosted_uri: str | None = None
+    text: str | None = None
+
+
+class TurnView(BaseModel):
+    """A known turn reconstructed from its TurnLog."""
+
+    conversation_id: str
+    turn_id: str
+    title: str | None = None
+    ordinal: int | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    error: bool = False
+    messages: list[Message]
+    attachments: list[FileCard]
+    files: list[FileCard]
+    citations: list[dict[str, Any]]
+    summary: str | None = None

@@ -1,0 +1,273 @@
+"""SearchService: the one conversation-search entry point behind the Python API, CLI and HTTP API.
+
+Routing: an ordinal -> catalog n-th turn; a blank query with a time window -> catalog window; a
+blank query without one -> MissingQuery; otherwise hybrid search (three arms in one _msearch,
+fusion in Python, per-conversation cap, snippets from TurnLogs).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
+
+from ctxdb.auth import Principal
+from ctxdb.embedding import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
+from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.search import catalog
+from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
+from ctxdb.search.filters import row_filter
+from ctxdb.search.fusion import arm_weights, cap_per_conversation, fuse
+from ctxdb.search.materialize import (
+    fallback_snippet,
+    fetch_turns,
+    snippets_from_payload,
+    turn_view,
+)
+from ctxdb.search.models import (
+    Arm,
+    ConversationList,
+    MissingQuery,
+    NotFound,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    SearchUnavailable,
+    TurnView,
+)
+from ctxdb.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class QueryEmbedder(Protocol):
+    def embed_query(self, text: str) -> list[float] | None: ...
+
+
+class ModelQueryEmbedder:
+    """Embeds queries with the pipeline's embedder (same model, same normalization)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def embed_query(self, text: str) -> list[float] | None:
+        try:
+            self.embedder.load()
+        except EmbedderUnavailable as exc:
+            log.warning("embedding model unavailable: %s", exc)
+            return None
+        return [float(x) for x in self.embedder.encode([text])[0]]
+
+
+def default_embedder(settings: Settings) -> QueryEmbedder:
+    """The configured sentence-transformers model, loaded on the first query."""
+    return ModelQueryEmbedder(
+        SentenceTransformerEmbedder(settings.embedding_model, batch_size=1)
+    )
+
+
+@contextmanager
+def elasticsearch_errors(url: str) -> Iterator[None]:
+    """Turn transport failures and missing indices into SearchUnavailable with a clear message."""
+    try:
+        yield
+    except NotFoundError as exc:
+        if "index_not_found" in str(exc):
+            raise SearchUnavailable(
+                f"search index missing at {url} ({exc.message}); run the indexing pipeline first"
+            ) from exc
+        raise
+    except TransportError as exc:
+        raise SearchUnavailable(f"Elasticsearch unreachable at {url}: {exc}") from exc
+    except ApiError as exc:
+        raise SearchUnavailable(f"Elasticsearch error at {url}: {exc}") from exc
+
+
+class SearchService:
+    """Hybrid search, catalog and known-turn reads, always inside the principal's boundary."""
+
+    def __init__(
+        self, settings: Settings, client: Elasticsearch, embedder: QueryEmbedder | None = None
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.embedder = embedder
+        self.rows_alias = alias_name(settings.index_prefix, ROWS)
+        self.turns_alias = alias_name(settings.index_prefix, TURNS)
+
+    def search(
+        self, principal: Principal, request: SearchRequest, now: datetime | None = None
+    ) -> SearchResponse:
+        now = now or datetime.now(UTC)
+        with elasticsearch_errors(self.settings.elasticsearch_url):
+            if request.ordinal is not None:
+                return self._nth(principal, request, now)
+            if not request.query.strip():
+                if request.has_window:
+                    return self._window(principal, request, now)
+                raise MissingQuery("missing_query: give a query, a time window or an ordinal")
+            return self._hybrid(principal, request, now)
+
+    def conversations(
+        self, principal: Principal, *, limit: int = 50, agent: str | None = None
+    ) -> ConversationList:
+        now = datetime.now(UTC)
+        with elasticsearch_errors(self.settings.elasticsearch_url):
+            return catalog.list_conversations(
+                self.client, self.turns_alias, principal, now, limit=limit, agent=agent
+            )
+
+    def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
+        """A known turn from its TurnLog; NotFound unless it is the principal's and live."""
+        now = datetime.now(UTC)
+        with elasticsearch_errors(self.settings.elasticsearch_url):
+            docs = fetch_turns(
+                self.client, self.turns_alias, principal, [(conversation_id, turn_id)], now
+            )
+        doc = docs.get((conversation_id, turn_id))
+        if doc is None:
+            raise NotFound(f"turn {conversation_id}/{turn_id} not found")
+        return turn_view(doc)
+
+    def _catalog_hit(
+        self, doc: dict[str, Any], request: SearchRequest, position: int | None = None
+    ) -> SearchHit:
+        return SearchHit(
+            conversation_id=doc["conversation_id"],
+            turn_id=doc["turn_id"],
+            ts=doc.get("started_at"),
+            ordinal=position if position is not None else doc.get("ordinal"),
+            title=doc.get("title"),
+            agent=doc.get("agent"),
+            snippets=snippets_from_payload(
+                doc.get("payload") or {},
+                request.snippet_targets,
+                request.query,
+                self.settings.search_snippet_chars,
+            ),
+        )
+
+    def _nth(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
+        assert request.conversation_id is not None and request.ordinal is not None
+        found = catalog.nth_turn(
+            self.client, self.turns_alias, principal, request.conversation_id, request.ordinal, now
+        )
+        warnings = [] if found else [f"no turn at ordinal {request.ordinal}"]
+        hits = [self._catalog_hit(doc, request, position) for position, doc in found]
+        return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
+
+    def _window(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
+        docs = catalog.window_turns(self.client, self.turns_alias, principal, request, now)
+        hits = [self._catalog_hit(doc, request) for doc in docs]
+        return SearchResponse(mode="catalog", query=request.query, hits=hits)
+
+    def _embed(self, query: str, warnings: list[str]) -> list[float] | None:
+        if self.embedder is None:
+            warnings.append("semantic_unavailable: no embedding model; lexical and trigram only")
+            return None
+        try:
+            vector = self.embedder.embed_query(query)
+        except Exception as exc:  # the model failing must not fail the search
+            log.warning("query embedding failed: %s", exc)
+            vector = None
+        if vector is None:
+            warnings.append("semantic_unavailable: query embedding failed; lexical and trigram only")
+        return vector
+
+    def arm_bodies(
+        self, principal: Principal, request: SearchRequest, query: str, vector: list[float] | None, now: datetime
+    ) -> dict[Arm, dict[str, Any]]:
+        """The Elasticsearch bodies of the arms that can run for this query."""
+        s = self.settings
+        wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search_max_per_conversation
+        rows = wanted_turns * s.search_overfetch_rows
+        filt = row_filter(principal, request, now)
+        bodies: dict[Arm, dict[str, Any]] = {"lexical": lexical_body(query, filt, size=rows)}
+        trigram = trigram_body(query, filt, size=rows, min_match=s.search_trigram_min_match)
+        if trigram is not None:
+            bodies["trigram"] = trigram
+        if vector is not None:
+            k = max(rows, s.search_knn_k)
+            bodies["semantic"] = semantic_body(
+                vector, filt, k=k, num_candidates=max(s.search_num_candidates, k)
+            )
+        return bodies
+
+    def run_arms(self, bodies: dict[Arm, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
+        """All arms in one _msearch; an arm that errors fails the call with a clear message."""
+        searches: list[dict[str, Any]] = []
+        for body in bodies.values():
+            searches.extend([{"index": self.rows_alias}, body])
+        responses = self.client.msearch(searches=searches)["responses"]
+        out: dict[Arm, list[RowHit]] = {}
+        for arm, response in zip(bodies, responses, strict=True):
+            if "error" in response:
+                raise SearchUnavailable(f"{arm} arm failed: {response['error']}")
+            out[arm] = parse_hits(response)
+        return out
+
+    def _hybrid(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
+        s = self.settings
+        if request.scope == "conversation":
+            catalog.require_conversation(
+                self.client, self.turns_alias, principal, request.conversation_id or "", now
+            )
+        warnings: list[str] = []
+        query = request.query.strip()
+        if len(query) > s.search_query_max_chars:
+            query = query[: s.search_query_max_chars]
+            warnings.append(f"query_truncated: cut to {s.search_query_max_chars} characters")
+        wanted = [request.weights.semantic, request.weights.lexical, request.weights.recency]
+        w_sem, w_lex, w_rec = (
+            w if w is not None else d
+            for w, d in zip(
+                wanted,
+                (s.search_weight_semantic, s.search_weight_lexical, s.search_weight_recency),
+                strict=True,
+            )
+        )
+        vector = self._embed(query, warnings) if w_sem > 0 else None
+        ranked = self.run_arms(self.arm_bodies(principal, request, query, vector, now))
+        fused = fuse(
+            ranked,
+            weights=arm_weights(w_sem, w_lex),
+            recency_weight=w_rec,
+            half_life_days=s.recency_half_life_days,
+            now=now,
+            rrf_k=s.search_rrf_k,
+        )
+        kept = cap_per_conversation(fused, s.search_max_per_conversation, request.top_k)
+        docs = fetch_turns(self.client, self.turns_alias, principal, [(f.conversation_id, f.turn_id) for f in kept], now)
+        hits = []
+        for turn in kept:
+            best = turn.best_row
+            doc = docs.get((turn.conversation_id, turn.turn_id))
+            if doc is None:
+                warnings.append(
+                    f"turn_log_missing: {turn.conversation_id}/{turn.turn_id}; fallback snippet"
+                )
+                snippets = [fallback_snippet(best, query, s.search_snippet_chars)]
+            else:
+                snippets = snippets_from_payload(
+                    doc.get("payload") or {}, request.snippet_targets, query, s.search_snippet_chars
+                )
+            hits.append(
+                SearchHit(
+                    conversation_id=turn.conversation_id,
+                    turn_id=turn.turn_id,
+                    score=turn.final,
+                    target=best.target,
+                    matched_targets=turn.matched_targets,
+                    ts=turn.ts,
+                    ordinal=(doc or {}).get("ordinal"),
+                    title=(doc or {}).get("title"),
+                    agent=(doc or {}).get("agent") or best.agent,
+                    snippets=snippets,
+                    explain=turn.explain if request.explain else None,
+                )
+            )
+        return SearchResponse(mode="search", query=query, hits=hits, warnings=warnings)
