@@ -43,8 +43,9 @@ from ctxdb.purge import (
 from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
+    QUARANTINED_EVENTS,
+    RAW_TURN_EVENTS,
     EMBEDDINGS,
-    EMBEDDINGS_SCHEMA,
     REPLAY_ARTIFACTS,
     RETENTION_PENDING,
     RETENTION_PENDING_SCHEMA,
@@ -61,7 +62,10 @@ log = logging.getLogger(__name__)
 # Tables whose rows carry their own `expires_at` and are swept by it.
 EXPIRING_TABLES = (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, REPLAY_ARTIFACTS)
 # Every table the sweep may shrink (and therefore vacuums).
-SWEPT_TABLES = (*EXPIRING_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
+SWEPT_TABLES = (
+    *EXPIRING_TABLES, RAW_TURN_EVENTS, QUARANTINED_EVENTS, ROW_EMBEDDINGS, EMBEDDINGS,
+    RETENTION_PENDING,
+)
 FILES = "files"
 TURN_KEY = ("tenant", "app", "user_id", "conversation_id", "turn_id")
 
@@ -111,6 +115,7 @@ class Expired:
     counts: dict[str, int]
     row_ids: list[str]
     turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
+    raw_ids: pl.DataFrame | None = None  # event_id of expired raw events
 
     def pending(self, settings: Settings, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
         """The Elasticsearch ids and storage paths this sweep must remove."""
@@ -173,7 +178,8 @@ class RetentionReport:
         }
 
     def as_metadata(self) -> dict[str, object]:
-        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.as_row().items()}
+        row = self.as_row()
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
 def turn_file_path(tenant: str, app: str, user_id: str, conversation_id: str, turn_id: str) -> str:
@@ -197,8 +203,12 @@ def turn_file_paths(turns: pl.DataFrame) -> list[str]:
     return [turn_file_path(*row) for row in turns.select(TURN_KEY).unique().iter_rows()]
 
 
-def find_expired(store: DeltaStore, cutoff: datetime) -> Expired:
-    """Expired rows per table, the expired role-row ids and the expired turns (from TurnLogs)."""
+def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Expired:
+    """Expired rows per table, the expired role-row ids and the expired turns (from TurnLogs).
+
+    Derived tables carry `expires_at`; raw events expire `occurred_at` + their tenant/app TTL and
+    quarantined lines `quarantined_at` + the default TTL.
+    """
     counts: dict[str, int] = {}
     row_ids: list[str] = []
     turns = pl.DataFrame(schema={k: pl.String for k in TURN_KEY})
@@ -218,7 +228,36 @@ def find_expired(store: DeltaStore, cutoff: datetime) -> Expired:
             row_ids = expired["row_id"].to_list()
         elif table == TURN_LOGS:
             turns = expired.unique()
-    return Expired(cutoff=cutoff, counts=counts, row_ids=row_ids, turns=turns)
+    raw_ids = _expired_raw_events(store, cutoff, settings)
+    if raw_ids is not None:
+        counts[RAW_TURN_EVENTS] = raw_ids.height
+    if "quarantined_at" in columns_of(store, QUARANTINED_EVENTS):
+        counts[QUARANTINED_EVENTS] = (
+            store.scan(QUARANTINED_EVENTS)
+            .filter(pl.col("quarantined_at") <= quarantine_cutoff(cutoff, settings))
+            .select(pl.len())
+            .collect()
+            .item()
+        )
+    return Expired(cutoff=cutoff, counts=counts, row_ids=row_ids, turns=turns, raw_ids=raw_ids)
+
+
+def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
+    return cutoff - timedelta(days=settings.retention_days)
+
+
+def _expired_raw_events(
+    store: DeltaStore, cutoff: datetime, settings: Settings
+) -> pl.DataFrame | None:
+    if not {"event_id", "occurred_at"} <= set(columns_of(store, RAW_TURN_EVENTS)):
+        return None
+    days = ttl_days_expr(settings.retention_rules, settings.retention_days, role_column=None)
+    return (
+        store.scan(RAW_TURN_EVENTS)
+        .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
+        .select("event_id")
+        .collect()
+    )
 
 
 def es_stragglers(es: Elasticsearch, prefix: str, cutoff: datetime) -> dict[str, list[str]]:
@@ -248,7 +287,9 @@ def read_pending(store: DeltaStore) -> pl.DataFrame:
     return store.read(RETENTION_PENDING, RETENTION_PENDING_SCHEMA)
 
 
-def purge_expired(store: DeltaStore, expired: Expired, started_at: datetime) -> dict[str, int]:
+def purge_expired(
+    store: DeltaStore, expired: Expired, started_at: datetime, settings: Settings
+) -> dict[str, int]:
     """DELETE the expired rows from every expiring table and their dependants."""
     deleted: dict[str, int] = {}
     for table in EXPIRING_TABLES:
@@ -257,6 +298,12 @@ def purge_expired(store: DeltaStore, expired: Expired, started_at: datetime) -> 
     if expired.row_ids:
         keys = pl.DataFrame({"row_id": expired.row_ids})
         deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys)
+    if expired.raw_ids is not None:
+        deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids)
+    if QUARANTINED_EVENTS in expired.counts:
+        before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
+        predicate = f"quarantined_at <= {before}"
+        deleted[QUARANTINED_EVENTS] = store.delete(QUARANTINED_EVENTS, predicate)
     deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at)
     return deleted
 
@@ -278,7 +325,7 @@ def prune_embedding_cache(store: DeltaStore, before: datetime) -> int:
         .collect()
         .join(referenced, on="text_hash", how="anti")
     )
-    return delete_keys(store, EMBEDDINGS, stale.select(EMBEDDINGS_SCHEMA.names[:2]))
+    return delete_keys(store, EMBEDDINGS, stale)
 
 
 def drop_live_ids(store: DeltaStore, pending: pl.DataFrame) -> pl.DataFrame:
@@ -354,7 +401,7 @@ def sweep(
     run_id = new_run_id("retention", started_at)
     hours = settings.retention_vacuum_hours if vacuum_hours is None else vacuum_hours
 
-    expired = find_expired(store, cutoff)
+    expired = find_expired(store, cutoff, settings)
     stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
     pending_now = expired.pending(settings, stragglers)
     report = RetentionReport(
@@ -369,7 +416,7 @@ def sweep(
         return _finish(store, report, clock)
 
     record_pending(store, run_id, pending_now)
-    report.deleted_rows = purge_expired(store, expired, started_at)
+    report.deleted_rows = purge_expired(store, expired, started_at, settings)
     finish_pending(store, es, settings, report)
     report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=False)
     report.oldest_remaining_ts = oldest_remaining(store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,26 +19,23 @@ from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
 from ctxdb.retention import turn_file_path
 from ctxdb.settings import Settings
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, TS
+from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    RAW_EVENTS_SCHEMA,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
+    REPLAY_SCHEMA,
+    ROLE_ROWS,
+    ROLE_ROWS_SCHEMA,
+    TIMELINES_SCHEMA,
+    TURN_CATALOG,
+    TURN_CATALOG_SCHEMA,
+    TURN_LOGS,
+    TURN_LOGS_SCHEMA,
+)
 from ctxdb.text import text_hash, trigrams
 
 TEST_ES_URL = "http://127.0.0.1:9299"
-
-# TurnLog columns the sweep and erasure rely on (identity, turn id, ts, expires_at).
-TURN_LOGS_TEST_SCHEMA = pa.schema(
-    [
-        pa.field("tenant", pa.string()),
-        pa.field("app", pa.string()),
-        pa.field("agent", pa.string()),
-        pa.field("user_id", pa.string()),
-        pa.field("conversation_id", pa.string()),
-        pa.field("turn_id", pa.string()),
-        pa.field("ts", TS),
-        pa.field("payload", pa.string()),
-        pa.field("expires_at", TS),
-    ]
-)
-
 
 @pytest.fixture
 def ops_settings(tmp_path: Path) -> Iterator[Settings]:
@@ -98,23 +96,85 @@ def role_rows(
     ).with_columns(pl.col("ts", "expires_at", "derived_at").dt.cast_time_unit("us"))
 
 
+def conform(frame: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
+    """`frame` with every column of `schema` (missing ones get a plain default), in order."""
+    now = datetime.now(UTC)
+    defaults = {
+        pa.types.is_string: "", pa.types.is_integer: 0, pa.types.is_boolean: False,
+        pa.types.is_timestamp: now, pa.types.is_list: [],
+    }
+    missing = {}
+    for f in schema:
+        if f.name in frame.columns:
+            continue
+        value = next(v for test, v in defaults.items() if test(f.type))
+        missing[f.name] = pl.Series(f.name, [value] * frame.height)
+    table = frame.with_columns(**missing).select(schema.names).to_arrow()
+    return pl.from_arrow(table.cast(schema))
+
+
+def _per_turn(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.group_by("tenant", "app", "agent", "user_id", "conversation_id", "turn_id").agg(
+        pl.col("ts").min().alias("started_at"), pl.col("expires_at").max()
+    )
+
+
 def turn_logs(rows: pl.DataFrame) -> pl.DataFrame:
     """One TurnLog per turn of `rows`, expiring with the turn's role row."""
-    return (
-        rows.group_by("tenant", "app", "agent", "user_id", "conversation_id", "turn_id")
-        .agg(pl.col("ts").min(), pl.col("expires_at").max())
-        .with_columns(payload=pl.lit('{"blocks": []}'))
-        .select(TURN_LOGS_TEST_SCHEMA.names)
+    turns = _per_turn(rows).with_columns(
+        ended_at=pl.col("started_at"), last_event_at=pl.col("started_at"),
+        payload=pl.lit('{"blocks": []}'), adapter=pl.lit("minimal"),
+        recording_kind=pl.lit("minimal"), recording_state=pl.lit(1),
     )
+    return conform(turns, TURN_LOGS_SCHEMA)
+
+
+def derived(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """TurnLogs, catalog, timelines, replay artifacts and raw events matching `rows`."""
+    turns = _per_turn(rows)
+    catalog = turns.with_columns(
+        ended_at=pl.col("started_at"), last_activity_at=pl.col("started_at"),
+        ordinal=pl.int_range(1, pl.len() + 1).over("conversation_id"),
+        first_user_text=pl.lit("question"), recording_kind=pl.lit("minimal"),
+    )
+    timelines = (
+        turns.group_by("tenant", "app", "agent", "user_id", "conversation_id")
+        .agg(pl.col("started_at").min(), pl.col("expires_at").max(),
+             pl.col("turn_id").alias("turn_ids"))
+        .with_columns(last_activity_at=pl.col("started_at"), version=pl.lit(1),
+                      blocks=pl.lit("[]"), sources_pool=pl.lit("[]"),
+                      recording_kind=pl.lit("minimal"))
+    )
+    replay = turns.with_columns(
+        ts=pl.col("started_at"), artifact=pl.lit("conv.artifacts.events"),
+        name=pl.lit("chat.step"), event_id=pl.col("turn_id") + "-step", data=pl.lit("{}"),
+    )
+    raw = rows.select(
+        "tenant", "app", "agent", "user_id", "conversation_id", "turn_id",
+        event_id=pl.col("row_id") + "-ev", occurred_at=pl.col("ts"),
+        type=pl.lit("assistant.completion"), schema_version=pl.lit(1),
+        adapter=pl.lit("minimal"), payload=pl.col("text").map_elements(
+            lambda t: json.dumps({"text": t}), return_dtype=pl.String),
+        source_file=pl.lit("events.jsonl"), line_number=pl.int_range(1, pl.len() + 1),
+    )
+    return {
+        TURN_LOGS: turn_logs(rows),
+        TURN_CATALOG: conform(catalog, TURN_CATALOG_SCHEMA),
+        CONVERSATION_TIMELINES: conform(timelines, TIMELINES_SCHEMA),
+        REPLAY_ARTIFACTS: conform(replay, REPLAY_SCHEMA),
+        RAW_TURN_EVENTS: conform(raw, RAW_EVENTS_SCHEMA),
+    }
 
 
 def write_rows(store: DeltaStore, rows: pl.DataFrame) -> None:
     store.upsert(ROLE_ROWS, rows, keys=["row_id"], schema=ROLE_ROWS_SCHEMA)
 
 
-def write_turns(store: DeltaStore, turns: pl.DataFrame) -> None:
-    store.upsert("turn_logs", turns, keys=["conversation_id", "turn_id"],
-                 schema=TURN_LOGS_TEST_SCHEMA)
+def write_derived(store: DeltaStore, rows: pl.DataFrame) -> None:
+    """Role rows plus every table derived alongside them (appended)."""
+    write_rows(store, rows)
+    for table, frame in derived(rows).items():
+        store.append(table, frame)
 
 
 def ensure_indices(es: Elasticsearch, prefix: str) -> None:
@@ -135,10 +195,11 @@ def index_rows(es: Elasticsearch, prefix: str, rows: pl.DataFrame) -> None:
          "_source": {k: _json(r[k]) for k in fields}}
         for r in rows.iter_rows(named=True)
     ]
+    turn_fields = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id", "expires_at"]
     docs += [
-        {"_index": alias_name(prefix, TURNS), "_id": turn_doc_id(r["conversation_id"], r["turn_id"]),
-         "_source": {k: _json(r[k]) for k in ("tenant", "app", "agent", "user_id",
-                                              "conversation_id", "turn_id", "expires_at")}}
+        {"_index": alias_name(prefix, TURNS),
+         "_id": turn_doc_id(r["conversation_id"], r["turn_id"]),
+         "_source": {k: _json(r[k]) for k in turn_fields}}
         for r in rows.iter_rows(named=True)
     ]
     bulk(es, docs, refresh=True)

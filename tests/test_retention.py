@@ -14,10 +14,8 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     ops_settings,
     role_rows,
     store,
-    turn_logs,
-    write_rows,
+    write_derived,
     write_turn_files,
-    write_turns,
 )
 
 from ctxdb import retention
@@ -25,6 +23,11 @@ from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
 from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
+    TURN_CATALOG,
+    TURN_LOGS,
     EMBEDDINGS,
     EMBEDDINGS_SCHEMA,
     RETENTION_PENDING,
@@ -39,8 +42,7 @@ pytestmark = pytest.mark.es
 
 def _seed(store, es, settings, n=20, expired=5):
     rows = role_rows(n, expired=expired)
-    write_rows(store, rows)
-    write_turns(store, turn_logs(rows))
+    write_derived(store, rows)
     index_rows(es, settings.index_prefix, rows)
     files = write_turn_files(settings.files, rows)
     return rows, files
@@ -88,12 +90,14 @@ def test_sweep_purges_delta_es_files_and_reports(store, es, ops_settings):
 
     assert report.status == "ok"
     assert report.deleted_rows[ROLE_ROWS] == 5
-    assert report.deleted_rows["turn_logs"] == 5
+    for table in (TURN_LOGS, TURN_CATALOG, REPLAY_ARTIFACTS, RAW_TURN_EVENTS):
+        assert report.deleted_rows[table] == 5, table
+        assert store.read(table).height == 15, table
+    assert report.deleted_rows[CONVERSATION_TIMELINES] == 0  # the conversation is still live
     assert report.deleted_rows[ROW_EMBEDDINGS] == 5
     assert report.deleted_rows[EMBEDDINGS] == 6  # 5 expired rows' vectors + the orphan
     remaining = store.read(ROLE_ROWS)
     assert remaining.height == 15 and not expired_ids & set(remaining["row_id"])
-    assert store.read("turn_logs").height == 15
     assert store.read(ROW_EMBEDDINGS).height == 15
     assert es_ids(es, ops_settings.index_prefix, ROWS) == set(remaining["row_id"])
     assert len(es_ids(es, ops_settings.index_prefix, TURNS)) == 15
