@@ -127,7 +127,7 @@ def running_pid(node: EmbeddedNode) -> int | None:
     except OSError:
         return None
     homes = {f"-Des.path.home={node.home}", f"-Des.path.home={node.home.resolve()}"}
-    return pid if homes.intersection(args) and not _is_zombie(pid) else None
+    return pid if homes.intersection(args) and pid_alive(pid) else None
 
 
 def port_busy(port: int) -> bool:
@@ -256,16 +256,17 @@ def _kill(pid: int, timeout: float) -> None:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            if not pid_alive(pid):
                 return
             time.sleep(0.2)
 
 
-def _is_zombie(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while `pid` runs (an exited process waiting to be reaped counts as gone)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
     except (OSError, IndexError):
-        return True
+        return False
 
 
 def _launch(

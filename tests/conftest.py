@@ -1,0 +1,81 @@
+"""Shared fixtures: one real Elasticsearch node per session, a unique index prefix per test.
+
+The session node is the cluster at ELASTICSEARCH_URL when it answers; otherwise, when that URL is
+the embedded default, the embedded node is started (or reused) through `ctxdb.es.embedded`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from ctxdb.delta import DeltaStore
+from ctxdb.es import embedded
+from ctxdb.es.client import make_client
+from ctxdb.es.errors import ClusterUnreachableError
+from ctxdb.es.health import check_cluster
+from ctxdb.settings import Settings, get_settings
+
+
+@pytest.fixture(scope="session")
+def es_base_settings() -> Settings:
+    """Settings of the session's real node (external if reachable, else the embedded one)."""
+    settings = get_settings()
+    try:
+        check_cluster(settings)
+    except ClusterUnreachableError:
+        if not settings.embedded:
+            raise
+        embedded.start(settings)
+        check_cluster(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def es_url(es_base_settings: Settings) -> str:
+    return es_base_settings.elasticsearch_url
+
+
+def delete_prefix_indices(client: Elasticsearch, prefix: str) -> list[str]:
+    """Delete every index named `<prefix>-*` by name (wildcard deletes are refused by default)."""
+    found = client.indices.get(
+        index=f"{prefix}-*", expand_wildcards="all", allow_no_indices=True, ignore_unavailable=True
+    )
+    names = sorted(found.body)
+    if names:
+        client.options(ignore_status=404).indices.delete(index=",".join(names))
+    return names
+
+
+@pytest.fixture
+def settings(es_base_settings: Settings, tmp_path: Path) -> Iterator[Settings]:
+    """The session node's settings with home=tmp_path and a unique index prefix (cleaned after)."""
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    values = {**es_base_settings.model_dump(), "index_prefix": prefix, "home": tmp_path}
+    test_settings = Settings(**values)
+    yield test_settings
+    with make_client(test_settings) as client:
+        delete_prefix_indices(client, prefix)
+
+
+@pytest.fixture
+def es_settings(settings: Settings) -> Settings:
+    """Alias of `settings` for tests that name it after Elasticsearch."""
+    return settings
+
+
+@pytest.fixture
+def es(settings: Settings) -> Iterator[Elasticsearch]:
+    """A client for the session node, scoped to the test (its indices use settings.index_prefix)."""
+    with make_client(settings) as client:
+        yield client
+
+
+@pytest.fixture
+def delta_store(tmp_path: Path) -> DeltaStore:
+    """A DeltaStore over tmp_path/delta (the same root as `settings.delta_uri`)."""
+    return DeltaStore(str(tmp_path / "delta"))

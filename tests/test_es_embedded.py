@@ -1,0 +1,223 @@
+"""The embedded node manager: lifecycle on a second node, and every start-up error path.
+
+Lifecycle tests start their own node on a free port (own instance dir, 512 MB heap) from the
+session's cache, so they never touch the node the rest of the suite uses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
+from ctxdb.es import distribution, embedded
+from ctxdb.es.errors import (
+    ChecksumError,
+    JavaNotFoundError,
+    MavenError,
+    NodeStartError,
+    PortInUseError,
+)
+from ctxdb.es.health import check_cluster, cluster_status
+from ctxdb.es.java import find_jdk, java_major
+from ctxdb.settings import Settings
+
+_register_all()
+runner = CliRunner()
+
+JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+
+
+def free_port_pair() -> int:
+    """A port p with p and p + 100 both free on loopback."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port < 65000 and not embedded.port_busy(port) and not embedded.port_busy(port + 100):
+            return port
+    raise RuntimeError("no free port pair")
+
+
+def node_settings(base: Settings, port: int, **extra) -> Settings:
+    """Settings for a second embedded node sharing the session's cache (and unpacked home)."""
+    values = {
+        "es_port": port,
+        "elasticsearch_url": f"http://127.0.0.1:{port}",
+        "es_heap": "512m",
+        "es_cache_dir": distribution.cache_root(base),
+        "es_version": base.es_version,
+        **extra,
+    }
+    return Settings(**values)
+
+
+def cli_env(settings: Settings) -> dict[str, str]:
+    return {
+        "ELASTICSEARCH_URL": settings.elasticsearch_url,
+        "CTXDB_ES_PORT": str(settings.es_port),
+        "CTXDB_ES_HEAP": settings.es_heap,
+        "CTXDB_ES_CACHE_DIR": str(settings.es_cache_dir),
+    }
+
+
+@pytest.fixture
+def second_node(es_base_settings: Settings) -> Iterator[Settings]:
+    """Settings of a not-yet-started second node; stopped and its instance dir removed after."""
+    settings = node_settings(es_base_settings, free_port_pair())
+    yield settings
+    embedded.stop(settings)
+    shutil.rmtree(embedded.EmbeddedNode.from_settings(settings).instance, ignore_errors=True)
+
+
+def test_lifecycle_start_idempotent_start_status_stop(second_node: Settings) -> None:
+    first = embedded.start(second_node)
+    assert not first.already_running
+    assert first.url == second_node.elasticsearch_url
+    assert check_cluster(second_node).startswith("9.")
+
+    again = embedded.start(second_node)
+    assert again.already_running and again.pid == first.pid
+
+    status = cluster_status(second_node)
+    assert status.version == second_node.es_version
+    assert status.health in {"green", "yellow"}
+    assert status.cluster_name == f"ctxdb-{second_node.es_port}"
+    assert 400 * 2**20 <= status.heap_max_bytes <= 600 * 2**20
+
+    env = cli_env(second_node)
+    started = runner.invoke(app, ["es", "start"], env=env)
+    assert started.exit_code == 0 and "already running" in started.output
+    shown = runner.invoke(app, ["es", "status"], env=env)
+    assert shown.exit_code == 0
+    assert f"version: {second_node.es_version}" in shown.output
+    assert f"pid {first.pid}" in shown.output
+    logged = runner.invoke(app, ["es", "logs", "-n", "5"], env=env)
+    assert logged.exit_code == 0 and f"ctxdb-{second_node.es_port}" in logged.output
+
+    stopped = runner.invoke(app, ["es", "stop"], env=env)
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
+    assert embedded.running_pid(embedded.EmbeddedNode.from_settings(second_node)) is None
+    assert not embedded.pid_alive(first.pid)
+    assert not embedded.port_busy(second_node.es_port)
+    assert embedded.stop(second_node) is False
+    after = runner.invoke(app, ["es", "status"], env=env)
+    assert after.exit_code == 1 and "not running" in after.output
+
+
+def test_node_dying_at_start_up_reports_its_log(second_node: Settings) -> None:
+    with pytest.raises(NodeStartError) as failure:
+        embedded.start(second_node, extra_config={"ctxdb.no.such.setting": "x"})
+    message = str(failure.value)
+    assert "died during start-up" in message
+    assert "unknown setting [ctxdb.no.such.setting]" in message
+    assert embedded.running_pid(embedded.EmbeddedNode.from_settings(second_node)) is None
+
+
+@pytest.mark.parametrize("busy_offset", [0, embedded.TRANSPORT_OFFSET])
+def test_port_in_use_is_refused(es_base_settings: Settings, busy_offset: int) -> None:
+    port = free_port_pair()
+    settings = node_settings(es_base_settings, port)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port + busy_offset))
+        squatter.listen()
+        with pytest.raises(PortInUseError, match=f"port {port + busy_offset} "):
+            embedded.start(settings)
+        result = runner.invoke(app, ["es", "start"], env=cli_env(settings))
+    assert result.exit_code == 1
+    assert result.output.startswith("error: port") and len(result.output.splitlines()) == 1
+    assert not embedded.EmbeddedNode.from_settings(settings).instance.exists()
+
+
+def test_missing_java_is_a_clear_error(es_base_settings: Settings, tmp_path: Path) -> None:
+    settings = node_settings(
+        es_base_settings, free_port_pair(),
+        es_java_home=None, java_home=None, jvm_dir=tmp_path / "no-jvms",
+    )
+    with pytest.raises(JavaNotFoundError, match="no JDK >= 21 found"):
+        embedded.start(settings)
+    assert not embedded.EmbeddedNode.from_settings(settings).instance.exists()
+
+
+@pytest.mark.skipif(not JAVA_17.is_dir(), reason="this machine has no Java 17 to reject")
+def test_java_17_is_too_old(tmp_path: Path) -> None:
+    settings = Settings(es_java_home=JAVA_17, java_home=None, jvm_dir=tmp_path)
+    with pytest.raises(JavaNotFoundError) as failure:
+        find_jdk(settings)
+    assert f"{JAVA_17} (Java 17)" in str(failure.value)
+    assert "set ES_JAVA_HOME" in str(failure.value)
+
+
+def test_jdk_search_skips_old_explicit_home_and_picks_a_new_one() -> None:
+    settings = Settings(es_java_home=JAVA_17, java_home=None, jvm_dir=Path("/usr/lib/jvm"))
+    jdk = find_jdk(settings)
+    assert jdk.major >= 21
+    assert os.access(jdk.home / "bin" / "java", os.X_OK)
+
+
+@pytest.mark.parametrize(
+    ("version", "major"), [("25.0.3", 25), ("21", 21), ("17.0.15", 17), ("1.8.0_392", 8)]
+)
+def test_java_major(version: str, major: int) -> None:
+    assert java_major(version) == major
+
+
+def test_corrupt_cached_zip_is_detected(tmp_path: Path) -> None:
+    settings = Settings(es_cache_dir=tmp_path, es_version="9.2.4")
+    cached = distribution.zip_path(tmp_path, "9.2.4")
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"PK\x03\x04 truncated download")
+    with pytest.raises(ChecksumError, match="is corrupt"):
+        distribution.ensure_home(settings, tmp_path)
+    assert not distribution.home_path(tmp_path, "9.2.4").exists()
+
+
+def test_cli_start_with_corrupt_zip_exits_with_one_line(
+    es_base_settings: Settings, tmp_path: Path
+) -> None:
+    cached = distribution.zip_path(tmp_path, es_base_settings.es_version)
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"not a zip")
+    settings = node_settings(es_base_settings, free_port_pair(), es_cache_dir=tmp_path)
+    result = runner.invoke(app, ["es", "start"], env=cli_env(settings))
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "is corrupt" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_unpinned_version_needs_a_checksum() -> None:
+    with pytest.raises(ChecksumError, match="CTXDB_ES_ZIP_SHA512"):
+        distribution.expected_sha512(Settings(es_version="9.9.9"))
+    pinned = Settings(es_version="9.9.9", es_zip_sha512="AB" * 64)
+    assert distribution.expected_sha512(pinned) == "ab" * 64
+
+
+def test_verified_zip_unpacks_with_run_bits(es_base_settings: Settings, tmp_path: Path) -> None:
+    cache = distribution.cache_root(es_base_settings)
+    zip_file = distribution.ensure_zip(es_base_settings, cache)
+    home = tmp_path / "home"
+    distribution.unpack(zip_file, home)
+    launcher = home / "bin" / "elasticsearch"
+    assert launcher.stat().st_mode & stat.S_IXUSR
+    assert (home / "lib").is_dir() and (home / "config" / "jvm.options").is_file()
+
+
+def test_missing_mvn_is_a_clear_error(tmp_path: Path) -> None:
+    settings = Settings(es_cache_dir=tmp_path, es_mvn=str(tmp_path / "no-mvn"))
+    with pytest.raises(MavenError, match="not found"):
+        distribution.ensure_home(settings, tmp_path)
+
+
+def test_mvn_failure_is_reported(tmp_path: Path) -> None:
+    """A version Maven Central does not have: mvn exits non-zero and its error is relayed."""
+    settings = Settings(es_cache_dir=tmp_path, es_version="0.0.1", es_zip_sha512="0" * 128)
+    with pytest.raises(MavenError, match="mvn could not fetch"):
+        distribution.ensure_home(settings, tmp_path)
