@@ -205,8 +205,14 @@ class SearchService:
         responses = self.client.msearch(searches=searches)["responses"]
         out: dict[Arm, list[RowHit]] = {}
         for arm, response in zip(bodies, responses, strict=True):
-            if "error" in response:
-                raise SearchUnavailable(f"{arm} arm failed: {response['error']}")
+            error = response.get("error")
+            if error and error.get("type") == "index_not_found_exception":
+                raise SearchUnavailable(
+                    f"search index {self.rows_alias!r} missing at {self.settings.elasticsearch_url};"
+                    " run the indexing pipeline first"
+                )
+            if error:
+                raise SearchUnavailable(f"{arm} arm failed: {error.get('reason', error)}")
             out[arm] = parse_hits(response)
         return out
 

@@ -1,0 +1,159 @@
+"""Exact arithmetic of reciprocal-rank fusion, the recency lift, dedup and the per-conversation cap."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ctxdb.search.arms import RowHit
+from ctxdb.search.fusion import (
+    arm_weights,
+    cap_per_conversation,
+    dedup_turns,
+    fuse,
+    recency_factor,
+)
+from ctxdb.search.models import SearchRequest, Weights
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def row(conv: str, turn: str, age_days: float = 0.0, target: str = "user", score: float = 1.0) -> RowHit:
+    return RowHit(conv, turn, target, NOW - timedelta(days=age_days), score)  # type: ignore[arg-type]
+
+
+def test_rrf_sums_weighted_reciprocal_ranks_with_k_60() -> None:
+    a, b = row("c1", "t1"), row("c2", "t1")
+    fused = fuse(
+        {"semantic": [a, b], "lexical": [b], "trigram": [a, b]},
+        weights=arm_weights(1.5, 0.5),
+        recency_weight=0.0,
+        half_life_days=7,
+        now=NOW,
+    )
+    by_key = {(f.conversation_id, f.turn_id): f for f in fused}
+    assert by_key["c1", "t1"].rrf == pytest.approx(1.5 / 61 + 0.5 / 61)
+    assert by_key["c2", "t1"].rrf == pytest.approx(1.5 / 62 + 0.5 / 61 + 0.5 / 62)
+    explain = by_key["c2", "t1"].explain
+    assert explain is not None
+    assert explain.arms["semantic"].rank == 2 and explain.arms["lexical"].rank == 1
+    assert explain.arms["lexical"].contribution == pytest.approx(0.5 / 61)
+    assert by_key["c1", "t1"].explain.arms["lexical"].rank is None
+    assert by_key["c1", "t1"].explain.arms["lexical"].contribution == 0.0
+
+
+def test_recency_lift_uses_half_life_in_days() -> None:
+    fresh, week, two_weeks = row("c1", "t1", 0), row("c2", "t1", 7), row("c3", "t1", 14)
+    fused = fuse(
+        {"lexical": [two_weeks, week, fresh]},
+        weights=arm_weights(1, 1),
+        recency_weight=0.8,
+        half_life_days=7,
+        now=NOW,
+    )
+    by_conv = {f.conversation_id: f for f in fused}
+    assert by_conv["c1"].final == pytest.approx((1 / 63) * (1 + 0.8 * 1.0))
+    assert by_conv["c2"].final == pytest.approx((1 / 62) * (1 + 0.8 * 0.5))
+    assert by_conv["c3"].final == pytest.approx((1 / 61) * (1 + 0.8 * 0.25))
+    assert by_conv["c2"].explain.recency == pytest.approx(0.5)
+    assert by_conv["c3"].explain.age_days == pytest.approx(14)
+    # the fresh turn ranked last lexically but wins after the lift
+    assert [f.conversation_id for f in fused] == ["c1", "c2", "c3"]
+
+
+def test_zero_recency_weight_keeps_pure_rrf_order() -> None:
+    fused = fuse(
+        {"lexical": [row("old", "t", 300), row("new", "t", 0)]},
+        weights=arm_weights(1, 1),
+        recency_weight=0.0,
+        half_life_days=7,
+        now=NOW,
+    )
+    assert [f.conversation_id for f in fused] == ["old", "new"]
+    assert fused[0].final == pytest.approx(1 / 61)
+
+
+def test_recency_factor_future_is_age_zero_and_half_life_must_be_positive() -> None:
+    assert recency_factor(NOW + timedelta(days=1), NOW, 7) == (0.0, 1.0)
+    assert recency_factor(NOW - timedelta(days=3.5), NOW, 7)[1] == pytest.approx(2 ** -0.5)
+    with pytest.raises(ValueError):
+        recency_factor(NOW, NOW, 0)
+
+
+def test_weights_are_clamped_to_0_2() -> None:
+    assert arm_weights(5, -1) == {"semantic": 2.0, "lexical": 0.0, "trigram": 0.0}
+    assert Weights(semantic=9, lexical=-3, recency=2.5).model_dump() == {
+        "semantic": 2.0,
+        "lexical": 0.0,
+        "recency": 2.0,
+    }
+    fused = fuse(
+        {"semantic": [row("c", "t")]},
+        weights={"semantic": 7.0},
+        recency_weight=9.0,
+        half_life_days=7,
+        now=NOW,
+    )
+    assert fused[0].final == pytest.approx((2 / 61) * (1 + 2 * 1.0))
+
+
+def test_dedup_inside_an_arm_keeps_best_row_so_ranks_count_turns() -> None:
+    rows = [row("c1", "t1", target="user"), row("c1", "t1", target="assistant"), row("c2", "t1")]
+    assert [r.target for r in dedup_turns(rows)] == ["user", "user"]
+    fused = fuse(
+        {"lexical": rows}, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW
+    )
+    assert {(f.conversation_id, f.rrf) for f in fused} == {("c1", 1 / 61), ("c2", 1 / 62)}
+
+
+def test_matched_targets_and_best_row_across_arms() -> None:
+    fused = fuse(
+        {
+            "semantic": [row("c0", "t0"), row("c1", "t1", target="summary")],
+            "lexical": [row("c1", "t1", target="assistant")],
+        },
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+    )
+    turn = next(f for f in fused if f.conversation_id == "c1")
+    assert turn.matched_targets == ["summary", "assistant"]
+    assert turn.best_row.target == "assistant"  # lexical rank 1 beats semantic rank 2
+
+
+def test_cap_per_conversation_and_top_k() -> None:
+    fused = fuse(
+        {"lexical": [row("a", "1"), row("a", "2"), row("a", "3"), row("b", "1"), row("c", "1")]},
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+    )
+    kept = cap_per_conversation(fused, cap=2, top_k=3)
+    assert [(f.conversation_id, f.turn_id) for f in kept] == [("a", "1"), ("a", "2"), ("b", "1")]
+
+
+def test_ties_break_by_newer_then_identity() -> None:
+    fused = fuse(
+        {"semantic": [row("x", "1", 2)], "lexical": [row("y", "1", 1)]},
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+    )
+    assert [f.conversation_id for f in fused] == ["y", "x"]
+
+
+def test_request_validation_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match="conversation_id"):
+        SearchRequest(query="x", scope="conversation")
+    with pytest.raises(ValueError, match="agent"):
+        SearchRequest(query="x", scope="agent")
+    with pytest.raises(ValueError, match="ordinal"):
+        SearchRequest(conversation_id="c", ordinal=0)
+    with pytest.raises(ValueError, match="targets"):
+        SearchRequest(query="x", targets=[])
+    with pytest.raises(ValueError):
+        SearchRequest(query="x", top_k=51)

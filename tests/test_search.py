@@ -1,0 +1,306 @@
+"""The search service against the real Elasticsearch node and the real model: each arm, fusion,
+recency, scope, targets, expiry, catalog modes, materialization, fallback snippet, degradation and
+cross-user isolation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest_search import NOW, SearchEnv, search_env  # noqa: F401
+from conftest_search import query_embedder  # noqa: F401
+
+from ctxdb.auth import Principal
+from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
+from ctxdb.settings import Settings
+
+pytestmark = [pytest.mark.es, pytest.mark.model]
+
+
+def keys(response) -> list[tuple[str, str]]:
+    return [(h.conversation_id, h.turn_id) for h in response.hits]
+
+
+def arm_only(env: SearchEnv, query: str, arm: str, **kw) -> list[tuple[str, str]]:
+    """Turn keys returned by one arm alone (the service's own bodies and _msearch)."""
+    request = SearchRequest(query=query, **kw)
+    vector = env.service.embedder.embed_query(query) if arm == "semantic" else None
+    bodies = env.service.arm_bodies(env.alice, request, query, vector, datetime.now(UTC))
+    rows = env.service.run_arms({arm: bodies[arm]})[arm]
+    return list(dict.fromkeys(r.key for r in rows))
+
+
+def test_semantic_arm_finds_a_paraphrase(search_env: SearchEnv) -> None:
+    found = arm_only(search_env, "trouble with Excel workbook losing calculations", "semantic")
+    assert found[0] == ("c-sheets", "t1")
+
+
+def test_lexical_arm_finds_the_exact_error_string(search_env: SearchEnv) -> None:
+    found = arm_only(search_env, "KeyError: 'Worksheet Sheet3 does not exist.'", "lexical")
+    assert found[0] == ("c-sheets", "t2")
+
+
+def test_lexical_arm_weights_anchors(search_env: SearchEnv) -> None:
+    # "load_workbook" is in t1's prompt and its summary anchors; anchors make t1 rank first
+    found = arm_only(search_env, "load_workbook", "lexical")
+    assert found == [("c-sheets", "t1")]
+
+
+def test_trigram_arm_finds_a_misspelling_the_lexical_arm_misses(search_env: SearchEnv) -> None:
+    query = "kubernetis CrashLoopBakOff"
+    assert ("c-k8s", "t1") not in arm_only(search_env, query, "lexical")
+    assert arm_only(search_env, query, "trigram")[0] == ("c-k8s", "t1")
+
+
+def test_trigram_threshold_rejects_unrelated_rows(search_env: SearchEnv) -> None:
+    assert arm_only(search_env, "quantum chromodynamics", "trigram") == []
+
+
+def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl formulas lost on save", explain=True)
+    )
+    assert response.mode == "search"
+    top = response.hits[0]
+    assert (top.conversation_id, top.turn_id) == ("c-sheets", "t1")
+    assert top.title == "Spreadsheet trouble" and top.ordinal == 1
+    assert {"user", "summary"} & set(top.matched_targets)
+    by_target = {s.target: s for s in reversed(top.snippets)}  # first snippet per target
+    assert [s.text for s in top.snippets if s.target == "user"][1] == "also it is the file from finance"
+    assert by_target["user"].text.startswith("My openpyxl workbook")
+    assert by_target["assistant"].source == "turn_log"
+    assert "formula loss" in by_target["summary"].text
+    assert by_target["attachment"].path.endswith("user.attachments/budget.xlsx")
+    e = top.explain
+    assert e is not None
+    assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency))
+    assert e.rrf == pytest.approx(sum(a.contribution for a in e.arms.values()))
+    assert e.recency == pytest.approx(2 ** (-e.age_days / 7), rel=1e-6)
+    assert all(h.explain is None for h in search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl")).hits)
+
+
+def test_snippet_selection_follows_the_request(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl formulas", snippets=["assistant"])
+    )
+    assert {s.target for s in response.hits[0].snippets} == {"assistant"}
+
+
+def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -> None:
+    request = SearchRequest(query="zebra migration serengeti", explain=True)
+    ranked = keys(search_env.service.search(search_env.alice, request))
+    assert ranked.index(("c-zebra-new", "t1")) < ranked.index(("c-zebra-old", "t1"))
+    flat = SearchRequest(query="zebra migration serengeti", weights={"recency": 0})
+    hits = search_env.service.search(search_env.alice, flat).hits
+    scores = {h.conversation_id: h.score for h in hits}
+    lifted = {h.conversation_id: h for h in search_env.service.search(search_env.alice, request).hits}
+    new = lifted["c-zebra-new"].explain
+    assert new.recency > lifted["c-zebra-old"].explain.recency
+    assert lifted["c-zebra-new"].score == pytest.approx(scores["c-zebra-new"] * (1 + 0.5 * new.recency))
+
+
+def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
+    within_week = search_env.service.search(
+        search_env.alice, SearchRequest(query="zebra migration serengeti", days=7)
+    )
+    assert ("c-zebra-old", "t1") not in keys(within_week)
+    window = SearchRequest(
+        query="kubernetes pod memory cpu",
+        since=NOW - timedelta(days=40),
+        until=NOW - timedelta(days=20),
+    )
+    assert keys(search_env.service.search(search_env.alice, window)) == [("c-k8s", "t1")]
+
+
+def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
+    in_conv = SearchRequest(query="openpyxl", scope="conversation", conversation_id="c-k8s")
+    assert {h.conversation_id for h in search_env.service.search(search_env.alice, in_conv).hits} == {"c-k8s"}
+    by_agent = SearchRequest(query="deployment workbook lasagna", scope="agent", agent="ops")
+    hits = search_env.service.search(search_env.alice, by_agent).hits
+    assert hits and {h.conversation_id for h in hits} == {"c-k8s"}
+
+
+def test_max_two_hits_per_conversation(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="kubernetes deployment resources limits requests pod", top_k=10)
+    )
+    assert [h.conversation_id for h in response.hits].count("c-k8s") == 2
+
+
+def test_targets_filter_rows_and_notes_are_opt_in(search_env: SearchEnv) -> None:
+    note_query = "suggest upgrading openpyxl 3.1"
+    default = search_env.service.search(search_env.alice, SearchRequest(query=note_query, explain=True))
+    assert all("notes" not in h.matched_targets for h in default.hits)
+    with_notes = search_env.service.search(
+        search_env.alice, SearchRequest(query=note_query, targets=["notes"])
+    )
+    assert keys(with_notes)[0] == ("c-sheets", "t2")
+    assert with_notes.hits[0].target == "notes"
+    assert with_notes.hits[0].snippets[0].text.startswith("User is probably on openpyxl")
+    only_assistant = search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl", targets=["assistant"])
+    )
+    assert {t for h in only_assistant.hits for t in h.matched_targets} == {"assistant"}
+
+
+def test_expired_turns_are_never_found(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl chart colors graphicalProperties", top_k=20)
+    )
+    assert "c-old" not in {h.conversation_id for h in response.hits}
+    with pytest.raises(NotFound):
+        search_env.service.turn(search_env.alice, "c-old", "t1")
+
+
+def test_missing_turn_log_gives_one_fallback_snippet_and_a_warning(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="ConditionalCheckFailedException state lock")
+    )
+    hit = response.hits[0]
+    assert (hit.conversation_id, hit.turn_id) == ("c-nolog", "t1")
+    assert len(hit.snippets) == 1
+    assert hit.snippets[0].source == "retrieval_row"
+    assert hit.snippets[0].path == "conv:ar:t1.react.turn.index"
+    assert "ConditionalCheckFailedException" in hit.snippets[0].text
+    assert any(w.startswith("turn_log_missing: c-nolog/t1") for w in response.warnings)
+
+
+def test_degraded_semantic_arm_other_arms_answer(search_env: SearchEnv) -> None:
+    """Fake embedder on purpose: this test is about the embedding model failing."""
+
+    class BrokenModel:
+        def embed_query(self, text: str) -> list[float] | None:
+            raise RuntimeError("model weights unavailable")
+
+    service = SearchService(search_env.settings, search_env.client, BrokenModel())
+    response = service.search(
+        search_env.alice, SearchRequest(query="KeyError Worksheet Sheet3", explain=True)
+    )
+    assert keys(response)[0] == ("c-sheets", "t2")
+    assert all(h.explain.arms["semantic"].rank is None for h in response.hits)
+    assert any(w.startswith("semantic_unavailable") for w in response.warnings)
+    no_model = SearchService(search_env.settings, search_env.client, None)
+    assert any("semantic_unavailable" in w for w in no_model.search(
+        search_env.alice, SearchRequest(query="openpyxl")).warnings)
+
+
+def test_unreachable_elasticsearch_is_a_clear_error(search_env: SearchEnv) -> None:
+    from ctxdb.es.client import make_client
+
+    settings = Settings(elasticsearch_url="http://127.0.0.1:1", elasticsearch_request_timeout=2)
+    service = SearchService(settings, make_client(settings), None)
+    with pytest.raises(SearchUnavailable, match="unreachable at http://127.0.0.1:1"):
+        service.search(search_env.alice, SearchRequest(query="openpyxl"))
+
+
+def test_missing_index_is_a_clear_error(search_env: SearchEnv) -> None:
+    settings = search_env.settings.model_copy(update={"index_prefix": "t-search-no-such-prefix"})
+    with pytest.raises(SearchUnavailable, match="run the indexing pipeline"):
+        SearchService(settings, search_env.client, None).search(
+            search_env.alice, SearchRequest(query="openpyxl")
+        )
+
+
+def test_blank_query_without_window_is_missing_query(search_env: SearchEnv) -> None:
+    with pytest.raises(MissingQuery, match="missing_query"):
+        search_env.service.search(search_env.alice, SearchRequest(query="   "))
+
+
+def test_long_query_is_cut_with_a_warning(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice, SearchRequest(query="openpyxl " + "x" * 500)
+    )
+    assert len(response.query) == search_env.settings.search_query_max_chars
+    assert any(w.startswith("query_truncated") for w in response.warnings)
+
+
+def test_catalog_first_last_and_nth(search_env: SearchEnv) -> None:
+    def nth(n: int):
+        return search_env.service.search(
+            search_env.alice, SearchRequest(conversation_id="c-k8s", ordinal=n)
+        )
+
+    first = nth(1)
+    assert first.mode == "catalog" and keys(first) == [("c-k8s", "t1")]
+    assert first.hits[0].ordinal == 1 and first.hits[0].score is None
+    assert first.hits[0].snippets[0].text.startswith("my kubernetes pod")
+    assert keys(nth(2)) == [("c-k8s", "t2")]
+    last = nth(-1)
+    assert keys(last) == [("c-k8s", "t3")] and last.hits[0].ordinal == 3
+    assert keys(nth(-3)) == [("c-k8s", "t1")]
+    beyond = nth(9)
+    assert beyond.hits == [] and beyond.warnings == ["no turn at ordinal 9"]
+
+
+def test_catalog_window_without_query(search_env: SearchEnv) -> None:
+    response = search_env.service.search(
+        search_env.alice,
+        SearchRequest(since=NOW - timedelta(days=2.5), until=NOW, top_k=20),
+    )
+    assert response.mode == "catalog"
+    assert keys(response) == [
+        ("c-cook", "t1"),
+        ("c-k8s", "t2"),
+        ("c-zebra-new", "t1"),
+        ("c-k8s", "t3"),
+    ] or keys(response) == [
+        ("c-cook", "t1"),
+        ("c-zebra-new", "t1"),
+        ("c-k8s", "t2"),
+        ("c-k8s", "t3"),
+    ]
+    scoped = search_env.service.search(
+        search_env.alice,
+        SearchRequest(scope="conversation", conversation_id="c-k8s", since=NOW - timedelta(days=60)),
+    )
+    assert keys(scoped) == [("c-k8s", "t1"), ("c-k8s", "t2"), ("c-k8s", "t3")]
+
+
+def test_conversation_list_by_last_activity_with_titles(search_env: SearchEnv) -> None:
+    listing = search_env.service.conversations(search_env.alice).conversations
+    ids = [c.conversation_id for c in listing]
+    assert ids == ["c-k8s", "c-zebra-new", "c-cook", "c-sheets", "c-zebra-old"]
+    k8s = listing[0]
+    assert k8s.title == "Pod restarts" and k8s.turns == 3 and k8s.agent == "ops"
+    assert [c.conversation_id for c in search_env.service.conversations(search_env.alice, agent="ops").conversations] == ["c-k8s"]
+    assert [c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations] == ["c-bob", "c-sheets-bob"] or [c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations] == ["c-sheets-bob", "c-bob"]
+
+
+def test_known_turn_rebuilds_messages_cards_files_and_citations(search_env: SearchEnv) -> None:
+    t1 = search_env.service.turn(search_env.alice, "c-sheets", "t1")
+    assert [m.role for m in t1.messages] == ["user", "user", "assistant"]
+    assert t1.messages[1].event_type == "event.user.followup"
+    assert t1.attachments[0].filename == "budget.xlsx"
+    assert t1.attachments[0].ref == "conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx"
+    assert t1.citations == [{"sid": 1, "url": "https://openpyxl.readthedocs.io"}]
+    assert "formula loss" in (t1.summary or "")
+    t2 = search_env.service.turn(search_env.alice, "c-sheets", "t2")
+    assert t2.files[0].ref == "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx"
+    assert t2.files[0].filename == "fixed.xlsx"
+
+
+def test_cross_user_isolation(search_env: SearchEnv) -> None:
+    svc, alice, bob = search_env.service, search_env.alice, search_env.bob
+    # bob's words never reach alice, however close the query
+    hits = svc.search(alice, SearchRequest(query="openpyxl payroll secret salaries", top_k=50)).hits
+    assert all(not h.conversation_id.startswith(("c-bob", "c-sheets-bob")) for h in hits)
+    # by id: bob's conversation named explicitly is NotFound (not forbidden, no data)
+    with pytest.raises(NotFound):
+        svc.search(alice, SearchRequest(query="payroll", scope="conversation", conversation_id="c-bob"))
+    with pytest.raises(NotFound):
+        svc.search(alice, SearchRequest(conversation_id="c-bob", ordinal=1))
+    with pytest.raises(NotFound):
+        svc.turn(alice, "c-bob", "t1")
+    # guessing ids: the same turn id in alice's own conversation is hers, bob's is not
+    assert svc.turn(alice, "c-sheets", "t1").messages[0].text.startswith("My openpyxl")
+    for guess in ("c-bob", "c-sheets-bob", "c-sheets ", "*", "c-*", "c-bob:t1"):
+        with pytest.raises(NotFound):
+            svc.turn(alice, guess, "t1")
+    # the same tenant boundary: a principal in another tenant sees nothing of alice's
+    other_tenant = Principal(user_id="alice", tenant="t2")
+    assert svc.search(other_tenant, SearchRequest(query="openpyxl")).hits == []
+    assert svc.conversations(other_tenant).conversations == []
+    # and bob sees his own turn, never alice's
+    assert {h.conversation_id for h in svc.search(bob, SearchRequest(query="openpyxl formulas")).hits} <= {
+        "c-bob", "c-sheets-bob"}
