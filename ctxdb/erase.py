@@ -1,22 +1,31 @@
 """Erasure: remove every trace of one user or one conversation, then verify nothing remains.
 
-Covers raw and quarantined events, every derived table, embedding statuses, embedding-cache
-vectors no remaining row references, Elasticsearch rows and turns (every index version) and
-conversation file storage. Work is recorded in `retention_pending` before Delta is touched, so a
-killed erasure is finished by the next erasure or retention sweep. The report row written to
-`retention_report` holds counts only, never the erased identifier.
+Covers the landing files the events came from, raw and quarantined events, every derived table,
+embedding statuses, embedding-cache vectors no remaining row references, Elasticsearch rows and
+turns (every index version) and conversation file storage.
+
+Order: record the Elasticsearch ids and storage paths in `retention_pending`, tombstone the
+conversations in `purged_conversations` (derivation never re-derives them), scrub the landing
+files, DELETE from Delta, then delete from Elasticsearch and storage, VACUUM and verify. Every step
+is idempotent, so a killed erasure is finished by re-running it (or by the next retention sweep
+for the pending Elasticsearch and storage work). The tombstone keeps identifiers only, no content;
+the report row written to `retention_report` holds counts only, never the erased identifier.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Literal
 
 import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
+from pyarrow import fs as pafs
 
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
@@ -32,6 +41,7 @@ from ctxdb.purge import (
 from ctxdb.retention import (
     FILES,
     RetentionReport,
+    conversation_file_path,
     finish_pending,
     new_run_id,
     record_pending,
@@ -41,6 +51,8 @@ from ctxdb.settings import Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
+    PURGED_CONVERSATIONS,
+    PURGED_CONVERSATIONS_SCHEMA,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
@@ -53,8 +65,8 @@ from ctxdb.tables import (
 
 log = logging.getLogger(__name__)
 
-# Tables holding a user's or a conversation's content, filtered by the identity column itself.
-SCOPED_TABLES = (
+# Tables holding a user's or a conversation's content.
+CONTENT_TABLES = (
     RAW_TURN_EVENTS,
     QUARANTINED_EVENTS,
     TURN_LOGS,
@@ -63,12 +75,14 @@ SCOPED_TABLES = (
     TURN_CATALOG,
     REPLAY_ARTIFACTS,
 )
-ERASED_TABLES = (*SCOPED_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
+ERASED_TABLES = (*CONTENT_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
+IDENTITY = ["tenant", "app", "user_id", "conversation_id"]
+QUARANTINE_KEY = ["source_file", "line_number"]
 
 
 @dataclass(frozen=True)
 class Scope:
-    """What to erase: every row whose `column` (user_id or conversation_id) equals `value`."""
+    """What to erase: everything whose `column` (user_id or conversation_id) equals `value`."""
 
     column: Literal["user_id", "conversation_id"]
     value: str
@@ -83,11 +97,25 @@ class Scope:
     def label(self) -> str:
         return "user" if self.column == "user_id" else "conversation"
 
-    def sql(self) -> str:
-        return f"{self.column} = '" + self.value.replace("'", "''") + "'"
-
     def es_query(self) -> dict:
         return {"term": {self.column: self.value}}
+
+    def _pattern(self) -> str:
+        return rf'"{self.column}"\s*:\s*"{re.escape(self.value)}"'
+
+    def in_raw_line(self) -> pl.Expr:
+        """Matches a quarantined raw line that names this user or conversation."""
+        return pl.col("raw_line").str.contains(self._pattern())
+
+    def in_line(self, line: str) -> bool:
+        """True when a landing-file line is an event of this user or conversation."""
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict):
+            return event.get(self.column) == self.value
+        return re.search(self._pattern(), line) is not None
 
 
 @dataclass
@@ -101,30 +129,30 @@ class EraseReport:
     deleted_rows: dict[str, int] = field(default_factory=dict)
     es_deleted: dict[str, int] = field(default_factory=dict)
     files_removed: int = 0
+    landing_lines_removed: int = 0
     remaining: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     duration_s: float = 0.0
 
     @property
     def verified(self) -> bool:
-        return self.found and not any(self.remaining.values()) and self.status == "ok"
+        return self.found and self.status == "ok" and not any(self.remaining.values())
 
     @property
     def message(self) -> str:
+        what = f"{self.scope.label} {self.scope.value!r}"
         if not self.found:
-            return f"No data found for {self.scope.label} {self.scope.value!r}; nothing erased."
+            return f"No data found for {what}; nothing to erase."
         if self.verified:
-            total = sum(self.deleted_rows.values())
             return (
-                f"Erased {self.scope.label} {self.scope.value!r}: {total} Delta rows, "
+                f"Erased {what}: {sum(self.deleted_rows.values())} Delta rows, "
                 f"{sum(self.es_deleted.values())} Elasticsearch documents, "
-                f"{self.files_removed} storage paths; verified zero remaining."
+                f"{self.files_removed} storage folders, {self.landing_lines_removed} landing "
+                "lines; verified zero remaining."
             )
         left = {k: v for k, v in self.remaining.items() if v}
-        return (
-            f"Erasure of {self.scope.label} {self.scope.value!r} incomplete ({self.status}): "
-            f"remaining {left}; {self.error or ''}".rstrip("; ")
-        )
+        detail = f"; {self.error}" if self.error else ""
+        return f"Erasure of {what} incomplete ({self.status}): remaining {left}{detail}"
 
 
 def erase(
@@ -134,20 +162,24 @@ def erase(
     clock = time.perf_counter()
     started_at = datetime.now(UTC)
     run_id = new_run_id("erase", started_at)
-    rows = _scoped(store, ROLE_ROWS, scope, ["row_id", "text_hash"])
-    turns = _turn_keys(store, scope)
-    es_ids, es_error = _es_ids(es, settings.index_prefix, scope, rows, turns)
-    paths = [p for p in storage_paths(store, scope) if path_exists(settings.files, p)]
-    counts = {table: _count(store, table, scope) for table in SCOPED_TABLES}
-    found = bool(sum(counts.values()) or any(es_ids.values()) or paths)
+    identities = _identities(store, scope)
+    rows = _matching(store, ROLE_ROWS, scope, identities, ["row_id", "text_hash"])
+    es_ids, es_error = _es_ids(es, settings.index_prefix, scope, rows, _turn_keys(store, scope))
+    paths = [p for p in storage_paths(identities, scope) if path_exists(settings.files, p)]
+    sources = _source_files(store, scope, identities)
+    counts = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
+    landing = sum(_landing_lines(settings, sources, scope).values())
+    found = bool(sum(counts.values()) or any(es_ids.values()) or paths or landing)
     report = EraseReport(scope=scope, run_id=run_id, found=found, status="ok", error=es_error)
     if not found:
-        log.info("erase: nothing found for %s", scope.label)
+        log.info("erase: nothing found for the %s", scope.label)
         report.status = "not_found"
         return report
 
     record_pending(store, run_id, {**es_ids, FILES: paths})
-    report.deleted_rows = _delete_delta(store, scope, rows)
+    tombstone(store, identities, started_at)
+    report.landing_lines_removed = scrub_landing(settings, sources, scope)
+    report.deleted_rows = _delete_delta(store, scope, identities, rows)
     summary = RetentionReport(
         run_id=run_id, status="ok", dry_run=False, cutoff=started_at,
         started_at=started_at, finished_at=started_at,
@@ -158,7 +190,7 @@ def erase(
     report.files_removed = summary.files_removed
     report.error = summary.error or late_error or es_error
     vacuum(store, ERASED_TABLES, settings.erase_vacuum_hours, dry_run=False)
-    report.remaining = verify(store, es, settings, scope, paths)
+    report.remaining = verify(store, es, settings, scope, identities, rows, paths, sources)
     if summary.es_pending or report.remaining.get("es_unreachable"):
         report.status = "es_pending"
     elif any(report.remaining.values()):
@@ -179,11 +211,16 @@ def verify(
     es: Elasticsearch | None,
     settings: Settings,
     scope: Scope,
+    identities: pl.DataFrame,
+    rows: pl.DataFrame,
     paths: list[str],
+    sources: list[str],
 ) -> dict[str, int]:
-    """Rows, documents and storage paths of `scope` still present (all zero once erased)."""
-    remaining = {table: _count(store, table, scope) for table in SCOPED_TABLES}
+    """Rows, documents, storage folders and landing lines of `scope` still present."""
+    remaining = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
+    remaining.update(_count_leftovers(store, rows))
     remaining["files"] = sum(path_exists(settings.files, p) for p in paths)
+    remaining["landing_lines"] = sum(_landing_lines(settings, sources, scope).values())
     if es is None:
         remaining["es_unreachable"] = 1
         return remaining
@@ -196,51 +233,149 @@ def verify(
     return remaining
 
 
-def storage_paths(store: DeltaStore, scope: Scope) -> list[str]:
-    """Conversation-storage directories of `scope` (a user's namespace or conversation folders)."""
-    identities = _identities(store, scope)
-    if identities.is_empty():
-        return []
+def storage_paths(identities: pl.DataFrame, scope: Scope) -> list[str]:
+    """Conversation-storage folders of `scope`: the user's namespaces or the conversation's."""
     if scope.column == "user_id":
         combos = identities.select("tenant", "app", "user_id").unique().iter_rows()
         return sorted(f"{t}/{a}/{u}" for t, a, u in combos)
-    return sorted(
-        f"{t}/{a}/{u}/conv_{c}"
-        for t, a, u, c in identities.unique().iter_rows()
+    return sorted(conversation_file_path(*row) for row in identities.select(IDENTITY).iter_rows())
+
+
+def tombstone(store: DeltaStore, identities: pl.DataFrame, at: datetime) -> int:
+    """Record the erased conversations so late or replayed events are never derived again."""
+    frame = identities.select(IDENTITY).with_columns(purged_at=pl.lit(at).dt.cast_time_unit("us"))
+    return store.insert_new(
+        PURGED_CONVERSATIONS, frame, keys=IDENTITY, schema=PURGED_CONVERSATIONS_SCHEMA
     )
 
 
-def _identities(store: DeltaStore, scope: Scope) -> pl.DataFrame:
-    wanted = ["tenant", "app", "user_id", "conversation_id"]
+def scrub_landing(settings: Settings, sources: list[str], scope: Scope) -> int:
+    """Rewrite landing files without the lines of `scope`; returns how many lines went."""
+    removed = 0
+    for source in sources:
+        filesystem, path = _landing_file(settings, source)
+        if filesystem.get_file_info(path).type != pafs.FileType.File:
+            continue
+        with filesystem.open_input_stream(path) as stream:
+            lines = stream.read().decode("utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if not (line.strip() and scope.in_line(line))]
+        if len(kept) == len(lines):
+            continue
+        with filesystem.open_output_stream(path) as out:
+            out.write("".join(kept).encode("utf-8"))
+        removed += len(lines) - len(kept)
+    return removed
+
+
+def _landing_lines(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for source in sources:
+        filesystem, path = _landing_file(settings, source)
+        if filesystem.get_file_info(path).type != pafs.FileType.File:
+            continue
+        with filesystem.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
+        matching = [line for line in text.splitlines() if line.strip() and scope.in_line(line)]
+        counts[source] = len(matching)
+    return counts
+
+
+def _landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of a landing file named absolutely or relative to the root."""
+    if "://" in source:
+        return pafs.FileSystem.from_uri(source)
+    if Path(source).is_absolute():
+        return pafs.LocalFileSystem(), source
+    root = settings.landing
+    if "://" in root:
+        filesystem, base = pafs.FileSystem.from_uri(root)
+        return filesystem, f"{base.rstrip('/')}/{source}"
+    return pafs.LocalFileSystem(), str(Path(root).resolve() / source)
+
+
+def _source_files(store: DeltaStore, scope: Scope, identities: pl.DataFrame) -> list[str]:
     frames = [
-        _scoped(store, table, scope, wanted)
-        for table in SCOPED_TABLES
-        if set(wanted) <= set(columns_of(store, table))
+        _matching(store, table, scope, identities, ["source_file"])
+        for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS)
+    ]
+    return sorted(set(pl.concat(frames)["source_file"].to_list()))
+
+
+def _identities(store: DeltaStore, scope: Scope) -> pl.DataFrame:
+    """Every (tenant, app, user_id, conversation_id) of `scope` found in any content table."""
+    frames = [
+        store.scan(table).filter(pl.col(scope.column) == scope.value).select(IDENTITY).collect()
+        for table in CONTENT_TABLES
+        if set(IDENTITY) <= set(columns_of(store, table))
     ]
     if not frames:
-        return pl.DataFrame(schema=dict.fromkeys(wanted, pl.String))
+        return pl.DataFrame(schema=dict.fromkeys(IDENTITY, pl.String))
     return pl.concat(frames).unique()
 
 
-def _scoped(store: DeltaStore, table: str, scope: Scope, columns: list[str]) -> pl.DataFrame:
-    present = columns_of(store, table)
-    if scope.column not in present or not set(columns) <= set(present):
+def _filter(
+    store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame
+) -> pl.Expr | None:
+    """The predicate selecting `scope`'s rows of `table` (None when the table cannot hold any).
+
+    Quarantined lines have no user column: they match by conversation id or by raw line text.
+    """
+    columns = columns_of(store, table)
+    if table == QUARANTINED_EVENTS and "raw_line" in columns:
+        conversations = identities["conversation_id"].unique().to_list()
+        return scope.in_raw_line() | pl.col("conversation_id").is_in(conversations).fill_null(False)
+    if scope.column in columns:
+        return pl.col(scope.column) == scope.value
+    return None
+
+
+def _matching(
+    store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame, columns: list[str]
+) -> pl.DataFrame:
+    predicate = _filter(store, table, scope, identities)
+    if predicate is None or not set(columns) <= set(columns_of(store, table)):
         return pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
-    return store.scan(table).filter(pl.col(scope.column) == scope.value).select(columns).collect()
+    return store.scan(table).filter(predicate).select(columns).collect()
 
 
-def _count(store: DeltaStore, table: str, scope: Scope) -> int:
-    if scope.column not in columns_of(store, table):
+def _count(store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame) -> int:
+    predicate = _filter(store, table, scope, identities)
+    if predicate is None:
         return 0
-    matching = store.scan(table).filter(pl.col(scope.column) == scope.value)
-    return int(matching.select(pl.len()).collect().item())
+    return int(store.scan(table).filter(predicate).select(pl.len()).collect().item())
+
+
+def _count_leftovers(store: DeltaStore, rows: pl.DataFrame) -> dict[str, int]:
+    """Embedding statuses and cached vectors of the erased rows still present."""
+    statuses = (
+        store.scan(ROW_EMBEDDINGS).filter(pl.col("row_id").is_in(rows["row_id"].implode()))
+        .select(pl.len()).collect().item()
+        if store.exists(ROW_EMBEDDINGS) else 0
+    )
+    vectors = 0
+    if store.exists(EMBEDDINGS):
+        erased = pl.DataFrame({"text_hash": rows["text_hash"].unique()})
+        if store.exists(ROLE_ROWS):
+            still_used = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
+            erased = erased.join(still_used, on="text_hash", how="anti")
+        vectors = (
+            store.scan(EMBEDDINGS).select("text_hash").collect()
+            .join(erased, on="text_hash", how="semi").height
+        )
+    return {ROW_EMBEDDINGS: int(statuses), EMBEDDINGS: int(vectors)}
 
 
 def _turn_keys(store: DeltaStore, scope: Scope) -> pl.DataFrame:
     frames = [
-        _scoped(store, table, scope, ["conversation_id", "turn_id"])
-        for table in (TURN_LOGS, ROLE_ROWS, TURN_CATALOG, CONVERSATION_TIMELINES)
+        store.scan(table)
+        .filter(pl.col(scope.column) == scope.value)
+        .select("conversation_id", "turn_id")
+        .collect()
+        for table in (TURN_LOGS, ROLE_ROWS, TURN_CATALOG, RAW_TURN_EVENTS)
+        if {scope.column, "turn_id"} <= set(columns_of(store, table))
     ]
+    if not frames:
+        return pl.DataFrame(schema={"conversation_id": pl.String, "turn_id": pl.String})
     return pl.concat(frames).unique()
 
 
@@ -262,12 +397,17 @@ def _es_ids(
     return ids, None
 
 
-def _delete_delta(store: DeltaStore, scope: Scope, rows: pl.DataFrame) -> dict[str, int]:
-    deleted = {
-        table: store.delete(table, scope.sql())
-        for table in SCOPED_TABLES
-        if scope.column in columns_of(store, table)
-    }
+def _delete_delta(
+    store: DeltaStore, scope: Scope, identities: pl.DataFrame, rows: pl.DataFrame
+) -> dict[str, int]:
+    deleted: dict[str, int] = {}
+    for table in CONTENT_TABLES:
+        if table == QUARANTINED_EVENTS:
+            keys = _matching(store, table, scope, identities, QUARANTINE_KEY)
+            deleted[table] = delete_keys(store, table, keys)
+        elif scope.column in columns_of(store, table):
+            literal = "'" + scope.value.replace("'", "''") + "'"
+            deleted[table] = store.delete(table, f"{scope.column} = {literal}")
     deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, rows.select("row_id"))
     deleted[EMBEDDINGS] = _drop_unreferenced_vectors(store, rows["text_hash"])
     return deleted

@@ -1,0 +1,231 @@
+"""Erasure of a user or a conversation across Delta, Elasticsearch, storage and landing files."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest_ops import (  # noqa: F401  (fixtures)
+    derived,
+    es,
+    index_rows,
+    ops_settings,
+    role_rows,
+    store,
+    write_derived,
+    write_turn_files,
+)
+
+from ctxdb import erase as erasure
+from ctxdb import retention
+from ctxdb.auth import Principal
+from ctxdb.es.client import make_client
+from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.resolve import Resolver
+from ctxdb.search.models import NotFound
+from ctxdb.tables import (
+    EMBEDDINGS,
+    EMBEDDINGS_SCHEMA,
+    PURGED_CONVERSATIONS,
+    QUARANTINE_SCHEMA,
+    QUARANTINED_EVENTS,
+    RAW_TURN_EVENTS,
+    RETENTION_PENDING,
+    RETENTION_REPORT,
+    ROLE_ROWS,
+    ROW_EMBEDDINGS,
+    ROW_EMBEDDINGS_SCHEMA,
+)
+from ctxdb.text import text_hash
+
+pytestmark = pytest.mark.es
+
+CONTENT = erasure.CONTENT_TABLES
+SHARED_TEXT = "the same sentence typed by two users"
+
+
+@pytest.fixture
+def seeded(store, es, ops_settings):
+    """u1 owns conversations c1 and c2, u2 owns c3; one u2 row repeats a u1 text."""
+    u1 = pl.concat([
+        role_rows(4, user="u1", conversation="c1"),
+        role_rows(3, user="u1", conversation="c2"),
+    ]).with_columns(
+        text=pl.when(pl.col("row_id") == "c1-t0-assistant").then(pl.lit(SHARED_TEXT))
+        .otherwise(pl.col("text"))
+    )
+    u2 = role_rows(4, user="u2", conversation="c3").with_columns(
+        text=pl.when(pl.col("row_id") == "c3-t0-assistant").then(pl.lit(SHARED_TEXT))
+        .otherwise(pl.col("text"))
+    )
+    rows = pl.concat([u1, u2]).with_columns(
+        text_hash=pl.col("text").map_elements(text_hash, return_dtype=pl.String)
+    )
+    write_derived(store, rows)
+    _landing_and_quarantine(store, ops_settings, rows)
+    _embeddings(store, rows)
+    index_rows(es, ops_settings.index_prefix, rows)
+    write_turn_files(ops_settings.files, rows)
+    return rows
+
+
+def _landing_and_quarantine(store, settings, rows: pl.DataFrame) -> None:
+    raw = derived(rows)[RAW_TURN_EVENTS]
+    landing = Path(settings.landing)
+    landing.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps({"event_id": r["event_id"], "user_id": r["user_id"],
+                    "conversation_id": r["conversation_id"], "turn_id": r["turn_id"]})
+        for r in raw.iter_rows(named=True)
+    ]
+    (landing / "events.jsonl").write_text("\n".join(lines) + "\n")
+    broken = ['{"user_id": "u1", "conversation_id": "c9", "type": 42', '{"user_id": "u2" broken']
+    (landing / "bad.jsonl").write_text("\n".join(broken) + "\n")
+    store.append(QUARANTINED_EVENTS, pl.DataFrame({
+        "source_file": "bad.jsonl", "line_number": [1, 2], "raw_line": broken,
+        "reason": "invalid", "detail": "bad type", "event_id": None,
+        "conversation_id": pl.Series([None, None], dtype=pl.String),
+        "quarantined_at": datetime.now(UTC),
+    }), schema=QUARANTINE_SCHEMA)
+
+
+def _embeddings(store, rows: pl.DataFrame) -> None:
+    now = datetime.now(UTC)
+    hashes = rows["text_hash"].unique()
+    store.append(EMBEDDINGS, pl.DataFrame({
+        "model_id": "all-MiniLM-L6-v2", "text_hash": hashes,
+        "vector": [[0.5, 0.5]] * len(hashes), "created_at": now,
+    }), schema=EMBEDDINGS_SCHEMA)
+    store.append(ROW_EMBEDDINGS, pl.DataFrame({
+        "row_id": rows["row_id"], "model_id": "all-MiniLM-L6-v2", "text_hash": rows["text_hash"],
+        "embedding_status": "ok", "error": None, "attempts": 1, "updated_at": now,
+    }), schema=ROW_EMBEDDINGS_SCHEMA)
+
+
+def _es_count(es, prefix: str, kind: str, field: str, value: str) -> int:
+    index = alias_name(prefix, kind)
+    es.indices.refresh(index=index)
+    return es.count(index=index, query={"term": {field: value}})["count"]
+
+
+def _rows_for(store, table: str, field: str, value: str) -> int:
+    frame = store.read(table)
+    if field in frame.columns:
+        return frame.filter(pl.col(field) == value).height
+    return frame.filter(pl.col("raw_line").str.contains(f'"{value}"')).height
+
+
+def test_erase_user_leaves_zero_rows_anywhere(store, es, ops_settings, seeded):
+    files = Path(ops_settings.files)
+    report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
+
+    assert report.found and report.verified, report.message
+    assert "verified zero remaining" in report.message
+    assert report.deleted_rows[ROLE_ROWS] == 7
+    assert report.landing_lines_removed == 8  # 7 landed events + 1 quarantined line
+    for table in CONTENT:
+        assert _rows_for(store, table, "user_id", "u1") == 0, table
+    assert store.read(ROLE_ROWS).height == 4
+    assert store.read(QUARANTINED_EVENTS)["line_number"].to_list() == [2]
+    for kind in (ROWS, TURNS):
+        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u1") == 0
+        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u2") == 4
+    assert not (files / "acme/press/u1").exists()
+    assert len(list((files / "acme/press/u2").rglob("*.txt"))) == 8
+    landing = Path(ops_settings.landing)
+    assert '"u1"' not in (landing / "events.jsonl").read_text()
+    assert (landing / "events.jsonl").read_text().count('"u2"') == 4
+    assert '"u1"' not in (landing / "bad.jsonl").read_text()
+
+    statuses = store.read(ROW_EMBEDDINGS)
+    assert sorted(statuses["row_id"]) == sorted(seeded.filter(pl.col("user_id") == "u2")["row_id"])
+    cached = set(store.read(EMBEDDINGS)["text_hash"])
+    assert cached == set(seeded.filter(pl.col("user_id") == "u2")["text_hash"])
+    assert text_hash(SHARED_TEXT) in cached  # still referenced by u2's row
+
+    tombstones = store.read(PURGED_CONVERSATIONS)
+    assert sorted(tombstones["conversation_id"]) == ["c1", "c2"]
+    saved = store.read(RETENTION_REPORT).row(0, named=True)
+    assert saved["operation"] == "erase" and saved["status"] == "ok"
+    assert not any("u1" in str(value) for value in saved.values())
+    assert store.read(RETENTION_PENDING).height == 0
+
+
+def test_erase_conversation_keeps_the_users_other_conversations(store, es, ops_settings, seeded):
+    report = erasure.erase(store, es, ops_settings, erasure.Scope("conversation_id", "c2"))
+
+    assert report.verified, report.message
+    for table in CONTENT:
+        assert _rows_for(store, table, "conversation_id", "c2") == 0, table
+    assert store.read(ROLE_ROWS).filter(pl.col("user_id") == "u1").height == 4
+    assert _es_count(es, ops_settings.index_prefix, ROWS, "conversation_id", "c2") == 0
+    assert _es_count(es, ops_settings.index_prefix, ROWS, "conversation_id", "c1") == 4
+    files = Path(ops_settings.files) / "acme/press/u1"
+    assert not (files / "conv_c2").exists() and (files / "conv_c1").exists()
+
+
+def test_erased_refs_stop_resolving(store, es, ops_settings, seeded):
+    resolver = Resolver(ops_settings, es)
+    principal = Principal(user_id="u1", tenant="acme")
+    ref = "conv:fi:conv_c2.turn_t1.files/report.txt"
+    assert resolver.pull(principal, ref).data == b"t1 files/report.txt"
+
+    erasure.erase(store, es, ops_settings, erasure.Scope("conversation_id", "c2"))
+
+    with pytest.raises(NotFound):
+        resolver.pull(principal, ref)
+    assert resolver.pull(principal, "conv:fi:conv_c1.turn_t1.files/report.txt").data
+
+
+def test_unknown_user_is_a_clear_message_not_an_error(store, es, ops_settings, seeded):
+    report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "nobody"))
+    assert not report.found and report.status == "not_found"
+    assert report.message == "No data found for user 'nobody'; nothing to erase."
+    assert store.read(ROLE_ROWS).height == 11
+    assert not store.exists(RETENTION_REPORT)
+    again = erasure.erase(store, es, ops_settings, erasure.Scope("conversation_id", "nope"))
+    assert again.message.startswith("No data found for conversation 'nope'")
+
+
+def test_blank_identifier_is_rejected():
+    with pytest.raises(ValueError, match="non-empty user_id"):
+        erasure.Scope("user_id", "  ")
+
+
+def test_interrupted_erase_is_finished_by_a_rerun(store, es, ops_settings, seeded, monkeypatch):
+    """The injected RuntimeError stands in for the process being killed after Delta was purged
+    and before Elasticsearch and storage were touched."""
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash after the Delta step")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(erasure, "finish_pending", crash)
+        with pytest.raises(RuntimeError):
+            erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
+    assert _rows_for(store, ROLE_ROWS, "user_id", "u1") == 0
+    assert _es_count(es, ops_settings.index_prefix, ROWS, "user_id", "u1") == 7
+
+    report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
+    assert report.verified, report.message
+    assert _es_count(es, ops_settings.index_prefix, TURNS, "user_id", "u1") == 0
+    assert not (Path(ops_settings.files) / "acme/press/u1").exists()
+
+
+def test_erase_with_elasticsearch_down_is_finished_by_the_sweep(store, es, ops_settings, seeded):
+    down = ops_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
+    report = erasure.erase(store, make_client(down), down, erasure.Scope("user_id", "u1"))
+
+    assert report.status == "es_pending" and not report.verified
+    assert "incomplete" in report.message
+    for table in CONTENT:
+        assert _rows_for(store, table, "user_id", "u1") == 0, table
+    assert _es_count(es, ops_settings.index_prefix, ROWS, "user_id", "u1") == 7
+
+    sweep = retention.sweep(store, es, ops_settings)
+    assert sweep.status == "ok"
+    assert sweep.es_deleted == {ROWS: 7, TURNS: 7}
+    for kind in (ROWS, TURNS):
+        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u1") == 0
