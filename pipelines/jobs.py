@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
+from pipelines.reindex import reindex_job
+
 memory_job = define_asset_job(
     "memory_job",
     selection=AssetSelection.all(),
     description="Land new events, derive the turn record, embed and index: the main job.",
 )
 
-JOBS: list = [memory_job]
+JOBS: list = [memory_job, reindex_job]

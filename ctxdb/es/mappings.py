@@ -56,6 +56,7 @@ def rows_mapping(dims: int = 384) -> dict[str, Any]:
                 "dims": dims,
                 "similarity": "cosine",
                 "index": True,
+                "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
             },
             "embedding_status": _KEYWORD,
             "model_id": _KEYWORD,

@@ -72,16 +72,48 @@ def complete_rows(base: pl.DataFrame, vectors: pl.DataFrame) -> pl.DataFrame:
     ).drop("vector", FINGERPRINT)
 
 
-def index_actions(frame: pl.DataFrame, index: str, chunk: int = 1000) -> Iterator[dict[str, Any]]:
-    """Bulk index actions (`_id` from the frame) with null fields left out of the source."""
+def index_actions(
+    frame: pl.DataFrame, index: str, chunk: int = 1000, json_columns: tuple[str, ...] = ()
+) -> Iterator[dict[str, Any]]:
+    """Bulk index actions (`_id` from the frame) with null fields left out of the source;
+    `json_columns` hold JSON text that is sent as an object."""
     for part in frame.iter_slices(chunk):
         for row in part.to_dicts():
             doc_id = row.pop(ID)
+            for column in json_columns:
+                row[column] = payload_object(row.get(column))
             yield {
                 "_index": index,
                 "_id": doc_id,
                 "_source": {k: v for k, v in row.items() if v is not None},
             }
+
+
+def turn_base(
+    turn_logs: pl.DataFrame, catalog: pl.DataFrame, timelines: pl.DataFrame
+) -> pl.DataFrame:
+    """One document per TurnLog: its accounting and payload, catalog order and texts, and the
+    title (catalog, else TurnLog, else conversation timeline). Turns without a TurnLog are left
+    out (they are not findable, as in the reference)."""
+    identity = ["tenant", "app", "agent", "user_id", "conversation_id"]
+    logs = turn_logs.sort("updated_at").unique([*identity, "turn_id"], keep="last")
+    cat = catalog.sort("updated_at").unique([*identity, "turn_id"], keep="last").select(
+        *identity, "turn_id", "ordinal", "first_user_text", "last_assistant_text",
+        pl.col("title").alias("_catalog_title"), "last_activity_at",
+    )
+    conv = timelines.sort("updated_at").unique(identity, keep="last").select(
+        *identity, pl.col("title").alias("_conversation_title")
+    )
+    joined = logs.join(cat, on=[*identity, "turn_id"], how="left").join(
+        conv, on=identity, how="left"
+    )
+    return with_fingerprint(
+        joined.with_columns(
+            pl.concat_str([pl.col("conversation_id"), pl.col("turn_id")], separator=":").alias(ID),
+            pl.coalesce("_catalog_title", "title", "_conversation_title").alias("title"),
+            pl.coalesce("last_activity_at", "ended_at").alias("last_activity_at"),
+        ).select(ID, *TURN_FIELDS)
+    )
 
 
 def delete_actions(ids: pl.Series, index: str) -> Iterator[dict[str, Any]]:

@@ -41,6 +41,7 @@ class Source:
     base: Callable[[Mapping[str, pl.DataFrame], str], pl.DataFrame]
     complete: Callable[[DeltaStore, pl.DataFrame, str], pl.DataFrame]
     schemas: Mapping[str, pa.Schema]
+    json_columns: tuple[str, ...] = ()
 
 
 @dataclass
@@ -148,7 +149,10 @@ def sync_index(
     docs = source.complete(store, changed, model_id)
     bulk: BulkReport = bulk_write(
         es,
-        chain(index_actions(docs, index), delete_actions(gone, index)),
+        chain(
+            index_actions(docs, index, json_columns=source.json_columns),
+            delete_actions(gone, index),
+        ),
         chunk_size=chunk_size,
     )
     if refresh:

@@ -8,10 +8,21 @@ import polars as pl
 
 from ctxdb.delta import DeltaStore
 from ctxdb.embedding import OK, read_vectors
-from ctxdb.es.mappings import ROWS
-from ctxdb.index.documents import complete_rows, row_base
+from ctxdb.es.mappings import ROWS, TURNS
+from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base
 from ctxdb.index.incremental import Source
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
+from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    ROLE_ROWS,
+    ROLE_ROWS_SCHEMA,
+    ROW_EMBEDDINGS,
+    ROW_EMBEDDINGS_SCHEMA,
+    TIMELINES_SCHEMA,
+    TURN_CATALOG,
+    TURN_CATALOG_SCHEMA,
+    TURN_LOGS,
+    TURN_LOGS_SCHEMA,
+)
 
 
 def _rows_base(frames: Mapping[str, pl.DataFrame], model_id: str) -> pl.DataFrame:
@@ -31,4 +42,27 @@ ROWS_SOURCE = Source(
     schemas={ROLE_ROWS: ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS: ROW_EMBEDDINGS_SCHEMA},
 )
 
-SOURCES: dict[str, Source] = {ROWS: ROWS_SOURCE}
+
+
+def _turns_base(frames: Mapping[str, pl.DataFrame], model_id: str) -> pl.DataFrame:
+    return turn_base(frames[TURN_LOGS], frames[TURN_CATALOG], frames[CONVERSATION_TIMELINES])
+
+
+def _turns_complete(store: DeltaStore, base: pl.DataFrame, model_id: str) -> pl.DataFrame:
+    return base.drop(FINGERPRINT)
+
+
+TURNS_SOURCE = Source(
+    kind=TURNS,
+    tables=(TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES),
+    base=_turns_base,
+    complete=_turns_complete,
+    schemas={
+        TURN_LOGS: TURN_LOGS_SCHEMA,
+        TURN_CATALOG: TURN_CATALOG_SCHEMA,
+        CONVERSATION_TIMELINES: TIMELINES_SCHEMA,
+    },
+    json_columns=("payload",),
+)
+
+SOURCES: dict[str, Source] = {ROWS: ROWS_SOURCE, TURNS: TURNS_SOURCE}

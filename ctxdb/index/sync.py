@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from elasticsearch import Elasticsearch
+from elasticsearch import ConnectionError as ESConnectionError
+from elasticsearch import ConnectionTimeout, Elasticsearch
 
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import alias_name
+from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
 from ctxdb.index.sources import SOURCES
@@ -19,7 +21,22 @@ log = logging.getLogger(__name__)
 def sync_live(
     store: DeltaStore, es: Elasticsearch, settings: Settings, *, model_id: str
 ) -> list[SyncReport]:
-    """Ensure both aliases exist, sync each live index incrementally, drop retired versions."""
+    """Ensure both aliases exist, sync each live index incrementally, drop retired versions.
+
+    Raises ElasticsearchUnavailable when the node cannot be reached; since `index_state` only
+    advances after a successful sync, the next run catches up.
+    """
+    try:
+        return _sync_live(store, es, settings, model_id=model_id)
+    except (ESConnectionError, ConnectionTimeout) as exc:
+        raise ElasticsearchUnavailable(
+            f"Elasticsearch at {settings.elasticsearch_url} is unreachable: {exc}"
+        ) from exc
+
+
+def _sync_live(
+    store: DeltaStore, es: Elasticsearch, settings: Settings, *, model_id: str
+) -> list[SyncReport]:
     reports = []
     for kind in KINDS:
         index = ensure_index(

@@ -1,0 +1,90 @@
+"""Asset `search_index`: incremental bulk indexing of rows and turns, plus its asset checks."""
+
+from datetime import UTC, datetime
+
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    MaterializeResult,
+    asset,
+    asset_check,
+)
+
+from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.index.checks import count_mismatches
+from ctxdb.index.status import expired_ids, vector_coverage
+from ctxdb.index.sync import sync_live
+from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
+from resources.embedder import EmbedderResource
+
+
+@asset(
+    deps=[
+        AssetKey("role_row_embeddings"),
+        AssetKey("role_rows"),
+        AssetKey("turn_logs"),
+        AssetKey("turn_catalog"),
+        AssetKey("conversation_timelines"),
+    ],
+    group_name="index",
+    description="Role rows and turns in Elasticsearch (versioned indices behind aliases).",
+)
+def search_index(
+    context: AssetExecutionContext,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
+    embedder: EmbedderResource,
+) -> MaterializeResult:
+    reports = sync_live(delta.store(), es.client(), es.settings(), model_id=embedder.model_id())
+    metadata: dict[str, int | float | str | bool] = {}
+    for report in reports:
+        context.log.info(
+            f"{report.index}: {report.indexed} indexed, {report.deleted} deleted"
+            + (" (no change)" if report.skipped else "")
+        )
+        metadata.update({f"{report.kind}_{k}": v for k, v in report.as_metadata().items()
+                         if k not in {"kind"}})
+    return MaterializeResult(metadata=metadata)
+
+
+@asset_check(asset=search_index, description="Documents per index equal the rows/turns in Delta.")
+def doc_count_matches_delta(
+    context: AssetCheckExecutionContext, delta: DeltaResource, es: ElasticsearchResource
+) -> AssetCheckResult:
+    settings = es.settings()
+    mismatches = count_mismatches(delta.store(), es.client(), settings.index_prefix)
+    metadata = {f"{m.kind}_{k}": v for m in mismatches for k, v in m.as_metadata().items()}
+    return AssetCheckResult(passed=all(m.ok for m in mismatches), metadata=metadata)
+
+
+@asset_check(asset=search_index, description="Share of embeddable row documents with a vector.")
+def embedding_coverage(
+    context: AssetCheckExecutionContext, es: ElasticsearchResource
+) -> AssetCheckResult:
+    alias = alias_name(es.settings().index_prefix, ROWS)
+    with_vector, embeddable, pct = vector_coverage(es.client(), alias)
+    return AssetCheckResult(
+        passed=with_vector == embeddable,
+        severity=AssetCheckSeverity.WARN,
+        metadata={"coverage_pct": round(pct, 2), "with_vector": with_vector,
+                  "embeddable": embeddable},
+    )
+
+
+@asset_check(asset=search_index, description="No document is past its expires_at.")
+def no_expired_documents(
+    context: AssetCheckExecutionContext, es: ElasticsearchResource
+) -> AssetCheckResult:
+    client, prefix, now = es.client(), es.settings().index_prefix, datetime.now(UTC)
+    metadata: dict[str, int | str] = {}
+    total = 0
+    for kind in (ROWS, TURNS):
+        n, ids = expired_ids(client, alias_name(prefix, kind), now)
+        total += n
+        metadata[f"{kind}_expired"] = n
+        metadata[f"{kind}_expired_ids"] = ", ".join(ids)
+    return AssetCheckResult(passed=total == 0, severity=AssetCheckSeverity.WARN, metadata=metadata)

@@ -1,0 +1,91 @@
+"""`ctxdb index status|reindex`: inspect the search indices and rebuild them without downtime."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated
+
+import typer
+from elasticsearch import ConnectionError as ESConnectionError
+
+from ctxdb.cli.app import app
+from ctxdb.delta import DeltaStore
+from ctxdb.embedding import SentenceTransformerEmbedder
+from ctxdb.es.client import make_client
+from ctxdb.index.reindex import ReindexFailed, drop_after_grace, reindex
+from ctxdb.index.status import all_status
+from ctxdb.settings import get_settings
+
+index_app = typer.Typer(help="Search indices: status and reindex.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+
+@index_app.callback()
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+@index_app.command()
+def status(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per index.")] = False) -> None:
+    """Per index: alias, concrete index and version, documents, vector coverage, size, model."""
+    settings = get_settings()
+    try:
+        rows = all_status(make_client(settings), settings.index_prefix)
+    except ESConnectionError as exc:
+        typer.echo(f"error: Elasticsearch at {settings.elasticsearch_url} is unreachable", err=True)
+        raise typer.Exit(1) from exc
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row.model_dump()))
+        return
+    typer.echo(f"{'alias':<24} {'index':<28} {'ver':>3} {'docs':>9} {'vectors':>18} {'size':>10}  model")
+    for row in rows:
+        coverage = (
+            f"{row.with_vector}/{row.embeddable} {row.coverage_pct:.1f}%"
+            if row.coverage_pct is not None else "-"
+        )
+        typer.echo(
+            f"{row.alias:<24} {row.index or '(none)':<28} {row.version or '-':>3} {row.docs:>9} "
+            f"{coverage:>18} {_size(row.size_bytes):>10}  {row.model_id or '-'}"
+        )
+
+
+@index_app.command("reindex")
+def reindex_command(
+    model: Annotated[str | None, typer.Option(help="Embedding model (default: configured).")] = None,
+    grace: Annotated[float | None, typer.Option(help="Seconds to keep the old indices.")] = None,
+    min_coverage: Annotated[float, typer.Option(help="Minimum vector coverage %.")] = 0.0,
+) -> None:
+    """Build new index versions from Delta, verify, swap aliases atomically, drop the old ones."""
+    settings = get_settings()
+    embedder = SentenceTransformerEmbedder(
+        model or settings.embedding_model,
+        batch_size=settings.embedding_batch_size,
+        device=settings.embedding_device,
+    )
+    es = make_client(settings)
+    store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
+    try:
+        report = reindex(store, es, settings, embedder, min_coverage_pct=min_coverage)
+    except ReindexFailed as exc:
+        typer.echo(f"error: {exc} (aliases unchanged)", err=True)
+        raise typer.Exit(1) from exc
+    for swap in report.swaps:
+        typer.echo(f"{swap.alias}: {swap.old or '(none)'} -> {swap.new}")
+    typer.echo(
+        f"embedded {report.embed.embedded}, cache hits {report.embed.cache_hits}, "
+        f"{report.seconds:.1f}s"
+    )
+    grace_s = settings.reindex_grace_s if grace is None else grace
+    dropped = drop_after_grace(es, settings, grace_s=grace_s)
+    typer.echo(f"dropped {', '.join(dropped) or 'nothing'}")
