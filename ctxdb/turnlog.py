@@ -245,7 +245,7 @@ def _step_block(event: Mapping[str, Any], turn_id: str) -> Block:
         turn_id=turn_id,
         ts=_event_ts(event),
         path=make_ref("ev", event["event_id"], turn_id),
-        text=p.get("title") or p["step"],
+        text=p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}",
         meta={"step": p["step"], "phase": p["phase"], "tool": p.get("tool"),
               "status": p.get("status") or p["phase"]},
     )
