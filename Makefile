@@ -1,0 +1,67 @@
+# ctxdb: `make run` runs the main job on the embedded Elasticsearch node, `make test` the suite.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# The embedded node's HTTP port; ELASTICSEARCH_URL from the environment wins (external cluster).
+ES_PORT ?= $(or $(CTXDB_ES_PORT),9200)
+export CTXDB_ES_PORT := $(ES_PORT)
+ELASTICSEARCH_URL ?= http://127.0.0.1:$(ES_PORT)
+export ELASTICSEARCH_URL
+
+# The embedding model ships inside a Python package: never reach for the Hugging Face hub.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+
+PYTEST_ARGS ?=
+
+.PHONY: help install venv run test es-start es-stop es-status es-logs validate dagster-dev
+
+help:
+	@echo "make run          install, start Elasticsearch, run the main job"
+	@echo "make test         install, start Elasticsearch, run the test suite"
+	@echo "make dagster-dev  open the Dagster UI on http://127.0.0.1:3000"
+	@echo "make es-start | es-stop | es-status | es-logs | validate | install"
+
+install venv: $(STAMP)
+
+# Reruns only when pyproject.toml changes; pip's cache (or find-links) serves torch again.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	@mkdir -p $(DAGSTER_HOME)
+	@ln -sf ../dagster.yaml $@
+
+es-start: $(STAMP)
+	$(BIN)/ctxdb es start
+
+es-stop: $(STAMP)
+	$(BIN)/ctxdb es stop
+
+es-status: $(STAMP)
+	$(BIN)/ctxdb es status
+
+es-logs: $(STAMP)
+	$(BIN)/ctxdb es logs
+
+run: es-start $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m pipelines.demo
+
+# pytest exit 5 (no tests collected) is reported and fails like any other error.
+test: es-start
+	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$status
+
+validate: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster definitions validate
+
+dagster-dev: es-start $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev --host 127.0.0.1 --port 3000
