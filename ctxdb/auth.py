@@ -122,13 +122,12 @@ class Authenticator:
         self.settings = settings
         self.store = TokenStore(settings.tokens_path)
 
-    def _verify_jwt(self, token: str) -> Principal:
+    def _verify_jwt(self, token: str, key: str) -> Principal:
         s = self.settings
-        assert s.auth_jwt_key is not None
         try:
             claims = jwt.decode(
                 token,
-                s.auth_jwt_key.get_secret_value(),
+                key,
                 algorithms=s.auth_jwt_algorithms,
                 audience=s.auth_jwt_audience,
                 issuer=s.auth_jwt_issuer,
@@ -145,6 +144,7 @@ class Authenticator:
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise AuthError("missing bearer token")
-        if token.count(".") == 2 and self.settings.auth_jwt_key is not None:
-            return self._verify_jwt(token)
+        key = self.settings.auth_jwt_key
+        if token.count(".") == 2 and key is not None:
+            return self._verify_jwt(token, key.get_secret_value())
         return self.store.verify(token)

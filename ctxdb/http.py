@@ -4,8 +4,6 @@ Every endpoint except /healthz needs `Authorization: Bearer <token>`; the token'
 every query. Another user's conversation, turn or ref answers 404 exactly like a missing one.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 from urllib.parse import quote
 
