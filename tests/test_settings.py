@@ -101,3 +101,14 @@ def test_per_test_settings_fixture(settings: Settings, tmp_path: Path) -> None:
     assert settings.home == tmp_path
     assert settings.index_prefix.startswith("t") and len(settings.index_prefix) == 13
     assert settings.delta_uri == str(tmp_path / "delta")
+
+
+def test_every_field_is_documented() -> None:
+    """docs/configuration.md names the environment variable of every settings field."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    missing = [
+        env
+        for name, field in Settings.model_fields.items()
+        if f"`{(env := field.validation_alias or f'CTXDB_{name.upper()}')}`" not in page
+    ]
+    assert missing == []
