@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-SENSORS: list = []
+from pipelines.landing_sensor import landing_sensor
+
+SENSORS: list = [landing_sensor]

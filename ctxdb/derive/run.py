@@ -29,6 +29,7 @@ from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
     DERIVE_STATE_SCHEMA,
+    PURGED_CONVERSATIONS,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
     REPLAY_SCHEMA,
@@ -108,6 +109,8 @@ def write_table(
     store: DeltaStore, target: Target, data: pl.DataFrame, conversations: Sequence[str]
 ) -> dict[str, int]:
     """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds."""
+    if not conversations:
+        return {"inserted": 0, "updated": 0, "deleted": 0}
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
     options = store.storage_options or None
     dt = store.table(target.table)
@@ -127,6 +130,19 @@ def write_table(
         "updated": int(metrics.get("num_target_rows_updated", 0)),
         "deleted": int(metrics.get("num_target_rows_deleted", 0)),
     }
+
+
+def _purged(store: DeltaStore) -> pl.DataFrame:
+    if not store.exists(PURGED_CONVERSATIONS):
+        return pl.DataFrame(schema={"conversation_id": pl.String})
+    return store.scan(PURGED_CONVERSATIONS).select("conversation_id").collect()
+
+
+def table_rows(store: DeltaStore, table: str) -> int:
+    """Row count of a table (0 when it does not exist)."""
+    if not store.exists(table):
+        return 0
+    return int(store.scan(table).select(pl.len()).collect().item())
 
 
 def derive(
@@ -150,6 +166,8 @@ def derive(
     stats = DeriveStats(from_version=since, to_version=since)
     if touched.is_empty():
         return stats
+    to_version = int(touched["landed_version"].max())
+    touched = touched.join(_purged(store), on="conversation_id", how="anti")
     conversations = touched["conversation_id"].to_list()
     raw = scan.filter(pl.col("conversation_id").is_in(touched["conversation_id"].implode())).collect()
     derived = derive_tables(raw, settings, now)
@@ -161,7 +179,7 @@ def derive(
     stats.events = raw.height
     stats.turns = derived.turns
     stats.open_turns = derived.open_turns
-    stats.to_version = int(touched["landed_version"].max())
+    stats.to_version = to_version
     store.append(
         DERIVE_STATE,
         pl.DataFrame({"name": [STATE_NAME], "landed_version": [stats.to_version],

@@ -1,0 +1,47 @@
+"""Asset checks of the turn record: offending conversation/turn ids go to the check metadata."""
+
+from dagster import AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
+
+from ctxdb.derive import checks
+from ctxdb.derive.checks import CheckOutcome
+from resources.delta import DeltaResource
+
+
+def _result(outcome: CheckOutcome, severity: AssetCheckSeverity) -> AssetCheckResult:
+    return AssetCheckResult(
+        passed=outcome.passed,
+        severity=severity,
+        metadata={
+            "count": outcome.count,
+            "offenders": MetadataValue.json(outcome.offenders),
+            "details": MetadataValue.json(outcome.details),
+        },
+    )
+
+
+@asset_check(asset=AssetKey("turn_logs"), description="Every closed turn has exactly one TurnLog.")
+def one_turn_log_per_closed_turn(delta: DeltaResource) -> AssetCheckResult:
+    return _result(checks.closed_turns_have_one_turn_log(delta.store()), AssetCheckSeverity.ERROR)
+
+
+@asset_check(
+    asset=AssetKey("role_rows"),
+    description="Every TurnLog has at least one user row and exactly one final assistant row.",
+)
+def user_and_final_assistant_rows(delta: DeltaResource) -> AssetCheckResult:
+    return _result(
+        checks.turn_logs_have_user_and_final_rows(delta.store()), AssetCheckSeverity.ERROR
+    )
+
+
+@asset_check(asset=AssetKey("role_rows"), description="No role row exists without its TurnLog.")
+def role_rows_have_turn_log(delta: DeltaResource) -> AssetCheckResult:
+    return _result(checks.role_rows_have_turn_log(delta.store()), AssetCheckSeverity.ERROR)
+
+
+@asset_check(
+    asset=AssetKey("raw_turn_events"),
+    description="Quarantined lines by reason (reported, never a failure by itself).",
+)
+def quarantine_count(delta: DeltaResource) -> AssetCheckResult:
+    return _result(checks.quarantine_report(delta.store()), AssetCheckSeverity.WARN)

@@ -1,0 +1,70 @@
+"""Derived turn record assets: turn_logs, conversation_timelines, role_rows, turn_catalog and
+replay_artifacts, computed together for the conversations touched by newly landed events."""
+
+from collections.abc import Iterator
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
+    Config,
+    MaterializeResult,
+    multi_asset,
+)
+
+from ctxdb.derive.run import TARGETS, derive, table_rows
+from ctxdb.settings import get_settings
+from resources.delta import DeltaResource
+
+DESCRIPTIONS = {
+    "turn_logs": "One TurnLog per closed turn (payload + accounting), recording state monotonic.",
+    "conversation_timelines": "conv.timeline.v1 per conversation: title, activity, turn ids.",
+    "role_rows": "Searchable role rows (user, assistant, summary, notes, attachment).",
+    "turn_catalog": "Ordinal of each recorded turn per conversation, with listing texts.",
+    "replay_artifacts": "Selected chat events and stream aggregates of non-rich turns.",
+}
+
+
+class DeriveConfig(Config):
+    """`full` recomputes every conversation instead of only those touched since the last run."""
+
+    full: bool = False
+
+
+@multi_asset(
+    specs=[
+        AssetSpec(
+            key=AssetKey(target.table),
+            deps=[AssetKey("raw_turn_events")],
+            group_name="turn_record",
+            description=DESCRIPTIONS[target.table],
+        )
+        for target in TARGETS
+    ],
+    can_subset=False,
+)
+def turn_record(
+    context: AssetExecutionContext, config: DeriveConfig, delta: DeltaResource
+) -> Iterator[MaterializeResult]:
+    store = delta.store()
+    stats = derive(store, get_settings(), full=config.full)
+    context.log.info(
+        f"derived {stats.turns} closed turns of {stats.conversations} conversations "
+        f"({stats.open_turns} still open), landed versions {stats.from_version + 1}.."
+        f"{stats.to_version}"
+    )
+    for target in TARGETS:
+        written = stats.written.get(target.table, {})
+        yield MaterializeResult(
+            asset_key=AssetKey(target.table),
+            metadata={
+                "conversations": stats.conversations,
+                "turns": stats.turns,
+                "open_turns": stats.open_turns,
+                "inserted": written.get("inserted", 0),
+                "updated": written.get("updated", 0),
+                "deleted": written.get("deleted", 0),
+                "rows": table_rows(store, target.table),
+                "landed_version": stats.to_version,
+            },
+        )

@@ -1,0 +1,107 @@
+"""`ctxdb generate | land | derive | tables`: sample data and the turn record without Dagster."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import polars as pl
+import typer
+
+from ctxdb.cli.app import app
+from ctxdb.delta import DeltaStore
+from ctxdb.derive.run import derive, table_rows
+from ctxdb.generate import generate_events, write_sample
+from ctxdb.landing import land
+from ctxdb.settings import Settings, get_settings
+from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    DERIVE_STATE,
+    LANDED_FILES,
+    QUARANTINED_EVENTS,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
+    ROLE_ROWS,
+    TURN_CATALOG,
+    TURN_LOGS,
+)
+
+TURN_RECORD_TABLES = (
+    RAW_TURN_EVENTS, QUARANTINED_EVENTS, LANDED_FILES, TURN_LOGS, CONVERSATION_TIMELINES,
+    ROLE_ROWS, TURN_CATALOG, REPLAY_ARTIFACTS, DERIVE_STATE,
+)
+
+
+def _store(settings: Settings) -> DeltaStore:
+    return DeltaStore(settings.delta_uri, settings.delta_storage_options)
+
+
+def _parse_now(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise typer.BadParameter("--now needs a zone, e.g. 2026-12-01T12:00:00+00:00")
+    return parsed.astimezone(UTC)
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Option(help="Directory for the JSONL parts.")],
+    users: Annotated[int, typer.Option(min=1)] = 5,
+    conversations: Annotated[int, typer.Option(min=1)] = 20,
+    seed: Annotated[int, typer.Option()] = 0,
+    now: Annotated[str | None, typer.Option(help="ISO time the sample ends at (default now).")] = None,
+    files_root: Annotated[
+        Path | None, typer.Option(help="Where hosted/attached file bytes go (default settings).")
+    ] = None,
+    per_file: Annotated[int, typer.Option(min=1, help="Lines per JSONL part.")] = 20_000,
+    facts: Annotated[Path | None, typer.Option(help="Also write ground-truth facts (JSONL).")] = None,
+) -> None:
+    """Write deterministic sample events for all four adapters (some lines deliberately bad)."""
+    generated = generate_events(users=users, conversations=conversations, seed=seed,
+                                now=_parse_now(now))
+    root = files_root or Path(get_settings().files)
+    parts = write_sample(generated, out, files_root=root, per_file=per_file)
+    if facts is not None:
+        facts.parent.mkdir(parents=True, exist_ok=True)
+        facts.write_text("".join(json.dumps(asdict(f), default=str) + "\n" for f in generated.facts))
+    typer.echo(
+        f"wrote {len(generated.events)} events + {len(generated.malformed)} malformed lines in "
+        f"{len(parts)} files to {out}; {len(generated.files)} files under {root}"
+    )
+
+
+@app.command("land")
+def land_command(
+    path: Annotated[str | None, typer.Option(help="Landing dir or URI (default settings).")] = None,
+) -> None:
+    """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events)."""
+    settings = get_settings()
+    stats = land(_store(settings), path or settings.landing)
+    typer.echo(json.dumps(asdict(stats), default=str))
+
+
+@app.command("derive")
+def derive_command(
+    full: Annotated[bool, typer.Option(help="Recompute every conversation.")] = False,
+) -> None:
+    """Derive TurnLogs, timelines, role rows, catalog and replay artifacts incrementally."""
+    settings = get_settings()
+    stats = derive(_store(settings), settings, full=full)
+    typer.echo(json.dumps(asdict(stats), default=str))
+
+
+@app.command()
+def tables() -> None:
+    """Row count and Delta version of every turn-record table."""
+    store = _store(get_settings())
+    rows = [
+        {"table": name, "rows": table_rows(store, name), "version": store.version(name)}
+        for name in TURN_RECORD_TABLES
+    ]
+    with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        typer.echo(pl.DataFrame(rows))
