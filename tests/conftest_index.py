@@ -3,6 +3,7 @@ tests/test_index*.py and tests/test_reindex.py)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +14,16 @@ from ctxdb.delta import DeltaStore
 from ctxdb.embedding import SentenceTransformerEmbedder
 from ctxdb.es.client import make_client
 from ctxdb.settings import Settings
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.tables import (
+    CONVERSATION_TIMELINES,
+    ROLE_ROWS,
+    ROLE_ROWS_SCHEMA,
+    TIMELINES_SCHEMA,
+    TURN_CATALOG,
+    TURN_CATALOG_SCHEMA,
+    TURN_LOGS,
+    TURN_LOGS_SCHEMA,
+)
 from ctxdb.text import text_hash, trigrams
 
 TEST_ES_URL = "http://127.0.0.1:9299"
@@ -87,3 +97,56 @@ def es_settings(tmp_path) -> Settings:
     names = list(es.indices.get(index=f"{prefix}-*", expand_wildcards="all"))
     if names:
         es.indices.delete(index=",".join(names))
+
+
+def turn_tables(store: DeltaStore, n: int, *, conversation: str = "c1", user: str = "u1") -> None:
+    """Write n turns of one conversation into turn_logs, turn_catalog and conversation_timelines."""
+    now = datetime.now(UTC)
+    ident = {"tenant": "t1", "app": "app1", "agent": "agent1", "user_id": user,
+             "conversation_id": conversation}
+    turns = [f"turn{i}" for i in range(n)]
+    starts = [now - timedelta(minutes=n - i) for i in range(n)]
+    expires = now + timedelta(days=365)
+    logs = pl.DataFrame(
+        [
+            {
+                **ident, "turn_id": t, "adapter": "langgraph", "recording_kind": "minimal",
+                "recording_state": 1, "started_at": s, "ended_at": s + timedelta(seconds=5),
+                "last_event_at": s + timedelta(seconds=5), "error": False,
+                "payload": json.dumps({"turn_id": t, "ts": s.isoformat(), "blocks": [
+                    {"type": "user.prompt", "text": f"question {i}"},
+                    {"type": "assistant.completion", "text": f"answer {i}"}]}),
+                "block_count": 2, "source_event_ids": [f"e{i}"], "tokens_in": 10,
+                "tokens_out": 20, "feedback_summary": None, "title": None,
+                "expires_at": expires, "updated_at": now,
+            }
+            for i, (t, s) in enumerate(zip(turns, starts, strict=True))
+        ]
+    )
+    catalog = pl.DataFrame(
+        [
+            {
+                **ident, "turn_id": t, "ordinal": i + 1, "started_at": s,
+                "ended_at": s + timedelta(seconds=5), "first_user_text": f"question {i}",
+                "last_assistant_text": f"answer {i}", "title": "Spreadsheet trouble",
+                "last_activity_at": s + timedelta(seconds=5), "error": False,
+                "recording_kind": "minimal", "expires_at": expires, "updated_at": now,
+            }
+            for i, (t, s) in enumerate(zip(turns, starts, strict=True))
+        ]
+    )
+    timeline = pl.DataFrame(
+        [
+            {
+                **ident, "version": 1, "title": "Spreadsheet trouble", "started_at": starts[0],
+                "last_activity_at": starts[-1], "turn_ids": turns, "turn_count": n,
+                "blocks": "[]", "sources_pool": "[]", "forked_from": None,
+                "recording_kind": "minimal", "expires_at": expires, "updated_at": now,
+            }
+        ]
+    )
+    store.upsert(TURN_LOGS, logs, keys=["conversation_id", "turn_id"], schema=TURN_LOGS_SCHEMA)
+    store.upsert(TURN_CATALOG, catalog, keys=["conversation_id", "turn_id"],
+                 schema=TURN_CATALOG_SCHEMA)
+    store.upsert(CONVERSATION_TIMELINES, timeline, keys=["conversation_id"],
+                 schema=TIMELINES_SCHEMA)

@@ -46,8 +46,8 @@ class BulkReport:
 def _reason(result: dict[str, Any]) -> str:
     error = result.get("error")
     if isinstance(error, dict):
-        cause = error.get("caused_by", {}).get("reason")
-        return f"{error.get('type')}: {error.get('reason')}" + (f" ({cause})" if cause else "")
+        reason, cause = error.get("reason"), error.get("caused_by", {}).get("reason")
+        return f"{error.get('type')}: {reason}" + (f" ({cause})" if cause not in {None, reason} and cause not in str(reason) else "")
     return str(error or result.get("result"))
 
 
