@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
+from pipelines.ops_jobs import OPS_JOBS
 from pipelines.reindex import reindex_job
 
 memory_job = define_asset_job(
@@ -12,4 +13,4 @@ memory_job = define_asset_job(
     description="Land new events, derive the turn record, embed and index: the main job.",
 )
 
-JOBS: list = [memory_job, reindex_job]
+JOBS: list = [memory_job, reindex_job, *OPS_JOBS]

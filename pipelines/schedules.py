@@ -2,4 +2,6 @@
 
 from __future__ import annotations
 
-SCHEDULES: list = []
+from pipelines.ops_jobs import OPS_SCHEDULES
+
+SCHEDULES: list = [*OPS_SCHEDULES]

@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from pipelines.landing_sensor import landing_sensor
+from pipelines.ops_jobs import OPS_SENSORS
 
-SENSORS: list = [landing_sensor]
+SENSORS: list = [landing_sensor, *OPS_SENSORS]

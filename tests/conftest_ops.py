@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +13,6 @@ from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
 
 from ctxdb.delta import DeltaStore
-from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
 from ctxdb.retention import turn_file_path
 from ctxdb.settings import Settings
@@ -35,30 +32,15 @@ from ctxdb.tables import (
 )
 from ctxdb.text import text_hash, trigrams
 
-TEST_ES_URL = "http://127.0.0.1:9299"
-
 @pytest.fixture
-def ops_settings(tmp_path: Path) -> Iterator[Settings]:
-    """Settings with a unique index prefix and tmp Delta/files roots; indices removed after."""
-    prefix = f"ops-{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        home=tmp_path, ELASTICSEARCH_URL=TEST_ES_URL, index_prefix=prefix,
-        retention_vacuum_hours=0,
-    )
-    yield settings
-    es = make_client(settings)
-    for name in es.indices.get(index=f"{prefix}-*", allow_no_indices=True).body:
-        es.options(ignore_status=404).indices.delete(index=name)
+def ops_settings(settings: Settings) -> Settings:
+    """The shared per-test settings (tmp home, unique index prefix) with an immediate VACUUM."""
+    return settings.model_copy(update={"retention_vacuum_hours": 0})
 
 
 @pytest.fixture
-def store(ops_settings: Settings) -> DeltaStore:
-    return DeltaStore(ops_settings.delta_uri)
-
-
-@pytest.fixture
-def es(ops_settings: Settings) -> Elasticsearch:
-    return make_client(ops_settings)
+def store(delta_store: DeltaStore) -> DeltaStore:
+    return delta_store
 
 
 def role_rows(

@@ -10,7 +10,6 @@ import polars as pl
 import pytest
 from conftest_ops import (  # noqa: F401  (fixtures)
     derived,
-    es,
     index_rows,
     ops_settings,
     role_rows,

@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 import pytest
 from conftest_ops import (  # noqa: F401  (fixtures)
-    es,
     es_ids,
     index_rows,
     ops_settings,

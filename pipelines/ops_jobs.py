@@ -1,0 +1,217 @@
+"""Operational jobs: the retention sweep, erasure and compaction, with their schedules and sensor.
+
+All three write to the same Delta tables and indices as `memory_job` and `reindex_job`; the
+instance runs one run at a time (dagster.yaml `max_concurrent_runs: 1`) and every job here carries
+the `ctxdb/writer` tag so a `tag_concurrency_limits` entry keeps them exclusive if that limit is
+ever raised (see docs/operations.md).
+
+Run config (destructive jobs take it explicitly; the schedules pass it in full):
+  retention_job  ops.retention_sweep.config: dry_run (default false), vacuum_retention_hours
+                 (default CTXDB_RETENTION_VACUUM_HOURS, 168).
+  erase_job      ops.erase_data.config: exactly one of user_id / conversation_id (required).
+  compaction_job ops.compact_tables.config: fail_on_unbounded (default true).
+"""
+
+from datetime import datetime
+
+from dagster import (
+    Config,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+    Output,
+    RunRequest,
+    ScheduleEvaluationContext,
+    SensorEvaluationContext,
+    SkipReason,
+    job,
+    op,
+    schedule,
+    sensor,
+)
+
+from ctxdb.compaction import compact_all, unbounded
+from ctxdb.erase import Scope, erase
+from ctxdb.retention import sweep
+from ctxdb.settings import get_settings
+from ctxdb.tables import RETENTION_PENDING
+from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
+
+WRITER_TAGS = {"ctxdb/writer": "delta-es"}
+RETENTION_CRON = "0 3 * * *"
+COMPACTION_CRON = "0 4 * * 0"
+
+
+class RetentionConfig(Config):
+    dry_run: bool = False
+    vacuum_retention_hours: int | None = None
+
+
+class EraseConfig(Config):
+    user_id: str | None = None
+    conversation_id: str | None = None
+
+
+class CompactionConfig(Config):
+    fail_on_unbounded: bool = True
+
+
+@op(tags=WRITER_TAGS)
+def retention_sweep(
+    context: OpExecutionContext,
+    config: RetentionConfig,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
+) -> Output[str]:
+    """Purge expired rows from Delta, Elasticsearch and storage; VACUUM; report."""
+    report = sweep(
+        delta.store(),
+        es.client(),
+        es.settings(),
+        dry_run=config.dry_run,
+        vacuum_hours=config.vacuum_retention_hours,
+    )
+    context.log.info(
+        f"retention {report.status}: deleted {report.deleted_rows}, es {report.es_deleted}"
+    )
+    if report.es_pending:
+        context.log.warning(
+            f"{report.es_pending} Elasticsearch deletes pending (retried next run): {report.error}"
+        )
+    return Output(report.run_id, metadata=report.as_metadata())
+
+
+@op(tags=WRITER_TAGS)
+def erase_data(
+    context: OpExecutionContext,
+    config: EraseConfig,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
+) -> Output[str]:
+    """Erase one user or one conversation everywhere and verify nothing remains."""
+    scope = erase_scope(config.user_id, config.conversation_id)
+    report = erase(delta.store(), es.client(), es.settings(), scope)
+    context.log.info(report.message)
+    metadata = {
+        "status": report.status,
+        "found": report.found,
+        "verified": report.verified,
+        "deleted_rows": MetadataValue.json(report.deleted_rows),
+        "es_deleted": MetadataValue.json(report.es_deleted),
+        "remaining": MetadataValue.json(report.remaining),
+        "files_removed": report.files_removed,
+        "landing_lines_removed": report.landing_lines_removed,
+    }
+    if report.found and not report.verified:
+        raise Failure(description=report.message, metadata=metadata)
+    return Output(report.run_id, metadata=metadata)
+
+
+def erase_scope(user_id: str | None, conversation_id: str | None) -> Scope:
+    """Exactly one identifier must be given: an erasure is never implied by defaults."""
+    if bool(user_id) == bool(conversation_id):
+        raise Failure(description="erase_job needs exactly one of user_id or conversation_id")
+    if user_id:
+        return Scope("user_id", user_id)
+    return Scope("conversation_id", conversation_id or "")
+
+
+@op(tags=WRITER_TAGS)
+def compact_tables(
+    context: OpExecutionContext, config: CompactionConfig, delta: DeltaResource
+) -> Output[int]:
+    """OPTIMIZE every Delta table and check small files stay bounded."""
+    results = compact_all(delta.store(), get_settings())
+    metadata = {
+        "tables": MetadataValue.json([r.as_dict() for r in results]),
+        "files_removed": sum(r.files_removed for r in results),
+        "small_files_after": sum(r.small_after for r in results),
+        "unbounded_tables": MetadataValue.json(unbounded(results)),
+    }
+    context.log.info(f"compacted {len(results)} tables")
+    if unbounded(results) and config.fail_on_unbounded:
+        raise Failure(
+            description=f"small files above the bound in {unbounded(results)}", metadata=metadata
+        )
+    return Output(len(results), metadata=metadata)
+
+
+@job(tags=WRITER_TAGS, description="Daily retention sweep: Delta DELETE + VACUUM, ES deletes.")
+def retention_job() -> None:
+    retention_sweep()
+
+
+@job(tags=WRITER_TAGS, description="Erase one user or conversation everywhere (config required).")
+def erase_job() -> None:
+    erase_data()
+
+
+@job(tags=WRITER_TAGS, description="Weekly OPTIMIZE of every Delta table with a small-file check.")
+def compaction_job() -> None:
+    compact_tables()
+
+
+def retention_run_config(dry_run: bool = False) -> dict:
+    return {"ops": {"retention_sweep": {"config": {"dry_run": dry_run}}}}
+
+
+@schedule(
+    cron_schedule=RETENTION_CRON,
+    job=retention_job,
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Retention sweep every day at 03:00 UTC.",
+)
+def retention_daily(context: ScheduleEvaluationContext) -> RunRequest:
+    day = _scheduled(context).strftime("%Y-%m-%d")
+    return RunRequest(
+        run_key=f"retention-{day}", run_config=retention_run_config(), tags=WRITER_TAGS
+    )
+
+
+@schedule(
+    cron_schedule=COMPACTION_CRON,
+    job=compaction_job,
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Compaction every Sunday at 04:00 UTC.",
+)
+def compaction_weekly(context: ScheduleEvaluationContext) -> RunRequest:
+    week = _scheduled(context).strftime("%G-W%V")
+    return RunRequest(
+        run_key=f"compaction-{week}",
+        run_config={"ops": {"compact_tables": {"config": {"fail_on_unbounded": True}}}},
+        tags=WRITER_TAGS,
+    )
+
+
+@sensor(
+    job=retention_job,
+    minimum_interval_seconds=900,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Re-run the sweep when Elasticsearch deletes were left pending.",
+)
+def retention_pending_sensor(context: SensorEvaluationContext, delta: DeltaResource):
+    """Requests a sweep once per new version of a non-empty `retention_pending` table."""
+    store = delta.store()
+    version = store.version(RETENTION_PENDING)
+    if version is None or store.read(RETENTION_PENDING).is_empty():
+        return SkipReason("nothing pending")
+    if context.cursor == str(version):
+        return SkipReason(f"pending version {version} already requested")
+    context.update_cursor(str(version))
+    return RunRequest(
+        run_key=f"retention-pending-v{version}", run_config=retention_run_config(), tags=WRITER_TAGS
+    )
+
+
+def _scheduled(context: ScheduleEvaluationContext) -> datetime:
+    return context.scheduled_execution_time or datetime.now()
+
+
+OPS_JOBS = [retention_job, erase_job, compaction_job]
+OPS_SCHEDULES = [retention_daily, compaction_weekly]
+OPS_SENSORS = [retention_pending_sensor]
