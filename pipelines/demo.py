@@ -61,7 +61,7 @@ def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> 
 
 
 def run_job() -> None:
-    result = defs.get_job_def("memory_job").execute_in_process(instance=DagsterInstance.get())
+    result = defs.resolve_job_def("memory_job").execute_in_process(instance=DagsterInstance.get())
     if not result.success:
         raise SystemExit("memory_job failed; see the log above")
 
@@ -108,8 +108,8 @@ def search_demo(settings: Settings, user_id: str) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("ctxdb").setLevel(logging.INFO)
     settings = get_settings()
     user_id = land_sample(settings)
     run_job()
