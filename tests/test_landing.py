@@ -1,0 +1,172 @@
+"""Landing JSONL files into raw_turn_events: idempotent, nothing silently dropped."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from conftest_turn_record import NOW, Turn, write_jsonl
+from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+
+from ctxdb.delta import DeltaStore
+from ctxdb.generate import generate_events, write_sample
+from ctxdb.landing import land, list_files, parse_lines
+from ctxdb.tables import (
+    LANDED_FILES,
+    PURGED_CONVERSATIONS,
+    PURGED_CONVERSATIONS_SCHEMA,
+    QUARANTINED_EVENTS,
+    RAW_EVENTS_SCHEMA,
+    RAW_TURN_EVENTS,
+)
+from pipelines.landing_sensor import landing_sensor
+from resources.delta import DeltaResource
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DeltaStore:
+    return DeltaStore(str(tmp_path / "delta"))
+
+
+def test_generated_sample_lands_with_every_line_accounted_for(tmp_path: Path, store) -> None:
+    generated = generate_events(users=3, conversations=16, seed=5, now=NOW,
+                                malformed_ratio=0.02, duplicate_ratio=0.01)
+    parts = write_sample(generated, tmp_path / "landing", per_file=250)
+    assert any(p.suffix == ".gz" for p in parts)
+    stats = land(store, str(tmp_path / "landing"), now=NOW)
+    lines = len(generated.events) + len(generated.malformed)
+    assert stats.lines == lines
+    assert stats.landed + stats.duplicates + stats.quarantined == lines
+    assert stats.landed == len({e["event_id"] for e in generated.events})
+    assert set(stats.reasons) == {"malformed_json", "unknown_type", "missing_field",
+                                  "naive_timestamp", "unsafe_id", "invalid_field", "oversize"}
+    raw = store.read(RAW_TURN_EVENTS)
+    assert raw.schema == pl.from_arrow(RAW_EVENTS_SCHEMA.empty_table()).schema
+    assert raw["event_id"].is_unique().all()
+    assert raw["landed_version"].unique().to_list() == [0]
+    quarantine = store.read(QUARANTINED_EVENTS)
+    assert quarantine.height == stats.quarantined
+    files = store.read(LANDED_FILES)
+    assert files["lines"].sum() == lines
+    assert files["landed"].sum() == stats.landed
+
+
+def test_quarantine_rows_keep_raw_line_file_line_number_and_reason(tmp_path: Path, store) -> None:
+    turn = Turn("c1", "t1").basic()
+    good = turn.events
+    bad = {**good[1], "event_id": "x9", "occurred_at": "2026-11-20T09:00:00"}
+    path = write_jsonl(tmp_path / "in" / "a.jsonl", [good[0], "{oops", bad, *good[1:], "", " "])
+    stats = land(store, str(tmp_path / "in"), now=NOW)
+    assert (stats.landed, stats.quarantined) == (4, 2)
+    quarantine = store.read(QUARANTINED_EVENTS).sort("line_number")
+    assert quarantine["line_number"].to_list() == [2, 3]
+    assert quarantine["reason"].to_list() == ["malformed_json", "naive_timestamp"]
+    assert quarantine["raw_line"][0] == "{oops"
+    assert quarantine["event_id"][1] == "x9"
+    assert set(quarantine["source_file"]) == {str(path)}
+    raw = store.read(RAW_TURN_EVENTS).sort("line_number")
+    assert raw["line_number"].to_list() == [1, 4, 5, 6]
+
+
+def test_rerun_reads_no_file_twice_and_never_writes_an_event_twice(tmp_path: Path, store) -> None:
+    events = Turn("c1", "t1").basic().events
+    write_jsonl(tmp_path / "in" / "a.jsonl", events)
+    assert land(store, str(tmp_path / "in"), now=NOW).landed == 4
+    again = land(store, str(tmp_path / "in"), now=NOW)
+    assert (again.files, again.skipped_files, again.landed) == (0, 1, 0)
+    # The same events re-delivered in another (gzip) file are duplicates, not new rows.
+    body = "".join(json.dumps(e) + "\n" for e in events).encode()
+    (tmp_path / "in" / "b.jsonl.gz").write_bytes(gzip.compress(body))
+    redelivered = land(store, str(tmp_path / "in"), now=NOW)
+    assert (redelivered.files, redelivered.landed, redelivered.duplicates) == (1, 0, 4)
+    assert store.read(RAW_TURN_EVENTS).height == 4
+    assert store.version(RAW_TURN_EVENTS) == 0
+
+
+def test_a_grown_file_is_read_again_and_only_new_events_land(tmp_path: Path, store) -> None:
+    turn = Turn("c1", "t1").basic()
+    path = write_jsonl(tmp_path / "in" / "a.jsonl", turn.events)
+    land(store, str(tmp_path / "in"), now=NOW)
+    turn.add("feedback", {"reaction": "up"})
+    write_jsonl(path, turn.events)
+    stats = land(store, str(tmp_path / "in"), now=NOW)
+    assert (stats.landed, stats.duplicates) == (1, 4)
+    assert store.read(RAW_TURN_EVENTS)["landed_version"].sort().to_list() == [0, 0, 0, 0, 1]
+
+
+def test_events_for_purged_or_foreign_conversations_are_quarantined(tmp_path: Path, store) -> None:
+    store.append(PURGED_CONVERSATIONS, pl.DataFrame({
+        "tenant": ["acme"], "app": ["chat"], "user_id": ["u1"], "conversation_id": ["gone"],
+        "purged_at": [NOW]}), PURGED_CONVERSATIONS_SCHEMA)
+    write_jsonl(tmp_path / "in" / "a.jsonl", Turn("mine", "t1").basic().events)
+    land(store, str(tmp_path / "in"), now=NOW)
+    intruder = Turn("mine", "t2", user_id="u2").basic().events
+    purged = Turn("gone", "t1").basic().events
+    write_jsonl(tmp_path / "in" / "b.jsonl", [*intruder, *purged])
+    stats = land(store, str(tmp_path / "in"), now=NOW)
+    assert stats.landed == 0
+    assert stats.reasons == {"conversation_owner_mismatch": 4, "purged_conversation": 4}
+    raw = store.read(RAW_TURN_EVENTS)
+    assert set(raw["user_id"]) == {"u1"} and set(raw["conversation_id"]) == {"mine"}
+
+
+def test_a_crash_between_commits_is_completed_by_the_next_run(
+    tmp_path: Path, store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_jsonl(tmp_path / "in" / "a.jsonl", [*Turn("c1", "t1").basic().events, "{bad"])
+    real_append = DeltaStore.append
+
+    def crash_on_landed_files(self, table, data, schema=None):
+        # Stands in for a process crash after the events commit, before landed_files is written.
+        if table == LANDED_FILES:
+            raise RuntimeError("simulated crash")
+        return real_append(self, table, data, schema)
+
+    monkeypatch.setattr(DeltaStore, "append", crash_on_landed_files)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        land(store, str(tmp_path / "in"), now=NOW)
+    monkeypatch.undo()
+    stats = land(store, str(tmp_path / "in"), now=NOW)
+    assert (stats.files, stats.landed, stats.duplicates) == (1, 0, 4)
+    assert store.read(RAW_TURN_EVENTS).height == 4
+    assert store.read(QUARANTINED_EVENTS).height == 1
+    assert store.read(LANDED_FILES).height == 1
+
+
+def test_file_uris_are_listed_and_read_through_pyarrow_fs(tmp_path: Path, store) -> None:
+    write_jsonl(tmp_path / "in" / "sub" / "a.jsonl", Turn("c1", "t1").basic().events)
+    (tmp_path / "in" / "notes.txt").write_text("not an event file")
+    uri = (tmp_path / "in").as_uri()
+    assert [f.path for f in list_files(uri)] == [f"file://{tmp_path}/in/sub/a.jsonl"]
+    assert land(store, uri, now=NOW).landed == 4
+
+
+def test_parse_lines_is_pure_and_splits_valid_from_bad() -> None:
+    events = Turn("c1", "t1").basic().events
+    parsed = parse_lines([json.dumps(e).encode() for e in events] + [b"nope"], "mem", NOW)
+    assert parsed.events.height == 4
+    assert parsed.events["payload"].str.json_path_match("$.text").drop_nulls().to_list() == [
+        "How do I fix the openpyxl error?", "Convert it."]
+    assert parsed.quarantine["reason"].to_list() == ["malformed_json"]
+
+
+def test_landing_sensor_requests_a_run_only_for_new_files(
+    tmp_path: Path, store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
+    landing = tmp_path / "landing"
+    resources = {"delta": DeltaResource(root=store.root)}
+    with DagsterInstance.ephemeral() as instance:
+        context = build_sensor_context(instance=instance, resources=resources)
+        assert isinstance(landing_sensor(context), SkipReason)
+        write_jsonl(landing / "a.jsonl", Turn("c1", "t1").basic().events)
+        request = landing_sensor(context)
+        assert isinstance(request, RunRequest)
+        assert request.run_key.startswith("landing-")
+        assert isinstance(landing_sensor(context), SkipReason)  # same files, same cursor
+        land(store, str(landing), now=NOW)
+        fresh = build_sensor_context(instance=instance, resources=resources)
+        assert isinstance(landing_sensor(fresh), SkipReason)
