@@ -1,4 +1,4 @@
-"""Asset `role_row_embeddings`: embed new or changed role rows (cached by model id and text hash)."""
+"""Asset `role_row_embeddings`: embed new or changed role rows (cached by model and text hash)."""
 
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 

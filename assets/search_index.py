@@ -46,8 +46,9 @@ def search_index(
             f"{report.index}: {report.indexed} indexed, {report.deleted} deleted"
             + (" (no change)" if report.skipped else "")
         )
-        metadata.update({f"{report.kind}_{k}": v for k, v in report.as_metadata().items()
-                         if k not in {"kind"}})
+        metadata.update(
+            {f"{report.kind}_{k}": v for k, v in report.as_metadata().items() if k not in {"kind"}}
+        )
     return MaterializeResult(metadata=metadata)
 
 
@@ -70,8 +71,11 @@ def embedding_coverage(
     return AssetCheckResult(
         passed=with_vector == embeddable,
         severity=AssetCheckSeverity.WARN,
-        metadata={"coverage_pct": round(pct, 2), "with_vector": with_vector,
-                  "embeddable": embeddable},
+        metadata={
+            "coverage_pct": round(pct, 2),
+            "with_vector": with_vector,
+            "embeddable": embeddable,
+        },
     )
 
 

@@ -185,7 +185,9 @@ class EmbedReport:
         return data
 
 
-def rows_needing_embedding(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.DataFrame:
+def rows_needing_embedding(
+    rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str
+) -> pl.DataFrame:
     """Rows without a final status for (model, text hash): new, changed, pending or failed."""
     done = statuses.filter(
         pl.col("embedding_status").is_in([OK, SKIPPED]) & (pl.col("model_id") == model_id)

@@ -1,10 +1,10 @@
-"""Fixtures and builders for the embedding and index tests (imported by tests/test_embedding*.py,
-tests/test_index*.py and tests/test_reindex.py)."""
+"""Builders and the model fixture for the embedding and index tests (imported by
+tests/test_embedding*.py, tests/test_index*.py and tests/test_reindex.py). The Elasticsearch
+settings (`es_settings`, unique index prefix) and `delta_store` come from tests/conftest.py."""
 
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -12,8 +12,6 @@ import pytest
 
 from ctxdb.delta import DeltaStore
 from ctxdb.embedding import SentenceTransformerEmbedder
-from ctxdb.es.client import make_client
-from ctxdb.settings import Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     ROLE_ROWS,
@@ -26,12 +24,16 @@ from ctxdb.tables import (
 )
 from ctxdb.text import text_hash, trigrams
 
-TEST_ES_URL = "http://127.0.0.1:9299"
 
-
-def role_rows(texts: list[str], *, conversation: str = "c1", user: str = "u1",
-              anchors: list[str] | None = None, start: int = 0,
-              expires_in_days: float = 365) -> pl.DataFrame:
+def role_rows(
+    texts: list[str],
+    *,
+    conversation: str = "c1",
+    user: str = "u1",
+    anchors: list[str] | None = None,
+    start: int = 0,
+    expires_in_days: float = 365,
+) -> pl.DataFrame:
     """A role_rows frame (ROLE_ROWS_SCHEMA) with one assistant row per text, turn i per row."""
     now = datetime.now(UTC)
     n = len(texts)
@@ -72,53 +74,57 @@ def write_rows(store: DeltaStore, frame: pl.DataFrame) -> None:
     store.upsert(ROLE_ROWS, frame, keys=["row_id"], schema=ROLE_ROWS_SCHEMA)
 
 
-@pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    """The real all-MiniLM-L6-v2, loaded once per test session."""
+@pytest.fixture(scope="session", name="embedder")
+def embedder_fixture() -> SentenceTransformerEmbedder:
+    """The real all-MiniLM-L6-v2, loaded once per process."""
     model = SentenceTransformerEmbedder(batch_size=16)
     model.load()
     return model
 
 
-@pytest.fixture()
-def store(tmp_path) -> DeltaStore:
-    return DeltaStore(str(tmp_path / "delta"))
-
-
-@pytest.fixture()
-def es_settings(tmp_path) -> Settings:
-    """Settings on the real node with a unique index prefix; the prefix's indices are deleted."""
-    prefix = f"t-idx-{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        home=tmp_path, elasticsearch_url=TEST_ES_URL, index_prefix=prefix, embedding_batch_size=16
-    )
-    yield settings
-    es = make_client(settings)
-    names = list(es.indices.get(index=f"{prefix}-*", expand_wildcards="all"))
-    if names:
-        es.indices.delete(index=",".join(names))
-
-
 def turn_tables(store: DeltaStore, n: int, *, conversation: str = "c1", user: str = "u1") -> None:
     """Write n turns of one conversation into turn_logs, turn_catalog and conversation_timelines."""
     now = datetime.now(UTC)
-    ident = {"tenant": "t1", "app": "app1", "agent": "agent1", "user_id": user,
-             "conversation_id": conversation}
+    ident = {
+        "tenant": "t1",
+        "app": "app1",
+        "agent": "agent1",
+        "user_id": user,
+        "conversation_id": conversation,
+    }
     turns = [f"turn{i}" for i in range(n)]
     starts = [now - timedelta(minutes=n - i) for i in range(n)]
     expires = now + timedelta(days=365)
     logs = pl.DataFrame(
         [
             {
-                **ident, "turn_id": t, "adapter": "langgraph", "recording_kind": "minimal",
-                "recording_state": 1, "started_at": s, "ended_at": s + timedelta(seconds=5),
-                "last_event_at": s + timedelta(seconds=5), "error": False,
-                "payload": json.dumps({"turn_id": t, "ts": s.isoformat(), "blocks": [
-                    {"type": "user.prompt", "text": f"question {i}"},
-                    {"type": "assistant.completion", "text": f"answer {i}"}]}),
-                "block_count": 2, "source_event_ids": [f"e{i}"], "tokens_in": 10,
-                "tokens_out": 20, "feedback_summary": None, "title": None,
-                "expires_at": expires, "updated_at": now,
+                **ident,
+                "turn_id": t,
+                "adapter": "langgraph",
+                "recording_kind": "minimal",
+                "recording_state": 1,
+                "started_at": s,
+                "ended_at": s + timedelta(seconds=5),
+                "last_event_at": s + timedelta(seconds=5),
+                "error": False,
+                "payload": json.dumps(
+                    {
+                        "turn_id": t,
+                        "ts": s.isoformat(),
+                        "blocks": [
+                            {"type": "user.prompt", "text": f"question {i}"},
+                            {"type": "assistant.completion", "text": f"answer {i}"},
+                        ],
+                    }
+                ),
+                "block_count": 2,
+                "source_event_ids": [f"e{i}"],
+                "tokens_in": 10,
+                "tokens_out": 20,
+                "feedback_summary": None,
+                "title": None,
+                "expires_at": expires,
+                "updated_at": now,
             }
             for i, (t, s) in enumerate(zip(turns, starts, strict=True))
         ]
@@ -126,11 +132,19 @@ def turn_tables(store: DeltaStore, n: int, *, conversation: str = "c1", user: st
     catalog = pl.DataFrame(
         [
             {
-                **ident, "turn_id": t, "ordinal": i + 1, "started_at": s,
-                "ended_at": s + timedelta(seconds=5), "first_user_text": f"question {i}",
-                "last_assistant_text": f"answer {i}", "title": "Spreadsheet trouble",
-                "last_activity_at": s + timedelta(seconds=5), "error": False,
-                "recording_kind": "minimal", "expires_at": expires, "updated_at": now,
+                **ident,
+                "turn_id": t,
+                "ordinal": i + 1,
+                "started_at": s,
+                "ended_at": s + timedelta(seconds=5),
+                "first_user_text": f"question {i}",
+                "last_assistant_text": f"answer {i}",
+                "title": "Spreadsheet trouble",
+                "last_activity_at": s + timedelta(seconds=5),
+                "error": False,
+                "recording_kind": "minimal",
+                "expires_at": expires,
+                "updated_at": now,
             }
             for i, (t, s) in enumerate(zip(turns, starts, strict=True))
         ]
@@ -138,15 +152,26 @@ def turn_tables(store: DeltaStore, n: int, *, conversation: str = "c1", user: st
     timeline = pl.DataFrame(
         [
             {
-                **ident, "version": 1, "title": "Spreadsheet trouble", "started_at": starts[0],
-                "last_activity_at": starts[-1], "turn_ids": turns, "turn_count": n,
-                "blocks": "[]", "sources_pool": "[]", "forked_from": None,
-                "recording_kind": "minimal", "expires_at": expires, "updated_at": now,
+                **ident,
+                "version": 1,
+                "title": "Spreadsheet trouble",
+                "started_at": starts[0],
+                "last_activity_at": starts[-1],
+                "turn_ids": turns,
+                "turn_count": n,
+                "blocks": "[]",
+                "sources_pool": "[]",
+                "forked_from": None,
+                "recording_kind": "minimal",
+                "expires_at": expires,
+                "updated_at": now,
             }
         ]
     )
     store.upsert(TURN_LOGS, logs, keys=["conversation_id", "turn_id"], schema=TURN_LOGS_SCHEMA)
-    store.upsert(TURN_CATALOG, catalog, keys=["conversation_id", "turn_id"],
-                 schema=TURN_CATALOG_SCHEMA)
-    store.upsert(CONVERSATION_TIMELINES, timeline, keys=["conversation_id"],
-                 schema=TIMELINES_SCHEMA)
+    store.upsert(
+        TURN_CATALOG, catalog, keys=["conversation_id", "turn_id"], schema=TURN_CATALOG_SCHEMA
+    )
+    store.upsert(
+        CONVERSATION_TIMELINES, timeline, keys=["conversation_id"], schema=TIMELINES_SCHEMA
+    )

@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import polars as pl
 import pytest
-from conftest_index import embedder, role_rows, store, write_rows  # noqa: F401
+from conftest_index import embedder_fixture, role_rows, write_rows  # noqa: F401
 
 from ctxdb.embedding import (
     EmbedderUnavailable,
@@ -23,43 +23,45 @@ from ctxdb.tables import EMBEDDINGS, ROW_EMBEDDINGS
 pytestmark = pytest.mark.model
 
 
-def statuses(store) -> dict[str, str]:
-    frame = store.read(ROW_EMBEDDINGS)
+def statuses(delta_store) -> dict[str, str]:
+    frame = delta_store.read(ROW_EMBEDDINGS)
     return dict(zip(frame["row_id"], frame["embedding_status"], strict=True))
 
 
-def test_identical_texts_embedded_once_and_rerun_hits_cache(store, embedder):
-    write_rows(store, role_rows(["the openpyxl timezone bug", "the openpyxl timezone bug", "b"]))
-    first = embed_role_rows(store, embedder, batch_size=8)
+def test_identical_texts_embedded_once_and_rerun_hits_cache(delta_store, embedder):
+    write_rows(
+        delta_store, role_rows(["the openpyxl timezone bug", "the openpyxl timezone bug", "b"])
+    )
+    first = embed_role_rows(delta_store, embedder, batch_size=8)
     assert (first.to_process, first.embedded, first.cache_hits) == (3, 2, 0)
-    assert store.read(EMBEDDINGS).height == 2
-    assert set(statuses(store).values()) == {"ok"}
+    assert delta_store.read(EMBEDDINGS).height == 2
+    assert set(statuses(delta_store).values()) == {"ok"}
 
-    second = embed_role_rows(store, embedder, batch_size=8)
+    second = embed_role_rows(delta_store, embedder, batch_size=8)
     assert (second.to_process, second.embedded) == (0, 0)
 
-    write_rows(store, role_rows(["b", "c"], start=3))
-    third = embed_role_rows(store, embedder, batch_size=8)
+    write_rows(delta_store, role_rows(["b", "c"], start=3))
+    third = embed_role_rows(delta_store, embedder, batch_size=8)
     assert (third.to_process, third.cache_hits, third.embedded) == (2, 1, 1)
-    assert store.read(EMBEDDINGS).height == 3
+    assert delta_store.read(EMBEDDINGS).height == 3
 
 
-def test_changed_model_id_embeds_again(store, embedder):
-    write_rows(store, role_rows(["alpha beta", "gamma delta"]))
-    embed_role_rows(store, embedder, batch_size=8)
+def test_changed_model_id_embeds_again(delta_store, embedder):
+    write_rows(delta_store, role_rows(["alpha beta", "gamma delta"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
     other = SentenceTransformerEmbedder(batch_size=8, model_id="all-MiniLM-L6-v2@other")
-    report = embed_role_rows(store, other, batch_size=8)
+    report = embed_role_rows(delta_store, other, batch_size=8)
     assert report.embedded == 2
-    cache = store.read(EMBEDDINGS)
+    cache = delta_store.read(EMBEDDINGS)
     assert sorted(cache["model_id"].unique()) == ["all-MiniLM-L6-v2", "all-MiniLM-L6-v2@other"]
-    assert set(store.read(ROW_EMBEDDINGS)["model_id"]) == {"all-MiniLM-L6-v2@other"}
+    assert set(delta_store.read(ROW_EMBEDDINGS)["model_id"]) == {"all-MiniLM-L6-v2@other"}
 
 
-def test_vectors_are_normalized_384d_and_match_bare_encode(store, embedder):
+def test_vectors_are_normalized_384d_and_match_bare_encode(delta_store, embedder):
     text = "A spreadsheet with broken dates after the timezone conversion"
-    write_rows(store, role_rows([text]))
-    embed_role_rows(store, embedder, batch_size=8)
-    vector = np.array(store.read(EMBEDDINGS)["vector"][0].to_list())
+    write_rows(delta_store, role_rows([text]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    vector = np.array(delta_store.read(EMBEDDINGS)["vector"][0].to_list())
     bare = embedder.model.encode([text], normalize_embeddings=True)[0]
     assert vector.shape == (384,)
     assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-4)
@@ -84,14 +86,14 @@ class RecordingEmbedder:
         return self.inner.encode(texts)
 
 
-def test_empty_and_whitespace_text_never_sent_to_model(store, embedder):
-    write_rows(store, role_rows(["", "   \n\t ", "real words here"]))
+def test_empty_and_whitespace_text_never_sent_to_model(delta_store, embedder):
+    write_rows(delta_store, role_rows(["", "   \n\t ", "real words here"]))
     recording = RecordingEmbedder(embedder)
-    report = embed_role_rows(store, recording, batch_size=8)
+    report = embed_role_rows(delta_store, recording, batch_size=8)
     assert recording.seen == ["real words here"]
     assert report.skipped == 2
-    assert statuses(store) == {"c1-r0": "skipped", "c1-r1": "skipped", "c1-r2": "ok"}
-    assert embed_role_rows(store, recording, batch_size=8).to_process == 0
+    assert statuses(delta_store) == {"c1-r0": "skipped", "c1-r1": "skipped", "c1-r2": "ok"}
+    assert embed_role_rows(delta_store, recording, batch_size=8).to_process == 0
 
 
 def test_long_text_truncated_to_the_token_window(embedder):
@@ -100,16 +102,19 @@ def test_long_text_truncated_to_the_token_window(embedder):
     assert long_text.startswith(cut) and len(cut) < len(long_text)
     tokens = embedder.model.tokenizer(cut, add_special_tokens=False)["input_ids"]
     assert len(tokens) == embedder.max_tokens
-    full, truncated = embedder.encode([long_text]), embedder.model.encode([cut], normalize_embeddings=True)
+    full, truncated = (
+        embedder.encode([long_text]),
+        embedder.model.encode([cut], normalize_embeddings=True),
+    )
     assert float(full[0] @ truncated[0]) == pytest.approx(1.0, abs=1e-4)
 
 
-def test_control_characters_and_lone_surrogates_are_cleaned(store, embedder):
+def test_control_characters_and_lone_surrogates_are_cleaned(delta_store, embedder):
     assert clean_text("a\x00b\x1bc\ud800d\te\n") == "a b c?d\te\n"
     vectors = embedder.encode(["bad \ud83d bytes \x00 and \x07 bells"])
     assert vectors.shape == (1, 384) and np.isfinite(vectors).all()
-    write_rows(store, role_rows(["null \x00 byte and escape \x1b[31m red"]))
-    assert embed_role_rows(store, embedder, batch_size=8).embedded == 1
+    write_rows(delta_store, role_rows(["null \x00 byte and escape \x1b[31m red"]))
+    assert embed_role_rows(delta_store, embedder, batch_size=8).embedded == 1
 
 
 class PoisonedEmbedder(RecordingEmbedder):
@@ -126,46 +131,48 @@ class PoisonedEmbedder(RecordingEmbedder):
         return super().encode(texts)
 
 
-def test_failed_batch_retried_row_by_row_and_failed_rows_retried_later(store, embedder):
-    write_rows(store, role_rows(["good one", "poison pill", "good two", "good three"]))
+def test_failed_batch_retried_row_by_row_and_failed_rows_retried_later(delta_store, embedder):
+    write_rows(delta_store, role_rows(["good one", "poison pill", "good two", "good three"]))
     poisoned = PoisonedEmbedder(embedder, {"poison pill"})
-    report = embed_role_rows(store, poisoned, batch_size=8)
+    report = embed_role_rows(delta_store, poisoned, batch_size=8)
     assert (report.embedded, report.failed) == (3, 1)
-    frame = store.read(ROW_EMBEDDINGS).filter(pl.col("row_id") == "c1-r1")
+    frame = delta_store.read(ROW_EMBEDDINGS).filter(pl.col("row_id") == "c1-r1")
     assert frame["embedding_status"][0] == "failed"
     assert "model crashed" in frame["error"][0] and frame["attempts"][0] == 1
-    assert statuses(store)["c1-r0"] == "ok"
+    assert statuses(delta_store)["c1-r0"] == "ok"
 
     poisoned.poison = set()
-    retry = embed_role_rows(store, poisoned, batch_size=8)
+    retry = embed_role_rows(delta_store, poisoned, batch_size=8)
     assert (retry.to_process, retry.embedded) == (1, 1)
-    assert statuses(store)["c1-r1"] == "ok"
+    assert statuses(delta_store)["c1-r1"] == "ok"
 
 
-def test_model_that_cannot_load_leaves_rows_pending_then_catches_up(store, embedder, tmp_path):
-    write_rows(store, role_rows(["one row", "two rows"]))
+def test_model_that_cannot_load_leaves_rows_pending_then_catches_up(
+    delta_store, embedder, tmp_path
+):
+    write_rows(delta_store, role_rows(["one row", "two rows"]))
     broken = SentenceTransformerEmbedder(model_name=str(tmp_path / "no-such-model"))
     with pytest.raises(EmbedderUnavailable):
         broken.load()
-    report = embed_role_rows(store, broken, batch_size=8)
+    report = embed_role_rows(delta_store, broken, batch_size=8)
     assert report.pending == 2 and report.error
-    assert set(statuses(store).values()) == {"pending"}
+    assert set(statuses(delta_store).values()) == {"pending"}
     fixed = SentenceTransformerEmbedder(model_id=broken.model_id, batch_size=8)
-    assert embed_role_rows(store, fixed, batch_size=8).embedded == 2
-    assert set(statuses(store).values()) == {"ok"}
+    assert embed_role_rows(delta_store, fixed, batch_size=8).embedded == 2
+    assert set(statuses(delta_store).values()) == {"ok"}
 
 
-def test_progress_is_logged(store, embedder, caplog):
-    write_rows(store, role_rows([f"text number {i}" for i in range(6)]))
+def test_progress_is_logged(delta_store, embedder, caplog):
+    write_rows(delta_store, role_rows([f"text number {i}" for i in range(6)]))
     with caplog.at_level(logging.INFO, logger="ctxdb.embedding"):
-        embed_role_rows(store, embedder, batch_size=2, progress_every_s=0)
+        embed_role_rows(delta_store, embedder, batch_size=2, progress_every_s=0)
     progress = [r.getMessage() for r in caplog.records if "rows/s" in r.getMessage()]
     assert progress[0].startswith("embedded 2/6") and progress[-1].startswith("embedded 6/6")
 
 
-def test_deleted_role_rows_lose_their_status(store, embedder):
-    write_rows(store, role_rows(["keep me", "drop me"]))
-    embed_role_rows(store, embedder, batch_size=8)
-    store.delete("role_rows", "row_id = 'c1-r1'")
-    embed_role_rows(store, embedder, batch_size=8)
-    assert list(statuses(store)) == ["c1-r0"]
+def test_deleted_role_rows_lose_their_status(delta_store, embedder):
+    write_rows(delta_store, role_rows(["keep me", "drop me"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    delta_store.delete("role_rows", "row_id = 'c1-r1'")
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    assert list(statuses(delta_store)) == ["c1-r0"]

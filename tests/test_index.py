@@ -7,14 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest_index import (  # noqa: F401
-    embedder,
-    es_settings,
-    role_rows,
-    store,
-    turn_tables,
-    write_rows,
-)
+from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
 
 from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
 from ctxdb.es.client import make_client
@@ -36,8 +29,9 @@ def rows_alias(settings) -> str:
 
 def has_vector(es, alias: str, doc_id: str) -> bool:
     """Whether the document's vector is indexed (ES 9 leaves vectors out of `_source`)."""
-    query = {"bool": {"filter": [{"ids": {"values": [doc_id]}},
-                                 {"exists": {"field": "embedding"}}]}}
+    query = {
+        "bool": {"filter": [{"ids": {"values": [doc_id]}}, {"exists": {"field": "embedding"}}]}
+    }
     return es.count(index=alias, query=query)["count"] == 1
 
 
@@ -49,35 +43,39 @@ def bm25(es, alias: str, query: str) -> list[str]:
     return [hit["_id"] for hit in response["hits"]["hits"]]
 
 
-def test_sync_is_idempotent_incremental_and_deletes_removed_rows(store, embedder, es_settings):
+def test_sync_is_idempotent_incremental_and_deletes_removed_rows(
+    delta_store, embedder, es_settings
+):
     es = make_client(es_settings)
-    write_rows(store, role_rows([f"answer about topic {i}" for i in range(6)]))
-    turn_tables(store, 3)
-    embed_role_rows(store, embedder, batch_size=8)
-    first = {r.kind: r for r in sync_live(store, es, es_settings, model_id=MODEL)}
+    write_rows(delta_store, role_rows([f"answer about topic {i}" for i in range(6)]))
+    turn_tables(delta_store, 3)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    first = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}
     assert (first[ROWS].indexed, first[TURNS].indexed) == (6, 3)
     assert es.count(index=rows_alias(es_settings))["count"] == 6
 
-    again = sync_live(store, es, es_settings, model_id=MODEL)
+    again = sync_live(delta_store, es, es_settings, model_id=MODEL)
     assert all(r.skipped and r.indexed == 0 for r in again)
 
-    store.delete(ROLE_ROWS, "row_id = 'c1-r0'")
-    write_rows(store, role_rows(["a changed answer", "a brand new answer"], start=5))
-    embed_role_rows(store, embedder, batch_size=8)
-    third = {r.kind: r for r in sync_live(store, es, es_settings, model_id=MODEL)}
+    delta_store.delete(ROLE_ROWS, "row_id = 'c1-r0'")
+    write_rows(delta_store, role_rows(["a changed answer", "a brand new answer"], start=5))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    third = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}
     assert (third[ROWS].indexed, third[ROWS].deleted, third[ROWS].full) == (2, 1, False)
     assert third[TURNS].skipped
     assert es.count(index=rows_alias(es_settings))["count"] == 6
     assert bm25(es, rows_alias(es_settings), "brand new") == ["c1-r6"]
-    assert all(c.ok for c in count_mismatches(store, es, es_settings.index_prefix))
+    assert all(c.ok for c in count_mismatches(delta_store, es, es_settings.index_prefix))
 
 
-def test_row_documents_carry_vectors_stems_and_trigrams(store, embedder, es_settings):
+def test_row_documents_carry_vectors_stems_and_trigrams(delta_store, embedder, es_settings):
     es = make_client(es_settings)
-    write_rows(store, role_rows(["Fixed the timezone conversion in openpyxl"],
-                                anchors=["openpyxl timezone"]))
-    embed_role_rows(store, embedder, batch_size=8)
-    sync_live(store, es, es_settings, model_id=MODEL)
+    write_rows(
+        delta_store,
+        role_rows(["Fixed the timezone conversion in openpyxl"], anchors=["openpyxl timezone"]),
+    )
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
     doc = es.get(index=rows_alias(es_settings), id="c1-r0")["_source"]
     assert has_vector(es, rows_alias(es_settings), "c1-r0") and doc["embedding_status"] == "ok"
     assert "convers" in doc["stems"].split() and "openpyxl" in doc["stems"].split()
@@ -85,54 +83,62 @@ def test_row_documents_carry_vectors_stems_and_trigrams(store, embedder, es_sett
     assert "derived_at" not in doc
     hits = es.search(
         index=rows_alias(es_settings),
-        knn={"field": "embedding", "query_vector": embedder.encode(["spreadsheet dates"])[0].tolist(),
-             "k": 1, "num_candidates": 10},
+        knn={
+            "field": "embedding",
+            "query_vector": embedder.encode(["spreadsheet dates"])[0].tolist(),
+            "k": 1,
+            "num_candidates": 10,
+        },
     )["hits"]["hits"]
     assert hits[0]["_id"] == "c1-r0"
 
 
-def test_turn_documents_hold_payload_catalog_and_title(store, es_settings):
+def test_turn_documents_hold_payload_catalog_and_title(delta_store, es_settings):
     es = make_client(es_settings)
-    turn_tables(store, 2)
-    sync_live(store, es, es_settings, model_id=MODEL)
+    turn_tables(delta_store, 2)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
     doc = es.get(index=alias_name(es_settings.index_prefix, TURNS), id=turn_doc_id("c1", "turn1"))
     source = doc["_source"]
     assert source["payload"]["blocks"][1] == {"type": "assistant.completion", "text": "answer 1"}
     assert (source["ordinal"], source["title"], source["first_user_text"]) == (
-        2, "Spreadsheet trouble", "question 1")
+        2,
+        "Spreadsheet trouble",
+        "question 1",
+    )
 
 
-def test_model_failure_rows_indexed_without_vectors_and_found_by_bm25(store, es_settings, tmp_path):
+def test_model_failure_rows_indexed_without_vectors_and_found_by_bm25(
+    delta_store, es_settings, tmp_path
+):
     es = make_client(es_settings)
-    write_rows(store, role_rows(["ValueError: cannot convert naive datetime", "other words"]))
-    broken = SentenceTransformerEmbedder(model_name=str(tmp_path / "missing-model"),
-                                         model_id=MODEL)
-    assert embed_role_rows(store, broken, batch_size=8).pending == 2
-    sync_live(store, es, es_settings, model_id=MODEL)
+    write_rows(delta_store, role_rows(["ValueError: cannot convert naive datetime", "other words"]))
+    broken = SentenceTransformerEmbedder(model_name=str(tmp_path / "missing-model"), model_id=MODEL)
+    assert embed_role_rows(delta_store, broken, batch_size=8).pending == 2
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
     alias = rows_alias(es_settings)
     assert es.count(index=alias, query={"exists": {"field": "embedding"}})["count"] == 0
     assert es.get(index=alias, id="c1-r0")["_source"]["embedding_status"] == "pending"
     assert bm25(es, alias, "naive datetime")[0] == "c1-r0"
 
 
-def test_rows_that_later_embed_get_their_vector(store, embedder, es_settings, tmp_path):
+def test_rows_that_later_embed_get_their_vector(delta_store, embedder, es_settings, tmp_path):
     es = make_client(es_settings)
-    write_rows(store, role_rows(["late vector"]))
+    write_rows(delta_store, role_rows(["late vector"]))
     broken = SentenceTransformerEmbedder(model_name=str(tmp_path / "nope"), model_id=MODEL)
-    embed_role_rows(store, broken, batch_size=8)
-    sync_live(store, es, es_settings, model_id=MODEL)
-    embed_role_rows(store, embedder, batch_size=8)
-    report = {r.kind: r for r in sync_live(store, es, es_settings, model_id=MODEL)}[ROWS]
+    embed_role_rows(delta_store, broken, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    report = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
     assert report.indexed == 1
     assert has_vector(es, rows_alias(es_settings), "c1-r0")
 
 
-def test_empty_long_and_control_character_texts(store, embedder, es_settings):
+def test_empty_long_and_control_character_texts(delta_store, embedder, es_settings):
     es = make_client(es_settings)
     long_text = " ".join(["filler"] * 3000) + " zanzibarquux"
-    write_rows(store, role_rows(["   ", long_text, "bell \x07 null \x00 esc \x1b[0m tail"]))
-    embed_role_rows(store, embedder, batch_size=8)
-    sync_live(store, es, es_settings, model_id=MODEL)
+    write_rows(delta_store, role_rows(["   ", long_text, "bell \x07 null \x00 esc \x1b[0m tail"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
     alias = rows_alias(es_settings)
     assert not has_vector(es, alias, "c1-r0")
     assert es.get(index=alias, id="c1-r0")["_source"]["embedding_status"] == "skipped"
@@ -144,59 +150,64 @@ def test_empty_long_and_control_character_texts(store, embedder, es_settings):
     assert (status.with_vector, status.embeddable, status.coverage_pct) == (2, 2, 100.0)
 
 
-def test_rejected_documents_are_reported_and_retried(store, embedder, es_settings):
+def test_rejected_documents_are_reported_and_retried(delta_store, embedder, es_settings):
     """A wrong-dims vector in the cache makes the real node reject that one document."""
     es = make_client(es_settings)
-    write_rows(store, role_rows(["good row", "corrupted row", "another good row"]))
-    embed_role_rows(store, embedder, batch_size=8)
-    bad_hash = store.read(ROLE_ROWS).filter(pl.col("row_id") == "c1-r1")["text_hash"][0]
-    store.delete(EMBEDDINGS, f"text_hash = '{bad_hash}'")
-    store.append(
+    write_rows(delta_store, role_rows(["good row", "corrupted row", "another good row"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    bad_hash = delta_store.read(ROLE_ROWS).filter(pl.col("row_id") == "c1-r1")["text_hash"][0]
+    delta_store.delete(EMBEDDINGS, f"text_hash = '{bad_hash}'")
+    delta_store.append(
         EMBEDDINGS,
-        store.read(EMBEDDINGS).head(1).with_columns(
+        delta_store.read(EMBEDDINGS)
+        .head(1)
+        .with_columns(
             pl.lit(bad_hash).alias("text_hash"),
             pl.lit([0.1, 0.2, 0.3]).cast(pl.List(pl.Float32)).alias("vector"),
         ),
         EMBEDDINGS_SCHEMA,
     )
     with pytest.raises(BulkWriteFailed) as failed:
-        sync_live(store, es, es_settings, model_id=MODEL)
+        sync_live(delta_store, es, es_settings, model_id=MODEL)
     assert [f["id"] for f in failed.value.failures] == ["c1-r1"]
     assert "different number of dimensions" in failed.value.failures[0]["reason"]
     assert failed.value.report.indexed == 2
     es.indices.refresh(index=rows_alias(es_settings))
     assert es.count(index=rows_alias(es_settings))["count"] == 2
     with pytest.raises(BulkWriteFailed):  # state not advanced: the next run tries again
-        sync_live(store, es, es_settings, model_id=MODEL)
+        sync_live(delta_store, es, es_settings, model_id=MODEL)
 
 
-def test_elasticsearch_down_fails_clearly_and_next_run_catches_up(store, embedder, es_settings):
-    write_rows(store, role_rows(["row one", "row two"]))
-    embed_role_rows(store, embedder, batch_size=8)
+def test_elasticsearch_down_fails_clearly_and_next_run_catches_up(
+    delta_store, embedder, es_settings
+):
+    write_rows(delta_store, role_rows(["row one", "row two"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
     down = es_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
     with pytest.raises(ElasticsearchUnavailable, match="127.0.0.1:9 is unreachable"):
-        sync_live(store, make_client(down), down, model_id=MODEL)
+        sync_live(delta_store, make_client(down), down, model_id=MODEL)
     es = make_client(es_settings)
-    report = {r.kind: r for r in sync_live(store, es, es_settings, model_id=MODEL)}[ROWS]
+    report = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
     assert report.indexed == 2
 
 
-def test_state_lost_or_vacuumed_falls_back_to_a_full_sync(store, embedder, es_settings):
+def test_state_lost_or_vacuumed_falls_back_to_a_full_sync(delta_store, embedder, es_settings):
     es = make_client(es_settings)
-    write_rows(store, role_rows(["keep a", "keep b", "stale c"]))
-    embed_role_rows(store, embedder, batch_size=8)
-    sync_live(store, es, es_settings, model_id=MODEL)
-    store.delete(ROLE_ROWS, "row_id = 'c1-r2'")
-    store.delete("index_state", "kind = 'rows'")
-    report = {r.kind: r for r in sync_live(store, es, es_settings, model_id=MODEL)}[ROWS]
+    write_rows(delta_store, role_rows(["keep a", "keep b", "stale c"]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
+    delta_store.delete(ROLE_ROWS, "row_id = 'c1-r2'")
+    delta_store.delete("index_state", "kind = 'rows'")
+    report = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
     assert (report.full, report.indexed, report.deleted) == (True, 2, 1)
     assert es.count(index=rows_alias(es_settings))["count"] == 2
 
 
-def test_expired_documents_are_reported(store, embedder, es_settings):
+def test_expired_documents_are_reported(delta_store, embedder, es_settings):
     es = make_client(es_settings)
-    write_rows(store, role_rows(["fresh"]) .vstack(
-        role_rows(["old"], start=1, expires_in_days=-1)))
-    embed_role_rows(store, embedder, batch_size=8)
-    sync_live(store, es, es_settings, model_id=MODEL)
+    write_rows(
+        delta_store, role_rows(["fresh"]).vstack(role_rows(["old"], start=1, expires_in_days=-1))
+    )
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
     assert expired_ids(es, rows_alias(es_settings)) == (1, ["c1-r1"])

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest_index import es_settings  # noqa: F401
 
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body
@@ -23,7 +22,7 @@ def documented_bodies() -> dict[str, dict]:
     sections = {ROWS: "## Rows index body", TURNS: "## Turns index body"}
     bodies = {}
     for kind, heading in sections.items():
-        after = text[text.index(heading):]
+        after = text[text.index(heading) :]
         bodies[kind] = json.loads(re.search(r"```json\n(.*?)\n```", after, re.S).group(1))
     return bodies
 
@@ -44,4 +43,6 @@ def test_live_mapping_on_the_node_matches_the_documentation(es_settings):
         assert live["mappings"]["dynamic"] == docs[kind]["mappings"]["dynamic"]
         assert live["mappings"]["_meta"]["kind"] == kind
         assert live["settings"]["index"]["number_of_shards"] == "1"
-        assert live["aliases"] == {alias_name(es_settings.index_prefix, kind): {"is_write_index": True}}
+        assert live["aliases"] == {
+            alias_name(es_settings.index_prefix, kind): {"is_write_index": True}
+        }

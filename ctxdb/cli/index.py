@@ -36,7 +36,9 @@ def _size(n: int) -> str:
 
 
 @index_app.command()
-def status(as_json: Annotated[bool, typer.Option("--json", help="One JSON object per index.")] = False) -> None:
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per index.")] = False,
+) -> None:
     """Per index: alias, concrete index and version, documents, vector coverage, size, model."""
     settings = get_settings()
     try:
@@ -48,11 +50,14 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="One JSON object
         for row in rows:
             typer.echo(json.dumps(row.model_dump()))
         return
-    typer.echo(f"{'alias':<24} {'index':<28} {'ver':>3} {'docs':>9} {'vectors':>18} {'size':>10}  model")
+    typer.echo(
+        f"{'alias':<24} {'index':<28} {'ver':>3} {'docs':>9} {'vectors':>18} {'size':>10}  model"
+    )
     for row in rows:
         coverage = (
             f"{row.with_vector}/{row.embeddable} {row.coverage_pct:.1f}%"
-            if row.coverage_pct is not None else "-"
+            if row.coverage_pct is not None
+            else "-"
         )
         typer.echo(
             f"{row.alias:<24} {row.index or '(none)':<28} {row.version or '-':>3} {row.docs:>9} "
@@ -62,7 +67,9 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="One JSON object
 
 @index_app.command("reindex")
 def reindex_command(
-    model: Annotated[str | None, typer.Option(help="Embedding model (default: configured).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model (default: configured).")
+    ] = None,
     grace: Annotated[float | None, typer.Option(help="Seconds to keep the old indices.")] = None,
     min_coverage: Annotated[float, typer.Option(help="Minimum vector coverage %.")] = 0.0,
 ) -> None:

@@ -46,8 +46,9 @@ class BulkReport:
 def _reason(result: dict[str, Any]) -> str:
     error = result.get("error")
     if isinstance(error, dict):
-        reason, cause = error.get("reason"), error.get("caused_by", {}).get("reason")
-        return f"{error.get('type')}: {reason}" + (f" ({cause})" if cause not in {None, reason} and cause not in str(reason) else "")
+        reason, cause = str(error.get("reason")), error.get("caused_by", {}).get("reason")
+        extra = f" ({cause})" if cause and cause not in reason else ""
+        return f"{error.get('type')}: {reason}{extra}"
     return str(error or result.get("result"))
 
 
@@ -80,8 +81,12 @@ def bulk_write(
                 report.indexed += 1
             else:
                 report.failures.append(
-                    {"id": result.get("_id"), "status": result.get("status"), "op": op,
-                     "reason": _reason(result)}
+                    {
+                        "id": result.get("_id"),
+                        "status": result.get("status"),
+                        "op": op,
+                        "reason": _reason(result),
+                    }
                 )
     except (ESConnectionError, ConnectionTimeout) as exc:
         raise ElasticsearchUnavailable(

@@ -46,7 +46,9 @@ def count_mismatches(
     """One CountCheck per index kind (model id does not change ids, so any is fine here)."""
     checks = []
     for kind, source in SOURCES.items():
-        expected = build_base(store, source, current_versions(store, source.tables), "").get_column(ID)
+        expected = build_base(store, source, current_versions(store, source.tables), "").get_column(
+            ID
+        )
         index = alias_target(es, alias_name(prefix, kind))
         found = indexed_ids(es, index) if index else pl.Series(ID, [], dtype=pl.String)
         checks.append(

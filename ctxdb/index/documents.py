@@ -32,9 +32,9 @@ def _clean(column: str) -> pl.Expr:
 def with_fingerprint(frame: pl.DataFrame) -> pl.DataFrame:
     """Add a per-row content hash over every column but the id (for change detection)."""
     content = frame.drop(ID)
-    return frame.select(ID).with_columns(
-        content.hash_rows(seed=0).alias(FINGERPRINT)
-    ).hstack(content)
+    return (
+        frame.select(ID).with_columns(content.hash_rows(seed=0).alias(FINGERPRINT)).hstack(content)
+    )
 
 
 def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.DataFrame:
@@ -97,12 +97,23 @@ def turn_base(
     out (they are not findable, as in the reference)."""
     identity = ["tenant", "app", "agent", "user_id", "conversation_id"]
     logs = turn_logs.sort("updated_at").unique([*identity, "turn_id"], keep="last")
-    cat = catalog.sort("updated_at").unique([*identity, "turn_id"], keep="last").select(
-        *identity, "turn_id", "ordinal", "first_user_text", "last_assistant_text",
-        pl.col("title").alias("_catalog_title"), "last_activity_at",
+    cat = (
+        catalog.sort("updated_at")
+        .unique([*identity, "turn_id"], keep="last")
+        .select(
+            *identity,
+            "turn_id",
+            "ordinal",
+            "first_user_text",
+            "last_assistant_text",
+            pl.col("title").alias("_catalog_title"),
+            "last_activity_at",
+        )
     )
-    conv = timelines.sort("updated_at").unique(identity, keep="last").select(
-        *identity, pl.col("title").alias("_conversation_title")
+    conv = (
+        timelines.sort("updated_at")
+        .unique(identity, keep="last")
+        .select(*identity, pl.col("title").alias("_conversation_title"))
     )
     joined = logs.join(cat, on=[*identity, "turn_id"], how="left").join(
         conv, on=identity, how="left"

@@ -73,7 +73,9 @@ def read_at(store: DeltaStore, table: str, schema: pa.Schema, version: int | Non
     return store.read(table, schema, version=version)
 
 
-def build_base(store: DeltaStore, source: Source, versions: Versions, model_id: str) -> pl.DataFrame:
+def build_base(
+    store: DeltaStore, source: Source, versions: Versions, model_id: str
+) -> pl.DataFrame:
     frames = {t: read_at(store, t, source.schemas[t], versions[t]) for t in source.tables}
     return source.base(frames, model_id)
 
@@ -143,7 +145,9 @@ def sync_index(
         try:
             old = build_base(store, source, state, model_id)
         except Exception as exc:  # an old version vacuumed away: fall back to a full sync
-            log.warning("cannot read %s at %s (%s); full sync of %s", source.kind, state, exc, index)
+            log.warning(
+                "cannot read %s at %s (%s); full sync of %s", source.kind, state, exc, index
+            )
     report.full = old is None
     changed, gone = plan_changes(new, old, indexed_ids(es, index) if old is None else None)
     docs = source.complete(store, changed, model_id)

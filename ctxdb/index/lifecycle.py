@@ -1,4 +1,4 @@
-"""Versioned indices behind aliases: `<prefix>-<kind>-v<N>` read and written through `<prefix>-<kind>`.
+"""Versioned indices behind aliases: `<prefix>-<kind>-v<N>`, read and written via `<prefix>-<kind>`.
 
 The alias always points at exactly one index (with `is_write_index`). A reload builds the next
 version and swaps every alias in one `_aliases` call, so reads never see zero or two indices.
@@ -112,9 +112,7 @@ def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:
     actions: list[dict] = []
     for swap in swaps:
         if swap.old is not None:
-            actions.append(
-                {"remove": {"index": swap.old, "alias": swap.alias, "must_exist": True}}
-            )
+            actions.append({"remove": {"index": swap.old, "alias": swap.alias, "must_exist": True}})
         actions.append({"add": {"index": swap.new, "alias": swap.alias, "is_write_index": True}})
     es.indices.update_aliases(actions=actions)
     for swap in swaps:

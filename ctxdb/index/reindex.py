@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from elasticsearch import Elasticsearch
 
 from ctxdb.delta import DeltaStore
-from ctxdb.embedding import EmbedReport, Embedder, embed_role_rows
+from ctxdb.embedding import Embedder, EmbedReport, embed_role_rows
 from ctxdb.es.mappings import ROWS, alias_name
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
 from ctxdb.index.lifecycle import (
@@ -109,12 +109,20 @@ def reindex(
         for kind, source in SOURCES.items():
             version = max(versions(es, prefix, kind), default=0) + 1
             name = create_index(
-                es, prefix, kind, version,
-                dims=settings.embedding_dims, model_id=embedder.model_id, bulk_load=True,
+                es,
+                prefix,
+                kind,
+                version,
+                dims=settings.embedding_dims,
+                model_id=embedder.model_id,
+                bulk_load=True,
             )
             builds[kind] = name
             build = sync_index(
-                store, es, source, name,
+                store,
+                es,
+                source,
+                name,
                 model_id=embedder.model_id,
                 chunk_size=settings.index_chunk_size,
                 refresh=False,
@@ -128,7 +136,9 @@ def reindex(
     except BaseException:
         for name in builds.values():
             es.indices.delete(index=name, ignore_unavailable=True)
-        log.error("reindex failed; deleted partial builds %s, aliases untouched", list(builds.values()))
+        log.error(
+            "reindex failed; deleted partial builds %s, aliases untouched", list(builds.values())
+        )
         raise
     report.swaps = [
         Swap(alias_name(prefix, kind), alias_target(es, alias_name(prefix, kind)), name)

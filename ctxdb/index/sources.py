@@ -43,7 +43,6 @@ ROWS_SOURCE = Source(
 )
 
 
-
 def _turns_base(frames: Mapping[str, pl.DataFrame], model_id: str) -> pl.DataFrame:
     return turn_base(frames[TURN_LOGS], frames[TURN_CATALOG], frames[CONVERSATION_TIMELINES])
 

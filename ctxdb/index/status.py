@@ -34,9 +34,7 @@ def count(es: Elasticsearch, index: str, query: dict | None = None) -> int:
 def vector_coverage(es: Elasticsearch, index: str) -> tuple[int, int, float]:
     """(docs with a vector, docs with embeddable text, percentage; 100 when nothing to embed)."""
     with_vector = count(es, index, {"exists": {"field": "embedding"}})
-    embeddable = count(
-        es, index, {"bool": {"must_not": [{"term": {"embedding_status": SKIPPED}}]}}
-    )
+    embeddable = count(es, index, {"bool": {"must_not": [{"term": {"embedding_status": SKIPPED}}]}})
     pct = 100.0 * with_vector / embeddable if embeddable else 100.0
     return with_vector, embeddable, pct
 
@@ -56,8 +54,16 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
     index = alias_target(es, alias)
     if index is None:
         return IndexStatus(
-            kind=kind, alias=alias, index=None, version=None, docs=0, with_vector=None,
-            embeddable=None, coverage_pct=None, size_bytes=0, model_id=None,
+            kind=kind,
+            alias=alias,
+            index=None,
+            version=None,
+            docs=0,
+            with_vector=None,
+            embeddable=None,
+            coverage_pct=None,
+            size_bytes=0,
+            model_id=None,
         )
     stats = es.indices.stats(index=index, metric="store")["indices"][index]
     with_vector = embeddable = pct = None

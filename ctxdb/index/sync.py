@@ -45,8 +45,12 @@ def _sync_live(
         if kind in SOURCES:
             reports.append(
                 sync_index(
-                    store, es, SOURCES[kind], index,
-                    model_id=model_id, chunk_size=settings.index_chunk_size,
+                    store,
+                    es,
+                    SOURCES[kind],
+                    index,
+                    model_id=model_id,
+                    chunk_size=settings.index_chunk_size,
                 )
             )
         dropped = drop_retired(es, settings.index_prefix, kind, grace_s=settings.reindex_grace_s)
