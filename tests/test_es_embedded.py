@@ -122,6 +122,19 @@ def test_node_dying_at_start_up_reports_its_log(second_node: Settings) -> None:
     assert embedded.running_pid(embedded.EmbeddedNode.from_settings(second_node)) is None
 
 
+def test_slow_start_up_times_out_and_leaves_nothing_running(es_base_settings: Settings) -> None:
+    settings = node_settings(es_base_settings, free_port_pair(), es_start_timeout_s=2.0)
+    node = embedded.EmbeddedNode.from_settings(settings)
+    try:
+        with pytest.raises(NodeStartError, match="did not start within 2 s"):
+            embedded.start(settings)
+        assert embedded.running_pid(node) is None
+        assert not embedded.port_busy(settings.es_port)
+    finally:
+        embedded.stop(settings)
+        shutil.rmtree(node.instance, ignore_errors=True)
+
+
 @pytest.mark.parametrize("busy_offset", [0, embedded.TRANSPORT_OFFSET])
 def test_port_in_use_is_refused(es_base_settings: Settings, busy_offset: int) -> None:
     port = free_port_pair()

@@ -1,4 +1,4 @@
-"""`ctxdb es start|stop|status|logs`: manage the embedded Elasticsearch node (or check a cluster)."""
+"""`ctxdb es start|stop|status|logs`: manage the embedded node (or check an external cluster)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def home_path(cache: Path, version: str) -> Path:
 
 
 def expected_sha512(settings: Settings) -> str:
-    """The checksum the zip must have: `CTXDB_ES_ZIP_SHA512`, else the one pinned for the version."""
+    """The zip's expected checksum: `CTXDB_ES_ZIP_SHA512`, else the one pinned for the version."""
     expected = settings.es_zip_sha512 or PINNED_SHA512.get(settings.es_version)
     if expected is None:
         raise ChecksumError(
@@ -94,8 +94,8 @@ def download_zip(settings: Settings, target: Path) -> None:
     mvn = shutil.which(settings.es_mvn)
     if mvn is None:
         raise MavenError(
-            f"Maven executable {settings.es_mvn!r} not found; install Maven (apt-get install maven) "
-            "or set CTXDB_ES_MVN"
+            f"Maven executable {settings.es_mvn!r} not found; install Maven "
+            "(apt-get install maven) or set CTXDB_ES_MVN"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     artifact = ARTIFACT.format(version=settings.es_version)

@@ -284,21 +284,23 @@ def _launch(
     user = _hand_over(node, settings)
     log.info("starting Elasticsearch %s on %s with Java %d", node.version, node.url, jdk.major)
     with node.launcher_log.open("a") as out:
-        try:
-            done = subprocess.run(
-                command, env=env, cwd=node.logs_dir, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, timeout=max(1.0, deadline - time.monotonic()),
-                start_new_session=True, check=False, **user,
-            )
-        except subprocess.TimeoutExpired as exc:
-            pid = running_pid(node)
-            if pid:
-                _kill(pid, 10.0)
-            raise NodeStartError(_with_log(f"node on {node.url} did not start in time", node)) from exc
-    if done.returncode != 0:
-        raise NodeStartError(
-            _with_log(f"node on {node.url} died during start-up (exit {done.returncode})", node)
+        launcher = subprocess.Popen(
+            command, env=env, cwd=node.logs_dir, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True, **user,
         )
+    try:
+        code = launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+        pid = running_pid(node)
+        if pid:
+            _kill(pid, 10.0)
+        message = f"node on {node.url} did not start within {settings.es_start_timeout_s:.0f} s"
+        raise NodeStartError(_with_log(message, node)) from exc
+    if code != 0:
+        message = f"node on {node.url} died during start-up (exit {code})"
+        raise NodeStartError(_with_log(message, node))
 
 
 def start(settings: Settings, extra_config: Mapping[str, str] | None = None) -> StartResult:
@@ -309,15 +311,16 @@ def start(settings: Settings, extra_config: Mapping[str, str] | None = None) -> 
         return StartResult(node.url, pid, already_running=True)
     _check_ports(node)
     jdk = find_jdk(settings)
-    deadline = time.monotonic() + settings.es_start_timeout_s
     home = ensure_home(settings, node.cache)
+    deadline = time.monotonic() + settings.es_start_timeout_s
     prepare_instance(node, home, extra_config)
     _launch(node, home, jdk, settings, deadline)
     while time.monotonic() < deadline:
         pid = running_pid(node)
         if pid is None:
             raise NodeStartError(_with_log(f"node on {node.url} exited during start-up", node))
-        if _health(node.url, min(5.0, max(1.0, deadline - time.monotonic()))) in {"yellow", "green"}:
+        wait = min(5.0, max(1.0, deadline - time.monotonic()))
+        if _health(node.url, wait) in {"yellow", "green"}:
             return StartResult(node.url, pid, already_running=False)
         time.sleep(0.5)
     stop(settings)

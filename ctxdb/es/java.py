@@ -58,7 +58,8 @@ def _candidates(settings: Settings) -> list[tuple[str, Path]]:
     named = [("ES_JAVA_HOME", settings.es_java_home), ("JAVA_HOME", settings.java_home)]
     found = [(label, path) for label, path in named if path is not None]
     if settings.jvm_dir.is_dir():
-        found += [(str(settings.jvm_dir), p) for p in sorted(settings.jvm_dir.iterdir()) if p.is_dir()]
+        label = str(settings.jvm_dir)
+        found += [(label, path) for path in sorted(settings.jvm_dir.iterdir()) if path.is_dir()]
     return found
 
 
