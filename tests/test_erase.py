@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     derived,
     index_rows,
@@ -21,6 +22,8 @@ from conftest_ops import (  # noqa: F401  (fixtures)
 from ctxdb import erase as erasure
 from ctxdb import retention
 from ctxdb.auth import Principal
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
 from ctxdb.resolve import Resolver
@@ -228,3 +231,21 @@ def test_erase_with_elasticsearch_down_is_finished_by_the_sweep(store, es, ops_s
     assert sweep.es_deleted == {ROWS: 7, TURNS: 7}
     for kind in (ROWS, TURNS):
         assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u1") == 0
+
+
+def test_cli_erase(store, es, ops_settings, seeded, monkeypatch):
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch_url)
+    runner = CliRunner()
+
+    neither = runner.invoke(app, ["erase"])
+    assert neither.exit_code == 2 and "exactly one of --user or --conversation" in neither.output
+    unknown = runner.invoke(app, ["erase", "--user", "ghost"])
+    assert unknown.exit_code == 0
+    assert "No data found for user 'ghost'" in unknown.output
+    done = runner.invoke(app, ["erase", "--conversation", "c3"])
+    assert done.exit_code == 0, done.output
+    assert "verified zero remaining" in done.output
+    assert store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "c3").is_empty()

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     es_ids,
     index_rows,
@@ -18,6 +19,8 @@ from conftest_ops import (  # noqa: F401  (fixtures)
 )
 
 from ctxdb import retention
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
 from ctxdb.settings import RetentionRule, Settings
@@ -202,3 +205,21 @@ def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):
     retention.sweep(store, es, ops_settings)
     assert rows["row_id"][10] in es_ids(es, ops_settings.index_prefix, ROWS)
     assert store.read(RETENTION_PENDING).height == 0
+
+
+def test_cli_retention_run(store, es, ops_settings, monkeypatch):
+    _seed(store, es, ops_settings)
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch_url)
+    runner = CliRunner()
+
+    dry = runner.invoke(app, ["retention", "run", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["status"] == "dry_run"
+    assert store.read(ROLE_ROWS).height == 20
+    real = runner.invoke(app, ["retention", "run"])
+    assert real.exit_code == 0, real.output
+    assert json.loads(real.output)["es_pending"] == 0
+    assert store.read(ROLE_ROWS).height == 15

@@ -1,0 +1,103 @@
+"""`ctxdb erase`, `ctxdb retention run`, `ctxdb compact` and `ctxdb jobs run NAME`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ctxdb.cli.app import app
+from ctxdb.compaction import compact_all, unbounded
+from ctxdb.delta import DeltaStore
+from ctxdb.erase import Scope, erase
+from ctxdb.es.client import make_client
+from ctxdb.retention import sweep
+from ctxdb.settings import Settings, get_settings
+
+retention_app = typer.Typer(help="Retention sweeps.", no_args_is_help=True)
+app.add_typer(retention_app, name="retention")
+jobs_app = typer.Typer(help="Launch Dagster jobs of the ctxdb code location.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+
+
+def _store(settings: Settings) -> DeltaStore:
+    return DeltaStore(settings.delta_uri, settings.delta_storage_options)
+
+
+@app.command("erase")
+def erase_command(
+    user: Annotated[
+        str | None, typer.Option("--user", help="Erase every trace of this user.")
+    ] = None,
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", help="Erase this conversation.")
+    ] = None,
+) -> None:
+    """Erase a user or a conversation everywhere, then verify zero rows remain."""
+    if bool(user) == bool(conversation):
+        typer.echo("error: give exactly one of --user or --conversation", err=True)
+        raise typer.Exit(2)
+    try:
+        scope = Scope("user_id", user) if user else Scope("conversation_id", conversation or "")
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    settings = get_settings()
+    report = erase(_store(settings), make_client(settings), settings, scope)
+    typer.echo(report.message)
+    if report.found and not report.verified:
+        raise typer.Exit(1)
+
+
+@retention_app.command("run")
+def retention_run(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report, change nothing.")] = False,
+    vacuum_hours: Annotated[
+        int | None, typer.Option("--vacuum-hours", min=0, help="VACUUM window (default 168).")
+    ] = None,
+) -> None:
+    """Purge expired rows from Delta, Elasticsearch and file storage, VACUUM and report."""
+    settings = get_settings()
+    store, client = _store(settings), make_client(settings)
+    report = sweep(store, client, settings, dry_run=dry_run, vacuum_hours=vacuum_hours)
+    typer.echo(json.dumps(report.as_metadata(), indent=2, default=str))
+    if report.status == "es_pending":
+        typer.echo(
+            f"warning: {report.es_pending} Elasticsearch deletes pending; the next run retries",
+            err=True,
+        )
+
+
+@app.command("compact")
+def compact_command() -> None:
+    """OPTIMIZE every Delta table; exit 1 when small files stay above the bound."""
+    settings = get_settings()
+    results = compact_all(_store(settings), settings)
+    for result in results:
+        typer.echo(
+            f"{result.table}: {result.files_before} -> {result.files_after} files "
+            f"({result.small_after} small)"
+        )
+    if unbounded(results):
+        typer.echo(f"error: small files above the bound in {unbounded(results)}", err=True)
+        raise typer.Exit(1)
+
+
+@jobs_app.command("run")
+def jobs_run(
+    name: Annotated[str, typer.Argument(help="Job name, e.g. retention_job or erase_job.")],
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", exists=True, help="Run config YAML file.")
+    ] = None,
+) -> None:
+    """Execute a job through `dagster job execute` in a subprocess (its exit status is ours)."""
+    dagster = Path(sys.executable).with_name("dagster")
+    command = [str(dagster), "job", "execute", "-m", "pipelines.definitions", "-j", name]
+    if config is not None:
+        command += ["-c", str(config)]
+    done = subprocess.run(command, check=False)
+    raise typer.Exit(done.returncode)
