@@ -160,17 +160,30 @@ def test_missing_java_is_a_clear_error(es_base_settings: Settings, tmp_path: Pat
     assert not embedded.EmbeddedNode.from_settings(settings).instance.exists()
 
 
-@pytest.mark.skipif(not JAVA_17.is_dir(), reason="this machine has no Java 17 to reject")
+def old_jdk(tmp_path: Path) -> Path:
+    """The machine's Java 17, or (where it has none) a stand-in JDK home that reports Java 17:
+    this test is about the search rejecting a too-old JDK, so a stand-in is allowed."""
+    if JAVA_17.is_dir():
+        return JAVA_17
+    home = tmp_path / "jdk-17"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "java").write_text("#!/bin/sh\necho 'openjdk version \"17.0.15\"' >&2\n")
+    (home / "bin" / "java").chmod(0o755)
+    return home
+
+
 def test_java_17_is_too_old(tmp_path: Path) -> None:
-    settings = Settings(es_java_home=JAVA_17, java_home=None, jvm_dir=tmp_path)
+    jdk17 = old_jdk(tmp_path)
+    settings = Settings(es_java_home=jdk17, java_home=None, jvm_dir=tmp_path / "no-jvms")
     with pytest.raises(JavaNotFoundError) as failure:
         find_jdk(settings)
-    assert f"{JAVA_17} (Java 17)" in str(failure.value)
+    assert f"{jdk17} (Java 17)" in str(failure.value)
     assert "set ES_JAVA_HOME" in str(failure.value)
 
 
-def test_jdk_search_skips_old_explicit_home_and_picks_a_new_one() -> None:
-    settings = Settings(es_java_home=JAVA_17, java_home=None, jvm_dir=Path("/usr/lib/jvm"))
+def test_jdk_search_skips_old_explicit_home_and_picks_a_new_one(tmp_path: Path) -> None:
+    jvms = Path("/usr/lib/jvm")
+    settings = Settings(es_java_home=old_jdk(tmp_path), java_home=None, jvm_dir=jvms)
     jdk = find_jdk(settings)
     assert jdk.major >= 21
     assert os.access(jdk.home / "bin" / "java", os.X_OK)
