@@ -24,7 +24,6 @@ from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import Settings
 from ctxdb.text import stems, text_hash, trigrams
 
-TEST_ES_URL = "http://127.0.0.1:9299"
 NOW = datetime.now(UTC)
 TENANT, APP = "t1", "app1"
 
@@ -270,11 +269,12 @@ class SearchEnv:
 
 
 @pytest.fixture(scope="module")
-def search_env(tmp_path_factory, query_embedder) -> SearchEnv:
+def search_env(tmp_path_factory, query_embedder, es_base_settings: Settings) -> SearchEnv:
     """The corpus indexed under a unique prefix, files written, tokens issued for alice and bob."""
     home = tmp_path_factory.mktemp("search-home")
     prefix = f"t-search-{uuid.uuid4().hex[:10]}"
-    settings = Settings(home=home, elasticsearch_url=TEST_ES_URL, index_prefix=prefix)
+    values = {**es_base_settings.model_dump(), "home": home, "index_prefix": prefix}
+    settings = Settings(**values)
     client = make_client(settings)
     create_indices(client, prefix)
     index_corpus(client, prefix, CORPUS, query_embedder)

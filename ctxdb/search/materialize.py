@@ -17,6 +17,7 @@ from elasticsearch import Elasticsearch
 
 from ctxdb.auth import Principal
 from ctxdb.es.mappings import turn_doc_id
+from ctxdb.refs import RefError, qualify
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
 from ctxdb.search.models import FileCard, Message, Snippet, Target, TurnView
@@ -109,10 +110,20 @@ def fetch_turns(
     }
 
 
-def _card(block: dict[str, Any]) -> FileCard:
+def pullable_ref(value: object, conversation_id: str) -> str | None:
+    """A `conv:fi:` ref qualified with its conversation (what `pull` accepts), else None."""
+    if not isinstance(value, str) or not value.startswith("conv:fi:"):
+        return None
+    try:
+        return qualify(value, conversation_id)
+    except RefError:
+        return None
+
+
+def _card(block: dict[str, Any], conversation_id: str) -> FileCard:
     meta = block.get("meta") or {}
-    candidates = [meta.get("ref"), meta.get("artifact_path"), block.get("path")]
-    ref = next((c for c in candidates if isinstance(c, str) and c.startswith("conv:fi:")), None)
+    candidates = [meta.get("storage_ref"), meta.get("ref"), meta.get("artifact_path"), block.get("path")]
+    ref = next((r for c in candidates if (r := pullable_ref(c, conversation_id))), None)
     path = meta.get("artifact_path") or block.get("path")
     named = ref or path
     return FileCard(
@@ -156,12 +167,12 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
                 )
             )
         elif kind == "user.attachment.meta":
-            attachments.append(_card(block))
+            attachments.append(_card(block, doc["conversation_id"]))
         elif _is_hosted_file(block):
-            files.append(_card(block))
+            files.append(_card(block, doc["conversation_id"]))
         elif target == "summary":
             summary = block.get("text")
-    citations = [c if isinstance(c, dict) else {"ref": c} for c in payload.get("sources_used") or []]
+    citations = [c if isinstance(c, dict) else {"source": c} for c in payload.get("sources_used") or []]
     return TurnView(
         conversation_id=doc["conversation_id"],
         turn_id=doc["turn_id"],
