@@ -117,6 +117,7 @@ INDEX_STATE = "index_state"
 INDEX_STATE_SCHEMA = pa.schema(
     [
         pa.field("index_name", pa.string(), nullable=False),
+        pa.field("index_uuid", pa.string(), nullable=False),  # a recreated index starts over
         pa.field("kind", pa.string(), nullable=False),  # rows | turns
         pa.field("source_versions", pa.string(), nullable=False),
         pa.field("docs", pa.int64(), nullable=False),

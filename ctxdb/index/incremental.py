@@ -80,17 +80,29 @@ def build_base(
     return source.base(frames, model_id)
 
 
-def read_state(store: DeltaStore, index: str) -> Versions | None:
-    state = store.read(INDEX_STATE, INDEX_STATE_SCHEMA).filter(pl.col("index_name") == index)
+def index_uuid(es: Elasticsearch, index: str) -> str:
+    return es.indices.get_settings(index=index, name="index.uuid")[index]["settings"]["index"][
+        "uuid"
+    ]
+
+
+def read_state(store: DeltaStore, index: str, uuid: str) -> Versions | None:
+    """Source versions `index` was last synced from (None if never, or if it was recreated)."""
+    state = store.read(INDEX_STATE, INDEX_STATE_SCHEMA).filter(
+        (pl.col("index_name") == index) & (pl.col("index_uuid") == uuid)
+    )
     if state.is_empty():
         return None
     return json.loads(state.get_column("source_versions")[0])
 
 
-def write_state(store: DeltaStore, index: str, kind: str, versions: Versions, docs: int) -> None:
+def write_state(
+    store: DeltaStore, index: str, uuid: str, kind: str, versions: Versions, docs: int
+) -> None:
     frame = pl.DataFrame(
         {
             "index_name": [index],
+            "index_uuid": [uuid],
             "kind": [kind],
             "source_versions": [json.dumps(versions, sort_keys=True)],
             "docs": [docs],
@@ -134,7 +146,8 @@ def sync_index(
     started = time.monotonic()
     report = SyncReport(kind=source.kind, index=index)
     target = versions or current_versions(store, source.tables)
-    state = read_state(store, index)
+    uuid = index_uuid(es, index)
+    state = read_state(store, index, uuid)
     if state == target:
         report.skipped = True
         report.seconds = time.monotonic() - started
@@ -161,7 +174,7 @@ def sync_index(
     )
     if refresh:
         es.indices.refresh(index=index)
-    write_state(store, index, source.kind, target, docs=new.height)
+    write_state(store, index, uuid, source.kind, target, docs=new.height)
     report.docs, report.indexed, report.deleted = new.height, bulk.indexed, bulk.deleted
     if "embedding" in docs.columns:
         report.vectors = docs.get_column("embedding").is_not_null().sum()
