@@ -14,6 +14,7 @@ the report row written to `retention_report` holds counts only, never the erased
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -250,19 +251,21 @@ def tombstone(store: DeltaStore, identities: pl.DataFrame, at: datetime) -> int:
 
 
 def scrub_landing(settings: Settings, sources: list[str], scope: Scope) -> int:
-    """Rewrite landing files without the lines of `scope`; returns how many lines went."""
+    """Rewrite landing files (plain or gzip) without the lines of `scope`; returns lines removed.
+
+    The rewritten file has a new size and mtime, so landing reads it again: every line left is
+    already landed and counted as a duplicate, and the erased lines are gone for good.
+    """
     removed = 0
     for source in sources:
         filesystem, path = _landing_file(settings, source)
-        if filesystem.get_file_info(path).type != pafs.FileType.File:
-            continue
-        with filesystem.open_input_stream(path) as stream:
-            lines = stream.read().decode("utf-8").splitlines(keepends=True)
+        lines = _read_lines(filesystem, path)
         kept = [line for line in lines if not (line.strip() and scope.in_line(line))]
         if len(kept) == len(lines):
             continue
-        with filesystem.open_output_stream(path) as out:
-            out.write("".join(kept).encode("utf-8"))
+        data = "".join(kept).encode("utf-8")
+        with filesystem.open_output_stream(path, compression=None) as out:
+            out.write(gzip.compress(data) if path.endswith(".gz") else data)
         removed += len(lines) - len(kept)
     return removed
 
@@ -270,27 +273,33 @@ def scrub_landing(settings: Settings, sources: list[str], scope: Scope) -> int:
 def _landing_lines(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int]:
     counts: dict[str, int] = {}
     for source in sources:
-        filesystem, path = _landing_file(settings, source)
-        if filesystem.get_file_info(path).type != pafs.FileType.File:
-            continue
-        with filesystem.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-        matching = [line for line in text.splitlines() if line.strip() and scope.in_line(line)]
-        counts[source] = len(matching)
+        lines = _read_lines(*_landing_file(settings, source))
+        counts[source] = sum(1 for line in lines if line.strip() and scope.in_line(line))
     return counts
 
 
+def _read_lines(filesystem: pafs.FileSystem, path: str) -> list[str]:
+    """The lines of a landing file ([] when it is gone), gunzipped when named *.gz."""
+    if filesystem.get_file_info(path).type != pafs.FileType.File:
+        return []
+    with filesystem.open_input_stream(path, compression=None) as stream:
+        data = stream.read()
+    if path.endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+
+
 def _landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path of a landing file named absolutely or relative to the root."""
+    """The filesystem and path of a landed file (`source_file` as landing recorded it)."""
     if "://" in source:
         return pafs.FileSystem.from_uri(source)
-    if Path(source).is_absolute():
-        return pafs.LocalFileSystem(), source
     root = settings.landing
-    if "://" in root:
-        filesystem, base = pafs.FileSystem.from_uri(root)
-        return filesystem, f"{base.rstrip('/')}/{source}"
-    return pafs.LocalFileSystem(), str(Path(root).resolve() / source)
+    if "://" not in root:
+        local = Path(source) if Path(source).is_absolute() else Path(root).resolve() / source
+        return pafs.LocalFileSystem(), str(local)
+    filesystem, base = pafs.FileSystem.from_uri(root)
+    base = base.rstrip("/")
+    return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
 
 
 def _source_files(store: DeltaStore, scope: Scope, identities: pl.DataFrame) -> list[str]:

@@ -13,7 +13,11 @@ from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
 
 from ctxdb.delta import DeltaStore
+from ctxdb.derive.run import derive
 from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
+from ctxdb.generate import generate_events, write_sample
+from ctxdb.index.sync import sync_live
+from ctxdb.landing import land
 from ctxdb.retention import turn_file_path
 from ctxdb.settings import Settings
 from ctxdb.tables import (
@@ -200,6 +204,20 @@ def write_turn_files(root: str, rows: pl.DataFrame) -> list[Path]:
             path.write_text(f"{r['turn_id']} {rel}")
             paths.append(path)
     return paths
+
+
+def run_pipeline(
+    store: DeltaStore, es: Elasticsearch, settings: Settings, batches: dict[str, tuple[int, datetime]]
+) -> None:
+    """Generate (seed, end time) batches of events with their files, land, derive (TTL from
+    `settings`) and index them with the real pipeline code."""
+    for name, (seed, end) in batches.items():
+        generated = generate_events(users=2, conversations=3, seed=seed, now=end, days=5)
+        landing = Path(settings.landing) / name
+        write_sample(generated, landing, files_root=Path(settings.files), per_file=60)
+        land(store, str(landing))
+    derive(store, settings)
+    sync_live(store, es, settings, model_id=settings.embedding_model)
 
 
 def es_ids(es: Elasticsearch, prefix: str, kind: str) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     index_rows,
     ops_settings,
     role_rows,
+    run_pipeline,
     store,
     write_derived,
     write_turn_files,
@@ -26,6 +28,7 @@ from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.landing import land
 from ctxdb.resolve import Resolver
 from ctxdb.search.models import NotFound
 from ctxdb.tables import (
@@ -249,3 +252,35 @@ def test_cli_erase(store, es, ops_settings, seeded, monkeypatch):
     assert done.exit_code == 0, done.output
     assert "verified zero remaining" in done.output
     assert store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "c3").is_empty()
+
+
+def test_pipeline_user_erasure_leaves_nothing_in_any_table_file_or_index(store, es, ops_settings):
+    """Generated events for two users through the real landing, derivation and indexing."""
+    run_pipeline(store, es, ops_settings, {"a": (4, datetime.now(UTC))})
+    user = store.read(ROLE_ROWS)["user_id"].sort()[0]
+    other = store.read(ROLE_ROWS).filter(pl.col("user_id") != user).height
+    landing = Path(ops_settings.landing)
+    assert any(p.suffix == ".gz" for p in landing.rglob("*"))
+    assert _landing_mentions(landing, user) > 0
+
+    report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", user))
+
+    assert report.verified, report.message
+    for table in CONTENT:
+        assert _rows_for(store, table, "user_id", user) == 0, table
+    assert store.read(ROLE_ROWS).height == other > 0
+    for kind in (ROWS, TURNS):
+        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", user) == 0
+    assert not list(Path(ops_settings.files).glob(f"*/*/{user}"))
+    assert _landing_mentions(landing, user) == 0
+    relanded = land(store, str(landing / "a"))
+    assert relanded.landed == 0  # every line left was landed before
+    assert _rows_for(store, RAW_TURN_EVENTS, "user_id", user) == 0
+
+
+def _landing_mentions(root: Path, user: str) -> int:
+    total = 0
+    for path in root.rglob("*.jsonl*"):
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        total += data.decode().count(f'"user_id":"{user}"')
+    return total

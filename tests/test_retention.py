@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -13,16 +14,20 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     index_rows,
     ops_settings,
     role_rows,
+    run_pipeline,
     store,
     write_derived,
     write_turn_files,
 )
 
 from ctxdb import retention
+from ctxdb.auth import Principal
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.search.models import NotFound, SearchRequest
+from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
@@ -223,3 +228,55 @@ def test_cli_retention_run(store, es, ops_settings, monkeypatch):
     assert real.exit_code == 0, real.output
     assert json.loads(real.output)["es_pending"] == 0
     assert store.read(ROLE_ROWS).height == 15
+
+
+@pytest.fixture
+def pipeline_data(store, es, ops_settings):
+    """The real pipeline over two generated batches (one 400 days old, one recent)."""
+    now = datetime.now(UTC)
+    run_pipeline(store, es, ops_settings, {"old": (1, now - timedelta(days=400)), "new": (2, now)})
+    rows = store.read(ROLE_ROWS)
+    old = rows.filter(pl.col("expires_at") <= now)
+    assert 0 < old.height < rows.height
+    return rows, old
+
+
+def _raw_es_hits(es, prefix: str, conversation_ids: list[str]) -> int:
+    index = alias_name(prefix, ROWS)
+    es.indices.refresh(index=index)
+    return es.count(index=index, query={"terms": {"conversation_id": conversation_ids}})["count"]
+
+
+def test_pipeline_rows_past_ttl_are_gone_from_delta_es_search_pull_and_catalog(
+    store, es, ops_settings, pipeline_data
+):
+    rows, old = pipeline_data
+    old_convs = old["conversation_id"].unique().to_list()
+    assert _raw_es_hits(es, ops_settings.index_prefix, old_convs) == old.height
+    old_files = [
+        p for p in Path(ops_settings.files).rglob("*")
+        if p.is_file() and any(f"conv_{c}" in str(p) for c in old_convs)
+    ]
+
+    report = retention.sweep(store, es, ops_settings)
+
+    assert report.status == "ok"
+    assert report.deleted_rows[ROLE_ROWS] == old.height
+    for table in (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, RAW_TURN_EVENTS):
+        left = store.read(table).filter(pl.col("conversation_id").is_in(old_convs))
+        assert left.is_empty(), table
+    assert store.read(ROLE_ROWS).height == rows.height - old.height
+    assert _raw_es_hits(es, ops_settings.index_prefix, old_convs) == 0
+    assert old_files and not any(p.exists() for p in old_files)
+
+    service = SearchService(ops_settings, es)
+    for user in old["user_id"].unique().to_list():
+        principal = Principal(user_id=user)
+        listed = service.conversations(principal).conversations
+        assert listed and not {c.conversation_id for c in listed} & set(old_convs)
+        text = old.filter(pl.col("user_id") == user)["text"][0]
+        response = service.search(principal, SearchRequest(query=text[:200], days=3650))
+        assert not {h.conversation_id for h in response.hits} & set(old_convs)
+        mine = old.filter(pl.col("user_id") == user).row(0, named=True)
+        with pytest.raises(NotFound):
+            service.turn(principal, mine["conversation_id"], mine["turn_id"])
