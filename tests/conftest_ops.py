@@ -207,7 +207,10 @@ def write_turn_files(root: str, rows: pl.DataFrame) -> list[Path]:
 
 
 def run_pipeline(
-    store: DeltaStore, es: Elasticsearch, settings: Settings, batches: dict[str, tuple[int, datetime]]
+    store: DeltaStore,
+    es: Elasticsearch,
+    settings: Settings,
+    batches: dict[str, tuple[int, datetime]],
 ) -> None:
     """Generate (seed, end time) batches of events with their files, land, derive (TTL from
     `settings`) and index them with the real pipeline code."""
