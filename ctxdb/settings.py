@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         default_factory=dict, description="delta-rs storage options for object stores."
     )
     landing_uri: str | None = Field(default=None, description="Where JSONL event files land.")
+    landing_workers: int = Field(
+        default=2, ge=1, description="Processes that parse landing files (large batches only)."
+    )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
 
     elasticsearch_url: str = Field(
