@@ -21,8 +21,9 @@ class LandingConfig(Config):
 def raw_turn_events(
     context: AssetExecutionContext, config: LandingConfig, delta: DeltaResource
 ) -> MaterializeResult:
-    uri = config.path or get_settings().landing
-    stats = land(delta.store(), uri, max_files=config.max_files)
+    settings = get_settings()
+    uri = config.path or settings.landing
+    stats = land(delta.store(), uri, max_files=config.max_files, workers=settings.landing_workers)
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "
         f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"

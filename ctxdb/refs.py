@@ -110,13 +110,14 @@ def make_ref(
     """Build and validate a reference string, e.g. `make_ref("fi", "files/a.csv", "t1")`."""
     if family not in FAMILIES:
         raise RefError(f"unknown ref family {family!r}")
-    if conversation_id is not None:
-        _check_id("conversation", conversation_id, path)
-    if turn_id is not None:
-        _check_id("turn", turn_id, path)
-    owner = f"conv_{conversation_id}." if conversation_id is not None else ""
-    turn = f"turn_{turn_id}." if turn_id is not None else ""
-    return format_checked(f"conv:{family}:{owner}{turn}{path}")
+    owner = (
+        f"conv_{_check_id('conversation', conversation_id, path)}."
+        if conversation_id is not None else ""
+    )
+    turn = f"turn_{_check_id('turn', turn_id, path)}." if turn_id is not None else ""
+    text = f"conv:{family}:{owner}{turn}{path}"
+    _check_path(path, text)
+    return text
 
 
 def qualify(ref: str, conversation_id: str) -> str:

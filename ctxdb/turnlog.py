@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -164,7 +164,7 @@ _SECTION = {
 }
 
 
-class _Draft(BaseModel):
+class _Draft(NamedTuple):
     """A block before positional paths are assigned."""
 
     section: int
@@ -184,7 +184,7 @@ def _user_block(event: Mapping[str, Any], rich: bool, turn_id: str) -> Block:
         type=f"user.{kind}" if rich and kind != "prompt" else "user.prompt",
         author="user",
         turn_id=turn_id,
-        ts=datetime.fromisoformat(arrived) if arrived else _event_ts(event),
+        ts=datetime.fromisoformat(arrived).astimezone(UTC) if arrived else _event_ts(event),
         path="",
         text=p["text"],
         meta={
@@ -325,7 +325,7 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> li
             summary.update({k: v for k, v in event["payload"].items() if v})
             summary_ts = summary_ts or _event_ts(event)
         if block is not None:
-            drafts.append(_Draft(section=section or _SECTION[block.type], seq=seq, block=block))
+            drafts.append(_Draft(section or _SECTION[block.type], seq, block))
     if summary and summary_ts is not None:
         block = Block(
             type=SUMMARY, author="assistant", turn_id=turn_id, ts=summary_ts,
@@ -334,7 +334,7 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> li
                   "anchors": {"phrases": summary.get("phrases", []),
                               "entities": summary.get("entities", [])}},
         )
-        drafts.append(_Draft(section=_SECTION[SUMMARY], seq=len(events), block=block))
+        drafts.append(_Draft(_SECTION[SUMMARY], len(events), block))
     return drafts
 
 
@@ -417,7 +417,7 @@ def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
             path="", text=ERROR_TEXT,
             meta={"error": True, "error_type": close.get("error_type") or "missing_completion"},
         )
-        drafts.append(_Draft(section=_SECTION[COMPLETION], seq=len(events), block=block))
+        drafts.append(_Draft(_SECTION[COMPLETION], len(events), block))
     drafts.sort(key=lambda d: (d.section, d.block.ts if d.section == 0 else d.seq, d.seq))
     blocks = _assign_paths(dedupe_blocks(d.block for d in drafts), turn_id)
     started = [e["occurred_at"] for e in events if e["type"] == "turn.started"]

@@ -11,7 +11,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.derive.frames import empty, frame
+from ctxdb.derive.frames import empty, frame, from_rows
 from ctxdb.retention import expires_at_expr
 from ctxdb.settings import Settings
 from ctxdb.tables import TURN_CATALOG_SCHEMA
@@ -39,7 +39,8 @@ def turn_catalog_frame(
             "last_activity_at": r.last_event_at, "error": r.error,
             "recording_kind": r.recording_kind, "updated_at": now,
         })
-    data = pl.DataFrame(rows).sort("conversation_id", "started_at", "turn_id").with_columns(
+    ordered = from_rows(rows, TURN_CATALOG_SCHEMA).sort("conversation_id", "started_at", "turn_id")
+    data = ordered.with_columns(
         (pl.int_range(pl.len()).over("conversation_id") + 1).cast(pl.Int32).alias("ordinal"),
         expires_at_expr(settings, ts_column="ended_at", role_column=None),
     )

@@ -15,3 +15,9 @@ def frame(data: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
     """`data` with the columns, order and types of `schema` (extra columns dropped)."""
     target = empty(schema).schema
     return data.select([pl.col(name).cast(dtype) for name, dtype in target.items()])
+
+
+def from_rows(rows: list[dict], schema: pa.Schema) -> pl.DataFrame:
+    """A frame from row dicts whose keys are columns of `schema`, typed without inference."""
+    known = empty(schema).schema
+    return pl.DataFrame(rows, schema={name: known[name] for name in rows[0]})

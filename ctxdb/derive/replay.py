@@ -13,7 +13,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.derive.frames import empty, frame
+from ctxdb.derive.frames import empty, frame, from_rows
 from ctxdb.derive.records import arrival_order
 from ctxdb.retention import expires_at_expr
 from ctxdb.settings import Settings
@@ -67,7 +67,7 @@ def replay_frame(
     if not rows:
         return empty(REPLAY_SCHEMA)
     return frame(
-        pl.DataFrame(rows, infer_schema_length=None).with_columns(
+        from_rows(rows, REPLAY_SCHEMA).with_columns(
             expires_at_expr(settings, ts_column="ts", role_column=None)
         ),
         REPLAY_SCHEMA,

@@ -15,12 +15,11 @@ from typing import Any
 
 import polars as pl
 
-from ctxdb.derive.frames import empty, frame
-from ctxdb.refs import qualify
+from ctxdb.derive.frames import empty, frame, from_rows
 from ctxdb.retention import expires_at_expr
 from ctxdb.settings import Settings
 from ctxdb.tables import ROLE_ROWS_SCHEMA
-from ctxdb.text import text_hash, trigrams
+from ctxdb.text import MIN_WORD_LEN, text_hash
 from ctxdb.turnlog import (
     ATTACHMENT,
     COMPLETION,
@@ -43,6 +42,12 @@ def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: in
     return "turn-transcript-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
+def owned(path: str, conversation_id: str) -> str:
+    """Qualify a block path built by `make_ref` (no owner yet) with its conversation."""
+    head = path.index(":", 5) + 1
+    return f"{path[:head]}conv_{conversation_id}.{path[head:]}"
+
+
 def projection_tag(record: TurnRecord) -> str:
     return "projection:react.turn.log" if record.recording_kind == "rich" else (
         "projection:minimal.turn.log")
@@ -59,7 +64,7 @@ def render_submission(block: Block, context: Sequence[Block], attachments: Seque
     for n, att in enumerate(attachments, start=1):
         meta = att.meta
         lines.append(f"[attachment.{n}] {meta['filename']} | {meta['mime']} | "
-                     f"{qualify(att.path, conversation_id)} | {meta['size']}")
+                     f"{owned(att.path, conversation_id)} | {meta['size']}")
     return "\n".join(lines)
 
 
@@ -125,11 +130,29 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
         row.update(
             tenant=record.tenant, app=record.app, agent=record.agent, user_id=record.user_id,
             conversation_id=record.conversation_id, turn_id=record.turn_id,
-            ref=qualify(row["path"], record.conversation_id),
+            ref=owned(row["path"], record.conversation_id),
             row_id=row_id(record.conversation_id, record.turn_id, row["role"], row["path"],
                           row["ordinal"]),
         )
     return rows
+
+
+def trigram_column(texts: pl.Series) -> pl.Series:
+    """`ctxdb.text.trigrams` of every text, computed in one vectorized pass (same output)."""
+    grams = (
+        pl.DataFrame({"t": texts}).with_row_index("r")
+        .select("r", pl.col("t").str.to_lowercase().str.extract_all(r"\w+").alias("w"))
+        .explode("w")
+        .filter(pl.col("w").str.len_chars() >= MIN_WORD_LEN)
+        .with_columns(pl.format("_{}_", "w").alias("p"))
+        .with_columns(pl.int_ranges(0, pl.col("p").str.len_chars() - 2).alias("i"))
+        .explode("i")
+        .select("r", pl.col("p").str.slice(pl.col("i"), 3).alias("g"))
+        .group_by("r", maintain_order=True)
+        .agg(pl.col("g").unique(maintain_order=True).str.join(" "))
+    )
+    rows = pl.DataFrame({"r": pl.int_range(len(texts), dtype=pl.UInt32, eager=True)})
+    return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")
 
 
 def role_rows_frame(records: Sequence[TurnRecord], settings: Settings, now: datetime) -> pl.DataFrame:
@@ -137,10 +160,9 @@ def role_rows_frame(records: Sequence[TurnRecord], settings: Settings, now: date
     rows = [row for record in records for row in _turn_rows(record)]
     if not rows:
         return empty(ROLE_ROWS_SCHEMA)
-    data = pl.DataFrame(rows, infer_schema_length=None)
-    searchable = (data["text"] + " " + data["anchors_text"]).to_list()
+    data = from_rows(rows, ROLE_ROWS_SCHEMA)
     data = data.with_columns(
-        pl.Series("trigrams", [trigrams(t) for t in searchable], dtype=pl.String),
+        trigram_column(data["text"] + " " + data["anchors_text"]),
         pl.Series("text_hash", [text_hash(t) for t in data["text"].to_list()], dtype=pl.String),
         pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("derived_at"),
         pl.col("ts").cast(pl.Datetime("us", "UTC")),

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.derive.frames import empty, frame
+from ctxdb.derive.frames import empty, frame, from_rows
 from ctxdb.retention import expires_at_expr
 from ctxdb.settings import Settings
 from ctxdb.tables import TIMELINES_SCHEMA
@@ -74,7 +74,7 @@ def timelines_frame(
             "recording_kind": "rich" if rich else "minimal", "updated_at": now,
         })
     return frame(
-        pl.DataFrame(rows, infer_schema_length=None).with_columns(
+        from_rows(rows, TIMELINES_SCHEMA).with_columns(
             expires_at_expr(settings, ts_column="last_activity_at", role_column=None)
         ),
         TIMELINES_SCHEMA,

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.derive.frames import empty, frame
+from ctxdb.derive.frames import empty, frame, from_rows
 from ctxdb.retention import expires_at_expr
 from ctxdb.settings import Settings
 from ctxdb.tables import TURN_LOGS_SCHEMA
@@ -39,7 +39,7 @@ def turn_logs_frame(
         for r in records
     ]
     return frame(
-        pl.DataFrame(rows).with_columns(
+        from_rows(rows, TURN_LOGS_SCHEMA).with_columns(
             expires_at_expr(settings, ts_column="ended_at", role_column=None)
         ),
         TURN_LOGS_SCHEMA,

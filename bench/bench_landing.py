@@ -1,0 +1,93 @@
+"""Benchmark landing and derivation (issue 3): events/s, landing vs a plain Arrow->Delta append,
+and the cost of an incremental run that adds 1% new events. Not a test: run it by hand.
+
+    .venv/bin/python bench/bench_landing.py --events 1000000 --out /tmp/ctxdb-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from deltalake import write_deltalake
+
+from ctxdb.delta import DeltaStore
+from ctxdb.derive.run import derive
+from ctxdb.generate import generate_events, write_sample
+from ctxdb.landing import land
+from ctxdb.settings import Settings
+from ctxdb.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
+
+EVENTS_PER_CONVERSATION = 33.0  # measured average of the generator
+
+
+def timed(fn, *args, **kwargs):
+    start = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return value, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/ctxdb-bench"))
+    parser.add_argument("--increment", type=float, default=0.01)
+    args = parser.parse_args()
+    shutil.rmtree(args.out, ignore_errors=True)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    conversations = max(1, round(args.events / EVENTS_PER_CONVERSATION))
+    generated, t_gen = timed(generate_events, users=max(1, conversations // 20),
+                             conversations=conversations, seed=1, now=now)
+    landing = args.out / "landing"
+    _, t_write = timed(write_sample, generated, landing, per_file=100_000)
+    lines = len(generated.events) + len(generated.malformed)
+    store = DeltaStore(str(args.out / "delta"))
+    settings = Settings(home=args.out)
+
+    landed, t_land = timed(land, store, str(landing), now=now)
+    rows = store.table(RAW_TURN_EVENTS).to_pyarrow_table().cast(RAW_EVENTS_SCHEMA)
+    _, t_plain = timed(write_deltalake, str(args.out / "plain_append"), rows, mode="append")
+    derived, t_derive = timed(derive, store, settings, now=now)
+
+    extra = generate_events(users=max(1, conversations // 20),
+                            conversations=max(1, round(conversations * args.increment)),
+                            seed=2, now=now + timedelta(hours=1))
+    write_sample(extra, args.out / "landing" / "increment", per_file=100_000)
+    extra_landed, t_land_inc = timed(land, store, str(landing), now=now + timedelta(hours=1))
+    extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
+
+    full = t_land + t_derive
+    incremental = t_land_inc + t_derive_inc
+    report = {
+        "events_generated": len(generated.events),
+        "lines": lines,
+        "generate_s": round(t_gen, 2),
+        "write_jsonl_s": round(t_write, 2),
+        "landed": landed.landed,
+        "duplicates": landed.duplicates,
+        "quarantined": landed.quarantined,
+        "land_s": round(t_land, 2),
+        "land_events_per_s": round(lines / t_land),
+        "plain_append_s": round(t_plain, 2),
+        "plain_append_rows_per_s": round(rows.num_rows / t_plain),
+        "landing_vs_plain_append": round((lines / t_land) / (rows.num_rows / t_plain), 3),
+        "derive_s": round(t_derive, 2),
+        "derive_events_per_s": round(derived.events / t_derive),
+        "turns": derived.turns,
+        "conversations": derived.conversations,
+        "increment_events": extra_landed.landed,
+        "increment_land_s": round(t_land_inc, 2),
+        "increment_derive_s": round(t_derive_inc, 2),
+        "increment_conversations": extra_derived.conversations,
+        "increment_cost_vs_full": round(incremental / full, 4),
+        "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
+    }
+    print(json.dumps(report, indent=2))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
