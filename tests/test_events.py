@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +116,11 @@ def test_make_event_round_trips_through_the_contract() -> None:
     event = make_event(**{k: v for k, v in BASE.items() if k != "schema_version"})
     assert event["occurred_at"] == "2026-11-30T08:00:00Z"
     assert parse_event(json.dumps(event)).event_id == "e1"
+
+
+def test_docs_examples_validate() -> None:
+    """Every JSON example in docs/events.md is a valid event, one per event type."""
+    text = (Path(__file__).parent.parent / "docs" / "events.md").read_text()
+    examples = re.findall(r"```json\n(.*?)\n```", text, flags=re.S)
+    types = [parse_event(example).type for example in examples]
+    assert sorted(types) == sorted(EVENT_TYPES)
