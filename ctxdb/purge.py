@@ -53,14 +53,6 @@ def delete_keys(store: DeltaStore, table: str, keys: pl.DataFrame) -> int:
     return int(metrics.get("num_target_rows_deleted", 0))
 
 
-def count_where(store: DeltaStore, table: str, column: str, values: Sequence[str]) -> int:
-    """How many rows of `table` have `column` in `values` (0 for a missing table or column)."""
-    if column not in columns_of(store, table) or not values:
-        return 0
-    frame = store.scan(table).filter(pl.col(column).is_in(list(values))).select(pl.len()).collect()
-    return int(frame.item())
-
-
 def vacuum(store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool) -> dict[str, int]:
     """VACUUM each existing table, removing files tombstoned more than `hours` ago.
 
@@ -144,14 +136,15 @@ def delete_docs(es: Elasticsearch, prefix: str, ids: dict[str, Sequence[str]]) -
                     result.missing[kind] += 1
                 else:
                     failed.add(info["_id"])
+            if indices:
+                es.indices.refresh(index=",".join(indices))
         except (TransportError, ApiError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
             failed.update(doc_ids)
         result.failed[kind] = sorted(failed)
         if failed:
+            result.error = result.error or f"{len(failed)} {kind} deletes not confirmed"
             log.warning("%d %s documents not deleted from Elasticsearch", len(failed), kind)
-        if indices:
-            es.indices.refresh(index=",".join(indices))
     return result
 
 

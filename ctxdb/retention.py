@@ -117,7 +117,7 @@ class Expired:
     turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
     raw_ids: pl.DataFrame | None = None  # event_id of expired raw events
 
-    def pending(self, settings: Settings, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
+    def pending(self, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
         """The Elasticsearch ids and storage paths this sweep must remove."""
         turn_ids = [
             turn_doc_id(c, t)
@@ -403,7 +403,7 @@ def sweep(
 
     expired = find_expired(store, cutoff, settings)
     stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
-    pending_now = expired.pending(settings, stragglers)
+    pending_now = expired.pending(stragglers)
     report = RetentionReport(
         run_id=run_id, status="ok", dry_run=dry_run, cutoff=cutoff,
         started_at=started_at, finished_at=started_at, error=es_error,
