@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 import polars as pl
+import snowballstemmer
 
 from ctxdb.embedding import OK, PENDING
 from ctxdb.es.mappings import rows_mapping, turns_mapping
-from ctxdb.text import stems
 
 ID = "_id"
 FINGERPRINT = "_fingerprint"
 _CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]"
+_WORD = r"\w+"  # the word pattern of ctxdb.text.words
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
 TURN_FIELDS = list(turns_mapping()["properties"])
 
@@ -58,13 +60,41 @@ def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.Da
     )
 
 
+@lru_cache(maxsize=1)
+def _stemmer() -> snowballstemmer.stemmer:
+    return snowballstemmer.stemmer("english")
+
+
+def stems_column(texts: pl.Series) -> pl.Series:
+    """`ctxdb.text.stems` of every text, stemming each distinct word once (same output)."""
+    rows = pl.DataFrame({"i": pl.int_range(texts.len(), eager=True), "w": texts})
+    words = (
+        rows.with_columns(pl.col("w").str.extract_all(_WORD))
+        .explode("w")
+        .drop_nulls("w")
+        .with_columns(pl.col("w").str.to_lowercase())
+    )
+    distinct = words.get_column("w").unique().to_list()
+    stemmed = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
+    joined = (
+        words.with_columns(pl.col("w").replace_strict(stemmed, return_dtype=pl.String))
+        .group_by("i", maintain_order=True)
+        .agg(pl.col("w").str.join(" "))
+    )
+    return (
+        rows.select("i")
+        .join(joined, on="i", how="left", maintain_order="left")
+        .get_column("w")
+        .fill_null("")
+        .alias("stems")
+    )
+
+
 def complete_rows(base: pl.DataFrame, vectors: pl.DataFrame) -> pl.DataFrame:
     """Add `stems` (text + anchors) and `embedding` (only where the status is ok)."""
     joined = base.join(vectors, on="text_hash", how="left")
     return joined.with_columns(
-        (pl.col("text") + " " + pl.col("anchors_text"))
-        .map_elements(stems, return_dtype=pl.String)
-        .alias("stems"),
+        stems_column(joined.get_column("text") + " " + joined.get_column("anchors_text")),
         pl.when(pl.col("embedding_status") == OK)
         .then(pl.col("vector"))
         .otherwise(None)

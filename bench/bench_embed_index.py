@@ -1,0 +1,161 @@
+"""Benchmark embedding and indexing of generated role rows against bare library calls.
+
+    ELASTICSEARCH_URL=http://127.0.0.1:9299 .venv/bin/python bench/bench_embed_index.py \
+        --rows 100000 --min-words 15 --max-words 45
+
+Same run, same texts:
+  1. bare `model.encode` over the texts vs the embedding stage (`embed_role_rows`: Delta read,
+     cache lookup, token truncation, batching, cache and status writes);
+  2. bare `helpers.bulk` of the finished documents into a scratch index vs the indexing stage
+     (`sync_live`: Delta reads, document building with stems and vectors, streaming bulk, refresh);
+  3. a second run of both stages with no change vs the first.
+Prints one JSON object with rows/s of each and the three ratios (targets >= 0.9, >= 0.8, < 5 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+from elasticsearch import helpers
+
+from ctxdb.delta import DeltaStore
+from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.es.client import make_client
+from ctxdb.es.mappings import ROWS, alias_name, index_body
+from ctxdb.index.documents import index_actions
+from ctxdb.index.incremental import build_base, current_versions
+from ctxdb.index.sources import ROWS_SOURCE
+from ctxdb.index.sync import sync_live
+from ctxdb.settings import get_settings
+from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.text import text_hash, trigrams
+
+WORDS = (
+    "spreadsheet timezone conversion openpyxl dataframe column pivot chart forecast revenue "
+    "invoice customer report error traceback import module function parameter value string "
+    "date month quarter budget python pandas excel formula cell sheet workbook export csv "
+    "query database index search vector embedding model latency deploy server request response "
+    "cache retry timeout the a of to and in for with on by from after before fixed found wrote "
+    "updated checked compared merged cleaned loaded saved returned produced explained answered "
+    "user assistant summary note file attachment meeting schedule travel budget plan draft"
+).split()
+
+
+def generate_rows(n: int, min_words: int, max_words: int, seed: int = 7) -> pl.DataFrame:
+    """`n` assistant role rows with unique texts of min..max words, 4 rows per turn."""
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    texts = [
+        " ".join(rng.choices(WORDS, k=rng.randint(min_words, max_words))) + f" case {i}"
+        for i in range(n)
+    ]
+    i = pl.int_range(0, n, eager=True)
+    return pl.DataFrame({"i": i, "text": texts}).with_columns(
+        row_id=pl.format("row-{}", pl.col("i")),
+        tenant=pl.lit("t1"),
+        app=pl.lit("bench"),
+        agent=pl.lit("agent"),
+        user_id=pl.format("u{}", pl.col("i") // 400),
+        conversation_id=pl.format("c{}", pl.col("i") // 40),
+        turn_id=pl.format("turn{}", pl.col("i") // 4),
+        role=pl.lit("assistant"),
+        target=pl.lit("assistant"),
+        tags=pl.lit(["chat:assistant"]),
+        event_type=pl.lit(None, pl.String),
+        batch_id=pl.lit(None, pl.String),
+        ts=pl.lit(now) - pl.duration(minutes=pl.col("i")),
+        anchors_text=pl.lit(""),
+        trigrams=pl.col("text").map_elements(trigrams, return_dtype=pl.String),
+        text_hash=pl.col("text").map_elements(text_hash, return_dtype=pl.String),
+        ref=pl.format("conv:ar:turn{}.assistant.completion", pl.col("i") // 4),
+        path=pl.format("conv:ar:turn{}.assistant.completion", pl.col("i") // 4),
+        ordinal=pl.lit(0, pl.Int32),
+        visibility=pl.lit("public"),
+        expires_at=pl.lit(now + timedelta(days=365)),
+        derived_at=pl.lit(now),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--min-words", type=int, default=15)
+    parser.add_argument("--max-words", type=int, default=45)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    prefix = f"bench-embed-{uuid.uuid4().hex[:8]}"
+    settings = get_settings().model_copy(
+        update={"index_prefix": prefix, "embedding_batch_size": args.batch_size}
+    )
+    es = make_client(settings)
+    store = DeltaStore(tempfile.mkdtemp(prefix="bench-embed-"))
+    rows = generate_rows(args.rows, args.min_words, args.max_words)
+    store.append(ROLE_ROWS, rows, ROLE_ROWS_SCHEMA)
+    texts = rows.get_column("text").to_list()
+    embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)
+    embedder.encode(texts[:64])  # load and warm up the model outside every timing
+    out: dict = {
+        "rows": args.rows,
+        "words": [args.min_words, args.max_words],
+        "batch_size": args.batch_size,
+    }
+
+    start = time.perf_counter()
+    embedder.model.encode(texts, batch_size=args.batch_size, normalize_embeddings=True)
+    bare_embed_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    embed_report = embed_role_rows(store, embedder, batch_size=args.batch_size, progress_every_s=30)
+    stage_embed_s = time.perf_counter() - start
+    assert embed_report.embedded == args.rows, embed_report
+
+    start = time.perf_counter()
+    index_reports = sync_live(store, es, settings, model_id=embedder.model_id)
+    stage_index_s = time.perf_counter() - start
+
+    source = ROWS_SOURCE
+    base = build_base(store, source, current_versions(store, source.tables), embedder.model_id)
+    docs = source.complete(store, base, embedder.model_id)
+    scratch = f"{prefix}-scratch"
+    body = index_body(ROWS)
+    es.indices.create(index=scratch, settings=body["settings"], mappings=body["mappings"])
+    actions = list(index_actions(docs, scratch))
+    start = time.perf_counter()
+    helpers.bulk(es, actions, chunk_size=settings.index_chunk_size)
+    es.indices.refresh(index=scratch)
+    bare_index_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    again_embed = embed_role_rows(store, embedder, batch_size=args.batch_size)
+    again_index = sync_live(store, es, settings, model_id=embedder.model_id)
+    second_s = time.perf_counter() - start
+    assert again_embed.embedded == 0 and all(r.skipped for r in again_index)
+
+    rows_index = next(r for r in index_reports if r.kind == ROWS)
+    out.update(
+        bare_encode_rows_per_s=round(args.rows / bare_embed_s, 1),
+        embed_stage_rows_per_s=round(args.rows / stage_embed_s, 1),
+        embed_ratio=round(bare_embed_s / stage_embed_s, 3),
+        bare_bulk_rows_per_s=round(args.rows / bare_index_s, 1),
+        index_stage_rows_per_s=round(rows_index.indexed / stage_index_s, 1),
+        index_ratio=round(bare_index_s / stage_index_s, 3),
+        first_run_s=round(stage_embed_s + stage_index_s, 2),
+        second_run_s=round(second_s, 3),
+        second_run_share=round(second_s / (stage_embed_s + stage_index_s), 4),
+        docs_in_index=es.count(index=alias_name(prefix, ROWS))["count"],
+    )
+    print(json.dumps(out, indent=2))  # noqa: T201 (benchmark output)
+    for name in es.indices.get(index=f"{prefix}-*", expand_wildcards="all"):
+        es.indices.delete(index=name)
+
+
+if __name__ == "__main__":
+    main()
