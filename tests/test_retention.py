@@ -26,6 +26,10 @@ from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.index.incremental import current_versions, sync_index
+from ctxdb.index.lifecycle import alias_target
+from ctxdb.index.sources import SOURCES
+from ctxdb.index.sync import sync_live
 from ctxdb.search.models import NotFound, SearchRequest
 from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
@@ -37,6 +41,7 @@ from ctxdb.tables import (
     TURN_LOGS,
     EMBEDDINGS,
     EMBEDDINGS_SCHEMA,
+    INDEX_STATE,
     RETENTION_PENDING,
     RETENTION_REPORT,
     ROLE_ROWS,
@@ -280,3 +285,33 @@ def test_pipeline_rows_past_ttl_are_gone_from_delta_es_search_pull_and_catalog(
         mine = old.filter(pl.col("user_id") == user).row(0, named=True)
         with pytest.raises(NotFound):
             service.turn(principal, mine["conversation_id"], mine["turn_id"])
+
+
+def test_indexer_racing_the_sweep_cannot_resurrect_documents(store, es, ops_settings):
+    """An indexer run that read Delta before the sweep and writes after it (the race the
+    single-run limit prevents in Dagster) re-adds expired documents; the next indexer run and
+    the next sweep each remove them (and reads never show them: they are expired)."""
+    now = datetime.now(UTC)
+    run_pipeline(store, es, ops_settings, {"old": (1, now - timedelta(days=400)), "new": (2, now)})
+    expired_ids = set(store.read(ROLE_ROWS).filter(pl.col("expires_at") <= now)["row_id"])
+    before_sweep = current_versions(store, SOURCES[ROWS].tables)
+    index = alias_target(es, alias_name(ops_settings.index_prefix, ROWS))
+
+    def racing_indexer_write() -> None:
+        store.delete(INDEX_STATE, "kind = 'rows'")
+        sync_index(store, es, SOURCES[ROWS], index, model_id=ops_settings.embedding_model,
+                   versions=before_sweep)
+        assert expired_ids <= es_ids(es, ops_settings.index_prefix, ROWS)
+
+    retention.sweep(store, es, ops_settings, vacuum_hours=168)
+    live = set(store.read(ROLE_ROWS)["row_id"])
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
+
+    racing_indexer_write()
+    sync_live(store, es, ops_settings, model_id=ops_settings.embedding_model)
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
+
+    racing_indexer_write()
+    report = retention.sweep(store, es, ops_settings, vacuum_hours=168)
+    assert report.es_deleted[ROWS] == len(expired_ids)
+    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
