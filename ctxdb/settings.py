@@ -6,7 +6,7 @@ import os
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -170,6 +170,13 @@ class Settings(BaseSettings):
             f"http://127.0.0.1:{self.es_port}",
             f"http://localhost:{self.es_port}",
         }
+
+    @model_validator(mode="after")
+    def _url_follows_embedded_port(self) -> Settings:
+        """Without ELASTICSEARCH_URL, the URL is the embedded node's on CTXDB_ES_PORT."""
+        if "elasticsearch_url" not in self.model_fields_set:
+            self.elasticsearch_url = f"http://127.0.0.1:{self.es_port}"
+        return self
 
 
 def get_settings() -> Settings:

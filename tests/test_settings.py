@@ -69,6 +69,9 @@ def test_api_key_wins_over_basic_auth(clean_env: pytest.MonkeyPatch) -> None:
 
 def test_embedded_follows_the_port(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CTXDB_ES_PORT", "9311")
+    assert get_settings().elasticsearch_url == "http://127.0.0.1:9311"
+    assert get_settings().embedded
+    assert Settings(es_port=9312).elasticsearch_url == "http://127.0.0.1:9312"
     clean_env.setenv("ELASTICSEARCH_URL", "http://localhost:9311/")
     assert get_settings().embedded
     clean_env.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:9200")
