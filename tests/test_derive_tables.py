@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from conftest_turn_record import (  # noqa: F401  (fixture)
     write_jsonl,
 )
 
+import ctxdb.tables as tables
 from ctxdb.delta import DeltaStore
 from ctxdb.derive import checks, run
 from ctxdb.derive.run import TARGETS, derive, last_derived_version, write_table
@@ -277,3 +279,14 @@ def test_an_interrupted_derivation_converges_on_the_next_run(
     for table, keys in KEYS.items():
         assert comparable(store.read(table), keys).equals(
             comparable(reference.read(table), keys)), table
+
+
+def test_tables_doc_lists_every_column() -> None:
+    """docs/tables.md documents every schema in ctxdb.tables with exactly its columns."""
+    doc = (Path(__file__).parent.parent / "docs" / "tables.md").read_text()
+    sections = dict(re.findall(r"<!-- schema:(\w+) -->\n\n(.*?)(?:\n\n|\Z)", doc, flags=re.S))
+    schemas = {name: value for name, value in vars(tables).items() if name.endswith("_SCHEMA")}
+    assert set(schemas) <= set(sections)
+    for name, schema in schemas.items():
+        documented = re.findall(r"^\| `(\w+)` \|", sections[name], flags=re.M)
+        assert documented == schema.names, name
