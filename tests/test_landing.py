@@ -170,3 +170,17 @@ def test_landing_sensor_requests_a_run_only_for_new_files(
         land(store, str(landing), now=NOW)
         fresh = build_sensor_context(instance=instance, resources=resources)
         assert isinstance(landing_sensor(fresh), SkipReason)
+
+
+def test_parallel_parsing_gives_the_same_rows_as_serial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generated = generate_events(users=2, conversations=6, seed=8, now=NOW, malformed_ratio=0.02)
+    write_sample(generated, tmp_path / "landing", per_file=60)
+    serial, parallel = DeltaStore(str(tmp_path / "a")), DeltaStore(str(tmp_path / "b"))
+    land(serial, str(tmp_path / "landing"), now=NOW, workers=1)
+    monkeypatch.setattr("ctxdb.landing.PARALLEL_MIN_BYTES", 0)
+    land(parallel, str(tmp_path / "landing"), now=NOW, workers=2)
+    for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS, LANDED_FILES):
+        keys = ["source_file", "line_number"] if table != LANDED_FILES else ["source_file"]
+        assert serial.read(table).sort(keys).equals(parallel.read(table).sort(keys)), table
