@@ -1,0 +1,86 @@
+"""Benchmark `reindex`: a rebuild with cached embeddings versus one that re-embeds every text.
+
+    ELASTICSEARCH_URL=http://127.0.0.1:9299 .venv/bin/python bench/bench_reindex.py --rows 2000
+
+Seeds N generated role rows (embedded and indexed through the pipeline), then times
+  1. a reindex with the same model (every vector from the Delta cache), and
+  2. a reindex with a new model id (same weights, so every text is embedded again),
+each including build, verification and the atomic alias swap. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import uuid
+
+from bench_embed_index import generate_rows
+
+from ctxdb.delta import DeltaStore
+from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.es.client import make_client
+from ctxdb.es.mappings import ROWS, alias_name
+from ctxdb.index.reindex import drop_after_grace, reindex
+from ctxdb.index.sync import sync_live
+from ctxdb.settings import get_settings
+from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--min-words", type=int, default=15)
+    parser.add_argument("--max-words", type=int, default=45)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+
+    prefix = f"bench-reindex-{uuid.uuid4().hex[:8]}"
+    settings = get_settings().model_copy(
+        update={"index_prefix": prefix, "embedding_batch_size": args.batch_size}
+    )
+    es = make_client(settings)
+    store = DeltaStore(tempfile.mkdtemp(prefix="bench-reindex-"))
+    store.append(
+        ROLE_ROWS, generate_rows(args.rows, args.min_words, args.max_words), ROLE_ROWS_SCHEMA
+    )
+    embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)
+    start = time.perf_counter()
+    embed_role_rows(store, embedder, batch_size=args.batch_size, progress_every_s=30)
+    sync_live(store, es, settings, model_id=embedder.model_id)
+    seed_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    cached = reindex(store, es, settings, embedder, min_coverage_pct=100)
+    cached_s = time.perf_counter() - start
+    drop_after_grace(es, settings, grace_s=0)
+
+    new_model = SentenceTransformerEmbedder(
+        batch_size=args.batch_size, model_id=f"{embedder.model_id}@bench-{uuid.uuid4().hex[:6]}"
+    )
+    start = time.perf_counter()
+    fresh = reindex(store, es, settings, new_model, min_coverage_pct=100)
+    fresh_s = time.perf_counter() - start
+    drop_after_grace(es, settings, grace_s=0)
+
+    out = {
+        "rows": args.rows,
+        "words": [args.min_words, args.max_words],
+        "seed_embed_and_index_s": round(seed_s, 2),
+        "reindex_cached_s": round(cached_s, 2),
+        "reindex_cached_embedded": cached.embed.embedded,
+        "reindex_cached_rows_per_s": round(args.rows / cached_s, 1),
+        "reindex_reembed_s": round(fresh_s, 2),
+        "reindex_reembed_embedded": fresh.embed.embedded,
+        "reindex_reembed_rows_per_s": round(args.rows / fresh_s, 1),
+        "speedup_cached": round(fresh_s / cached_s, 1),
+        "docs_in_index": es.count(index=alias_name(prefix, ROWS))["count"],
+    }
+    print(json.dumps(out, indent=2))  # noqa: T201 (benchmark output)
+    for name in es.indices.get(index=f"{prefix}-*", expand_wildcards="all"):
+        es.indices.delete(index=name)
+
+
+if __name__ == "__main__":
+    main()
