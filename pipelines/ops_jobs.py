@@ -12,7 +12,7 @@ Run config (destructive jobs take it explicitly; the schedules pass it in full):
   compaction_job ops.compact_tables.config: fail_on_unbounded (default true).
 """
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from dagster import (
     Config,
@@ -34,6 +34,8 @@ from dagster import (
 
 from ctxdb.compaction import compact_all, unbounded
 from ctxdb.erase import Scope, erase
+from ctxdb.es.errors import ElasticsearchSetupError
+from ctxdb.es.health import check_cluster
 from ctxdb.retention import sweep
 from ctxdb.settings import get_settings
 from ctxdb.tables import RETENTION_PENDING
@@ -194,22 +196,30 @@ def compaction_weekly(context: ScheduleEvaluationContext) -> RunRequest:
     default_status=DefaultSensorStatus.RUNNING,
     description="Re-run the sweep when Elasticsearch deletes were left pending.",
 )
-def retention_pending_sensor(context: SensorEvaluationContext, delta: DeltaResource):
-    """Requests a sweep once per new version of a non-empty `retention_pending` table."""
+def retention_pending_sensor(
+    context: SensorEvaluationContext, delta: DeltaResource, es: ElasticsearchResource
+):
+    """While `retention_pending` is non-empty and Elasticsearch answers, request at most one sweep
+    per pending-table version and hour (the run key), so an outage is retried hourly."""
     store = delta.store()
     version = store.version(RETENTION_PENDING)
-    if version is None or store.read(RETENTION_PENDING).is_empty():
+    pending = 0 if version is None else store.read(RETENTION_PENDING).height
+    if not pending:
         return SkipReason("nothing pending")
-    if context.cursor == str(version):
-        return SkipReason(f"pending version {version} already requested")
-    context.update_cursor(str(version))
+    try:
+        check_cluster(es.settings())
+    except ElasticsearchSetupError as exc:
+        return SkipReason(f"{pending} pending, Elasticsearch unreachable: {exc}")
+    hour = datetime.now(UTC).strftime("%Y%m%dT%H")
     return RunRequest(
-        run_key=f"retention-pending-v{version}", run_config=retention_run_config(), tags=WRITER_TAGS
+        run_key=f"retention-pending-v{version}-{hour}",
+        run_config=retention_run_config(),
+        tags=WRITER_TAGS,
     )
 
 
 def _scheduled(context: ScheduleEvaluationContext) -> datetime:
-    return context.scheduled_execution_time or datetime.now()
+    return context.scheduled_execution_time or datetime.now(UTC)
 
 
 OPS_JOBS = [retention_job, erase_job, compaction_job]

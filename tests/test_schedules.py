@@ -138,15 +138,20 @@ def test_compaction_job_reports_table_metadata(store, ops_settings, resources):
     assert len(store.table(ROLE_ROWS).file_uris()) == 1
 
 
-def test_pending_sensor_requests_one_sweep_per_pending_version(store, resources):
+def test_pending_sensor_retries_while_ids_are_pending(store, resources, monkeypatch):
     with build_sensor_context(resources=resources) as context:
         assert isinstance(retention_pending_sensor(context), SkipReason)
 
     record_pending(store, "run-1", {ROWS: ["r1"]})
     with build_sensor_context(resources=resources) as context:
         request = retention_pending_sensor(context)
-        assert isinstance(request, RunRequest)
-        assert request.run_key == f"retention-pending-v{store.version('retention_pending')}"
-        cursor = context.cursor
-    with build_sensor_context(resources=resources, cursor=cursor) as context:
-        assert isinstance(retention_pending_sensor(context), SkipReason)
+    assert isinstance(request, RunRequest)
+    version = store.version("retention_pending")
+    assert request.run_key.startswith(f"retention-pending-v{version}-")
+    assert request.run_config == {"ops": {"retention_sweep": {"config": {"dry_run": False}}}}
+
+    monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:9")
+    with build_sensor_context(resources=resources) as context:
+        skipped = retention_pending_sensor(context)
+    assert isinstance(skipped, SkipReason)
+    assert "Elasticsearch unreachable" in skipped.skip_message
