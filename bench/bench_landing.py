@@ -39,8 +39,10 @@ def timed(fn, *args, **kwargs):
 
 
 def _cpu() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
-        resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -55,8 +57,13 @@ def main() -> None:
     shutil.rmtree(args.out, ignore_errors=True)
     now = datetime(2026, 12, 1, tzinfo=UTC)
     conversations = max(1, round(args.events / EVENTS_PER_CONVERSATION))
-    generated, t_gen = timed(generate_events, users=max(1, conversations // 20),
-                             conversations=conversations, seed=1, now=now)
+    generated, t_gen = timed(
+        generate_events,
+        users=max(1, conversations // 20),
+        conversations=conversations,
+        seed=1,
+        now=now,
+    )
     landing = args.out / "landing"
     _, t_write = timed(write_sample, generated, landing, per_file=100_000)
     lines = len(generated.events) + len(generated.malformed)
@@ -71,12 +78,16 @@ def main() -> None:
     derived, t_derive = timed(derive, store, settings, now=now)
     cpu_derive = CPU["derive"]
 
-    extra = generate_events(users=max(1, conversations // 20),
-                            conversations=max(1, round(conversations * args.increment)),
-                            seed=2, now=now + timedelta(hours=1))
+    extra = generate_events(
+        users=max(1, conversations // 20),
+        conversations=max(1, round(conversations * args.increment)),
+        seed=2,
+        now=now + timedelta(hours=1),
+    )
     write_sample(extra, args.out / "landing" / "increment", per_file=100_000)
-    extra_landed, t_land_inc = timed(land, store, str(landing), now=now + timedelta(hours=1),
-                                     workers=args.workers)
+    extra_landed, t_land_inc = timed(
+        land, store, str(landing), now=now + timedelta(hours=1), workers=args.workers
+    )
     extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
 
     full = t_land + t_derive
@@ -108,7 +119,8 @@ def main() -> None:
         "increment_conversations": extra_derived.conversations,
         "increment_cost_vs_full": round(incremental / full, 4),
         "increment_cost_vs_full_cpu": round(
-            (CPU["land"] - cpu_land + CPU["derive"] - cpu_derive) / (cpu_land + cpu_derive), 4),
+            (CPU["land"] - cpu_land + CPU["derive"] - cpu_derive) / (cpu_land + cpu_derive), 4
+        ),
         "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
     }
     text = json.dumps(report, indent=2)

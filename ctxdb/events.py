@@ -1,8 +1,9 @@
-"""The raw turn event contract: one JSON object per line, validated before it lands (docs/events.md).
+"""The raw turn event contract: one JSON object per line, validated before it lands.
 
-Every event carries the same envelope (ids, identity, adapter, UTC timestamp) and a `payload` whose
-model is chosen by `type`. Validation is strict where a mistake would corrupt the record: ids must be
-safe inside `conv:` refs, timestamps must carry a zone, payload limits follow the reference.
+Every event carries the same envelope (ids, identity, adapter, UTC timestamp) and a `payload`
+whose model is chosen by `type` (docs/events.md). Validation is strict where a mistake would
+corrupt the record: ids must be safe inside `conv:` refs, timestamps must carry a zone, payload
+limits follow the reference.
 """
 
 from __future__ import annotations
@@ -35,14 +36,10 @@ REF_MAX_CHARS = 2_048
 ANCHORS_MAX = 32
 ANCHOR_MAX_CHARS = 256
 
-RefId = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
-]
+RefId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")]
 """Conversation, turn and event ids: letters, digits, `_` and `-` only (safe inside refs)."""
 
-Ident = Annotated[
-    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-@.:+]{0,127}$")
-]
+Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-@.:+]{0,127}$")]
 """Tenant, app, agent and user ids: no `/`, `\\` or whitespace (they become storage path parts)."""
 
 
@@ -60,7 +57,9 @@ def _relative_path(value: str) -> str:
     return value
 
 
-RelPath = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relative_path)]
+RelPath = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relative_path)
+]
 FileName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$"),
@@ -266,8 +265,15 @@ def _reason(error: ValidationError) -> EventError:
     if kind == "timezone_aware":
         return EventError("naive_timestamp", loc)
     if kind == "string_pattern_mismatch" and loc.split(".")[-1] in {
-        "event_id", "conversation_id", "turn_id", "batch_id", "call_id",
-        "tenant", "app", "agent", "user_id",
+        "event_id",
+        "conversation_id",
+        "turn_id",
+        "batch_id",
+        "call_id",
+        "tenant",
+        "app",
+        "agent",
+        "user_id",
     }:
         return EventError("unsafe_id", f"{loc}: {first['msg']}")
     if kind == "literal_error" and loc == "schema_version":

@@ -21,7 +21,12 @@ from ctxdb.generate_topics import TOPICS, Topic
 from ctxdb.refs import make_ref
 from ctxdb.retention import turn_file_path
 
-AGENTS = {"minimal": "helper", "langgraph": "graph-agent", "claude_code": "press", "react": "kdcube"}
+AGENTS = {
+    "minimal": "helper",
+    "langgraph": "graph-agent",
+    "claude_code": "press",
+    "react": "kdcube",
+}
 TENANTS = ("acme", "globex")
 APP = "chat"
 
@@ -94,8 +99,16 @@ class _Writer:
 
 
 def _turn(
-    w: _Writer, rng: random.Random, topic: Topic, adapter: str, turn_id: str, start: datetime,
-    first: bool, files: dict[str, bytes], facts: list[Fact], index: int,
+    w: _Writer,
+    rng: random.Random,
+    topic: Topic,
+    adapter: str,
+    turn_id: str,
+    start: datetime,
+    first: bool,
+    files: dict[str, bytes],
+    facts: list[Fact],
+    index: int,
 ) -> datetime:
     ident = w.identity
     ts = start
@@ -104,16 +117,29 @@ def _turn(
     prompt = rng.choice(topic.prompts)
     batch = f"{turn_id}-b0"
     ts += step(0.1, 1)
-    w.emit("user.submission", ts, turn_id,
-           {"text": prompt, "event_type": "prompt", "batch_id": batch, "arrived_at": _iso(ts)})
+    w.emit(
+        "user.submission",
+        ts,
+        turn_id,
+        {"text": prompt, "event_type": "prompt", "batch_id": batch, "arrived_at": _iso(ts)},
+    )
     if first:
         w.emit("conversation.title", ts + step(0.1, 0.5), turn_id, {"title": topic.title})
     if rng.random() < 0.15:
         ts += step(0.1, 1)
-        w.emit("user.context", ts, turn_id, {
-            "kind": rng.choice(["selection", "page"]), "label": f"{topic.title} notes",
-            "ref": f"app://notes/{topic.key}", "source": "editor", "batch_id": batch,
-            "event": {"chars": rng.randint(20, 400)}})
+        w.emit(
+            "user.context",
+            ts,
+            turn_id,
+            {
+                "kind": rng.choice(["selection", "page"]),
+                "label": f"{topic.title} notes",
+                "ref": f"app://notes/{topic.key}",
+                "source": "editor",
+                "batch_id": batch,
+                "event": {"chars": rng.randint(20, 400)},
+            },
+        )
     attachment = None
     if topic.attachment and rng.random() < 0.35:
         name, mime, text = topic.attachment
@@ -121,36 +147,76 @@ def _turn(
         rel = f"{turn_file_path(ident['tenant'], ident['app'], ident['user_id'], ident['conversation_id'], turn_id)}/user.attachments/{name}"  # noqa: E501
         files[rel] = data
         ts += step(0.5, 3)
-        w.emit("user.attachment", ts, turn_id, {
-            "name": name, "mime": mime, "size": len(data),
-            "storage_ref": make_ref("fi", f"user.attachments/{name}", turn_id,
-                                    ident["conversation_id"]),
-            "extracted_text": text, "batch_id": batch})
+        w.emit(
+            "user.attachment",
+            ts,
+            turn_id,
+            {
+                "name": name,
+                "mime": mime,
+                "size": len(data),
+                "storage_ref": make_ref(
+                    "fi", f"user.attachments/{name}", turn_id, ident["conversation_id"]
+                ),
+                "extracted_text": text,
+                "batch_id": batch,
+            },
+        )
         attachment = name
     followups = 0
     if rng.random() < 0.3:
         kind = rng.choice(["followup", "followup", "steer"])
         text = rng.choice(topic.followups if kind == "followup" else topic.steers)
         ts += step(2, 20)
-        w.emit("user.submission", ts, turn_id, {
-            "text": text, "event_type": kind, "batch_id": f"{turn_id}-b1", "arrived_at": _iso(ts)})
+        w.emit(
+            "user.submission",
+            ts,
+            turn_id,
+            {"text": text, "event_type": kind, "batch_id": f"{turn_id}-b1", "arrived_at": _iso(ts)},
+        )
         followups = 1
     if adapter != "minimal":
         for n in range(rng.randint(1, 3)):
             tool = rng.choice(["search", "code_exec", "read_file", "web_fetch"])
             ts += step(0.5, 4)
-            w.emit("chat.step", ts, turn_id,
-                   {"step": f"s{n}", "phase": "start", "tool": tool, "title": f"Running {tool}"})
+            w.emit(
+                "chat.step",
+                ts,
+                turn_id,
+                {"step": f"s{n}", "phase": "start", "tool": tool, "title": f"Running {tool}"},
+            )
             if adapter == "react":
                 call = f"call{n}"
-                w.emit("react.block", ts, turn_id, {"block_type": "react.tool.call", "call_id": call,
-                       "tool": tool, "text": f"{tool}({topic.key})"})
+                w.emit(
+                    "react.block",
+                    ts,
+                    turn_id,
+                    {
+                        "block_type": "react.tool.call",
+                        "call_id": call,
+                        "tool": tool,
+                        "text": f"{tool}({topic.key})",
+                    },
+                )
             ts += step(1, 10)
-            w.emit("chat.step", ts, turn_id, {"step": f"s{n}", "phase": "complete", "tool": tool,
-                                              "status": "ok"})
+            w.emit(
+                "chat.step",
+                ts,
+                turn_id,
+                {"step": f"s{n}", "phase": "complete", "tool": tool, "status": "ok"},
+            )
             if adapter == "react":
-                w.emit("react.block", ts, turn_id, {"block_type": "react.tool.result",
-                       "call_id": f"call{n}", "tool": tool, "text": f"{tool} returned results"})
+                w.emit(
+                    "react.block",
+                    ts,
+                    turn_id,
+                    {
+                        "block_type": "react.tool.result",
+                        "call_id": f"call{n}",
+                        "tool": tool,
+                        "text": f"{tool} returned results",
+                    },
+                )
     hosted = None
     if topic.hosted_file and adapter in ("langgraph", "react") and rng.random() < 0.5:
         path, mime, content = topic.hosted_file
@@ -158,33 +224,82 @@ def _turn(
         rel = f"{turn_file_path(ident['tenant'], ident['app'], ident['user_id'], ident['conversation_id'], turn_id)}/files/{path}"  # noqa: E501
         files[rel] = data
         ts += step(0.5, 3)
-        w.emit("file.hosted", ts, turn_id, {"path": path, "mime": mime, "size": len(data),
-               "sha256": hashlib.sha256(data).hexdigest()})
+        w.emit(
+            "file.hosted",
+            ts,
+            turn_id,
+            {
+                "path": path,
+                "mime": mime,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            },
+        )
         hosted = make_ref("fi", f"files/{path}", turn_id, ident["conversation_id"])
     if adapter == "langgraph" and rng.random() < 0.3:
         ts += step(0.5, 2)
-        w.emit("stream.aggregate", ts, turn_id, {"marker": "subsystem", "name": "code_exec",
-               "chunks": [f"line {i}" for i in range(rng.randint(2, 6))]})
+        w.emit(
+            "stream.aggregate",
+            ts,
+            turn_id,
+            {
+                "marker": "subsystem",
+                "name": "code_exec",
+                "chunks": [f"line {i}" for i in range(rng.randint(2, 6))],
+            },
+        )
     if adapter != "minimal" and rng.random() < 0.25:
-        w.emit("communicator.event", ts + step(0.1, 1), turn_id, {"name": "chat.citations", "data": {
-            "items": [{"url": f"https://docs.example.com/{topic.key}", "title": topic.title}]}})
+        w.emit(
+            "communicator.event",
+            ts + step(0.1, 1),
+            turn_id,
+            {
+                "name": "chat.citations",
+                "data": {
+                    "items": [
+                        {"url": f"https://docs.example.com/{topic.key}", "title": topic.title}
+                    ]
+                },
+            },
+        )
     error = rng.random() < 0.05
     answer = rng.choice(topic.answers)
     if hosted:
         answer += f" The result is saved at {hosted}."
     ts += step(2, 30)
     if adapter == "react" and not error:
-        w.emit("react.summary", ts, turn_id, {"text": topic.summary, "refs": [hosted] if hosted
-               else [], "scope": "turn"})
-        w.emit("react.anchors", ts, turn_id, {"phrases": list(topic.phrases),
-               "entities": list(topic.entities)})
+        w.emit(
+            "react.summary",
+            ts,
+            turn_id,
+            {"text": topic.summary, "refs": [hosted] if hosted else [], "scope": "turn"},
+        )
+        w.emit(
+            "react.anchors",
+            ts,
+            turn_id,
+            {"phrases": list(topic.phrases), "entities": list(topic.entities)},
+        )
         if rng.random() < 0.5:
-            w.emit("react.note", ts, turn_id, {"text": f"User works on {topic.title.lower()}; "
-                   "prefers concrete commands."})
+            w.emit(
+                "react.note",
+                ts,
+                turn_id,
+                {"text": f"User works on {topic.title.lower()}; prefers concrete commands."},
+            )
     tokens = {"tokens_in": rng.randint(200, 4000), "tokens_out": rng.randint(100, 1200)}
     if error:
-        w.emit("assistant.completion", ts, turn_id, {"text": "", "error": True,
-               "error_type": rng.choice(["tool_timeout", "model_overloaded"]), **tokens})
+        w.emit(
+            "assistant.completion",
+            ts,
+            turn_id,
+            {
+                "text": "",
+                "error": True,
+                "error_type": rng.choice(["tool_timeout", "model_overloaded"]),
+                **tokens,
+            },
+        )
     else:
         w.emit("assistant.completion", ts, turn_id, {"text": answer, **tokens})
     if adapter != "minimal":
@@ -193,19 +308,41 @@ def _turn(
     w.emit("turn.closed", ts, turn_id, {"status": "error" if error else "ok"})
     if rng.random() < 0.2:
         late = ts + timedelta(minutes=rng.uniform(1, 600))
-        w.emit("feedback", late, turn_id, {"reaction": rng.choice(["up", "up", "down"]),
-               "text": rng.choice([None, "thanks, that worked", "not quite"]), "origin": "user"})
-    facts.append(Fact(
-        tenant=ident["tenant"], app=ident["app"], user_id=ident["user_id"],
-        conversation_id=ident["conversation_id"], turn_id=turn_id, adapter=adapter,
-        topic=topic.key, turn_index=index, started_at=start, prompt=prompt,
-        answer="" if error else answer, error=error, attachment=attachment, hosted_ref=hosted,
-        followups=followups))
+        w.emit(
+            "feedback",
+            late,
+            turn_id,
+            {
+                "reaction": rng.choice(["up", "up", "down"]),
+                "text": rng.choice([None, "thanks, that worked", "not quite"]),
+                "origin": "user",
+            },
+        )
+    facts.append(
+        Fact(
+            tenant=ident["tenant"],
+            app=ident["app"],
+            user_id=ident["user_id"],
+            conversation_id=ident["conversation_id"],
+            turn_id=turn_id,
+            adapter=adapter,
+            topic=topic.key,
+            turn_index=index,
+            started_at=start,
+            prompt=prompt,
+            answer="" if error else answer,
+            error=error,
+            attachment=attachment,
+            hosted_ref=hosted,
+            followups=followups,
+        )
+    )
     return ts
 
 
 def _malformed(rng: random.Random, sample: dict, count: int) -> list[str]:
     """Deliberately bad lines, one of each kind in turn (see docs/events.md for the reasons)."""
+
     def variant(i: int) -> str:
         event = json.loads(json.dumps(sample))
         event["event_id"] = f"bad{i:06d}x{rng.getrandbits(32):08x}"
@@ -227,6 +364,7 @@ def _malformed(rng: random.Random, sample: dict, count: int) -> list[str]:
             event["type"] = "user.submission"
             event["payload"] = {"text": "x" * (MAX_EVENT_BYTES + 10)}
         return json.dumps(event)
+
     return [variant(i) for i in range(count)]
 
 
@@ -256,9 +394,17 @@ def generate_events(
         user = f"u{rng.randrange(users):04d}"
         tenant = TENANTS[0] if int(user[1:]) % 5 else TENANTS[1]
         conversation_id = f"c{rng.getrandbits(64):016x}"
-        writer = _Writer(rng, {
-            "tenant": tenant, "app": APP, "agent": AGENTS[adapter], "adapter": adapter,
-            "user_id": user, "conversation_id": conversation_id})
+        writer = _Writer(
+            rng,
+            {
+                "tenant": tenant,
+                "app": APP,
+                "agent": AGENTS[adapter],
+                "adapter": adapter,
+                "user_id": user,
+                "conversation_id": conversation_id,
+            },
+        )
         topic = rng.choice(TOPICS)
         ts = now - timedelta(days=rng.uniform(0.05, days))
         for index in range(rng.randint(1, 5)):

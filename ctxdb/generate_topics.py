@@ -36,8 +36,10 @@ TOPICS: tuple[Topic, ...] = (
             "load_workbook fails on sales_2019.xls with InvalidFileException. The spreadsheet "
             "comes from an old accounting export. What is the cleanest fix?",
         ),
-        followups=("Can I convert all the .xls files in a folder at once?",
-                   "Will formulas and merged cells survive the conversion?"),
+        followups=(
+            "Can I convert all the .xls files in a folder at once?",
+            "Will formulas and merged cells survive the conversion?",
+        ),
         steers=("Skip LibreOffice, I can't install it on the server.",),
         answers=(
             "openpyxl only reads .xlsx. Read the legacy workbook with pandas.read_excel(path, "
@@ -48,21 +50,30 @@ TOPICS: tuple[Topic, ...] = (
             "once to .xlsx (pandas + xlrd, or LibreOffice headless) and keep openpyxl for the "
             "new file; formulas survive LibreOffice conversion, pandas keeps only values.",
         ),
-        attachment=("sales_2019.xls", "application/vnd.ms-excel",
-                    "Quarterly sales workbook: sheets Q1 Q2 Q3 Q4, columns region, product, "
-                    "units, revenue. Exported from the legacy accounting system."),
-        hosted_file=("sales_2019.xlsx",
-                     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                     "converted workbook bytes"),
+        attachment=(
+            "sales_2019.xls",
+            "application/vnd.ms-excel",
+            "Quarterly sales workbook: sheets Q1 Q2 Q3 Q4, columns region, product, "
+            "units, revenue. Exported from the legacy accounting system.",
+        ),
+        hosted_file=(
+            "sales_2019.xlsx",
+            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+            "converted workbook bytes",
+        ),
         summary="Converted the legacy sales_2019.xls workbook to .xlsx so openpyxl can load it; "
-                "root cause was the old BIFF .xls format unsupported by openpyxl.",
+        "root cause was the old BIFF .xls format unsupported by openpyxl.",
         phrases=("InvalidFileException", "openpyxl does not support the old .xls file format"),
         entities=("openpyxl", "xlrd", "sales_2019.xls"),
-        queries=("the spreadsheet trouble from last week",
-                 "excel file would not open in python",
-                 "converting an old workbook format"),
-        exact=("openpyxl.utils.exceptions.InvalidFileException: openpyxl does not support the "
-               "old .xls file format",),
+        queries=(
+            "the spreadsheet trouble from last week",
+            "excel file would not open in python",
+            "converting an old workbook format",
+        ),
+        exact=(
+            "openpyxl.utils.exceptions.InvalidFileException: openpyxl does not support the "
+            "old .xls file format",
+        ),
         misspelled=("openpyxel invalid file exeption", "opnpyxl xls"),
     ),
     Topic(
@@ -74,8 +85,10 @@ TOPICS: tuple[Topic, ...] = (
             "pandas raises pytz.exceptions.AmbiguousTimeError: Cannot infer dst time from "
             "2026-10-25 02:30:00 when localizing the meter readings. How do I handle it?",
         ),
-        followups=("Should the database column be timestamptz?",
-                   "How do I convert the forecast back to local time for the chart?"),
+        followups=(
+            "Should the database column be timestamptz?",
+            "How do I convert the forecast back to local time for the chart?",
+        ),
         steers=("Keep everything in UTC internally, only convert at display time.",),
         answers=(
             "Store UTC, convert at the edges: tz_localize('Europe/Berlin', ambiguous='infer', "
@@ -85,12 +98,14 @@ TOPICS: tuple[Topic, ...] = (
             "appears for the repeated hour on the autumn DST switch, pass ambiguous='infer' or an "
             "explicit boolean array.",
         ),
-        attachment=("meter_readings.csv", "text/csv",
-                    "timestamp,meter_id,kwh\n2026-10-25 02:30:00,M-17,0.42\n2026-10-25 "
-                    "02:30:00,M-17,0.40"),
+        attachment=(
+            "meter_readings.csv",
+            "text/csv",
+            "timestamp,meter_id,kwh\n2026-10-25 02:30:00,M-17,0.42\n2026-10-25 02:30:00,M-17,0.40",
+        ),
         hosted_file=("forecast_utc.csv", "text/csv", "ts_utc,kwh\n2026-10-25T00:30:00Z,0.42\n"),
         summary="Fixed the timezone conversion of the meter readings: localize with "
-                "ambiguous='infer', store UTC, convert for display; produced forecast_utc.csv.",
+        "ambiguous='infer', store UTC, convert for display; produced forecast_utc.csv.",
         phrases=("AmbiguousTimeError", "tz_localize", "daylight saving"),
         entities=("Europe/Berlin", "pandas", "timestamptz"),
         queries=("the daylight saving hour bug", "report times shifted by an hour"),
@@ -114,10 +129,13 @@ TOPICS: tuple[Topic, ...] = (
             "then pd.merge(orders, customers, on='customer_id', how='left', validate='m:1').",
         ),
         attachment=None,
-        hosted_file=("dedupe_customers.py", "text/x-python",
-                     "customers = customers.drop_duplicates('customer_id')\n"),
+        hosted_file=(
+            "dedupe_customers.py",
+            "text/x-python",
+            "customers = customers.drop_duplicates('customer_id')\n",
+        ),
         summary="Explained row explosion in pandas merge caused by duplicate customer_id keys; "
-                "fix with drop_duplicates and validate='m:1'.",
+        "fix with drop_duplicates and validate='m:1'.",
         phrases=("validate='m:1'", "Merge keys are not unique"),
         entities=("pandas", "customer_id"),
         queries=("joining two tables gave too many rows", "dataframe join duplicated records"),
@@ -141,17 +159,25 @@ TOPICS: tuple[Topic, ...] = (
             "run Postgres as a compose service on the same user-defined bridge network and use "
             "its service name.",
         ),
-        attachment=("docker-compose.yml", "application/yaml",
-                    "services:\n  api:\n    build: .\n    ports: ['8000:8000']\n  redis:\n    "
-                    "image: redis:7"),
-        hosted_file=("docker-compose.fixed.yml", "application/yaml",
-                     "services:\n  api:\n    extra_hosts: ['host.docker.internal:host-gateway']\n"),
+        attachment=(
+            "docker-compose.yml",
+            "application/yaml",
+            "services:\n  api:\n    build: .\n    ports: ['8000:8000']\n  redis:\n    "
+            "image: redis:7",
+        ),
+        hosted_file=(
+            "docker-compose.fixed.yml",
+            "application/yaml",
+            "services:\n  api:\n    extra_hosts: ['host.docker.internal:host-gateway']\n",
+        ),
         summary="Container networking: 127.0.0.1 inside a container is not the host; use "
-                "host.docker.internal with host-gateway or a shared bridge network.",
+        "host.docker.internal with host-gateway or a shared bridge network.",
         phrases=("ECONNREFUSED 127.0.0.1:5432", "host.docker.internal", "host-gateway"),
         entities=("Docker", "docker compose", "Postgres"),
-        queries=("container could not connect to the database on my machine",
-                 "docker networking problem"),
+        queries=(
+            "container could not connect to the database on my machine",
+            "docker networking problem",
+        ),
         exact=("ECONNREFUSED 127.0.0.1:5432",),
         misspelled=("dokcer netwrok", "host.docker.internl"),
     ),
@@ -172,10 +198,13 @@ TOPICS: tuple[Topic, ...] = (
             "Sintra for Pena Palace, back for Time Out Market. Use the 24h Viva Viagem card.",
         ),
         attachment=None,
-        hosted_file=("lisbon_itinerary.md", "text/markdown",
-                     "# Lisbon\n- Day 1 Alfama\n- Day 2 Belem\n- Day 3 Sintra\n"),
+        hosted_file=(
+            "lisbon_itinerary.md",
+            "text/markdown",
+            "# Lisbon\n- Day 1 Alfama\n- Day 2 Belem\n- Day 3 Sintra\n",
+        ),
         summary="Three-day Lisbon itinerary for two without a car: Alfama, Belem, Sintra day "
-                "trip, food stops; saved lisbon_itinerary.md.",
+        "trip, food stops; saved lisbon_itinerary.md.",
         phrases=("Pena Palace", "Viva Viagem"),
         entities=("Lisbon", "Sintra", "Belem"),
         queries=("the portugal vacation plan", "weekend city break itinerary"),
@@ -200,7 +229,7 @@ TOPICS: tuple[Topic, ...] = (
         attachment=None,
         hosted_file=None,
         summary="Revived a hungry sourdough starter (feed 1:2:2 twice daily, warm spot) and "
-                "explained bulk fermentation for an open crumb.",
+        "explained bulk fermentation for an open crumb.",
         phrases=("nail polish remover", "stretch-and-folds"),
         entities=("sourdough", "rye"),
         queries=("bread baking help", "my bread dough would not rise"),
@@ -223,13 +252,19 @@ TOPICS: tuple[Topic, ...] = (
             "kubectl logs --previous and kubectl describe pod, raise resources.limits.memory or "
             "lower the JVM heap (-Xmx) to ~75% of the limit.",
         ),
-        attachment=("pod-describe.txt", "text/plain",
-                    "State: Waiting Reason: CrashLoopBackOff Last State: Terminated Reason: "
-                    "OOMKilled Exit Code: 137"),
-        hosted_file=("deployment-patch.yaml", "application/yaml",
-                     "resources:\n  limits:\n    memory: 1Gi\n"),
+        attachment=(
+            "pod-describe.txt",
+            "text/plain",
+            "State: Waiting Reason: CrashLoopBackOff Last State: Terminated Reason: "
+            "OOMKilled Exit Code: 137",
+        ),
+        hosted_file=(
+            "deployment-patch.yaml",
+            "application/yaml",
+            "resources:\n  limits:\n    memory: 1Gi\n",
+        ),
         summary="Diagnosed CrashLoopBackOff as OOMKilled (exit 137); raised memory limit and "
-                "capped the JVM heap.",
+        "capped the JVM heap.",
         phrases=("CrashLoopBackOff", "OOMKilled", "exit code 137"),
         entities=("Kubernetes", "kubectl"),
         queries=("the pod that kept restarting", "kubernetes memory problem"),
@@ -251,12 +286,15 @@ TOPICS: tuple[Topic, ...] = (
             "events_user_created_idx ON events (user_id, created_at DESC); the planner can then "
             "use an Index Scan and stop after 20 rows instead of a Seq Scan.",
         ),
-        attachment=("explain.txt", "text/plain",
-                    "Limit -> Sort -> Seq Scan on events Filter: (user_id = 42) Rows Removed by "
-                    "Filter: 4812331 Execution Time: 12034.112 ms"),
+        attachment=(
+            "explain.txt",
+            "text/plain",
+            "Limit -> Sort -> Seq Scan on events Filter: (user_id = 42) Rows Removed by "
+            "Filter: 4812331 Execution Time: 12034.112 ms",
+        ),
         hosted_file=None,
         summary="Replaced a sequential scan with a composite (user_id, created_at DESC) index "
-                "built CONCURRENTLY.",
+        "built CONCURRENTLY.",
         phrases=("CREATE INDEX CONCURRENTLY", "Seq Scan"),
         entities=("Postgres", "EXPLAIN ANALYZE"),
         queries=("database query was very slow", "which index to add"),
@@ -280,10 +318,13 @@ TOPICS: tuple[Topic, ...] = (
             "of syncing state in an effect.",
         ),
         attachment=None,
-        hosted_file=("ItemList.tsx", "text/plain",
-                     "const opts = useMemo(() => ({ sort }), [sort]);\n"),
+        hosted_file=(
+            "ItemList.tsx",
+            "text/plain",
+            "const opts = useMemo(() => ({ sort }), [sort]);\n",
+        ),
         summary="Fixed an infinite render loop caused by an object literal in useEffect "
-                "dependencies; memoized with useMemo.",
+        "dependencies; memoized with useMemo.",
         phrases=("Maximum update depth exceeded", "useMemo"),
         entities=("React", "useEffect"),
         queries=("frontend component kept re-rendering", "react hook loop"),
@@ -308,7 +349,7 @@ TOPICS: tuple[Topic, ...] = (
         attachment=None,
         hosted_file=None,
         summary="Walked through resolving a rebase conflict and recovering commits with reflog; "
-                "recommended --force-with-lease.",
+        "recommended --force-with-lease.",
         phrases=("git rebase --continue", "--force-with-lease", "git reflog"),
         entities=("git",),
         queries=("version control conflict", "lost commits after pushing"),
@@ -332,10 +373,13 @@ TOPICS: tuple[Topic, ...] = (
             "prints 'Event loop is closed' when transports are garbage collected late.",
         ),
         attachment=None,
-        hosted_file=("client_fixed.py", "text/x-python",
-                     "async with aiohttp.ClientSession() as session:\n    ...\n"),
+        hosted_file=(
+            "client_fixed.py",
+            "text/x-python",
+            "async with aiohttp.ClientSession() as session:\n    ...\n",
+        ),
         summary="Explained 'RuntimeError: Event loop is closed' from unclosed aiohttp sessions "
-                "on the Windows Proactor loop.",
+        "on the Windows Proactor loop.",
         phrases=("RuntimeError: Event loop is closed", "ClientSession"),
         entities=("asyncio", "aiohttp"),
         queries=("python async shutdown error", "async http client crash on exit"),

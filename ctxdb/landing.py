@@ -39,7 +39,9 @@ SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 OWNER = ["tenant", "app", "user_id"]
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, files are parsed in-process (worker start-up would cost more)."""
-EVENT_COLUMNS = [f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")]
+EVENT_COLUMNS = [
+    f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")
+]
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ def list_files(uri: str) -> list[LandingFile]:
         LandingFile(
             path=_display(uri, base, info.path),
             size=int(info.size or 0),
-            mtime=info.mtime.replace(tzinfo=UTC) if info.mtime and info.mtime.tzinfo is None
+            mtime=info.mtime.replace(tzinfo=UTC)
+            if info.mtime and info.mtime.tzinfo is None
             else info.mtime,
         )
         for info in infos
@@ -151,13 +154,23 @@ def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -
         rows["turn_id"].append(event.turn_id)
     rows["schema_version"] = [SCHEMA_VERSION] * len(valid)
     rows["source_file"] = [source_file] * len(valid)
-    raw = pl.Series("raw", valid, dtype=pl.Binary if valid and isinstance(valid[0], bytes)
-                    else pl.String)
+    raw = pl.Series(
+        "raw", valid, dtype=pl.Binary if valid and isinstance(valid[0], bytes) else pl.String
+    )
     rows["payload"] = raw.cast(pl.String).str.json_path_match("$.payload")
-    events = pl.DataFrame(rows, schema=_polars_schema(rows, RAW_EVENTS_SCHEMA)).select(EVENT_COLUMNS)
+    events = pl.DataFrame(rows, schema=_polars_schema(rows, RAW_EVENTS_SCHEMA)).select(
+        EVENT_COLUMNS
+    )
     quarantine = quarantine_frame(
-        pl.DataFrame(bad, schema={"line_number": pl.Int64, "raw_line": pl.String,
-                                  "reason": pl.String, "detail": pl.String}),
+        pl.DataFrame(
+            bad,
+            schema={
+                "line_number": pl.Int64,
+                "raw_line": pl.String,
+                "reason": pl.String,
+                "detail": pl.String,
+            },
+        ),
         source_file,
         now,
     )
@@ -210,7 +223,9 @@ def split_conflicts(
     first wrote it (`owners`: conversation_id + tenant/app/user_id), and purged conversations
     take no new events. Returns (accepted, rejected with `reason`/`detail`)."""
     first = (
-        pl.concat([owners.select("conversation_id", *OWNER), events.select("conversation_id", *OWNER)])
+        pl.concat(
+            [owners.select("conversation_id", *OWNER), events.select("conversation_id", *OWNER)]
+        )
         .unique("conversation_id", keep="first", maintain_order=True)
         .rename({c: f"owner_{c}" for c in OWNER})
     )
@@ -218,8 +233,10 @@ def split_conflicts(
     mismatch = pl.any_horizontal([pl.col(c) != pl.col(f"owner_{c}") for c in OWNER])
     is_purged = pl.col("conversation_id").is_in(purged["conversation_id"].implode())
     flagged = joined.with_columns(
-        pl.when(is_purged).then(pl.lit("purged_conversation"))
-        .when(mismatch).then(pl.lit("conversation_owner_mismatch"))
+        pl.when(is_purged)
+        .then(pl.lit("purged_conversation"))
+        .when(mismatch)
+        .then(pl.lit("conversation_owner_mismatch"))
         .alias("reason")
     ).drop([f"owner_{c}" for c in OWNER])
     accepted = flagged.filter(pl.col("reason").is_null()).drop("reason")
@@ -284,7 +301,9 @@ def land(
     stats.duplicates = duplicates.height
     stats.quarantined = quarantine.height
     stats.reasons = dict(quarantine.group_by("reason").len().iter_rows())
-    store.insert_new(QUARANTINED_EVENTS, quarantine, ["source_file", "line_number"], QUARANTINE_SCHEMA)
+    store.insert_new(
+        QUARANTINED_EVENTS, quarantine, ["source_file", "line_number"], QUARANTINE_SCHEMA
+    )
     rows = accepted.with_columns(
         pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("ingested_at"),
         pl.lit(stats.landed_version, dtype=pl.Int64).alias("landed_version"),
@@ -292,18 +311,29 @@ def land(
     stats.landed = store.append(RAW_TURN_EVENTS, rows, RAW_EVENTS_SCHEMA)
     if stats.landed == 0:
         stats.landed_version = None
-    store.append(LANDED_FILES, landed_files_frame(todo, parsed, duplicates, rejected, now),
-                 LANDED_FILES_SCHEMA)
-    log.info("landed %d events from %d files (%d duplicates, %d quarantined)",
-             stats.landed, len(todo), stats.duplicates, stats.quarantined)
+    store.append(
+        LANDED_FILES,
+        landed_files_frame(todo, parsed, duplicates, rejected, now),
+        LANDED_FILES_SCHEMA,
+    )
+    log.info(
+        "landed %d events from %d files (%d duplicates, %d quarantined)",
+        stats.landed,
+        len(todo),
+        stats.duplicates,
+        stats.quarantined,
+    )
     return stats
 
 
 def drop_known(store: DeltaStore, events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split off events whose id is already landed or repeated earlier in this batch."""
     first = events.unique("event_id", keep="first", maintain_order=True)
-    repeated = events.join(first.select("event_id", "source_file", "line_number"),
-                           on=["event_id", "source_file", "line_number"], how="anti")
+    repeated = events.join(
+        first.select("event_id", "source_file", "line_number"),
+        on=["event_id", "source_file", "line_number"],
+        how="anti",
+    )
     if not store.exists(RAW_TURN_EVENTS) or first.is_empty():
         return first, repeated
     known = (
@@ -319,7 +349,9 @@ def drop_known(store: DeltaStore, events: pl.DataFrame) -> tuple[pl.DataFrame, p
 
 def _owners(store: DeltaStore, events: pl.DataFrame) -> pl.DataFrame:
     if not store.exists(RAW_TURN_EVENTS) or events.is_empty():
-        return pl.DataFrame(schema={"conversation_id": pl.String, **dict.fromkeys(OWNER, pl.String)})
+        return pl.DataFrame(
+            schema={"conversation_id": pl.String, **dict.fromkeys(OWNER, pl.String)}
+        )
     ids = events["conversation_id"].unique().implode()
     return (
         store.scan(RAW_TURN_EVENTS)
@@ -349,11 +381,18 @@ def landed_files_frame(
     rows = []
     for f, p in zip(files, parsed, strict=True):
         quarantined = p.quarantine.height + rej.get(f.path, 0)
-        rows.append({
-            "source_file": f.path, "size": f.size, "mtime": f.mtime,
-            "lines": p.events.height + p.quarantine.height,
-            "landed": p.events.height - dup.get(f.path, 0) - rej.get(f.path, 0),
-            "duplicates": dup.get(f.path, 0), "quarantined": quarantined, "landed_at": now,
-        })
-    return pl.DataFrame(rows, schema=_polars_schema(
-        [f.name for f in LANDED_FILES_SCHEMA], LANDED_FILES_SCHEMA))
+        rows.append(
+            {
+                "source_file": f.path,
+                "size": f.size,
+                "mtime": f.mtime,
+                "lines": p.events.height + p.quarantine.height,
+                "landed": p.events.height - dup.get(f.path, 0) - rej.get(f.path, 0),
+                "duplicates": dup.get(f.path, 0),
+                "quarantined": quarantined,
+                "landed_at": now,
+            }
+        )
+    return pl.DataFrame(
+        rows, schema=_polars_schema([f.name for f in LANDED_FILES_SCHEMA], LANDED_FILES_SCHEMA)
+    )

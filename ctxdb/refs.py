@@ -52,9 +52,7 @@ def _check_id(kind: str, value: str, ref: str) -> str:
 def _check_path(path: str, ref: str) -> str:
     if not path:
         raise RefError(f"ref {ref!r} has an empty path")
-    if "\\" in path or path.startswith("/") or any(
-        seg in ("", "..") for seg in path.split("/")
-    ):
+    if "\\" in path or path.startswith("/") or any(seg in ("", "..") for seg in path.split("/")):
         raise RefError(f"ref {ref!r} has an unsafe path {path!r}")
     return path
 
@@ -77,14 +75,18 @@ def parse_ref(ref: str) -> Ref:
             raise RefError(f"ref {ref!r} has an owner segment but no body")
         conversation_id = _check_id("conversation", head[5:], ref)
     if family == "turn":
-        return Ref(family=family, conversation_id=conversation_id, turn_id=_check_id("turn", body, ref))
+        return Ref(
+            family=family, conversation_id=conversation_id, turn_id=_check_id("turn", body, ref)
+        )
     turn_id = None
     if body.startswith("turn_"):
         head, dot, body = body.partition(".")
         if not dot:
             raise RefError(f"ref {ref!r} has a turn segment but no path")
         turn_id = _check_id("turn", head[5:], ref)
-    return Ref(family=family, conversation_id=conversation_id, turn_id=turn_id, path=_check_path(body, ref))
+    return Ref(
+        family=family, conversation_id=conversation_id, turn_id=turn_id, path=_check_path(body, ref)
+    )
 
 
 def format_ref(ref: Ref) -> str:
@@ -112,7 +114,8 @@ def make_ref(
         raise RefError(f"unknown ref family {family!r}")
     owner = (
         f"conv_{_check_id('conversation', conversation_id, path)}."
-        if conversation_id is not None else ""
+        if conversation_id is not None
+        else ""
     )
     turn = f"turn_{_check_id('turn', turn_id, path)}." if turn_id is not None else ""
     text = f"conv:{family}:{owner}{turn}{path}"

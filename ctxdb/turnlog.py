@@ -3,7 +3,7 @@
 Block types, order and `path` refs follow the KDCube reference (docs/tables.md, turn_logs):
 user prompts (m0..mN) -> context events -> attachment cards -> steps and rich activity ->
 hosted files -> notes -> working summary -> completion(s) -> suggested follow-ups.
-Blocks are de-duplicated by a per-type fingerprint, so a re-sent or late event never doubles a block.
+Blocks are de-duplicated by a per-type fingerprint: a re-sent or late event never doubles a block.
 """
 
 from __future__ import annotations
@@ -152,10 +152,15 @@ def merge_turn_logs(
 
 
 _SECTION = {
-    "user.prompt": 0, "user.followup": 0, "user.steer": 0,
+    "user.prompt": 0,
+    "user.followup": 0,
+    "user.steer": 0,
     "context": 1,
     ATTACHMENT: 2,
-    STEP: 3, "react.tool.call": 3, "react.thinking": 3, "react.tool.result": 3,
+    STEP: 3,
+    "react.tool.call": 3,
+    "react.thinking": 3,
+    "react.tool.result": 3,
     "hosted.file": 4,
     NOTE: 5,
     SUMMARY: 6,
@@ -246,8 +251,12 @@ def _step_block(event: Mapping[str, Any], turn_id: str) -> Block:
         ts=_event_ts(event),
         path=make_ref("ev", event["event_id"], turn_id),
         text=p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}",
-        meta={"step": p["step"], "phase": p["phase"], "tool": p.get("tool"),
-              "status": p.get("status") or p["phase"]},
+        meta={
+            "step": p["step"],
+            "phase": p["phase"],
+            "tool": p.get("tool"),
+            "status": p.get("status") or p["phase"],
+        },
     )
 
 
@@ -262,8 +271,15 @@ def _hosted_block(event: Mapping[str, Any], turn_id: str) -> Block:
         mime=p["mime"],
         path="",
         text=f"Hosted file {p['path']} at {artifact}",
-        meta={"kind": "file", "artifact_path": artifact, "hosted_uri": artifact,
-              "filename": p["path"], "mime": p["mime"], "size": p["size"], "sha256": p["sha256"]},
+        meta={
+            "kind": "file",
+            "artifact_path": artifact,
+            "hosted_uri": artifact,
+            "filename": p["path"],
+            "mime": p["mime"],
+            "size": p["size"],
+            "sha256": p["sha256"],
+        },
     )
 
 
@@ -278,8 +294,13 @@ def _rich_block(event: Mapping[str, Any], turn_id: str, seq: int) -> Block:
         "stage.suggested_followups": make_ref("ar", "stage.suggested_followups", turn_id),
     }[kind]
     return Block(
-        type=kind, author="assistant", turn_id=turn_id, ts=_event_ts(event), path=path,
-        text=p.get("text", ""), meta={**p.get("meta", {}), "tool": p.get("tool"), "call_id": call},
+        type=kind,
+        author="assistant",
+        turn_id=turn_id,
+        ts=_event_ts(event),
+        path=path,
+        text=p.get("text", ""),
+        meta={**p.get("meta", {}), "tool": p.get("tool"), "call_id": call},
     )
 
 
@@ -290,8 +311,13 @@ def _completion_block(event: Mapping[str, Any], turn_id: str) -> Block:
     if error:
         meta["error_type"] = p.get("error_type") or "unknown"
     return Block(
-        type=COMPLETION, author="assistant", turn_id=turn_id, ts=_event_ts(event), path="",
-        text=p.get("text") or (ERROR_TEXT if error else ""), meta=meta,
+        type=COMPLETION,
+        author="assistant",
+        turn_id=turn_id,
+        ts=_event_ts(event),
+        path="",
+        text=p.get("text") or (ERROR_TEXT if error else ""),
+        meta=meta,
     )
 
 
@@ -317,8 +343,15 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> li
             block = _rich_block(event, turn_id, seq)
         elif kind == "react.note":
             p = event["payload"]
-            block = Block(type=NOTE, author="assistant", turn_id=turn_id, ts=_event_ts(event),
-                          path="", text=p["text"], meta={"visibility": "internal"})
+            block = Block(
+                type=NOTE,
+                author="assistant",
+                turn_id=turn_id,
+                ts=_event_ts(event),
+                path="",
+                text=p["text"],
+                meta={"visibility": "internal"},
+            )
         elif kind == "assistant.completion":
             block = _completion_block(event, turn_id)
         elif kind in ("react.summary", "react.anchors"):
@@ -328,11 +361,20 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> li
             drafts.append(_Draft(section or _SECTION[block.type], seq, block))
     if summary and summary_ts is not None:
         block = Block(
-            type=SUMMARY, author="assistant", turn_id=turn_id, ts=summary_ts,
-            path=make_ref("ws", "working_summary", turn_id), text=summary.get("text", ""),
-            meta={"scope": summary.get("scope", "turn"), "refs": summary.get("refs", []),
-                  "anchors": {"phrases": summary.get("phrases", []),
-                              "entities": summary.get("entities", [])}},
+            type=SUMMARY,
+            author="assistant",
+            turn_id=turn_id,
+            ts=summary_ts,
+            path=make_ref("ws", "working_summary", turn_id),
+            text=summary.get("text", ""),
+            meta={
+                "scope": summary.get("scope", "turn"),
+                "refs": summary.get("refs", []),
+                "anchors": {
+                    "phrases": summary.get("phrases", []),
+                    "entities": summary.get("entities", []),
+                },
+            },
         )
         drafts.append(_Draft(_SECTION[SUMMARY], len(events), block))
     return drafts
@@ -371,8 +413,13 @@ def _feedback(events: Sequence[Mapping[str, Any]]) -> Feedback | None:
         return None
     last = items[-1]
     p = last["payload"]
-    return Feedback(count=len(items), last_ts=last["occurred_at"], last_reaction=p.get("reaction"),
-                    last_origin=p.get("origin"), last_text=p.get("text"))
+    return Feedback(
+        count=len(items),
+        last_ts=last["occurred_at"],
+        last_reaction=p.get("reaction"),
+        last_origin=p.get("origin"),
+        last_text=p.get("text"),
+    )
 
 
 def _sources(events: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -413,8 +460,12 @@ def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
     if not completions:
         close = closed[0]["payload"]
         block = Block(
-            type=COMPLETION, author="assistant", turn_id=turn_id, ts=closed[0]["occurred_at"],
-            path="", text=ERROR_TEXT,
+            type=COMPLETION,
+            author="assistant",
+            turn_id=turn_id,
+            ts=closed[0]["occurred_at"],
+            path="",
+            text=ERROR_TEXT,
             meta={"error": True, "error_type": close.get("error_type") or "missing_completion"},
         )
         drafts.append(_Draft(_SECTION[COMPLETION], len(events), block))
@@ -430,16 +481,30 @@ def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
     if any(t is not None for t in tokens_in + tokens_out):
         tokens = {"in": sum(t or 0 for t in tokens_in), "out": sum(t or 0 for t in tokens_out)}
     log = TurnLog(
-        turn_id=turn_id, ts=started_at, end_ts=ended_at, blocks=blocks,
-        sources_used=_sources(events), blocks_count=len(blocks), tokens=tokens,
+        turn_id=turn_id,
+        ts=started_at,
+        end_ts=ended_at,
+        blocks=blocks,
+        sources_used=_sources(events),
+        blocks_count=len(blocks),
+        tokens=tokens,
         feedback=_feedback(events),
     )
     return TurnRecord(
-        tenant=first["tenant"], app=first["app"], agent=first["agent"], user_id=first["user_id"],
-        conversation_id=first["conversation_id"], turn_id=turn_id,
-        adapter="react" if rich and any(e["adapter"] == "react" for e in events)
+        tenant=first["tenant"],
+        app=first["app"],
+        agent=first["agent"],
+        user_id=first["user_id"],
+        conversation_id=first["conversation_id"],
+        turn_id=turn_id,
+        adapter="react"
+        if rich and any(e["adapter"] == "react" for e in events)
         else closed[0]["adapter"],
-        recording_kind=kind, error=bool(final.meta.get("error")), started_at=started_at,
-        ended_at=ended_at, last_event_at=max(e["occurred_at"] for e in events),
-        source_event_ids=[e["event_id"] for e in events], log=log,
+        recording_kind=kind,
+        error=bool(final.meta.get("error")),
+        started_at=started_at,
+        ended_at=ended_at,
+        last_event_at=max(e["occurred_at"] for e in events),
+        source_event_ids=[e["event_id"] for e in events],
+        log=log,
     )

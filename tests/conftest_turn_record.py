@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pytest
 
 from ctxdb.delta import DeltaStore
 from ctxdb.derive.run import derive
@@ -26,8 +25,13 @@ class Turn:
     """Builds the raw events of one turn with increasing timestamps."""
 
     def __init__(
-        self, conversation_id: str, turn_id: str, adapter: str = "minimal",
-        start: datetime = T0, agent: str = "helper", **identity: str,
+        self,
+        conversation_id: str,
+        turn_id: str,
+        adapter: str = "minimal",
+        start: datetime = T0,
+        agent: str = "helper",
+        **identity: str,
     ) -> None:
         self.conversation_id, self.turn_id, self.adapter = conversation_id, turn_id, adapter
         self.identity = {**IDENTITY, **identity, "agent": agent}
@@ -35,23 +39,37 @@ class Turn:
         self.n = 0
         self.events: list[dict[str, Any]] = []
 
-    def add(self, type_: str, payload: dict | None = None, *, at: datetime | None = None,
-            adapter: str | None = None, event_id: str | None = None) -> dict[str, Any]:
+    def add(
+        self,
+        type_: str,
+        payload: dict | None = None,
+        *,
+        at: datetime | None = None,
+        adapter: str | None = None,
+        event_id: str | None = None,
+    ) -> dict[str, Any]:
         self.n += 1
         self.ts = at or self.ts + timedelta(seconds=5)
         event = {
             "event_id": event_id or f"{self.conversation_id}-{self.turn_id}-{self.n}",
-            "schema_version": 1, "type": type_,
+            "schema_version": 1,
+            "type": type_,
             "occurred_at": self.ts.isoformat().replace("+00:00", "Z"),
-            **self.identity, "adapter": adapter or self.adapter,
-            "conversation_id": self.conversation_id, "turn_id": self.turn_id,
+            **self.identity,
+            "adapter": adapter or self.adapter,
+            "conversation_id": self.conversation_id,
+            "turn_id": self.turn_id,
             "payload": payload or {},
         }
         self.events.append(event)
         return event
 
-    def basic(self, prompt: str = "How do I fix the openpyxl error?", answer: str = "Convert it.",
-              close: bool = True) -> Turn:
+    def basic(
+        self,
+        prompt: str = "How do I fix the openpyxl error?",
+        answer: str = "Convert it.",
+        close: bool = True,
+    ) -> Turn:
         self.add("turn.started")
         self.add("user.submission", {"text": prompt, "event_type": "prompt"})
         self.add("assistant.completion", {"text": answer, "tokens_in": 10, "tokens_out": 5})
@@ -82,12 +100,11 @@ def comparable(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return frame.drop(drop).sort(keys)
 
 
-@pytest.fixture(scope="module")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Generated, DeltaStore, Settings]:
-    """A small generated sample (all four adapters), landed and derived once per module."""
-    root = tmp_path_factory.mktemp("sample")
-    generated = generate_events(users=4, conversations=24, seed=11, now=NOW,
-                                malformed_ratio=0.01, duplicate_ratio=0.01)
+def build_sample(root: Path) -> tuple[Generated, DeltaStore, Settings]:
+    """A small generated sample (all four adapters), landed and derived under `root`."""
+    generated = generate_events(
+        users=4, conversations=24, seed=11, now=NOW, malformed_ratio=0.01, duplicate_ratio=0.01
+    )
     write_sample(generated, root / "landing", files_root=root / "files", per_file=300)
     store = DeltaStore(str(root / "delta"))
     settings = settings_for(root)

@@ -21,8 +21,14 @@ from ctxdb.generate import generate_events, write_sample
 from ctxdb.tables import ROLE_ROWS, TURN_LOGS
 from resources.delta import DeltaResource
 
-ASSETS = [raw_turn_events, turn_record, one_turn_log_per_closed_turn, quarantine_count,
-          role_rows_have_turn_log, user_and_final_assistant_rows]
+ASSETS = [
+    raw_turn_events,
+    turn_record,
+    one_turn_log_per_closed_turn,
+    quarantine_count,
+    role_rows_have_turn_log,
+    user_and_final_assistant_rows,
+]
 
 
 def _run(tmp_path: Path, landing: Path):
@@ -35,7 +41,8 @@ def _run(tmp_path: Path, landing: Path):
 
 def _metadata(result, key: str) -> dict:
     events = result.asset_materializations_for_node(
-        "turn_record" if key != "raw_turn_events" else key)
+        "turn_record" if key != "raw_turn_events" else key
+    )
     return next(e.metadata for e in events if e.asset_key == AssetKey(key))
 
 

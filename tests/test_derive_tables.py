@@ -9,13 +9,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest_turn_record import (  # noqa: F401  (fixture)
+from conftest_turn_record import (
     NOW,
     T0,
     Turn,
+    build_sample,
     comparable,
     land_and_derive,
-    sample,
     settings_for,
     write_jsonl,
 )
@@ -41,10 +41,19 @@ from ctxdb.turnlog import parse_turn_log
 KEYS = {t.table: list(t.keys) for t in TARGETS}
 
 
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory: pytest.TempPathFactory):
+    """The generated sample, landed and derived once for this module."""
+    return build_sample(tmp_path_factory.mktemp("sample"))
+
+
 def test_every_check_passes_on_the_generated_sample(sample) -> None:
     _, store, _ = sample
-    for check in (checks.closed_turns_have_one_turn_log, checks.turn_logs_have_user_and_final_rows,
-                  checks.role_rows_have_turn_log):
+    for check in (
+        checks.closed_turns_have_one_turn_log,
+        checks.turn_logs_have_user_and_final_rows,
+        checks.role_rows_have_turn_log,
+    ):
         outcome = check(store)
         assert outcome.passed, (check.__name__, outcome.offenders)
     assert checks.quarantine_report(store).count > 0
@@ -70,10 +79,11 @@ def test_turn_logs_match_the_generated_facts(sample) -> None:
 def test_each_adapter_projects_its_role_rows(sample) -> None:
     generated, store, _ = sample
     rows = store.read(ROLE_ROWS)
-    by_adapter = rows.join(store.read(TURN_LOGS).select("conversation_id", "turn_id", "adapter"),
-                           on=["conversation_id", "turn_id"])
-    targets = dict(by_adapter.group_by("adapter").agg(pl.col("target").unique().sort())
-                   .iter_rows())
+    by_adapter = rows.join(
+        store.read(TURN_LOGS).select("conversation_id", "turn_id", "adapter"),
+        on=["conversation_id", "turn_id"],
+    )
+    targets = dict(by_adapter.group_by("adapter").agg(pl.col("target").unique().sort()).iter_rows())
     for adapter in ("minimal", "langgraph", "claude_code"):
         assert targets[adapter] == ["assistant", "user"]
     assert {"assistant", "user", "summary", "notes"} <= set(targets["react"])
@@ -115,8 +125,11 @@ def test_role_rows_follow_the_contract(sample) -> None:
     users = rows.filter(pl.col("target") == "user")
     assert users["text"].str.starts_with("[user.message]\n").all()
     assert users["tags"].list.contains("chat:user").all()
-    assert set(users["event_type"]) <= {"event.user.prompt", "event.user.followup",
-                                        "event.user.steer"}
+    assert set(users["event_type"]) <= {
+        "event.user.prompt",
+        "event.user.followup",
+        "event.user.steer",
+    }
 
 
 def test_timelines_catalog_and_replay(sample) -> None:
@@ -139,8 +152,9 @@ def test_timelines_catalog_and_replay(sample) -> None:
     assert set(on_rich["name"]) <= {"accounting.usage", "chat.turn.summary"}
     stream = replay.filter(pl.col("artifact") == "conv.artifacts.stream")
     assert stream.height > 0
-    assert all("chunks" not in json.loads(d) and json.loads(d)["chunks_num"] >= 2
-               for d in stream["data"])
+    assert all(
+        "chunks" not in json.loads(d) and json.loads(d)["chunks_num"] >= 2 for d in stream["data"]
+    )
 
 
 def test_rerunning_is_idempotent(sample) -> None:
@@ -165,8 +179,11 @@ def _two_conversations(tmp_path: Path) -> tuple[DeltaStore, Turn, Turn]:
 def test_late_events_merge_into_the_closed_turn(tmp_path: Path) -> None:
     store, a, _ = _two_conversations(tmp_path)
     resent = dict(a.events[1], event_id="resent-prompt")  # same submission, new id
-    a.add("file.hosted", {"path": "fix.py", "mime": "text/x-python", "size": 1,
-                          "sha256": "c" * 64}, at=T0 + timedelta(hours=3))
+    a.add(
+        "file.hosted",
+        {"path": "fix.py", "mime": "text/x-python", "size": 1, "sha256": "c" * 64},
+        at=T0 + timedelta(hours=3),
+    )
     a.add("feedback", {"reaction": "up"}, at=T0 + timedelta(hours=4))
     write_jsonl(tmp_path / "in" / "2.jsonl", [resent, *a.events[-2:]])
     stats = land(store, str(tmp_path / "in"), now=NOW)
@@ -176,8 +193,11 @@ def test_late_events_merge_into_the_closed_turn(tmp_path: Path) -> None:
     logs = store.read(TURN_LOGS).filter(pl.col("conversation_id") == "ca")
     assert logs.height == 1
     log = parse_turn_log(logs["payload"][0])
-    assert [b.type for b in log.blocks] == ["user.prompt", "react.tool.result",
-                                            "assistant.completion"]
+    assert [b.type for b in log.blocks] == [
+        "user.prompt",
+        "react.tool.result",
+        "assistant.completion",
+    ]
     assert log.feedback.count == 1
     assert json.loads(logs["feedback_summary"][0])["last_reaction"] == "up"
     assert store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "ca").height == 2
@@ -205,17 +225,23 @@ def test_recording_state_only_moves_up(tmp_path: Path) -> None:
     store, a, _ = _two_conversations(tmp_path)
     settings = settings_for(tmp_path)
     # A late ReAct contribution upgrades the minimal record to rich ...
-    a.add("react.summary", {"text": "Explained the openpyxl error"}, adapter="react",
-          at=T0 + timedelta(hours=2))
+    a.add(
+        "react.summary",
+        {"text": "Explained the openpyxl error"},
+        adapter="react",
+        at=T0 + timedelta(hours=2),
+    )
     write_jsonl(tmp_path / "in" / "2.jsonl", a.events[-1:])
     land_and_derive(store, tmp_path / "in", settings)
     rich = store.read(TURN_LOGS).filter(pl.col("conversation_id") == "ca")
     assert rich["recording_kind"].to_list() == ["rich"]
     assert "summary" in store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "ca")["target"]
     # ... and a minimal rewrite of the same turn never downgrades it.
-    downgrade = rich.with_columns(pl.lit("minimal").alias("recording_kind"),
-                                  pl.lit(1, dtype=pl.Int32).alias("recording_state"),
-                                  pl.lit("{}").alias("payload"))
+    downgrade = rich.with_columns(
+        pl.lit("minimal").alias("recording_kind"),
+        pl.lit(1, dtype=pl.Int32).alias("recording_state"),
+        pl.lit("{}").alias("payload"),
+    )
     target = next(t for t in TARGETS if t.table == TURN_LOGS)
     result = write_table(store, target, downgrade, ["ca"])
     assert result["updated"] == 0
@@ -227,8 +253,9 @@ def test_rows_a_recompute_no_longer_produces_are_deleted(tmp_path: Path) -> None
     store, _, _ = _two_conversations(tmp_path)
     target = next(t for t in TARGETS if t.table == ROLE_ROWS)
     rows = store.read(ROLE_ROWS)
-    only_assistant = rows.filter((pl.col("conversation_id") == "ca")
-                                 & (pl.col("target") == "assistant"))
+    only_assistant = rows.filter(
+        (pl.col("conversation_id") == "ca") & (pl.col("target") == "assistant")
+    )
     result = write_table(store, target, only_assistant, ["ca"])
     assert result["deleted"] == 1
     after = store.read(ROLE_ROWS)
@@ -239,8 +266,14 @@ def test_rows_a_recompute_no_longer_produces_are_deleted(tmp_path: Path) -> None
 def test_retention_rules_set_expires_at(tmp_path: Path) -> None:
     store = DeltaStore(str(tmp_path / "delta"))
     write_jsonl(tmp_path / "in" / "1.jsonl", Turn("ca", "t1").basic().events)
-    settings = settings_for(tmp_path).model_copy(update={"retention_rules": [
-        RetentionRule(tenant="acme", days=30), RetentionRule(tenant="acme", role="user", days=7)]})
+    settings = settings_for(tmp_path).model_copy(
+        update={
+            "retention_rules": [
+                RetentionRule(tenant="acme", days=30),
+                RetentionRule(tenant="acme", role="user", days=7),
+            ]
+        }
+    )
     land_and_derive(store, tmp_path / "in", settings)
     rows = store.read(ROLE_ROWS).sort("role")
     ttl = (rows["expires_at"] - rows["ts"]).dt.total_days().to_list()
@@ -250,8 +283,10 @@ def test_retention_rules_set_expires_at(tmp_path: Path) -> None:
 def test_an_interrupted_derivation_converges_on_the_next_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    events = [*Turn("ca", "t1", adapter="react").basic().events,
-              *Turn("cb", "t1", adapter="langgraph").basic().events]
+    events = [
+        *Turn("ca", "t1", adapter="react").basic().events,
+        *Turn("cb", "t1", adapter="langgraph").basic().events,
+    ]
     reference = DeltaStore(str(tmp_path / "reference"))
     write_jsonl(tmp_path / "in" / "1.jsonl", events)
     land_and_derive(reference, tmp_path / "in", settings_for(tmp_path))
@@ -278,7 +313,8 @@ def test_an_interrupted_derivation_converges_on_the_next_run(
     derive(store, settings_for(tmp_path), now=NOW)
     for table, keys in KEYS.items():
         assert comparable(store.read(table), keys).equals(
-            comparable(reference.read(table), keys)), table
+            comparable(reference.read(table), keys)
+        ), table
 
 
 def test_tables_doc_lists_every_column() -> None:

@@ -27,15 +27,30 @@ def decoded(turn: Turn) -> list[dict]:
 def minimal_turn() -> Turn:
     turn = Turn("c1", "t1", adapter="langgraph")
     turn.add("turn.started")
-    turn.add("user.submission", {"text": "convert sales.xls", "event_type": "prompt",
-                                 "arrived_at": (T0 + timedelta(seconds=3)).isoformat()})
+    turn.add(
+        "user.submission",
+        {
+            "text": "convert sales.xls",
+            "event_type": "prompt",
+            "arrived_at": (T0 + timedelta(seconds=3)).isoformat(),
+        },
+    )
     turn.add("user.context", {"kind": "selection", "label": "Sheet1!A1:C9", "ref": "app://s"})
-    turn.add("user.attachment", {"name": "sales.xls", "mime": "application/vnd.ms-excel",
-                                 "size": 12, "storage_ref": "s3://b/sales.xls"})
+    turn.add(
+        "user.attachment",
+        {
+            "name": "sales.xls",
+            "mime": "application/vnd.ms-excel",
+            "size": 12,
+            "storage_ref": "s3://b/sales.xls",
+        },
+    )
     turn.add("user.submission", {"text": "keep formulas", "event_type": "steer", "batch_id": "b2"})
     turn.add("chat.step", {"step": "s1", "phase": "start", "tool": "code_exec"})
-    turn.add("file.hosted", {"path": "sales.xlsx", "mime": "application/xlsx", "size": 5,
-                             "sha256": "b" * 64})
+    turn.add(
+        "file.hosted",
+        {"path": "sales.xlsx", "mime": "application/xlsx", "size": 5, "sha256": "b" * 64},
+    )
     turn.add("chat.step", {"step": "s1", "phase": "complete", "tool": "code_exec", "status": "ok"})
     turn.add("assistant.completion", {"text": "Saved sales.xlsx", "tokens_in": 7, "tokens_out": 3})
     turn.add("turn.closed")
@@ -47,10 +62,19 @@ def test_minimal_turn_log_has_the_reference_block_order_and_paths() -> None:
     assert record is not None and record.recording_kind == "minimal"
     blocks = record.log.blocks
     assert [b.type for b in blocks] == [
-        "user.prompt", "user.prompt", "user.context.selection", "user.attachment.meta",
-        "assistant.step", "assistant.step", "react.tool.result", "assistant.completion"]
+        "user.prompt",
+        "user.prompt",
+        "user.context.selection",
+        "user.attachment.meta",
+        "assistant.step",
+        "assistant.step",
+        "react.tool.result",
+        "assistant.completion",
+    ]
     assert [b.path for b in blocks if b.type == "user.prompt"] == [
-        "conv:ar:turn_t1.user.prompt", "conv:ar:turn_t1.user.prompt.1"]
+        "conv:ar:turn_t1.user.prompt",
+        "conv:ar:turn_t1.user.prompt.1",
+    ]
     first, second = blocks[0], blocks[1]
     assert first.meta["message_id"] == "m0" and second.meta["message_id"] == "m1"
     assert first.meta["event_type"] == "event.user.prompt"
@@ -112,10 +136,15 @@ def test_minimal_turn_keeps_only_the_last_completion_rich_keeps_all() -> None:
     rich = Turn("c1", "t2", adapter="react").basic(close=False)
     rich.add("assistant.completion", {"text": "second"})
     rich.add("turn.closed")
-    paths = [b.path for b in build_turn_record(decoded(rich)).log.blocks
-             if b.type == "assistant.completion"]
-    assert paths == ["conv:ar:turn_t2.assistant.completion",
-                     "conv:ar:turn_t2.assistant.completion.1"]
+    paths = [
+        b.path
+        for b in build_turn_record(decoded(rich)).log.blocks
+        if b.type == "assistant.completion"
+    ]
+    assert paths == [
+        "conv:ar:turn_t2.assistant.completion",
+        "conv:ar:turn_t2.assistant.completion.1",
+    ]
 
 
 def test_react_turn_keeps_rich_blocks_summary_anchors_and_notes() -> None:
@@ -133,12 +162,21 @@ def test_react_turn_keeps_rich_blocks_summary_anchors_and_notes() -> None:
     record = build_turn_record(decoded(turn))
     assert record.recording_kind == "rich" and record.recording_state == 2
     types = [b.type for b in record.log.blocks]
-    assert types == ["user.prompt", "user.followup", "react.tool.call", "react.tool.result",
-                     "react.note", "conv.working.summary", "assistant.completion"]
+    assert types == [
+        "user.prompt",
+        "user.followup",
+        "react.tool.call",
+        "react.tool.result",
+        "react.note",
+        "conv.working.summary",
+        "assistant.completion",
+    ]
     summary = record.log.blocks[5]
     assert summary.path == "conv:ws:turn_t1.working_summary"
-    assert summary.meta["anchors"] == {"phrases": ["InvalidFileException"],
-                                       "entities": ["openpyxl"]}
+    assert summary.meta["anchors"] == {
+        "phrases": ["InvalidFileException"],
+        "entities": ["openpyxl"],
+    }
     assert record.log.blocks[2].path == "conv:tc:turn_t1.k1.call"
 
 
@@ -154,8 +192,16 @@ def test_payload_round_trips_through_parse_turn_log() -> None:
     record = build_turn_record(decoded(minimal_turn()))
     payload = record.log.model_dump_json()
     assert parse_turn_log(payload) == record.log
-    assert set(json.loads(payload)) == {"turn_id", "ts", "end_ts", "blocks", "sources_used",
-                                        "blocks_count", "tokens", "feedback"}
+    assert set(json.loads(payload)) == {
+        "turn_id",
+        "ts",
+        "end_ts",
+        "blocks",
+        "sources_used",
+        "blocks_count",
+        "tokens",
+        "feedback",
+    }
 
 
 def test_recording_state_merge_is_monotonic_and_dedupes() -> None:

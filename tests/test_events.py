@@ -12,21 +12,37 @@ import pytest
 from ctxdb.events import EVENT_TYPES, MAX_EVENT_BYTES, EventError, make_event, parse_event
 
 BASE = {
-    "event_id": "e1", "schema_version": 1, "type": "turn.started",
-    "occurred_at": "2026-11-30T10:00:00+02:00", "tenant": "acme", "app": "chat",
-    "agent": "helper", "adapter": "minimal", "user_id": "u1@example.com",
-    "conversation_id": "c1", "turn_id": "t1", "payload": {},
+    "event_id": "e1",
+    "schema_version": 1,
+    "type": "turn.started",
+    "occurred_at": "2026-11-30T10:00:00+02:00",
+    "tenant": "acme",
+    "app": "chat",
+    "agent": "helper",
+    "adapter": "minimal",
+    "user_id": "u1@example.com",
+    "conversation_id": "c1",
+    "turn_id": "t1",
+    "payload": {},
 }
 SHA = "a" * 64
 PAYLOADS = {
     "turn.started": {},
     "turn.closed": {"status": "error", "error_type": "timeout"},
-    "user.submission": {"text": "hi", "event_type": "steer", "batch_id": "b1",
-                        "arrived_at": "2026-11-30T08:00:01Z"},
+    "user.submission": {
+        "text": "hi",
+        "event_type": "steer",
+        "batch_id": "b1",
+        "arrived_at": "2026-11-30T08:00:01Z",
+    },
     "user.context": {"kind": "selection", "label": "cells A1:B2", "ref": "app://x"},
-    "user.attachment": {"name": "a.csv", "mime": "text/csv", "size": 3,
-                        "storage_ref": "conv:fi:turn_t1.user.attachments/a.csv",
-                        "extracted_text": "a,b"},
+    "user.attachment": {
+        "name": "a.csv",
+        "mime": "text/csv",
+        "size": 3,
+        "storage_ref": "conv:fi:turn_t1.user.attachments/a.csv",
+        "extracted_text": "a,b",
+    },
     "chat.step": {"step": "s1", "phase": "complete", "tool": "search", "status": "ok"},
     "file.hosted": {"path": "out/report.pdf", "mime": "application/pdf", "size": 10, "sha256": SHA},
     "assistant.completion": {"text": "done", "error": False, "tokens_in": 1, "tokens_out": 2},
@@ -90,16 +106,26 @@ def test_submission_arrival_time_is_utc_and_defaults_apply() -> None:
         (line(surprise=1), "unknown_field"),
         (line(adapter="autogen"), "invalid_field"),
         (line(type="user.submission", payload={"text": 42}), "invalid_field"),
-        (line(type="user.submission", payload={"text": "x", "event_type": "shout"}),
-         "invalid_field"),
-        (line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "path": "../secret"}),
-         "invalid_field"),
-        (line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "name": "a/b.csv"}),
-         "invalid_field"),
+        (
+            line(type="user.submission", payload={"text": "x", "event_type": "shout"}),
+            "invalid_field",
+        ),
+        (
+            line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "path": "../secret"}),
+            "invalid_field",
+        ),
+        (
+            line(
+                type="user.attachment", payload={**PAYLOADS["user.attachment"], "name": "a/b.csv"}
+            ),
+            "invalid_field",
+        ),
         (line(type="react.anchors", payload={"phrases": ["p"] * 33}), "invalid_field"),
         (line(type="react.summary", payload={"text": "s" * 24_001}), "invalid_field"),
-        (line(type="chat.step", payload={"step": "s", "phase": "start", "x": 1, "tool": 3}),
-         "invalid_field"),
+        (
+            line(type="chat.step", payload={"step": "s", "phase": "start", "x": 1, "tool": 3}),
+            "invalid_field",
+        ),
     ],
 )
 def test_bad_lines_get_a_reason(raw: str, expected: str) -> None:

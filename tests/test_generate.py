@@ -39,19 +39,39 @@ def test_every_valid_event_passes_the_contract(generated) -> None:
         with pytest.raises(EventError) as info:
             parse_event(line)
         reasons.add(info.value.reason)
-    assert reasons == {"malformed_json", "unknown_type", "missing_field", "naive_timestamp",
-                       "unsafe_id", "invalid_field", "oversize"}
+    assert reasons == {
+        "malformed_json",
+        "unknown_type",
+        "missing_field",
+        "naive_timestamp",
+        "unsafe_id",
+        "invalid_field",
+        "oversize",
+    }
 
 
 def test_sample_covers_adapters_topics_and_features(generated) -> None:
     events = generated.events
     assert {e["adapter"] for e in events} == {"minimal", "langgraph", "claude_code", "react"}
     types = Counter(e["type"] for e in events)
-    for required in ("user.attachment", "file.hosted", "react.summary", "react.anchors",
-                     "react.note", "react.block", "stream.aggregate", "communicator.event",
-                     "feedback", "conversation.title", "chat.step", "user.context"):
+    for required in (
+        "user.attachment",
+        "file.hosted",
+        "react.summary",
+        "react.anchors",
+        "react.note",
+        "react.block",
+        "stream.aggregate",
+        "communicator.event",
+        "feedback",
+        "conversation.title",
+        "chat.step",
+        "user.context",
+    ):
         assert types[required] > 0, required
-    kinds = Counter(e["payload"].get("event_type") for e in events if e["type"] == "user.submission")
+    kinds = Counter(
+        e["payload"].get("event_type") for e in events if e["type"] == "user.submission"
+    )
     assert kinds["prompt"] and kinds["followup"] and kinds["steer"]
     assert any(e["payload"].get("error") for e in events if e["type"] == "assistant.completion")
     assert len({f.topic for f in generated.facts}) >= 8
@@ -61,20 +81,26 @@ def test_sample_covers_adapters_topics_and_features(generated) -> None:
 
 
 def test_facts_describe_the_generated_turns(generated) -> None:
-    turns = {(e["conversation_id"], e["turn_id"]) for e in generated.events
-             if e["type"] == "turn.closed"}
+    turns = {
+        (e["conversation_id"], e["turn_id"]) for e in generated.events if e["type"] == "turn.closed"
+    }
     assert {(f.conversation_id, f.turn_id) for f in generated.facts} == turns
     topics = {t.key: t for t in TOPICS}
-    prompts = {(e["turn_id"], e["payload"]["text"]) for e in generated.events
-               if e["type"] == "user.submission"}
+    prompts = {
+        (e["turn_id"], e["payload"]["text"])
+        for e in generated.events
+        if e["type"] == "user.submission"
+    }
     for fact in generated.facts:
         assert (fact.turn_id, fact.prompt) in prompts
         assert fact.prompt in topics[fact.topic].prompts
 
 
 def test_openpyxl_error_string_is_in_the_sample() -> None:
-    exact = "openpyxl.utils.exceptions.InvalidFileException: openpyxl does not support the old " \
-            ".xls file format"
+    exact = (
+        "openpyxl.utils.exceptions.InvalidFileException: openpyxl does not support the old "
+        ".xls file format"
+    )
     generated = generate_events(users=2, conversations=60, seed=4, now=NOW)
     assert any(exact in f.prompt for f in generated.facts if f.topic == "openpyxl_xls")
 
@@ -88,8 +114,9 @@ def test_write_sample_writes_parts_and_file_bytes(tmp_path: Path, generated) -> 
     assert lines == generated.lines()
     hosted = [e for e in generated.events if e["type"] == "file.hosted"]
     for event in hosted:
-        matches = list((tmp_path / "files").rglob(f"turn_{event['turn_id']}/files/"
-                                                  f"{event['payload']['path']}"))
+        matches = list(
+            (tmp_path / "files").rglob(f"turn_{event['turn_id']}/files/{event['payload']['path']}")
+        )
         assert len(matches) == 1
         assert hashlib.sha256(matches[0].read_bytes()).hexdigest() == event["payload"]["sha256"]
 
@@ -99,9 +126,24 @@ def test_cli_generate_land_derive_and_tables(tmp_path: Path, monkeypatch) -> Non
     _register_all()
     runner = CliRunner()
     out = tmp_path / "landing"
-    result = runner.invoke(app, ["generate", "--users", "2", "--conversations", "5", "--seed",
-                                 "1", "--out", str(out), "--now", "2026-12-01T00:00:00+00:00",
-                                 "--facts", str(tmp_path / "facts.jsonl")])
+    result = runner.invoke(
+        app,
+        [
+            "generate",
+            "--users",
+            "2",
+            "--conversations",
+            "5",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            "--now",
+            "2026-12-01T00:00:00+00:00",
+            "--facts",
+            str(tmp_path / "facts.jsonl"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "facts.jsonl").read_text().count("\n") >= 5
     assert runner.invoke(app, ["land"]).exit_code == 0

@@ -32,8 +32,9 @@ def store(tmp_path: Path) -> DeltaStore:
 
 
 def test_generated_sample_lands_with_every_line_accounted_for(tmp_path: Path, store) -> None:
-    generated = generate_events(users=3, conversations=16, seed=5, now=NOW,
-                                malformed_ratio=0.02, duplicate_ratio=0.01)
+    generated = generate_events(
+        users=3, conversations=16, seed=5, now=NOW, malformed_ratio=0.02, duplicate_ratio=0.01
+    )
     parts = write_sample(generated, tmp_path / "landing", per_file=250)
     assert any(p.suffix == ".gz" for p in parts)
     stats = land(store, str(tmp_path / "landing"), now=NOW)
@@ -41,8 +42,15 @@ def test_generated_sample_lands_with_every_line_accounted_for(tmp_path: Path, st
     assert stats.lines == lines
     assert stats.landed + stats.duplicates + stats.quarantined == lines
     assert stats.landed == len({e["event_id"] for e in generated.events})
-    assert set(stats.reasons) == {"malformed_json", "unknown_type", "missing_field",
-                                  "naive_timestamp", "unsafe_id", "invalid_field", "oversize"}
+    assert set(stats.reasons) == {
+        "malformed_json",
+        "unknown_type",
+        "missing_field",
+        "naive_timestamp",
+        "unsafe_id",
+        "invalid_field",
+        "oversize",
+    }
     raw = store.read(RAW_TURN_EVENTS)
     assert raw.schema == pl.from_arrow(RAW_EVENTS_SCHEMA.empty_table()).schema
     assert raw["event_id"].is_unique().all()
@@ -98,9 +106,19 @@ def test_a_grown_file_is_read_again_and_only_new_events_land(tmp_path: Path, sto
 
 
 def test_events_for_purged_or_foreign_conversations_are_quarantined(tmp_path: Path, store) -> None:
-    store.append(PURGED_CONVERSATIONS, pl.DataFrame({
-        "tenant": ["acme"], "app": ["chat"], "user_id": ["u1"], "conversation_id": ["gone"],
-        "purged_at": [NOW]}), PURGED_CONVERSATIONS_SCHEMA)
+    store.append(
+        PURGED_CONVERSATIONS,
+        pl.DataFrame(
+            {
+                "tenant": ["acme"],
+                "app": ["chat"],
+                "user_id": ["u1"],
+                "conversation_id": ["gone"],
+                "purged_at": [NOW],
+            }
+        ),
+        PURGED_CONVERSATIONS_SCHEMA,
+    )
     write_jsonl(tmp_path / "in" / "a.jsonl", Turn("mine", "t1").basic().events)
     land(store, str(tmp_path / "in"), now=NOW)
     intruder = Turn("mine", "t2", user_id="u2").basic().events
@@ -149,7 +167,9 @@ def test_parse_lines_is_pure_and_splits_valid_from_bad() -> None:
     parsed = parse_lines([json.dumps(e).encode() for e in events] + [b"nope"], "mem", NOW)
     assert parsed.events.height == 4
     assert parsed.events["payload"].str.json_path_match("$.text").drop_nulls().to_list() == [
-        "How do I fix the openpyxl error?", "Convert it."]
+        "How do I fix the openpyxl error?",
+        "Convert it.",
+    ]
     assert parsed.quarantine["reason"].to_list() == ["malformed_json"]
 
 

@@ -31,7 +31,11 @@ def test_every_family_round_trips(family: str, owner: str | None, turn: str | No
 def test_the_durable_file_ref_of_the_spec() -> None:
     ref = parse_ref("conv:fi:conv_abc.turn_t1.files/report.pdf")
     assert (ref.family, ref.conversation_id, ref.turn_id, ref.path) == (
-        "fi", "abc", "t1", "files/report.pdf")
+        "fi",
+        "abc",
+        "t1",
+        "files/report.pdf",
+    )
 
 
 def test_turn_and_conversation_refs_round_trip() -> None:

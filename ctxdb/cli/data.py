@@ -30,8 +30,15 @@ from ctxdb.tables import (
 )
 
 TURN_RECORD_TABLES = (
-    RAW_TURN_EVENTS, QUARANTINED_EVENTS, LANDED_FILES, TURN_LOGS, CONVERSATION_TIMELINES,
-    ROLE_ROWS, TURN_CATALOG, REPLAY_ARTIFACTS, DERIVE_STATE,
+    RAW_TURN_EVENTS,
+    QUARANTINED_EVENTS,
+    LANDED_FILES,
+    TURN_LOGS,
+    CONVERSATION_TIMELINES,
+    ROLE_ROWS,
+    TURN_CATALOG,
+    REPLAY_ARTIFACTS,
+    DERIVE_STATE,
 )
 
 
@@ -54,21 +61,28 @@ def generate(
     users: Annotated[int, typer.Option(min=1)] = 5,
     conversations: Annotated[int, typer.Option(min=1)] = 20,
     seed: Annotated[int, typer.Option()] = 0,
-    now: Annotated[str | None, typer.Option(help="ISO time the sample ends at (default now).")] = None,
+    now: Annotated[
+        str | None, typer.Option(help="ISO time the sample ends at (default now).")
+    ] = None,
     files_root: Annotated[
         Path | None, typer.Option(help="Where hosted/attached file bytes go (default settings).")
     ] = None,
     per_file: Annotated[int, typer.Option(min=1, help="Lines per JSONL part.")] = 20_000,
-    facts: Annotated[Path | None, typer.Option(help="Also write ground-truth facts (JSONL).")] = None,
+    facts: Annotated[
+        Path | None, typer.Option(help="Also write ground-truth facts (JSONL).")
+    ] = None,
 ) -> None:
     """Write deterministic sample events for all four adapters (some lines deliberately bad)."""
-    generated = generate_events(users=users, conversations=conversations, seed=seed,
-                                now=_parse_now(now))
+    generated = generate_events(
+        users=users, conversations=conversations, seed=seed, now=_parse_now(now)
+    )
     root = files_root or Path(get_settings().files)
     parts = write_sample(generated, out, files_root=root, per_file=per_file)
     if facts is not None:
         facts.parent.mkdir(parents=True, exist_ok=True)
-        facts.write_text("".join(json.dumps(asdict(f), default=str) + "\n" for f in generated.facts))
+        facts.write_text(
+            "".join(json.dumps(asdict(f), default=str) + "\n" for f in generated.facts)
+        )
     typer.echo(
         f"wrote {len(generated.events)} events + {len(generated.malformed)} malformed lines in "
         f"{len(parts)} files to {out}; {len(generated.files)} files under {root}"

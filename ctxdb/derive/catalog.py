@@ -30,15 +30,25 @@ def turn_catalog_frame(
     for r in records:
         users = [b.text for b in r.log.blocks if b.type in USER_BLOCK_TYPES]
         completions = [b.text for b in r.log.blocks if b.type == COMPLETION]
-        rows.append({
-            "tenant": r.tenant, "app": r.app, "agent": r.agent, "user_id": r.user_id,
-            "conversation_id": r.conversation_id, "turn_id": r.turn_id,
-            "started_at": r.started_at, "ended_at": r.ended_at,
-            "first_user_text": users[0] if users else "",
-            "last_assistant_text": completions[-1], "title": titles.get(r.conversation_id),
-            "last_activity_at": r.last_event_at, "error": r.error,
-            "recording_kind": r.recording_kind, "updated_at": now,
-        })
+        rows.append(
+            {
+                "tenant": r.tenant,
+                "app": r.app,
+                "agent": r.agent,
+                "user_id": r.user_id,
+                "conversation_id": r.conversation_id,
+                "turn_id": r.turn_id,
+                "started_at": r.started_at,
+                "ended_at": r.ended_at,
+                "first_user_text": users[0] if users else "",
+                "last_assistant_text": completions[-1],
+                "title": titles.get(r.conversation_id),
+                "last_activity_at": r.last_event_at,
+                "error": r.error,
+                "recording_kind": r.recording_kind,
+                "updated_at": now,
+            }
+        )
     ordered = from_rows(rows, TURN_CATALOG_SCHEMA).sort("conversation_id", "started_at", "turn_id")
     data = ordered.with_columns(
         (pl.int_range(pl.len()).over("conversation_id") + 1).cast(pl.Int32).alias("ordinal"),

@@ -34,7 +34,9 @@ def _scan(store: DeltaStore, table: str, columns: list[str]) -> pl.LazyFrame:
 
 
 def _ids(frame: pl.DataFrame) -> list[str]:
-    return [f"{c}/{t}" for c, t in frame.select("conversation_id", "turn_id").head(SAMPLE).iter_rows()]
+    return [
+        f"{c}/{t}" for c, t in frame.select("conversation_id", "turn_id").head(SAMPLE).iter_rows()
+    ]
 
 
 def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:

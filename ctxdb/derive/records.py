@@ -12,8 +12,17 @@ from ctxdb.turnlog import TurnRecord, build_turn_record
 
 ARRIVAL = ["occurred_at", "landed_version", "source_file", "line_number"]
 EVENT_FIELDS = [
-    "event_id", "type", "occurred_at", "tenant", "app", "agent", "adapter", "user_id",
-    "conversation_id", "turn_id", "payload",
+    "event_id",
+    "type",
+    "occurred_at",
+    "tenant",
+    "app",
+    "agent",
+    "adapter",
+    "user_id",
+    "conversation_id",
+    "turn_id",
+    "payload",
 ]
 
 

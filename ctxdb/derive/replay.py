@@ -57,13 +57,29 @@ def replay_frame(
             continue
         seq = seqs.get(key, 0)
         seqs[key] = seq + 1
-        rows.append({
-            **{k: event[k] for k in ("tenant", "app", "agent", "user_id", "conversation_id",
-                                     "turn_id", "event_id")},
-            "seq": seq, "artifact": artifact, "name": name, "marker": marker,
-            "ts": event["occurred_at"], "data": json.dumps(data, sort_keys=True),
-            "updated_at": now,
-        })
+        rows.append(
+            {
+                **{
+                    k: event[k]
+                    for k in (
+                        "tenant",
+                        "app",
+                        "agent",
+                        "user_id",
+                        "conversation_id",
+                        "turn_id",
+                        "event_id",
+                    )
+                },
+                "seq": seq,
+                "artifact": artifact,
+                "name": name,
+                "marker": marker,
+                "ts": event["occurred_at"],
+                "data": json.dumps(data, sort_keys=True),
+                "updated_at": now,
+            }
+        )
     if not rows:
         return empty(REPLAY_SCHEMA)
     return frame(

@@ -32,12 +32,18 @@ from ctxdb.turnlog import (
 
 KEYS = ["row_id"]
 NO_TEXT = "(no typed message)"
-SUPPORTED_ATTACHMENT_MIME = ("text/", "application/json", "application/yaml", "application/pdf",
-                             "application/vnd.ms-excel", "application/vnd.openxmlformats")
+SUPPORTED_ATTACHMENT_MIME = (
+    "text/",
+    "application/json",
+    "application/yaml",
+    "application/pdf",
+    "application/vnd.ms-excel",
+    "application/vnd.openxmlformats",
+)
 
 
 def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: int) -> str:
-    """Deterministic row id: "turn-transcript-" + sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24]."""
+    """Deterministic id: "turn-transcript-" + sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24]."""
     raw = "\0".join([conversation_id, turn_id, role, path, str(ordinal)])
     return "turn-transcript-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
 
@@ -49,22 +55,30 @@ def owned(path: str, conversation_id: str) -> str:
 
 
 def projection_tag(record: TurnRecord) -> str:
-    return "projection:react.turn.log" if record.recording_kind == "rich" else (
-        "projection:minimal.turn.log")
+    return (
+        "projection:react.turn.log"
+        if record.recording_kind == "rich"
+        else ("projection:minimal.turn.log")
+    )
 
 
-def render_submission(block: Block, context: Sequence[Block], attachments: Sequence[Block],
-                      conversation_id: str) -> str:
+def render_submission(
+    block: Block, context: Sequence[Block], attachments: Sequence[Block], conversation_id: str
+) -> str:
     """The batch rendering of one folded submission (reference role-row text format)."""
     lines = ["[user.message]", block.text.strip() or NO_TEXT]
     for n, ctx in enumerate(context, start=1):
         meta = ctx.meta
-        lines.append(f"[context.{n}] {meta.get('label') or ''} | {meta.get('kind') or ''} | "
-                     f"{meta.get('ref') or ''} | {meta.get('source') or ''}")
+        lines.append(
+            f"[context.{n}] {meta.get('label') or ''} | {meta.get('kind') or ''} | "
+            f"{meta.get('ref') or ''} | {meta.get('source') or ''}"
+        )
     for n, att in enumerate(attachments, start=1):
         meta = att.meta
-        lines.append(f"[attachment.{n}] {meta['filename']} | {meta['mime']} | "
-                     f"{owned(att.path, conversation_id)} | {meta['size']}")
+        lines.append(
+            f"[attachment.{n}] {meta['filename']} | {meta['mime']} | "
+            f"{owned(att.path, conversation_id)} | {meta['size']}"
+        )
     return "\n".join(lines)
 
 
@@ -93,17 +107,40 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
 
     def add(block: Block, role: str, target: str, tags: list[str], text: str, **extra: Any) -> None:
         ordinal = sum(1 for r in rows if r["target"] == target)
-        rows.append({"role": role, "target": target, "tags": tags, "ts": block.ts, "text": text,
-                     "path": block.path, "ordinal": ordinal, "event_type": None,
-                     "batch_id": None, "anchors_text": "", "visibility": "public", **extra})
+        rows.append(
+            {
+                "role": role,
+                "target": target,
+                "tags": tags,
+                "ts": block.ts,
+                "text": text,
+                "path": block.path,
+                "ordinal": ordinal,
+                "event_type": None,
+                "batch_id": None,
+                "anchors_text": "",
+                "visibility": "public",
+                **extra,
+            }
+        )
 
     for block in users:
         event_type, batch = block.meta["event_type"], block.meta["batch_id"]
-        text = render_submission(block, contexts.get(block.path, []),
-                                 attachments.get(block.path, []), record.conversation_id)
-        add(block, "user", "user",
+        text = render_submission(
+            block,
+            contexts.get(block.path, []),
+            attachments.get(block.path, []),
+            record.conversation_id,
+        )
+        add(
+            block,
+            "user",
+            "user",
             ["chat:user", turn_tag, projection, f"event_type:{event_type}", f"batch_id:{batch}"],
-            text, event_type=event_type, batch_id=batch)
+            text,
+            event_type=event_type,
+            batch_id=batch,
+        )
     final = [b for b in blocks if b.type == COMPLETION][-1]
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if record.error else [])
     add(final, "assistant", "assistant", tags, final.text)
@@ -112,27 +149,55 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
             if block.type == SUMMARY:
                 anchors = block.meta.get("anchors", {})
                 scope = block.meta.get("scope", "turn")
-                add(block, "assistant", "summary",
-                    ["chat:summary", "kind:working.summary", f"summary_scope:{scope}", turn_tag,
-                     projection], block.text,
-                    anchors_text="\n".join([*anchors.get("phrases", []),
-                                            *anchors.get("entities", [])]))
+                add(
+                    block,
+                    "assistant",
+                    "summary",
+                    [
+                        "chat:summary",
+                        "kind:working.summary",
+                        f"summary_scope:{scope}",
+                        turn_tag,
+                        projection,
+                    ],
+                    block.text,
+                    anchors_text="\n".join(
+                        [*anchors.get("phrases", []), *anchors.get("entities", [])]
+                    ),
+                )
             elif block.type == NOTE:
-                add(block, "artifact", "notes",
+                add(
+                    block,
+                    "artifact",
+                    "notes",
                     ["chat:internal_note", "kind:react.note", "visibility:internal", turn_tag],
-                    block.text, visibility="internal")
-            elif block.type == ATTACHMENT and block.text and block.mime.startswith(
-                SUPPORTED_ATTACHMENT_MIME
+                    block.text,
+                    visibility="internal",
+                )
+            elif (
+                block.type == ATTACHMENT
+                and block.text
+                and block.mime.startswith(SUPPORTED_ATTACHMENT_MIME)
             ):
-                add(block, "artifact", "attachment", ["artifact:user.attachment", turn_tag],
-                    f"{block.meta['filename']} ({block.mime})\n{block.text}")
+                add(
+                    block,
+                    "artifact",
+                    "attachment",
+                    ["artifact:user.attachment", turn_tag],
+                    f"{block.meta['filename']} ({block.mime})\n{block.text}",
+                )
     for row in rows:
         row.update(
-            tenant=record.tenant, app=record.app, agent=record.agent, user_id=record.user_id,
-            conversation_id=record.conversation_id, turn_id=record.turn_id,
+            tenant=record.tenant,
+            app=record.app,
+            agent=record.agent,
+            user_id=record.user_id,
+            conversation_id=record.conversation_id,
+            turn_id=record.turn_id,
             ref=owned(row["path"], record.conversation_id),
-            row_id=row_id(record.conversation_id, record.turn_id, row["role"], row["path"],
-                          row["ordinal"]),
+            row_id=row_id(
+                record.conversation_id, record.turn_id, row["role"], row["path"], row["ordinal"]
+            ),
         )
     return rows
 
@@ -140,7 +205,8 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
 def trigram_column(texts: pl.Series) -> pl.Series:
     """`ctxdb.text.trigrams` of every text, computed in one vectorized pass (same output)."""
     grams = (
-        pl.DataFrame({"t": texts}).with_row_index("r")
+        pl.DataFrame({"t": texts})
+        .with_row_index("r")
         .select("r", pl.col("t").str.to_lowercase().str.extract_all(r"\w+").alias("w"))
         .explode("w")
         .filter(pl.col("w").str.len_chars() >= MIN_WORD_LEN)
@@ -155,7 +221,9 @@ def trigram_column(texts: pl.Series) -> pl.Series:
     return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")
 
 
-def role_rows_frame(records: Sequence[TurnRecord], settings: Settings, now: datetime) -> pl.DataFrame:
+def role_rows_frame(
+    records: Sequence[TurnRecord], settings: Settings, now: datetime
+) -> pl.DataFrame:
     """ROLE_ROWS_SCHEMA rows for `records`; `expires_at` = ts + TTL (tenant/app/role rules)."""
     rows = [row for record in records for row in _turn_rows(record)]
     if not rows:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import write_deltalake
 
 from ctxdb.delta import DeltaStore, sql_in
 from ctxdb.derive import catalog, replay, role_rows, timelines, turn_logs
@@ -155,8 +155,9 @@ def derive(
         return DeriveStats()
     pinned = dt.version()
     since = -1 if full else last_derived_version(store)
-    scan = pl.scan_delta(store.uri(RAW_TURN_EVENTS), version=pinned,
-                         storage_options=store.storage_options or None)
+    scan = pl.scan_delta(
+        store.uri(RAW_TURN_EVENTS), version=pinned, storage_options=store.storage_options or None
+    )
     touched = (
         scan.filter(pl.col("landed_version") > since)
         .group_by("conversation_id")
@@ -169,7 +170,9 @@ def derive(
     to_version = int(touched["landed_version"].max())
     touched = touched.join(_purged(store), on="conversation_id", how="anti")
     conversations = touched["conversation_id"].to_list()
-    raw = scan.filter(pl.col("conversation_id").is_in(touched["conversation_id"].implode())).collect()
+    raw = scan.filter(
+        pl.col("conversation_id").is_in(touched["conversation_id"].implode())
+    ).collect()
     derived = derive_tables(raw, settings, now)
     for target in TARGETS:
         stats.written[target.table] = write_table(
@@ -182,11 +185,22 @@ def derive(
     stats.to_version = to_version
     store.append(
         DERIVE_STATE,
-        pl.DataFrame({"name": [STATE_NAME], "landed_version": [stats.to_version],
-                      "conversations": [stats.conversations], "turns": [stats.turns],
-                      "derived_at": [now]}),
+        pl.DataFrame(
+            {
+                "name": [STATE_NAME],
+                "landed_version": [stats.to_version],
+                "conversations": [stats.conversations],
+                "turns": [stats.turns],
+                "derived_at": [now],
+            }
+        ),
         DERIVE_STATE_SCHEMA,
     )
-    log.info("derived %d turns of %d conversations (landed versions %d..%d)",
-             stats.turns, stats.conversations, since + 1, stats.to_version)
+    log.info(
+        "derived %d turns of %d conversations (landed versions %d..%d)",
+        stats.turns,
+        stats.conversations,
+        since + 1,
+        stats.to_version,
+    )
     return stats

@@ -43,7 +43,10 @@ def conversation_titles(raw: pl.DataFrame, records: Sequence[TurnRecord]) -> dic
 
 
 def timelines_frame(
-    raw: pl.DataFrame, records: Sequence[TurnRecord], titles: dict[str, str], settings: Settings,
+    raw: pl.DataFrame,
+    records: Sequence[TurnRecord],
+    titles: dict[str, str],
+    settings: Settings,
     now: datetime,
 ) -> pl.DataFrame:
     """TIMELINES_SCHEMA rows for every conversation with at least one closed turn."""
@@ -51,7 +54,11 @@ def timelines_frame(
         return empty(TIMELINES_SCHEMA)
     activity = dict(
         raw.group_by("conversation_id")
-        .agg(pl.struct(pl.col("occurred_at").min().alias("a"), pl.col("occurred_at").max().alias("b")))
+        .agg(
+            pl.struct(
+                pl.col("occurred_at").min().alias("a"), pl.col("occurred_at").max().alias("b")
+            )
+        )
         .iter_rows()
     )
     by_conv: dict[str, list[TurnRecord]] = {}
@@ -64,15 +71,26 @@ def timelines_frame(
         blocks = [b.model_dump(mode="json") for t in rich for b in t.log.blocks]
         sources = list(dict.fromkeys(s for t in turns for s in t.log.sources_used))
         span = activity[conversation_id]
-        rows.append({
-            "tenant": first.tenant, "app": first.app, "agent": first.agent,
-            "user_id": first.user_id, "conversation_id": conversation_id, "version": 1,
-            "title": titles.get(conversation_id), "started_at": span["a"],
-            "last_activity_at": span["b"], "turn_ids": [t.turn_id for t in turns],
-            "turn_count": len(turns), "blocks": json.dumps(blocks),
-            "sources_pool": json.dumps(sources), "forked_from": None,
-            "recording_kind": "rich" if rich else "minimal", "updated_at": now,
-        })
+        rows.append(
+            {
+                "tenant": first.tenant,
+                "app": first.app,
+                "agent": first.agent,
+                "user_id": first.user_id,
+                "conversation_id": conversation_id,
+                "version": 1,
+                "title": titles.get(conversation_id),
+                "started_at": span["a"],
+                "last_activity_at": span["b"],
+                "turn_ids": [t.turn_id for t in turns],
+                "turn_count": len(turns),
+                "blocks": json.dumps(blocks),
+                "sources_pool": json.dumps(sources),
+                "forked_from": None,
+                "recording_kind": "rich" if rich else "minimal",
+                "updated_at": now,
+            }
+        )
     return frame(
         from_rows(rows, TIMELINES_SCHEMA).with_columns(
             expires_at_expr(settings, ts_column="last_activity_at", role_column=None)

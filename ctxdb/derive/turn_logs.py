@@ -17,7 +17,9 @@ KEYS = ["tenant", "app", "user_id", "conversation_id", "turn_id"]
 
 
 def turn_logs_frame(
-    records: Sequence[TurnRecord], titles: Mapping[str, str | None], settings: Settings,
+    records: Sequence[TurnRecord],
+    titles: Mapping[str, str | None],
+    settings: Settings,
     now: datetime,
 ) -> pl.DataFrame:
     """TURN_LOGS_SCHEMA rows; `expires_at` = ended_at + the tenant/app TTL."""
@@ -25,16 +27,27 @@ def turn_logs_frame(
         return empty(TURN_LOGS_SCHEMA)
     rows = [
         {
-            "tenant": r.tenant, "app": r.app, "agent": r.agent, "user_id": r.user_id,
-            "conversation_id": r.conversation_id, "turn_id": r.turn_id, "adapter": r.adapter,
-            "recording_kind": r.recording_kind, "recording_state": r.recording_state,
-            "started_at": r.started_at, "ended_at": r.ended_at, "last_event_at": r.last_event_at,
-            "error": r.error, "payload": r.log.model_dump_json(),
-            "block_count": r.log.blocks_count, "source_event_ids": r.source_event_ids,
+            "tenant": r.tenant,
+            "app": r.app,
+            "agent": r.agent,
+            "user_id": r.user_id,
+            "conversation_id": r.conversation_id,
+            "turn_id": r.turn_id,
+            "adapter": r.adapter,
+            "recording_kind": r.recording_kind,
+            "recording_state": r.recording_state,
+            "started_at": r.started_at,
+            "ended_at": r.ended_at,
+            "last_event_at": r.last_event_at,
+            "error": r.error,
+            "payload": r.log.model_dump_json(),
+            "block_count": r.log.blocks_count,
+            "source_event_ids": r.source_event_ids,
             "tokens_in": r.log.tokens["in"] if r.log.tokens else None,
             "tokens_out": r.log.tokens["out"] if r.log.tokens else None,
             "feedback_summary": r.log.feedback.model_dump_json() if r.log.feedback else None,
-            "title": titles.get(r.conversation_id), "updated_at": now,
+            "title": titles.get(r.conversation_id),
+            "updated_at": now,
         }
         for r in records
     ]
