@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     es_ids,
     index_rows,
@@ -21,6 +22,8 @@ from dagster import (
     build_sensor_context,
 )
 
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
 from ctxdb.es.mappings import ROWS
 from ctxdb.retention import record_pending
 from ctxdb.tables import RETENTION_REPORT, ROLE_ROWS
@@ -155,3 +158,18 @@ def test_pending_sensor_retries_while_ids_are_pending(store, resources, monkeypa
         skipped = retention_pending_sensor(context)
     assert isinstance(skipped, SkipReason)
     assert "Elasticsearch unreachable" in skipped.skip_message
+
+
+def test_cli_launches_a_job_through_dagster(store, ops_settings, tmp_path, monkeypatch):
+    for i in range(3):
+        store.append(ROLE_ROWS, role_rows(2, conversation=f"c{i}"))
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    config = tmp_path / "run.yaml"
+    config.write_text("ops:\n  compact_tables:\n    config:\n      fail_on_unbounded: true\n")
+    _register_all()
+
+    result = CliRunner().invoke(app, ["jobs", "run", "compaction_job", "-c", str(config)])
+
+    assert result.exit_code == 0, result.output
+    assert len(store.table(ROLE_ROWS).file_uris()) == 1
