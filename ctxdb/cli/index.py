@@ -89,8 +89,9 @@ def reindex_command(
         raise typer.Exit(1) from exc
     for swap in report.swaps:
         typer.echo(f"{swap.alias}: {swap.old or '(none)'} -> {swap.new}")
+    vectors = sum(build.vectors for build in report.builds.values())
     typer.echo(
-        f"embedded {report.embed.embedded}, cache hits {report.embed.cache_hits}, "
+        f"embedded {report.embed.embedded} texts, {vectors} vectors indexed, "
         f"{report.seconds:.1f}s"
     )
     grace_s = settings.reindex_grace_s if grace is None else grace
