@@ -29,6 +29,7 @@ from ctxdb.refs import parse_ref
 from ctxdb.settings import RetentionRule
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
+    RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
     ROLE_ROWS,
     ROLE_ROWS_SCHEMA,
@@ -326,3 +327,13 @@ def test_tables_doc_lists_every_column() -> None:
     for name, schema in schemas.items():
         documented = re.findall(r"^\| `(\w+)` \|", sections[name], flags=re.M)
         assert documented == schema.names, name
+
+
+def test_a_full_rebuild_drops_rows_whose_events_are_gone(tmp_path: Path) -> None:
+    store, _, _ = _two_conversations(tmp_path)
+    store.delete(RAW_TURN_EVENTS, "conversation_id = 'ca'")
+    stats = derive(store, settings_for(tmp_path), now=NOW, full=True)
+    assert stats.conversations == 1
+    for table in KEYS:
+        assert "ca" not in set(store.read(table)["conversation_id"]), table
+    assert set(store.read(TURN_LOGS)["conversation_id"]) == {"cb"}

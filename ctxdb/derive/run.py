@@ -106,10 +106,11 @@ def last_derived_version(store: DeltaStore) -> int:
 
 
 def write_table(
-    store: DeltaStore, target: Target, data: pl.DataFrame, conversations: Sequence[str]
+    store: DeltaStore, target: Target, data: pl.DataFrame, conversations: Sequence[str] | None
 ) -> dict[str, int]:
-    """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds."""
-    if not conversations:
+    """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds
+    (`conversations=None`: `data` is the whole table, so every row it lacks is deleted)."""
+    if conversations is not None and not conversations:
         return {"inserted": 0, "updated": 0, "deleted": 0}
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
     options = store.storage_options or None
@@ -122,7 +123,9 @@ def write_table(
         dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
         .when_matched_update_all(predicate=target.update_when)
         .when_not_matched_insert_all()
-        .when_not_matched_by_source_delete(predicate=sql_in("t.conversation_id", conversations))
+        .when_not_matched_by_source_delete(
+            predicate=None if conversations is None else sql_in("t.conversation_id", conversations)
+        )
         .execute()
     )
     return {
@@ -176,7 +179,7 @@ def derive(
     derived = derive_tables(raw, settings, now)
     for target in TARGETS:
         stats.written[target.table] = write_table(
-            store, target, derived.tables[target.table], conversations
+            store, target, derived.tables[target.table], None if full else conversations
         )
     stats.conversations = len(conversations)
     stats.events = raw.height
