@@ -128,9 +128,9 @@ INDEX_STATE_SCHEMA = pa.schema(
 DERIVE_STATE = "derive_state"
 PURGED_CONVERSATIONS = "purged_conversations"
 
-# Landed events: the validated envelope, the normalized payload (JSON) and where the line came
-# from. `landed_version` is the Delta version of the commit that appended the row; derivation
-# reads rows above the version it last derived.
+# Landed events: the validated envelope, the payload (JSON) and where the line came from.
+# `landed_version` numbers landing batches in increasing order (the table version + 1 when the
+# batch started); derivation reads rows above the number it last derived.
 RAW_EVENTS_SCHEMA = pa.schema(
     [
         pa.field("event_id", pa.string(), nullable=False),
