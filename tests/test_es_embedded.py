@@ -11,6 +11,7 @@ import shutil
 import socket
 import stat
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,11 @@ def second_node(es_base_settings: Settings) -> Iterator[Settings]:
 
 
 def test_lifecycle_start_idempotent_start_status_stop(second_node: Settings) -> None:
-    first = embedded.start(second_node)
-    assert not first.already_running
+    with ThreadPoolExecutor(2) as pool:
+        racing = list(pool.map(lambda _: embedded.start(second_node), range(2)))
+    assert sorted(result.already_running for result in racing) == [False, True]
+    assert len({result.pid for result in racing}) == 1
+    first = next(result for result in racing if not result.already_running)
     assert first.url == second_node.elasticsearch_url
     assert check_cluster(second_node).startswith("9.")
 

@@ -8,12 +8,13 @@ import logging
 import os
 import shutil
 import subprocess
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxdb.es.errors import ChecksumError, MavenError
+from ctxdb.es.errors import ChecksumError, EmbeddedNodeError, MavenError
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,21 @@ def verify_zip(path: Path, expected: str) -> None:
 
 
 @contextmanager
-def cache_lock(cache: Path) -> Iterator[None]:
-    """Serialise downloads and unpacking between processes sharing `cache`."""
-    cache.mkdir(parents=True, exist_ok=True)
-    with (cache / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def file_lock(path: Path, timeout: float) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (shared by processes); EmbeddedNodeError after `timeout`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    with path.open("w") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise EmbeddedNodeError(
+                        f"another ctxdb process held {path} for {timeout:.0f} s"
+                    ) from None
+                time.sleep(0.5)
         try:
             yield
         finally:
@@ -154,7 +165,7 @@ def unpack(zip_file: Path, home: Path) -> None:
 def ensure_home(settings: Settings, cache: Path) -> Path:
     """The unpacked distribution home; downloads and unpacks only on the first call."""
     home = home_path(cache, settings.es_version)
-    with cache_lock(cache):
+    with file_lock(cache / ".lock", settings.es_download_timeout_s + 300):
         if not (home / "bin" / "elasticsearch").is_file():
             unpack(ensure_zip(settings, cache), home)
             log.info("unpacked Elasticsearch %s into %s", settings.es_version, home)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxdb.es.distribution import cache_root, ensure_home, home_path
+from ctxdb.es.distribution import cache_root, ensure_home, file_lock, home_path
 from ctxdb.es.errors import NodeStartError, PortInUseError, SystemUserError
 from ctxdb.es.java import Jdk, find_jdk
 from ctxdb.settings import Settings
@@ -304,8 +304,19 @@ def _launch(
 
 
 def start(settings: Settings, extra_config: Mapping[str, str] | None = None) -> StartResult:
-    """Start the node (installing it on first use); idempotent; waits for health yellow."""
+    """Start the node (installing it on first use); idempotent; waits for health yellow.
+
+    Concurrent starts of the same node queue on a lock: the later ones find it running.
+    """
     node = EmbeddedNode.from_settings(settings)
+    wait = settings.es_download_timeout_s + 2 * settings.es_start_timeout_s
+    with file_lock(node.cache / "nodes" / f"{node.port}.lock", wait):
+        return _start_locked(node, settings, extra_config)
+
+
+def _start_locked(
+    node: EmbeddedNode, settings: Settings, extra_config: Mapping[str, str] | None
+) -> StartResult:
     pid = running_pid(node)
     if pid is not None:
         return StartResult(node.url, pid, already_running=True)
