@@ -92,6 +92,7 @@ class Settings(BaseSettings):
     embedding_dims: int = Field(default=384)
     embedding_device: str = Field(default="cpu", description="torch device of the embedder.")
     index_chunk_size: int = Field(default=500, description="Documents per bulk request.")
+    index_bulk_threads: int = Field(default=2, ge=1, description="Bulk requests in flight.")
     reindex_grace_s: float = Field(
         default=60.0, description="Seconds a retired index is kept after an alias swap."
     )
@@ -127,6 +128,12 @@ class Settings(BaseSettings):
     search_query_max_chars: int = Field(default=256)
     search_trigram_min_match: str = Field(
         default="40%", description="minimum_should_match of the trigram arm."
+    )
+    search_lexical_min_match: str = Field(
+        default="2<60%", description="minimum_should_match of the BM25 arm (content words)."
+    )
+    search_fuzzy_min_match: str = Field(
+        default="2<60%", description="minimum_should_match of the trigram arm's fuzzy words."
     )
     search_snippet_chars: int = Field(default=400)
 
