@@ -156,8 +156,11 @@ def test_port_in_use_is_refused(es_base_settings: Settings, busy_offset: int) ->
 
 def test_missing_java_is_a_clear_error(es_base_settings: Settings, tmp_path: Path) -> None:
     settings = node_settings(
-        es_base_settings, free_port_pair(),
-        es_java_home=None, java_home=None, jvm_dir=tmp_path / "no-jvms",
+        es_base_settings,
+        free_port_pair(),
+        es_java_home=None,
+        java_home=None,
+        jvm_dir=tmp_path / "no-jvms",
     )
     with pytest.raises(JavaNotFoundError, match="no JDK >= 21 found"):
         embedded.start(settings)

@@ -17,9 +17,16 @@ EXTERNAL = "https://search.example.com:9243"
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in (
-        "ELASTICSEARCH_URL", "ELASTICSEARCH_API_KEY", "ELASTICSEARCH_USERNAME",
-        "ELASTICSEARCH_PASSWORD", "ELASTICSEARCH_CA_CERTS", "ES_JAVA_HOME", "JAVA_HOME",
-        "CTXDB_ES_PORT", "CTXDB_HOME", "CTXDB_ES_CACHE_DIR",
+        "ELASTICSEARCH_URL",
+        "ELASTICSEARCH_API_KEY",
+        "ELASTICSEARCH_USERNAME",
+        "ELASTICSEARCH_PASSWORD",
+        "ELASTICSEARCH_CA_CERTS",
+        "ES_JAVA_HOME",
+        "JAVA_HOME",
+        "CTXDB_ES_PORT",
+        "CTXDB_HOME",
+        "CTXDB_ES_CACHE_DIR",
     ):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
@@ -78,9 +85,7 @@ def test_embedded_follows_the_port(clean_env: pytest.MonkeyPatch) -> None:
     assert not get_settings().embedded
 
 
-def test_node_settings_from_the_environment(
-    clean_env: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_node_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("ES_JAVA_HOME", "/opt/jdk-25")
     clean_env.setenv("JAVA_HOME", "/opt/jdk-17")
     clean_env.setenv("CTXDB_ES_HEAP", "2g")

@@ -1,4 +1,4 @@
-"""Build the Elasticsearch client from the one settings object (embedded node or a user's cluster)."""
+"""Build the Elasticsearch client from the one settings object (embedded node or own cluster)."""
 
 from __future__ import annotations
 

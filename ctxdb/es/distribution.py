@@ -111,15 +111,23 @@ def download_zip(settings: Settings, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     artifact = ARTIFACT.format(version=settings.es_version)
     command = [
-        mvn, "-B", "-q", "-Dstyle.color=never", f"{DEPENDENCY_PLUGIN}:copy",
-        f"-Dartifact={artifact}", f"-DoutputDirectory={target.parent}",
+        mvn,
+        "-B",
+        "-q",
+        "-Dstyle.color=never",
+        f"{DEPENDENCY_PLUGIN}:copy",
+        f"-Dartifact={artifact}",
+        f"-DoutputDirectory={target.parent}",
         "-Dmdep.overWriteReleases=true",
     ]
     log.info("downloading %s with Maven", artifact)
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True,
-            timeout=settings.es_download_timeout_s, check=False,
+            command,
+            capture_output=True,
+            text=True,
+            timeout=settings.es_download_timeout_s,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise MavenError(

@@ -186,9 +186,21 @@ def ensure_system_user(name: str, home: Path) -> pwd.struct_passwd:
     if useradd is None:
         raise SystemUserError(f"cannot create system user {name!r}: useradd not found")
     done = subprocess.run(
-        [useradd, "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
-         "--shell", "/usr/sbin/nologin", name],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            useradd,
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            str(home),
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     if done.returncode != 0:
         raise SystemUserError(f"useradd {name} failed: {done.stderr.strip()}")
@@ -269,9 +281,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def _launch(
-    node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadline: float
-) -> None:
+def _launch(node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadline: float) -> None:
     env = {
         "PATH": _SYSTEM_PATH,
         "HOME": str(node.instance),
@@ -285,8 +295,14 @@ def _launch(
     log.info("starting Elasticsearch %s on %s with Java %d", node.version, node.url, jdk.major)
     with node.launcher_log.open("a") as out:
         launcher = subprocess.Popen(
-            command, env=env, cwd=node.logs_dir, stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True, **user,
+            command,
+            env=env,
+            cwd=node.logs_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **user,
         )
     try:
         code = launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
