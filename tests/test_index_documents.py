@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
 import polars as pl
 from conftest_index import role_rows
 
-from ctxdb.index.documents import ID, complete_rows, row_base, stems_column
+from ctxdb.index.documents import ID, complete_rows, row_base, stems_column, vector_lists
 from ctxdb.index.incremental import plan_changes
 from ctxdb.tables import ROW_EMBEDDINGS_SCHEMA
 from ctxdb.text import stems
@@ -83,3 +84,13 @@ def test_plan_changes_indexes_changed_and_deletes_removed():
     assert upserts.is_empty() and sorted(gone) == ["c1-r1", "c1-r2"]
     upserts, gone = plan_changes(new, None, pl.Series(ID, ["c1-r0", "zombie"]))
     assert upserts.height == 3 and gone.to_list() == ["zombie"]
+
+
+def test_vector_lists_round_to_8_decimals_and_keep_gaps():
+    vectors = pl.Series([[0.123456789, -0.5], None, [1.0, 2.0]], dtype=pl.List(pl.Float32))
+    out = vector_lists(vectors)
+    assert out[1] is None
+    assert out[0] == [round(float(np.float32(0.123456789)), 8), -0.5]
+    assert out[2] == [1.0, 2.0]
+    mixed = vector_lists(pl.Series([[0.25], [0.5, 0.75, 1.0]], dtype=pl.List(pl.Float32)))
+    assert mixed == [[0.25], [0.5, 0.75, 1.0]]

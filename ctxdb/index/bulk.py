@@ -1,15 +1,19 @@
 """Streaming bulk writes with retries and per-document error collection.
 
-`streaming_bulk` retries rejected-for-load (429) items with backoff; every other failed item is
-collected with its id, status and reason, and the whole write fails loudly once the stream is
-done (so good documents are written and nothing is lost silently).
+Chunks go out on a small thread pool (requests in flight while the next chunk is built);
+`streaming_bulk` retries rejected-for-load (429) items of each chunk with backoff; every other
+failed item is collected with its id, status and reason, and the whole write fails loudly once
+the stream is done (so good documents are written and nothing is lost silently).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from elasticsearch import ConnectionError as ESConnectionError
@@ -52,26 +56,60 @@ def _reason(result: dict[str, Any]) -> str:
     return str(error or result.get("result"))
 
 
+def _send_chunk(
+    es: Elasticsearch, chunk: list[dict[str, Any]], max_retries: int
+) -> list[tuple[bool, dict[str, Any]]]:
+    """One bulk request (429s retried with backoff); results per action."""
+    return list(
+        helpers.streaming_bulk(
+            es,
+            chunk,
+            chunk_size=len(chunk),
+            max_chunk_bytes=1 << 30,
+            max_retries=max_retries,
+            initial_backoff=1,
+            raise_on_error=False,
+            raise_on_exception=True,
+        )
+    )
+
+
+def _results(
+    es: Elasticsearch,
+    actions: Iterable[dict[str, Any]],
+    chunk_size: int,
+    max_retries: int,
+    threads: int,
+) -> Iterator[tuple[bool, dict[str, Any]]]:
+    """Send chunks of `actions`, up to `threads` requests in flight, results in order.
+
+    Documents are built on the calling thread while earlier chunks are serialized and indexed
+    on worker threads, so building, serialization and Elasticsearch's own work overlap.
+    """
+    iterator = iter(actions)
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bulk") as pool:
+        in_flight: deque[Future] = deque()
+        while chunk := list(islice(iterator, chunk_size)):
+            in_flight.append(pool.submit(_send_chunk, es, chunk, max_retries))
+            if len(in_flight) > threads:
+                yield from in_flight.popleft().result()
+        while in_flight:
+            yield from in_flight.popleft().result()
+
+
 def bulk_write(
     es: Elasticsearch,
     actions: Iterable[dict[str, Any]],
     *,
     chunk_size: int = 500,
     max_retries: int = 3,
+    threads: int = 2,
     raise_on_failure: bool = True,
 ) -> BulkReport:
     """Stream index/delete actions; deleting a missing document is not a failure."""
     report = BulkReport()
     try:
-        for ok, item in helpers.streaming_bulk(
-            es,
-            actions,
-            chunk_size=chunk_size,
-            max_retries=max_retries,
-            initial_backoff=1,
-            raise_on_error=False,
-            raise_on_exception=True,
-        ):
+        for ok, item in _results(es, actions, chunk_size, max_retries, max(threads, 1)):
             op, result = next(iter(item.items()))
             if op == "delete" and result.get("status") == 404:
                 report.not_found += 1

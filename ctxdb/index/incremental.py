@@ -139,6 +139,7 @@ def sync_index(
     *,
     model_id: str,
     chunk_size: int = 500,
+    threads: int = 2,
     refresh: bool = True,
     versions: Versions | None = None,
 ) -> SyncReport:
@@ -171,6 +172,7 @@ def sync_index(
             delete_actions(gone, index),
         ),
         chunk_size=chunk_size,
+        threads=threads,
     )
     if refresh:
         es.indices.refresh(index=index)

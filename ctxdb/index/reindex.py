@@ -125,6 +125,7 @@ def reindex(
                 name,
                 model_id=embedder.model_id,
                 chunk_size=settings.index_chunk_size,
+                threads=settings.index_bulk_threads,
                 refresh=False,
                 versions=current_versions(store, source.tables),
             )

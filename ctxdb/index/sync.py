@@ -51,6 +51,7 @@ def _sync_live(
                     index,
                     model_id=model_id,
                     chunk_size=settings.index_chunk_size,
+                    threads=settings.index_bulk_threads,
                 )
             )
         dropped = drop_retired(es, settings.index_prefix, kind, grace_s=settings.reindex_grace_s)
