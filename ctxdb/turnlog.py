@@ -469,6 +469,16 @@ def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
             meta={"error": True, "error_type": close.get("error_type") or "missing_completion"},
         )
         drafts.append(_Draft(_SECTION[COMPLETION], len(events), block))
+    if not any(d.block.type in USER_BLOCK_TYPES for d in drafts):
+        block = Block(
+            type="user.prompt",
+            author="user",
+            turn_id=turn_id,
+            ts=events[0]["occurred_at"],
+            path="",
+            meta={"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"},
+        )
+        drafts.append(_Draft(_SECTION["user.prompt"], -1, block))
     drafts.sort(key=lambda d: (d.section, d.block.ts if d.section == 0 else d.seq, d.seq))
     blocks = _assign_paths(dedupe_blocks(d.block for d in drafts), turn_id)
     started = [e["occurred_at"] for e in events if e["type"] == "turn.started"]

@@ -7,6 +7,8 @@ from datetime import datetime, timedelta
 
 from conftest_turn_record import T0, Turn
 
+from ctxdb.derive.role_rows import role_rows_frame
+from ctxdb.settings import Settings
 from ctxdb.turnlog import (
     ERROR_TEXT,
     build_turn_record,
@@ -214,3 +216,23 @@ def test_recording_state_merge_is_monotonic_and_dedupes() -> None:
     merged, kind = merge_turn_logs(minimal, "minimal", minimal, "minimal")
     assert kind == "minimal" and merged.blocks == dedupe_blocks(minimal.blocks)
     assert merged.blocks_count == len(minimal.blocks)
+
+
+def test_turn_without_typed_message_still_has_a_user_block() -> None:
+    turn = Turn("c1", "t1")
+    turn.add("turn.started")
+    turn.add(
+        "user.attachment",
+        {"name": "a.csv", "mime": "text/csv", "size": 3, "storage_ref": "s3://b/a.csv"},
+    )
+    turn.add("assistant.completion", {"text": "Got the file."})
+    turn.add("turn.closed")
+    record = build_turn_record(decoded(turn))
+    first = record.log.blocks[0]
+    assert (first.type, first.text, first.meta["message_id"]) == ("user.prompt", "", "m0")
+    rows = role_rows_frame([record], Settings(), T0)
+    user = rows.filter(rows["target"] == "user")["text"].to_list()
+    assert user == [
+        "[user.message]\n(no typed message)\n"
+        "[attachment.1] a.csv | text/csv | conv:fi:conv_c1.turn_t1.user.attachments/a.csv | 3"
+    ]
