@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from pipelines.ops_jobs import OPS_JOBS
+from pipelines.ops_jobs import OPS_JOBS, WRITER_TAGS
 from pipelines.reindex import reindex_job
 
 memory_job = define_asset_job(
     "memory_job",
     selection=AssetSelection.all(),
     description="Land new events, derive the turn record, embed and index: the main job.",
+    tags=WRITER_TAGS,
 )
 
 JOBS: list = [memory_job, reindex_job, *OPS_JOBS]
