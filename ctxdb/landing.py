@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 
 from ctxdb.delta import DeltaStore
 from ctxdb.events import MAX_EVENT_BYTES, SCHEMA_VERSION, EventError, parse_event
+from ctxdb.events_fast import ID_PATTERNS, fast_event
 from ctxdb.tables import (
     LANDED_FILES,
     LANDED_FILES_SCHEMA,
@@ -39,6 +40,18 @@ SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 OWNER = ["tenant", "app", "user_id"]
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, files are parsed in-process (worker start-up would cost more)."""
+ENVELOPE_COLUMNS = [
+    "event_id",
+    "type",
+    "occurred_at",
+    "tenant",
+    "app",
+    "agent",
+    "adapter",
+    "user_id",
+    "conversation_id",
+    "turn_id",
+]
 EVENT_COLUMNS = [
     f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")
 ]
@@ -123,44 +136,68 @@ def read_lines(path: str) -> list[bytes]:
 def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -> Parsed:
     """Validate each line; blank lines are skipped, everything else lands or is quarantined.
 
-    The envelope comes from the validated model; the payload column is the line's validated
-    `payload` object re-serialized by polars (one vectorized pass, no per-line dump).
+    Each line goes through the fast msgspec mirror of the contract first; a line it rejects goes
+    through the pydantic contract, which accepts it or names the reason. Envelope id rules are
+    checked on whole columns; the payload column is the payload's JSON text.
     """
-    rows: dict[str, list] = {name: [] for name in EVENT_COLUMNS if name != "payload"}
-    valid: list[bytes | str] = []
+    accepted: list = []
+    numbers: list[int] = []
+    payloads: list[bytes | None] = []
+    slow: list[int] = []  # positions whose payload comes from the pydantic path
+    kept: list[bytes | str] = []
     bad: dict[str, list] = {"line_number": [], "raw_line": [], "reason": [], "detail": []}
+
+    def reject(number: int, line: bytes | str, exc: EventError) -> None:
+        bad["line_number"].append(number)
+        bad["raw_line"].append(_text(line))
+        bad["reason"].append(exc.reason)
+        bad["detail"].append(exc.detail)
+
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        event = fast_event(line)
+        if event is None:
+            try:
+                event = parse_event(line)
+            except EventError as exc:
+                reject(number, line, exc)
+                continue
+            slow.append(len(kept))
+            payloads.append(None)
+        else:
+            payloads.append(bytes(event.payload))
+        kept.append(line)
+        numbers.append(number)
+        accepted.append(event)
+    rows = {name: [getattr(e, name) for e in accepted] for name in ENVELOPE_COLUMNS}
+    rows["line_number"] = numbers
+    rows["payload"] = payloads
+    payload = pl.Series("payload", rows.pop("payload"), dtype=pl.Binary).cast(pl.String)
+    if slow:
+        raw = pl.Series([_text(kept[i]) for i in slow], dtype=pl.String)
+        payload = payload.scatter(slow, raw.str.json_path_match("$.payload"))
+    events = pl.DataFrame(
+        {**rows, "payload": payload}, schema=_polars_schema([*rows, "payload"], RAW_EVENTS_SCHEMA)
+    ).with_columns(
+        pl.lit(SCHEMA_VERSION, dtype=pl.Int32).alias("schema_version"),
+        pl.lit(source_file).alias("source_file"),
+    )
+    unsafe = ~pl.all_horizontal(
+        [pl.col(column).str.contains(pattern) for column, pattern in ID_PATTERNS.items()]
+    )
+    flagged = events.with_row_index("position").filter(unsafe)["position"].to_list()
+    for position in flagged:
         try:
-            event = parse_event(line)
+            parse_event(kept[position])
         except EventError as exc:
-            bad["line_number"].append(number)
-            bad["raw_line"].append(_text(line))
-            bad["reason"].append(exc.reason)
-            bad["detail"].append(exc.detail)
-            continue
-        valid.append(line)
-        rows["line_number"].append(number)
-        rows["event_id"].append(event.event_id)
-        rows["type"].append(event.type)
-        rows["occurred_at"].append(event.occurred_at)
-        rows["tenant"].append(event.tenant)
-        rows["app"].append(event.app)
-        rows["agent"].append(event.agent)
-        rows["adapter"].append(event.adapter)
-        rows["user_id"].append(event.user_id)
-        rows["conversation_id"].append(event.conversation_id)
-        rows["turn_id"].append(event.turn_id)
-    rows["schema_version"] = [SCHEMA_VERSION] * len(valid)
-    rows["source_file"] = [source_file] * len(valid)
-    raw = pl.Series(
-        "raw", valid, dtype=pl.Binary if valid and isinstance(valid[0], bytes) else pl.String
-    )
-    rows["payload"] = raw.cast(pl.String).str.json_path_match("$.payload")
-    events = pl.DataFrame(rows, schema=_polars_schema(rows, RAW_EVENTS_SCHEMA)).select(
-        EVENT_COLUMNS
-    )
+            reject(int(events["line_number"][position]), kept[position], exc)
+    if flagged:
+        events = (
+            events.with_row_index("position")
+            .filter(~pl.col("position").is_in(flagged))
+            .drop("position")
+        )
     quarantine = quarantine_frame(
         pl.DataFrame(
             bad,
@@ -170,11 +207,11 @@ def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -
                 "reason": pl.String,
                 "detail": pl.String,
             },
-        ),
+        ).sort("line_number"),
         source_file,
         now,
     )
-    return Parsed(events=events, quarantine=quarantine)
+    return Parsed(events=events.select(EVENT_COLUMNS), quarantine=quarantine)
 
 
 def parse_file(path: str, now: datetime) -> Parsed:
