@@ -16,7 +16,7 @@ import multiprocessing
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pyarrow.fs as pafs
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 OWNER = ["tenant", "app", "user_id"]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, files are parsed in-process (worker start-up would cost more)."""
 ENVELOPE_COLUMNS = [
@@ -130,7 +132,7 @@ def read_lines(path: str) -> list[bytes]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    return [line.rstrip(b"\r") for line in lines]
+    return [line.rstrip(b"\r") for line in lines] if b"\r" in data else lines
 
 
 def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -> Parsed:
@@ -171,15 +173,17 @@ def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -
         numbers.append(number)
         accepted.append(event)
     rows = {name: [getattr(e, name) for e in accepted] for name in ENVELOPE_COLUMNS}
+    rows["occurred_at"] = [(t - EPOCH) // MICROSECOND for t in rows["occurred_at"]]
     rows["line_number"] = numbers
     rows["payload"] = payloads
     payload = pl.Series("payload", rows.pop("payload"), dtype=pl.Binary).cast(pl.String)
     if slow:
         raw = pl.Series([_text(kept[i]) for i in slow], dtype=pl.String)
         payload = payload.scatter(slow, raw.str.json_path_match("$.payload"))
-    events = pl.DataFrame(
-        {**rows, "payload": payload}, schema=_polars_schema([*rows, "payload"], RAW_EVENTS_SCHEMA)
-    ).with_columns(
+    schema = _polars_schema([*rows, "payload"], RAW_EVENTS_SCHEMA)
+    schema["occurred_at"] = pl.Int64
+    events = pl.DataFrame({**rows, "payload": payload}, schema=schema).with_columns(
+        pl.col("occurred_at").cast(pl.Datetime("us", "UTC")),
         pl.lit(SCHEMA_VERSION, dtype=pl.Int32).alias("schema_version"),
         pl.lit(source_file).alias("source_file"),
     )
