@@ -13,17 +13,22 @@ misspellings):
   conversation    topic.queries[2], scope=conversation   relevant: the topic's turns in it
   cross-conv      " ".join(topic.entities)               relevant: topic turns, user has >= 2
                                                          conversations on the topic
+  exact-ref       a hosted file's conv:fi: ref           relevant: the one turn that produced it
+  file-name       "where is <hosted file name>"          relevant: the user's turns hosting it
   temporal        no query, since/until around a turn    relevant: the user's turns in the window
   ordinal         first / last turn of a conversation    relevant: that turn
 
-Recall@k = |relevant in top k| / min(k, reachable), where reachable counts at most
-`search_max_per_conversation` relevant turns per conversation (the cap applies to every arm, so
-no ranking can do better). MRR uses the first relevant turn in the top 10 (0 when none). Each arm
+Every category weighs the same in the headline ("macro": the mean of the per-category means);
+"all" is the plain mean over queries. Recall@k = |relevant in top k| / min(k, reachable), where
+reachable counts at most `search_max_per_conversation` relevant turns per conversation (the cap
+applies to every arm, so no ranking can do better). MRR uses the first relevant turn in the top 10 (0 when none). Each arm
 alone is ranked exactly as the service ranks it before fusion (best row per turn, same filter,
-same cap); "fused" is the service's answer; "fused-norecency" sets the recency weight to 0.
+same cap); "fused" is the service's fusion of those same rows (checked against the service's own
+answer on 100 queries); "fused-norecency" sets the recency weight to 0.
 
-Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--users 12
---conversations 300 --seed 3] [--out bench/results/search_quality.json]`.
+Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--users 3
+--conversations 600 --seed 3] [--grid] [--set search_lexical_min_match=1]
+[--out bench/results/search_quality.json]`.
 """
 
 from __future__ import annotations
@@ -50,13 +55,15 @@ from ctxdb.generate import Fact, Generated, generate_events, write_sample
 from ctxdb.generate_topics import TOPICS, Topic
 from ctxdb.index.sync import sync_live
 from ctxdb.landing import land
-from ctxdb.search.fusion import cap_per_conversation, dedup_turns
-from ctxdb.search.models import ARMS, SearchRequest, Weights
+from ctxdb.search.arms import RowHit
+from ctxdb.search.fusion import arm_weights, cap_per_conversation, dedup_turns, fuse
+from ctxdb.search.models import ARMS, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import Settings, get_settings
 
 Key = tuple[str, str]
 SYSTEMS = (*ARMS, "fused", "fused-norecency")
+EXACT_REFS_PER_TOPIC = 2  # keeps the one-turn ref queries from outnumbering the other categories
 
 
 @dataclass
@@ -171,6 +178,13 @@ def labeled_queries(generated: Generated, rng: random.Random) -> list[LabeledQue
         )
         if len({f.conversation_id for f in facts}) >= 2:
             add("cross-conversation", facts, turns, query=" ".join(topic.entities))
+        for fact in [f for f in facts if f.hosted_ref][:EXACT_REFS_PER_TOPIC]:
+            add("exact-ref", [fact], {(fact.conversation_id, fact.turn_id)}, query=fact.hosted_ref)
+        if topic.hosted_file:
+            name = topic.hosted_file[0]
+            add("file-name", facts, {(f.conversation_id, f.turn_id) for f in facts
+                                     if f.hosted_ref and f.hosted_ref.endswith(name)},
+                query=f"where is {name}")
     return out
 
 
@@ -210,44 +224,81 @@ def catalog_queries(generated: Generated, rng: random.Random, n: int = 40) -> li
     return out
 
 
-def arm_rankings(
-    service: SearchService, principal: Principal, request: SearchRequest
-) -> dict[str, list[Key]]:
-    """Each arm alone, ranked as the service ranks it before fusion (dedup + per-conversation cap)."""
+@dataclass
+class Collected:
+    query: LabeledQuery
+    rows: dict[str, list[RowHit]]
+
+
+def collect(service: SearchService, queries: list[LabeledQuery]) -> list[Collected]:
+    """Each query's per-arm ranked rows, from the service's own arm bodies and _msearch."""
+    vectors: dict[str, list[float] | None] = {}
     now = datetime.now(UTC)
-    vector = service.embedder.embed_query(request.query) if service.embedder else None
-    bodies = service.arm_bodies(principal, request, request.query, vector, now)
-    ranked = service.run_arms(bodies)
-    cap = service.settings.search_max_per_conversation
-    out = {}
-    for arm in ARMS:
-        rows = dedup_turns(ranked.get(arm, []))
-        keys, counts = [], defaultdict(int)
-        for row in rows:
-            if counts[row.conversation_id] < cap:
-                counts[row.conversation_id] += 1
-                keys.append(row.key)
-        out[arm] = keys[: request.top_k]
+    out = []
+    for q in queries:
+        principal = Principal(user_id=q.user_id, tenant=q.tenant)
+        if q.request.query not in vectors:
+            vectors[q.request.query] = service.embedder.embed_query(q.request.query)
+        bodies = service.arm_bodies(principal, q.request, q.request.query, vectors[q.request.query], now)
+        out.append(Collected(q, service.run_arms(bodies)))
     return out
 
 
-def evaluate(service: SearchService, queries: list[LabeledQuery]) -> dict[str, dict]:
-    cap = service.settings.search_max_per_conversation
+def capped(keys: Sequence[Key], cap: int, top_k: int) -> list[Key]:
+    counts: dict[str, int] = defaultdict(int)
+    out = []
+    for conv, turn in keys:
+        if counts[conv] < cap:
+            counts[conv] += 1
+            out.append((conv, turn))
+    return out[:top_k]
+
+
+def fused_keys(rows: dict[str, list[RowHit]], settings: Settings, w_sem: float, w_lex: float,
+               w_rec: float, top_k: int) -> list[Key]:
+    fused = fuse(rows, weights=arm_weights(w_sem, w_lex), recency_weight=w_rec,
+                 half_life_days=settings.recency_half_life_days, now=datetime.now(UTC),
+                 rrf_k=settings.search_rrf_k)
+    kept = cap_per_conversation(fused, settings.search_max_per_conversation, top_k)
+    return [(f.conversation_id, f.turn_id) for f in kept]
+
+
+def score(collected: list[Collected], settings: Settings, systems: dict[str, tuple | None]) -> dict[str, dict]:
+    """Metrics per category and system; a system is an arm (None) or fusion weights."""
+    cap = settings.search_max_per_conversation
     scores: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(Scores))
-    for q in queries:
-        principal = Principal(user_id=q.user_id, tenant=q.tenant)
-        rankings = arm_rankings(service, principal, q.request)
-        rankings["fused"] = [
-            (h.conversation_id, h.turn_id) for h in service.search(principal, q.request).hits
-        ]
-        flat = q.request.model_copy(update={"weights": Weights(recency=0.0)})
-        rankings["fused-norecency"] = [
-            (h.conversation_id, h.turn_id) for h in service.search(principal, flat).hits
-        ]
-        for system, ranked in rankings.items():
-            scores[q.category][system].add(ranked, q.relevant, cap)
-            scores["all"][system].add(ranked, q.relevant, cap)
-    return {cat: {sys: s.summary() for sys, s in by_sys.items()} for cat, by_sys in scores.items()}
+    for c in collected:
+        top_k = c.query.request.top_k
+        for system, weights in systems.items():
+            if weights is None:
+                ranked = capped([r.key for r in dedup_turns(c.rows.get(system, []))], cap, top_k)
+            else:
+                ranked = fused_keys(c.rows, settings, *weights, top_k)
+            scores[c.query.category][system].add(ranked, c.query.relevant, cap)
+            scores["all"][system].add(ranked, c.query.relevant, cap)
+    out = {cat: {sys: s.summary() for sys, s in by_sys.items()} for cat, by_sys in scores.items()}
+    categories = [cat for cat in out if cat != "all"]
+    out["macro"] = {
+        system: {
+            metric: round(statistics.fmean(out[cat][system][metric] for cat in categories), 4)
+            for metric in ("recall@5", "recall@10", "mrr")
+        } | {"queries": out["all"][system]["queries"]}
+        for system in systems
+    }
+    return out
+
+
+def service_agreement(service: SearchService, collected: list[Collected], n: int = 100) -> float:
+    """Share of queries where the service's own answer equals the offline default fusion."""
+    s = service.settings
+    same = 0
+    for c in collected[:n]:
+        principal = Principal(user_id=c.query.user_id, tenant=c.query.tenant)
+        live = [(h.conversation_id, h.turn_id) for h in service.search(principal, c.query.request).hits]
+        offline = fused_keys(c.rows, s, s.search_weight_semantic, s.search_weight_lexical,
+                             s.search_weight_recency, c.query.request.top_k)
+        same += live == offline
+    return same / max(1, min(n, len(collected)))
 
 
 def evaluate_catalog(service: SearchService, queries: list[LabeledQuery]) -> dict[str, dict]:
@@ -275,17 +326,20 @@ def render(results: dict[str, dict]) -> str:
 
 
 def main(
-    users: Annotated[int, typer.Option()] = 12,
-    conversations: Annotated[int, typer.Option()] = 300,
+    users: Annotated[int, typer.Option()] = 3,
+    conversations: Annotated[int, typer.Option()] = 600,
     seed: Annotated[int, typer.Option()] = 3,
     prefix: Annotated[
         str, typer.Option(help="Index prefix of the bench memory.")
     ] = "bench-search-q",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
+    grid_search: Annotated[bool, typer.Option("--grid", help="Also score a grid of weights.")] = False,
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="Setting override k=v.")] = None,
 ) -> None:
     base = get_settings()
     home = base.home / prefix
-    settings = Settings(**{**base.model_dump(), "home": home, "index_prefix": prefix})
+    extra = dict(o.split("=", 1) for o in overrides or [])
+    settings = Settings(**{**base.model_dump(), "home": home, "index_prefix": prefix, **extra})
     generated = generate_events(
         users=users, conversations=conversations, seed=seed, now=datetime(2026, 12, 1, tzinfo=UTC)
     )
@@ -298,9 +352,23 @@ def main(
     rng = random.Random(seed)
     queries = labeled_queries(generated, rng)
     started = time.monotonic()
-    results = evaluate(service, queries)
+    collected = collect(service, queries)
     typer.echo(f"{len(queries)} labeled queries in {time.monotonic() - started:.0f}s\n")
+    s = settings
+    systems: dict[str, tuple | None] = {arm: None for arm in ARMS}
+    systems["fused"] = (s.search_weight_semantic, s.search_weight_lexical, s.search_weight_recency)
+    systems["fused-norecency"] = (s.search_weight_semantic, s.search_weight_lexical, 0.0)
+    results = score(collected, settings, systems)
     typer.echo(render(results))
+    agreement = service_agreement(service, collected)
+    typer.echo(f"\nservice answer == offline fusion on {agreement:.0%} of 100 queries")
+    grid = {}
+    if grid_search:
+        combos = {f"sem={a} lex={b} rec={c}": (a, b, c)
+                  for a in (1.0, 1.5, 2.0) for b in (0.5, 0.75, 1.0) for c in (0.0, 0.2, 0.5)}
+        grid = {name: score(collected, settings, {name: w})["macro"][name] for name, w in combos.items()}
+        for name, m in sorted(grid.items(), key=lambda kv: -kv[1]["recall@10"]):
+            typer.echo(f"  {name:<28} R@5={m['recall@5']:.3f} R@10={m['recall@10']:.3f} MRR={m['mrr']:.3f}")
     catalog = evaluate_catalog(service, catalog_queries(generated, rng))
     typer.echo("\ncatalog (no similarity): " + json.dumps(catalog))
     if out:

@@ -130,7 +130,7 @@ class Settings(BaseSettings):
         default="40%", description="minimum_should_match of the trigram arm."
     )
     search_lexical_min_match: str = Field(
-        default="2<60%", description="minimum_should_match of the BM25 arm (content words)."
+        default="1", description="minimum_should_match of the BM25 arm (content words)."
     )
     search_fuzzy_min_match: str = Field(
         default="2<60%", description="minimum_should_match of the trigram arm's fuzzy words."

@@ -9,6 +9,7 @@ trigram:  the query's padded word trigrams matched on `trigrams` with a minimum-
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,6 +48,21 @@ class RowHit:
         return (self.conversation_id, self.turn_id)
 
 
+_STOPWORD_RE = re.compile(r"(?<![\w.])(?:" + "|".join(sorted(STOPWORDS)) + r")(?![\w.])", re.I)
+
+
+def without_stopwords(query: str) -> str:
+    """The query text with stopwords blanked, other tokens untouched (for the BM25 analyzer)."""
+    stripped = " ".join(_STOPWORD_RE.sub(" ", query).split())
+    return stripped or query
+
+
+def content_words(query: str) -> str:
+    """The query without stopwords (the whole query when nothing else is left)."""
+    kept = [w for w in words(query) if w not in STOPWORDS]
+    return " ".join(kept) if kept else query
+
+
 def semantic_body(
     vector: list[float], row_filter: dict[str, Any], *, k: int, num_candidates: int
 ) -> dict[str, Any]:
@@ -65,22 +81,32 @@ def semantic_body(
 
 
 def lexical_body(
-    query: str, row_filter: dict[str, Any], *, size: int, use_stems: bool = True
+    query: str,
+    row_filter: dict[str, Any],
+    *,
+    size: int,
+    min_match: str = "1",
+    use_stems: bool = True,
 ) -> dict[str, Any]:
-    """BM25 over anchors (boosted) and text; the stemmed query adds recall for inflections."""
+    """BM25 over anchors (boosted) and text on the query's content words, at least `min_match`
+    of them present; the stemmed words add recall for inflections under the same threshold."""
+    content = without_stopwords(query)
     should: list[dict[str, Any]] = [
         {
             "multi_match": {
-                "query": query,
+                "query": content,
                 "fields": [f"anchors_text^{ANCHOR_BOOST}", "text"],
                 "type": "best_fields",
                 "tie_breaker": 0.3,
+                "minimum_should_match": min_match,
             }
         }
     ]
-    stemmed = stems(query)
+    stemmed = stems(content)
     if use_stems and stemmed:
-        should.append({"match": {"stems": {"query": stemmed, "boost": STEM_BOOST}}})
+        should.append(
+            {"match": {"stems": {"query": stemmed, "boost": STEM_BOOST, "minimum_should_match": min_match}}}
+        )
     return {
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
         "size": size,
@@ -88,16 +114,16 @@ def lexical_body(
     }
 
 
-def content_words(query: str) -> str:
-    """The query without stopwords (the whole query when nothing else is left)."""
-    kept = [w for w in words(query) if w not in STOPWORDS]
-    return " ".join(kept) if kept else query
-
-
 def trigram_body(
-    query: str, row_filter: dict[str, Any], *, size: int, min_match: str
+    query: str,
+    row_filter: dict[str, Any],
+    *,
+    size: int,
+    min_match: str,
+    fuzzy_min_match: str = "1",
 ) -> dict[str, Any] | None:
-    """Trigram overlap above `min_match`, or fuzzy word matches on text; None for no usable words."""
+    """Trigram overlap of at least `min_match`, or enough content words within edit distance
+    (fuzziness AUTO); None when the query has no word of three or more characters."""
     content = content_words(query)
     grams = trigrams(content)
     if not grams:
@@ -110,7 +136,7 @@ def trigram_body(
                     "query": content,
                     "fuzziness": "AUTO",
                     "prefix_length": 1,
-                    "minimum_should_match": min_match,
+                    "minimum_should_match": fuzzy_min_match,
                     "boost": FUZZY_BOOST,
                 }
             }

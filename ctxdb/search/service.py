@@ -186,8 +186,16 @@ class SearchService:
         wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search_max_per_conversation
         rows = wanted_turns * s.search_overfetch_rows
         filt = row_filter(principal, request, now)
-        bodies: dict[Arm, dict[str, Any]] = {"lexical": lexical_body(query, filt, size=rows)}
-        trigram = trigram_body(query, filt, size=rows, min_match=s.search_trigram_min_match)
+        bodies: dict[Arm, dict[str, Any]] = {
+            "lexical": lexical_body(query, filt, size=rows, min_match=s.search_lexical_min_match)
+        }
+        trigram = trigram_body(
+            query,
+            filt,
+            size=rows,
+            min_match=s.search_trigram_min_match,
+            fuzzy_min_match=s.search_fuzzy_min_match,
+        )
         if trigram is not None:
             bodies["trigram"] = trigram
         if vector is not None:
