@@ -1,0 +1,90 @@
+"""`ctxdb search|conversations|turn|pull|tokens` through Typer's runner, as the token's user."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest_search import SearchEnv, search_env  # noqa: F401
+from conftest_search import query_embedder  # noqa: F401
+from typer.testing import CliRunner
+
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
+
+pytestmark = [pytest.mark.es]
+
+_register_all()
+runner = CliRunner()
+
+
+def cli(env: SearchEnv, *args: str, token: str | None = None):
+    s = env.settings
+    environ = {
+        "CTXDB_HOME": str(s.home),
+        "CTXDB_INDEX_PREFIX": s.index_prefix,
+        "ELASTICSEARCH_URL": s.elasticsearch_url,
+        "CTXDB_TOKEN": token or "",
+    }
+    return runner.invoke(app, list(args), env=environ)
+
+
+def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
+    alice = search_env.tokens["alice"]
+    human = cli(search_env, "search", "KeyError Worksheet Sheet3", "--no-semantic", "--explain", token=alice)
+    assert human.exit_code == 0, human.output
+    assert "c-sheets/t2 #2 'Spreadsheet trouble'" in human.output.splitlines()[1]
+    assert "explain: semantic=- lexical=r1" in human.output
+    assert "warning: semantic_unavailable" in human.output
+    as_json = cli(search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice)
+    assert as_json.exit_code == 0
+    assert "c-bob" not in {h["conversation_id"] for h in json.loads(as_json.output)["hits"]}
+    bob = cli(search_env, "search", "payroll salaries", "--no-semantic", "--json",
+              token=search_env.tokens["bob"])
+    assert json.loads(bob.output)["hits"][0]["conversation_id"] == "c-bob"
+
+
+def test_catalog_options(search_env: SearchEnv) -> None:
+    alice = search_env.tokens["alice"]
+    last = cli(search_env, "search", "--conversation", "c-k8s", "--last", "--json", token=alice)
+    assert [h["turn_id"] for h in json.loads(last.output)["hits"]] == ["t3"]
+    listing = cli(search_env, "conversations", "--json", token=alice)
+    assert json.loads(listing.output)["conversations"][0]["conversation_id"] == "c-k8s"
+    turn = cli(search_env, "turn", "c-sheets", "t1", token=alice)
+    assert "attachment: budget.xlsx conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx" in turn.output
+
+
+def test_errors_have_clear_messages_and_exit_codes(search_env: SearchEnv) -> None:
+    alice = search_env.tokens["alice"]
+    no_token = cli(search_env, "search", "openpyxl", "--no-semantic")
+    assert no_token.exit_code == 1 and "missing bearer token" in no_token.output
+    bad_token = cli(search_env, "search", "openpyxl", "--no-semantic", token="ctxdb_x_y")
+    assert bad_token.exit_code == 1
+    missing = cli(search_env, "search", "  ", "--no-semantic", token=alice)
+    assert missing.exit_code == 2 and "missing_query" in missing.output
+    invalid = cli(search_env, "search", "x", "--scope", "conversation", token=alice)
+    assert invalid.exit_code == 2 and "conversation_id" in invalid.output
+    others = cli(search_env, "turn", "c-bob", "t1", token=alice)
+    assert others.exit_code == 1 and "not found" in others.output
+
+
+def test_pull_writes_the_owners_bytes_only(search_env: SearchEnv, tmp_path) -> None:
+    alice = search_env.tokens["alice"]
+    out = tmp_path / "fixed.xlsx"
+    ok = cli(search_env, "pull", "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx", "-o", str(out), token=alice)
+    assert ok.exit_code == 0 and out.read_bytes() == b"bytes of files/fixed.xlsx for alice"
+    refused = cli(search_env, "pull", "conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx", "-o",
+                  str(tmp_path / "x"), token=alice)
+    assert refused.exit_code == 1 and not (tmp_path / "x").exists()
+    traversal = cli(search_env, "pull", "conv:fi:conv_c-sheets.turn_t1.files/../../x", token=alice)
+    assert traversal.exit_code == 1 and "unsafe path" in traversal.output
+
+
+def test_tokens_issue_and_revoke(search_env: SearchEnv) -> None:
+    issued = cli(search_env, "tokens", "issue", "--user", "carol")
+    token = issued.output.strip()
+    assert issued.exit_code == 0 and token.startswith("ctxdb_")
+    listing = cli(search_env, "conversations", "--json", token=token)
+    assert listing.exit_code == 0 and json.loads(listing.output)["conversations"] == []
+    assert cli(search_env, "tokens", "revoke", token.split("_")[1]).exit_code == 0
+    assert cli(search_env, "conversations", token=token).exit_code == 1
