@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=Path("/tmp/ctxdb-bench"))
     parser.add_argument("--increment", type=float, default=0.01)
-    parser.add_argument("--workers", type=int, default=2, help="Landing parse processes.")
+    parser.add_argument("--workers", type=int, default=1, help="Landing parse processes.")
     parser.add_argument("--json", type=Path, help="Also write the report here.")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)

@@ -41,7 +41,7 @@ class Settings(BaseSettings):
     )
     landing_uri: str | None = Field(default=None, description="Where JSONL event files land.")
     landing_workers: int = Field(
-        default=2, ge=1, description="Processes that parse landing files (large batches only)."
+        default=1, ge=1, description="Processes that parse landing files (large batches only)."
     )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
 
