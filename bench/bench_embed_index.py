@@ -6,8 +6,9 @@
 Same run, same texts:
   1. bare `model.encode` over the texts vs the embedding stage (`embed_role_rows`: Delta read,
      cache lookup, token truncation, batching, cache and status writes);
-  2. bare `helpers.bulk` of the finished documents into a scratch index vs the indexing stage
-     (`sync_live`: Delta reads, document building with stems and vectors, streaming bulk, refresh);
+  2. bare `helpers.bulk` of the finished, already serialized documents into a scratch index vs
+     the indexing stage (`sync_live`: Delta reads, document building with stems and vectors,
+     serialization, bulk requests in flight on a small thread pool, refresh);
   3. a second run of both stages with no change vs the first.
 Prints one JSON object with rows/s of each and the three ratios (targets >= 0.9, >= 0.8, < 5 %).
 """
@@ -162,7 +163,8 @@ def main() -> None:
     scratch = f"{prefix}-scratch"
     body = index_body(ROWS)
     es.indices.create(index=scratch, settings=body["settings"], mappings=body["mappings"])
-    actions = list(index_actions(docs, scratch))
+    # the very documents the stage sends, already serialized: the bare bulk only transmits them
+    actions = list(index_actions(docs, scratch, finish=source.finish))
     start = time.perf_counter()
     helpers.bulk(es, actions, chunk_size=settings.index_chunk_size)
     es.indices.refresh(index=scratch)

@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+import orjson
 import polars as pl
 from conftest_index import role_rows
 
-from ctxdb.index.documents import ID, complete_rows, row_base, stems_column, vector_lists
+from ctxdb.index.documents import (
+    ID,
+    complete_rows,
+    index_actions,
+    row_base,
+    stems_column,
+    with_stems,
+)
 from ctxdb.index.incremental import plan_changes
 from ctxdb.tables import ROW_EMBEDDINGS_SCHEMA
 from ctxdb.text import stems
@@ -66,7 +74,7 @@ def test_vectors_attached_only_to_ok_rows_and_text_cleaned():
         .alias("embedding_status")
     )
     vectors = rows.select("text_hash", pl.lit([1.0, 0.0]).cast(pl.List(pl.Float32)).alias("vector"))
-    docs = complete_rows(row_base(rows, status, "m"), vectors)
+    docs = with_stems(complete_rows(row_base(rows, status, "m"), vectors))
     assert docs.get_column("embedding").to_list() == [[1.0, 0.0], None]
     assert docs.get_column("text").to_list() == ["ok row", "failed row "]
     assert docs.get_column("stems").to_list() == ["ok row", "fail row"]
@@ -86,11 +94,21 @@ def test_plan_changes_indexes_changed_and_deletes_removed():
     assert upserts.height == 3 and gone.to_list() == ["zombie"]
 
 
-def test_vector_lists_round_to_8_decimals_and_keep_gaps():
-    vectors = pl.Series([[0.123456789, -0.5], None, [1.0, 2.0]], dtype=pl.List(pl.Float32))
-    out = vector_lists(vectors)
-    assert out[1] is None
-    assert out[0] == [round(float(np.float32(0.123456789)), 8), -0.5]
-    assert out[2] == [1.0, 2.0]
-    mixed = vector_lists(pl.Series([[0.25], [0.5, 0.75, 1.0]], dtype=pl.List(pl.Float32)))
-    assert mixed == [[0.25], [0.5, 0.75, 1.0]]
+def test_actions_serialize_float32_vectors_exactly_and_leave_out_nulls():
+    rows = role_rows(["with vector", "without"])
+    frame = pl.DataFrame(
+        {
+            ID: ["a", "b", "c"],
+            "text": ["x", None, "z"],
+            "embedding": pl.Series([[0.123456789, -0.5], None, [0.25]], dtype=pl.List(pl.Float32)),
+            "ts": rows.get_column("ts").head(1).extend(rows.get_column("ts")),
+        }
+    )
+    actions = list(index_actions(frame, "idx", chunk=2))
+    assert [a["_id"] for a in actions] == ["a", "b", "c"]
+    sources = [orjson.loads(a["_source"]) for a in actions]
+    assert sources[0]["embedding"] == [0.12345679, -0.5]  # shortest float32 form
+    assert np.float32(sources[0]["embedding"][0]) == np.float32(0.123456789)
+    assert "embedding" not in sources[1] and "text" not in sources[1]
+    assert sources[2]["embedding"] == [0.25]
+    assert datetime.fromisoformat(sources[0]["ts"]) == frame.get_column("ts")[0]

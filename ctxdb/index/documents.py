@@ -8,11 +8,12 @@ changed rows are completed with stems and vectors and turned into bulk actions.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+import orjson
 import polars as pl
 import snowballstemmer
 
@@ -22,7 +23,6 @@ from ctxdb.es.mappings import rows_mapping, turns_mapping
 ID = "_id"
 FINGERPRINT = "_fingerprint"
 VECTOR = "embedding"
-VECTOR_DECIMALS = 8
 _CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]"
 _WORD = r"\w+"  # the word pattern of ctxdb.text.words
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
@@ -94,47 +94,60 @@ def stems_column(texts: pl.Series) -> pl.Series:
 
 
 def complete_rows(base: pl.DataFrame, vectors: pl.DataFrame) -> pl.DataFrame:
-    """Add `stems` (text + anchors) and `embedding` (only where the status is ok)."""
-    joined = base.join(vectors, on="text_hash", how="left")
-    return joined.with_columns(
-        stems_column(joined.get_column("text") + " " + joined.get_column("anchors_text")),
-        pl.when(pl.col("embedding_status") == OK)
-        .then(pl.col("vector"))
-        .otherwise(None)
-        .alias("embedding"),
-    ).drop("vector", FINGERPRINT)
+    """Add `embedding` (only where the status is ok); stems follow per slice in `with_stems`."""
+    return (
+        base.join(vectors, on="text_hash", how="left")
+        .with_columns(
+            pl.when(pl.col("embedding_status") == OK)
+            .then(pl.col("vector"))
+            .otherwise(None)
+            .alias(VECTOR)
+        )
+        .drop("vector", FINGERPRINT)
+    )
 
 
-def vector_lists(vectors: pl.Series) -> list[list[float] | None]:
-    """Vectors as Python lists rounded to 8 decimals (|change| <= 5e-9 per component, below
-    float32 precision), which halves their JSON size and serialization time; None stays None."""
-    out: list[list[float] | None] = [None] * vectors.len()
+def with_stems(docs: pl.DataFrame) -> pl.DataFrame:
+    """Add `stems` of text + anchors (done per bulk slice, overlapping earlier requests)."""
+    return docs.with_columns(
+        stems_column(docs.get_column("text") + " " + docs.get_column("anchors_text"))
+    )
+
+
+def vector_rows(vectors: pl.Series) -> list[np.ndarray | None]:
+    """Each vector as a float32 numpy row (None where there is none), without Python floats."""
+    out: list[np.ndarray | None] = [None] * vectors.len()
     present = vectors.is_not_null()
     positions = present.arg_true().to_list()
     if not positions:
         return out
     dense = vectors.filter(present)
     lengths = dense.list.len().to_numpy()
-    flat = np.round(dense.explode().to_numpy().astype(np.float64), VECTOR_DECIMALS)
+    flat = dense.explode().to_numpy().astype(np.float32, copy=False)
     if (lengths == lengths[0]).all():
-        rows = flat.reshape(len(lengths), int(lengths[0])).tolist()
+        rows = list(flat.reshape(len(lengths), int(lengths[0])))
     else:
-        rows = [part.tolist() for part in np.split(flat, np.cumsum(lengths)[:-1])]
+        rows = np.split(flat, np.cumsum(lengths)[:-1])
     for position, row in zip(positions, rows, strict=True):
         out[position] = row
     return out
 
 
 def index_actions(
-    frame: pl.DataFrame, index: str, chunk: int = 1000, json_columns: tuple[str, ...] = ()
+    frame: pl.DataFrame,
+    index: str,
+    chunk: int = 1000,
+    json_columns: tuple[str, ...] = (),
+    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Bulk index actions (`_id` from the frame) with null fields left out of the source;
-    `json_columns` hold JSON text that is sent as an object."""
+    """Bulk index actions (`_id` from the frame) whose `_source` is JSON serialized here by orjson
+    (float32 vectors straight from numpy, in their shortest form); null fields are left out,
+    `json_columns` hold JSON text that is sent as an object, and `finish` completes each slice."""
     for part in frame.iter_slices(chunk):
+        if finish is not None:
+            part = finish(part)
         vectors = (
-            vector_lists(part.get_column(VECTOR))
-            if VECTOR in part.columns
-            else [None] * part.height
+            vector_rows(part.get_column(VECTOR)) if VECTOR in part.columns else [None] * part.height
         )
         for row, vector in zip(part.drop(VECTOR, strict=False).to_dicts(), vectors, strict=True):
             doc_id = row.pop(ID)
@@ -143,7 +156,11 @@ def index_actions(
             source = {k: v for k, v in row.items() if v is not None}
             if vector is not None:
                 source[VECTOR] = vector
-            yield {"_index": index, "_id": doc_id, "_source": source}
+            yield {"_index": index, "_id": doc_id, "_source": _dumps(source)}
+
+
+def _dumps(source: dict[str, Any]) -> bytes:
+    return orjson.dumps(source, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def turn_base(

@@ -42,6 +42,7 @@ class Source:
     complete: Callable[[DeltaStore, pl.DataFrame, str], pl.DataFrame]
     schemas: Mapping[str, pa.Schema]
     json_columns: tuple[str, ...] = ()
+    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
 
 
 @dataclass
@@ -168,7 +169,7 @@ def sync_index(
     bulk: BulkReport = bulk_write(
         es,
         chain(
-            index_actions(docs, index, json_columns=source.json_columns),
+            index_actions(docs, index, json_columns=source.json_columns, finish=source.finish),
             delete_actions(gone, index),
         ),
         chunk_size=chunk_size,

@@ -9,7 +9,7 @@ import polars as pl
 from ctxdb.delta import DeltaStore
 from ctxdb.embedding import OK, read_vectors
 from ctxdb.es.mappings import ROWS, TURNS
-from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base
+from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base, with_stems
 from ctxdb.index.incremental import Source
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
@@ -39,6 +39,7 @@ ROWS_SOURCE = Source(
     tables=(ROLE_ROWS, ROW_EMBEDDINGS),
     base=_rows_base,
     complete=_rows_complete,
+    finish=with_stems,
     schemas={ROLE_ROWS: ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS: ROW_EMBEDDINGS_SCHEMA},
 )
 
