@@ -51,6 +51,7 @@ from ctxdb.delta import DeltaStore
 from ctxdb.derive.run import derive
 from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
 from ctxdb.es.client import make_client
+from ctxdb.es.mappings import TURNS, alias_name
 from ctxdb.generate import Fact, Generated, generate_events, write_sample
 from ctxdb.generate_topics import TOPICS, Topic
 from ctxdb.index.sync import sync_live
@@ -331,7 +332,7 @@ def main(
     seed: Annotated[int, typer.Option()] = 3,
     prefix: Annotated[
         str, typer.Option(help="Index prefix of the bench memory.")
-    ] = "bench-search-q",
+    ] = "bench-search-q3",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
     grid_search: Annotated[bool, typer.Option("--grid", help="Also score a grid of weights.")] = False,
     overrides: Annotated[list[str] | None, typer.Option("--set", help="Setting override k=v.")] = None,
@@ -348,7 +349,14 @@ def main(
     )
     build_s = build_memory(settings, generated, embedder)
     typer.echo(f"memory: {len(generated.facts)} turns of {users} users, built in {build_s:.0f}s")
-    service = SearchService(settings, make_client(settings), ModelQueryEmbedder(embedder))
+    client = make_client(settings)
+    indexed = client.count(index=alias_name(prefix, TURNS))["count"]
+    if indexed != len(generated.facts):
+        raise SystemExit(
+            f"{prefix} holds {indexed} turns, the sample has {len(generated.facts)}: it was built "
+            "from another sample; pass a new --prefix"
+        )
+    service = SearchService(settings, client, ModelQueryEmbedder(embedder))
     rng = random.Random(seed)
     queries = labeled_queries(generated, rng)
     started = time.monotonic()

@@ -117,8 +117,8 @@ class Settings(BaseSettings):
 
     search_rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
     search_weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
-    search_weight_lexical: float = Field(default=1.0, description="RRF weight of both text arms.")
-    search_weight_recency: float = Field(default=0.5, description="Recency lift weight.")
+    search_weight_lexical: float = Field(default=0.5, description="RRF weight of both text arms.")
+    search_weight_recency: float = Field(default=0.2, description="Recency lift weight.")
     search_num_candidates: int = Field(default=200, description="kNN num_candidates per shard.")
     search_knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
     search_overfetch_rows: int = Field(

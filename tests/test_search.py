@@ -97,7 +97,8 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     lifted = {h.conversation_id: h for h in search_env.service.search(search_env.alice, request).hits}
     new = lifted["c-zebra-new"].explain
     assert new.recency > lifted["c-zebra-old"].explain.recency
-    assert lifted["c-zebra-new"].score == pytest.approx(scores["c-zebra-new"] * (1 + 0.5 * new.recency))
+    w_rec = search_env.settings.search_weight_recency
+    assert lifted["c-zebra-new"].score == pytest.approx(scores["c-zebra-new"] * (1 + w_rec * new.recency))
 
 
 def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
