@@ -28,6 +28,7 @@ import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
 from pyarrow import fs as pafs
 
+from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.purge import (
@@ -52,8 +53,6 @@ from ctxdb.settings import Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
-    PURGED_CONVERSATIONS,
-    PURGED_CONVERSATIONS_SCHEMA,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
@@ -244,10 +243,7 @@ def storage_paths(identities: pl.DataFrame, scope: Scope) -> list[str]:
 
 def tombstone(store: DeltaStore, identities: pl.DataFrame, at: datetime) -> int:
     """Record the erased conversations so late or replayed events are never derived again."""
-    frame = identities.select(IDENTITY).with_columns(purged_at=pl.lit(at).dt.cast_time_unit("us"))
-    return store.insert_new(
-        PURGED_CONVERSATIONS, frame, keys=IDENTITY, schema=PURGED_CONVERSATIONS_SCHEMA
-    )
+    return tombstones.record(store, identities["conversation_id"], at)
 
 
 def scrub_landing(settings: Settings, sources: list[str], scope: Scope) -> int:

@@ -27,12 +27,12 @@ from ctxdb.events_fast import ID_PATTERNS, fast_event
 from ctxdb.tables import (
     LANDED_FILES,
     LANDED_FILES_SCHEMA,
-    PURGED_CONVERSATIONS,
     QUARANTINE_SCHEMA,
     QUARANTINED_EVENTS,
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
 )
+from ctxdb.tombstones import purged_among
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def land(
     events = pl.concat([p.events for p in parsed])
     quarantine = pl.concat([p.quarantine for p in parsed])
     fresh, duplicates = drop_known(store, events)
-    accepted, rejected = split_conflicts(fresh, _owners(store, fresh), _purged(store))
+    accepted, rejected = split_conflicts(fresh, _owners(store, fresh), purged_among(store, fresh["conversation_id"]))
     quarantine = pl.concat([quarantine, rejected_to_quarantine(rejected, now)])
     version = store.version(RAW_TURN_EVENTS)
     stats.landed_version = 0 if version is None else version + 1
@@ -401,12 +401,6 @@ def _owners(store: DeltaStore, events: pl.DataFrame) -> pl.DataFrame:
         .unique("conversation_id")
         .collect()
     )
-
-
-def _purged(store: DeltaStore) -> pl.DataFrame:
-    if not store.exists(PURGED_CONVERSATIONS):
-        return pl.DataFrame(schema={"conversation_id": pl.String})
-    return store.scan(PURGED_CONVERSATIONS).select("conversation_id").collect()
 
 
 def landed_files_frame(

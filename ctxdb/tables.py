@@ -270,12 +270,10 @@ DERIVE_STATE_SCHEMA = pa.schema(
 )
 
 # Conversations erased on purpose: later events for them are quarantined, never re-derived.
+# Only a SHA-256 of the conversation id is kept, so an erasure leaves no identifier behind.
 PURGED_CONVERSATIONS_SCHEMA = pa.schema(
     [
-        pa.field("tenant", pa.string(), nullable=False),
-        pa.field("app", pa.string(), nullable=False),
-        pa.field("user_id", pa.string(), nullable=False),
-        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("conversation_key", pa.string(), nullable=False),
         pa.field("purged_at", TS, nullable=False),
     ]
 )

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     derived,
     index_rows,
@@ -20,6 +19,7 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     write_derived,
     write_turn_files,
 )
+from typer.testing import CliRunner
 
 from ctxdb import erase as erasure
 from ctxdb import retention
@@ -45,6 +45,7 @@ from ctxdb.tables import (
     ROW_EMBEDDINGS_SCHEMA,
 )
 from ctxdb.text import text_hash
+from ctxdb.tombstones import conversation_key
 
 pytestmark = pytest.mark.es
 
@@ -151,8 +152,9 @@ def test_erase_user_leaves_zero_rows_anywhere(store, es, ops_settings, seeded):
     assert cached == set(seeded.filter(pl.col("user_id") == "u2")["text_hash"])
     assert text_hash(SHARED_TEXT) in cached  # still referenced by u2's row
 
-    tombstones = store.read(PURGED_CONVERSATIONS)
-    assert sorted(tombstones["conversation_id"]) == ["c1", "c2"]
+    tombstoned = store.read(PURGED_CONVERSATIONS)
+    assert sorted(tombstoned["conversation_key"]) == sorted(conversation_key(c) for c in ("c1", "c2"))
+    assert tombstoned.columns == ["conversation_key", "purged_at"]  # no identifier is kept
     saved = store.read(RETENTION_REPORT).row(0, named=True)
     assert saved["operation"] == "erase" and saved["status"] == "ok"
     assert not any("u1" in str(value) for value in saved.values())

@@ -11,13 +11,12 @@ import pytest
 from conftest_turn_record import NOW, Turn, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
+from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.generate import generate_events, write_sample
 from ctxdb.landing import land, list_files, parse_lines
 from ctxdb.tables import (
     LANDED_FILES,
-    PURGED_CONVERSATIONS,
-    PURGED_CONVERSATIONS_SCHEMA,
     QUARANTINED_EVENTS,
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
@@ -106,19 +105,7 @@ def test_a_grown_file_is_read_again_and_only_new_events_land(tmp_path: Path, sto
 
 
 def test_events_for_purged_or_foreign_conversations_are_quarantined(tmp_path: Path, store) -> None:
-    store.append(
-        PURGED_CONVERSATIONS,
-        pl.DataFrame(
-            {
-                "tenant": ["acme"],
-                "app": ["chat"],
-                "user_id": ["u1"],
-                "conversation_id": ["gone"],
-                "purged_at": [NOW],
-            }
-        ),
-        PURGED_CONVERSATIONS_SCHEMA,
-    )
+    tombstones.record(store, pl.Series(["gone"]), NOW)
     write_jsonl(tmp_path / "in" / "a.jsonl", Turn("mine", "t1").basic().events)
     land(store, str(tmp_path / "in"), now=NOW)
     intruder = Turn("mine", "t2", user_id="u2").basic().events

@@ -8,12 +8,12 @@ import polars as pl
 
 from ctxdb.delta import DeltaStore
 from ctxdb.tables import (
-    PURGED_CONVERSATIONS,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
     ROLE_ROWS,
     TURN_LOGS,
 )
+from ctxdb.tombstones import purged_among
 
 TURN = ["tenant", "app", "user_id", "conversation_id", "turn_id"]
 SAMPLE = 20
@@ -41,14 +41,15 @@ def _ids(frame: pl.DataFrame) -> list[str]:
 
 def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:
     """Every closed turn (not purged) has exactly one TurnLog."""
-    purged = _scan(store, PURGED_CONVERSATIONS, ["conversation_id"])
-    closed = (
+    closed_all = (
         _scan(store, RAW_TURN_EVENTS, [*TURN, "type"])
         .filter(pl.col("type") == "turn.closed")
         .select(TURN)
         .unique()
-        .join(purged, on="conversation_id", how="anti")
+        .collect()
     )
+    purged = purged_among(store, closed_all["conversation_id"])
+    closed = closed_all.lazy().join(purged.lazy(), on="conversation_id", how="anti")
     logs = _scan(store, TURN_LOGS, TURN).group_by(TURN).len()
     missing = closed.join(logs, on=TURN, how="anti").collect()
     doubled = logs.filter(pl.col("len") > 1).collect()

@@ -29,7 +29,6 @@ from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
     DERIVE_STATE_SCHEMA,
-    PURGED_CONVERSATIONS,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
     REPLAY_SCHEMA,
@@ -41,6 +40,7 @@ from ctxdb.tables import (
     TURN_LOGS,
     TURN_LOGS_SCHEMA,
 )
+from ctxdb.tombstones import purged_among
 
 log = logging.getLogger(__name__)
 STATE_NAME = "turn_record"
@@ -135,12 +135,6 @@ def write_table(
     }
 
 
-def _purged(store: DeltaStore) -> pl.DataFrame:
-    if not store.exists(PURGED_CONVERSATIONS):
-        return pl.DataFrame(schema={"conversation_id": pl.String})
-    return store.scan(PURGED_CONVERSATIONS).select("conversation_id").collect()
-
-
 def table_rows(store: DeltaStore, table: str) -> int:
     """Row count of a table (0 when it does not exist)."""
     if not store.exists(table):
@@ -171,7 +165,9 @@ def derive(
     if touched.is_empty():
         return stats
     to_version = int(touched["landed_version"].max())
-    touched = touched.join(_purged(store), on="conversation_id", how="anti")
+    touched = touched.join(
+        purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
+    )
     conversations = touched["conversation_id"].to_list()
     raw = scan.filter(
         pl.col("conversation_id").is_in(touched["conversation_id"].implode())
