@@ -298,6 +298,9 @@ def test_cross_user_isolation(search_env: SearchEnv) -> None:
     for guess in ("c-bob", "c-sheets-bob", "c-sheets ", "*", "c-*", "c-bob:t1"):
         with pytest.raises(NotFound):
             svc.turn(alice, guess, "t1")
+    # by ref: bob's file ref as a query finds none of bob's turns
+    by_ref = svc.search(alice, SearchRequest(query="conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx", top_k=50))
+    assert all(h.conversation_id != "c-bob" for h in by_ref.hits)
     # the same tenant boundary: a principal in another tenant sees nothing of alice's
     other_tenant = Principal(user_id="alice", tenant="t2")
     assert svc.search(other_tenant, SearchRequest(query="openpyxl")).hits == []
