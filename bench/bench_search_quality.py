@@ -393,6 +393,8 @@ def main(
                     "turns": len(generated.facts),
                     "settings": config,
                     "search": results,
+                    "service_agreement": agreement,
+                    "grid": grid,
                     "catalog": catalog,
                 },
                 indent=2,
