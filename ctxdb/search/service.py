@@ -66,7 +66,9 @@ class ModelQueryEmbedder:
 def default_embedder(settings: Settings) -> QueryEmbedder:
     """The configured sentence-transformers model, loaded on the first query."""
     return ModelQueryEmbedder(
-        SentenceTransformerEmbedder(settings.embedding_model, batch_size=1)
+        SentenceTransformerEmbedder(
+            settings.embedding_model, batch_size=1, device=settings.embedding_device
+        )
     )
 
 
