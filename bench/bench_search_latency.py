@@ -60,15 +60,18 @@ def synthetic_text(rng: random.Random, base: list[str], vocab: list[str]) -> str
     return f"{rng.choice(base)} {filler} ticket T-{rng.getrandbits(32):08x}"
 
 
-def vector_pool(embedder: SentenceTransformerEmbedder, rng: random.Random) -> tuple[list[str], np.ndarray]:
+def vector_pool(
+    embedder: SentenceTransformerEmbedder, rng: random.Random
+) -> tuple[list[str], np.ndarray]:
     base = topic_texts()
     vocab = sorted({w for text in base for w in words(text) if len(w) > 3})
     texts = [synthetic_text(rng, base, vocab) for _ in range(POOL)]
     return texts, embedder.encode(texts)
 
 
-def row_docs(rows: int, users: int, pool_texts: list[str], pool: np.ndarray, seed: int,
-             now: datetime) -> Iterator[tuple[str, dict[str, Any]]]:
+def row_docs(
+    rows: int, users: int, pool_texts: list[str], pool: np.ndarray, seed: int, now: datetime
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """(kind, doc) for `rows` role rows and their turns, spread over `users` users and 30 days."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
@@ -89,29 +92,69 @@ def row_docs(rows: int, users: int, pool_texts: list[str], pool: np.ndarray, see
                 vec /= np.linalg.norm(vec)
                 text = pool_texts[j]
                 texts.append((target, text))
-                yield ROWS, {
-                    "_id": f"{conv}:{turn}:{target}", "row_id": f"{conv}:{turn}:{target}",
-                    "tenant": TENANT, "app": APP, "agent": "helper", "user_id": user,
-                    "conversation_id": conv, "turn_id": turn,
-                    "role": "user" if target == "user" else "assistant", "target": target,
-                    "tags": [f"chat:{target}"], "ref": f"conv:ar:turn_{turn}.{target}",
-                    "path": f"conv:ar:turn_{turn}.{target}", "visibility": "public",
-                    "ordinal": ordinal, "ts": ts.isoformat(), "expires_at": expires,
-                    "text": text, "anchors_text": "", "trigrams": trigrams(text),
-                    "stems": stems(text), "embedding": vec.tolist(), "embedding_status": "ok",
-                    "model_id": "all-MiniLM-L6-v2", "text_hash": text_hash(text),
-                }
+                yield (
+                    ROWS,
+                    {
+                        "_id": f"{conv}:{turn}:{target}",
+                        "row_id": f"{conv}:{turn}:{target}",
+                        "tenant": TENANT,
+                        "app": APP,
+                        "agent": "helper",
+                        "user_id": user,
+                        "conversation_id": conv,
+                        "turn_id": turn,
+                        "role": "user" if target == "user" else "assistant",
+                        "target": target,
+                        "tags": [f"chat:{target}"],
+                        "ref": f"conv:ar:turn_{turn}.{target}",
+                        "path": f"conv:ar:turn_{turn}.{target}",
+                        "visibility": "public",
+                        "ordinal": ordinal,
+                        "ts": ts.isoformat(),
+                        "expires_at": expires,
+                        "text": text,
+                        "anchors_text": "",
+                        "trigrams": trigrams(text),
+                        "stems": stems(text),
+                        "embedding": vec.tolist(),
+                        "embedding_status": "ok",
+                        "model_id": "all-MiniLM-L6-v2",
+                        "text_hash": text_hash(text),
+                    },
+                )
                 made += 1
-            blocks = [{"type": "user.prompt" if t == "user" else "assistant.completion"
-                       if t == "assistant" else "conv.working.summary", "text": text,
-                       "ts": ts.isoformat(), "path": f"conv:ar:turn_{turn}.{t}"} for t, text in texts]
-            yield TURNS, {
-                "_id": turn_doc_id(conv, turn), "tenant": TENANT, "app": APP, "agent": "helper",
-                "user_id": user, "conversation_id": conv, "turn_id": turn, "ordinal": ordinal,
-                "title": f"conversation {conv[:6]}", "started_at": ts.isoformat(),
-                "ended_at": ts.isoformat(), "last_activity_at": ts.isoformat(),
-                "expires_at": expires, "payload": {"turn_id": turn, "blocks": blocks},
-            }
+            blocks = [
+                {
+                    "type": "user.prompt"
+                    if t == "user"
+                    else "assistant.completion"
+                    if t == "assistant"
+                    else "conv.working.summary",
+                    "text": text,
+                    "ts": ts.isoformat(),
+                    "path": f"conv:ar:turn_{turn}.{t}",
+                }
+                for t, text in texts
+            ]
+            yield (
+                TURNS,
+                {
+                    "_id": turn_doc_id(conv, turn),
+                    "tenant": TENANT,
+                    "app": APP,
+                    "agent": "helper",
+                    "user_id": user,
+                    "conversation_id": conv,
+                    "turn_id": turn,
+                    "ordinal": ordinal,
+                    "title": f"conversation {conv[:6]}",
+                    "started_at": ts.isoformat(),
+                    "ended_at": ts.isoformat(),
+                    "last_activity_at": ts.isoformat(),
+                    "expires_at": expires,
+                    "payload": {"turn_id": turn, "blocks": blocks},
+                },
+            )
             if made >= rows:
                 return
 
@@ -123,11 +166,14 @@ def build_index(client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, di
         body["settings"] = {**body["settings"], "refresh_interval": "-1"}
         client.indices.create(index=index_name(prefix, kind, 1), **body)
         client.indices.put_alias(index=index_name(prefix, kind, 1), name=alias_name(prefix, kind))
-    actions = ({"_index": index_name(prefix, kind, 1), "_id": d.pop("_id"), "_source": d}
-               for kind, d in docs)
+    actions = (
+        {"_index": index_name(prefix, kind, 1), "_id": d.pop("_id"), "_source": d}
+        for kind, d in docs
+    )
     indexed = 0
-    for ok, item in helpers.streaming_bulk(client, actions, chunk_size=1000, max_retries=3,
-                                           request_timeout=120):
+    for ok, item in helpers.streaming_bulk(
+        client, actions, chunk_size=1000, max_retries=3, request_timeout=120
+    ):
         indexed += ok
     for kind in (ROWS, TURNS):
         name = index_name(prefix, kind, 1)
@@ -139,8 +185,12 @@ def build_index(client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, di
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     qs = statistics.quantiles(samples, n=100, method="inclusive")
-    return {"p50_ms": round(qs[49] * 1000, 1), "p95_ms": round(qs[94] * 1000, 1),
-            "mean_ms": round(statistics.fmean(samples) * 1000, 1), "n": len(samples)}
+    return {
+        "p50_ms": round(qs[49] * 1000, 1),
+        "p95_ms": round(qs[94] * 1000, 1),
+        "mean_ms": round(statistics.fmean(samples) * 1000, 1),
+        "n": len(samples),
+    }
 
 
 def bench_queries(rng: random.Random, users: int, n: int) -> list[tuple[str, str]]:
@@ -204,17 +254,25 @@ def main(
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
         for i, (user, query) in enumerate(plan):
             t0 = time.perf_counter()
-            response = http.post("/v1/search", json={"query": query, "top_k": 10},
-                                 headers={"Authorization": f"Bearer {tokens[user]}"})
+            response = http.post(
+                "/v1/search",
+                json={"query": query, "top_k": 10},
+                headers={"Authorization": f"Bearer {tokens[user]}"},
+            )
             elapsed = time.perf_counter() - t0
             response.raise_for_status()
             if i >= warmup:
                 http_s.append(elapsed)
     server.should_exit = True
 
-    results = {"rows": count, "users": users, "build_s": round(build_s, 1),
-               "query_embedding": percentiles(embed_s), "python_api": percentiles(python_s),
-               "http_api": percentiles(http_s)}
+    results = {
+        "rows": count,
+        "users": users,
+        "build_s": round(build_s, 1),
+        "query_embedding": percentiles(embed_s),
+        "python_api": percentiles(python_s),
+        "http_api": percentiles(http_s),
+    }
     typer.echo(json.dumps(results, indent=2))
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

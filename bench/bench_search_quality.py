@@ -21,10 +21,11 @@ misspellings):
 Every category weighs the same in the headline ("macro": the mean of the per-category means);
 "all" is the plain mean over queries. Recall@k = |relevant in top k| / min(k, reachable), where
 reachable counts at most `search_max_per_conversation` relevant turns per conversation (the cap
-applies to every arm, so no ranking can do better). MRR uses the first relevant turn in the top 10 (0 when none). Each arm
-alone is ranked exactly as the service ranks it before fusion (best row per turn, same filter,
-same cap); "fused" is the service's fusion of those same rows (checked against the service's own
-answer on 100 queries); "fused-norecency" sets the recency weight to 0.
+applies to every arm, so no ranking can do better). MRR uses the first relevant turn in the top
+10 (0 when none). Each arm alone is ranked exactly as the service ranks it before fusion (best
+row per turn, same filter, same cap); "fused" is the service's fusion of those same rows
+(checked against the service's own answer on 100 queries); "fused-norecency" sets the recency
+weight to 0.
 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--users 3
 --conversations 600 --seed 3] [--grid] [--set search_lexical_min_match=1]
@@ -183,9 +184,16 @@ def labeled_queries(generated: Generated, rng: random.Random) -> list[LabeledQue
             add("exact-ref", [fact], {(fact.conversation_id, fact.turn_id)}, query=fact.hosted_ref)
         if topic.hosted_file:
             name = topic.hosted_file[0]
-            add("file-name", facts, {(f.conversation_id, f.turn_id) for f in facts
-                                     if f.hosted_ref and f.hosted_ref.endswith(name)},
-                query=f"where is {name}")
+            add(
+                "file-name",
+                facts,
+                {
+                    (f.conversation_id, f.turn_id)
+                    for f in facts
+                    if f.hosted_ref and f.hosted_ref.endswith(name)
+                },
+                query=f"where is {name}",
+            )
     return out
 
 
@@ -240,7 +248,9 @@ def collect(service: SearchService, queries: list[LabeledQuery]) -> list[Collect
         principal = Principal(user_id=q.user_id, tenant=q.tenant)
         if q.request.query not in vectors:
             vectors[q.request.query] = service.embedder.embed_query(q.request.query)
-        bodies = service.arm_bodies(principal, q.request, q.request.query, vectors[q.request.query], now)
+        bodies = service.arm_bodies(
+            principal, q.request, q.request.query, vectors[q.request.query], now
+        )
         out.append(Collected(q, service.run_arms(bodies)))
     return out
 
@@ -255,16 +265,29 @@ def capped(keys: Sequence[Key], cap: int, top_k: int) -> list[Key]:
     return out[:top_k]
 
 
-def fused_keys(rows: dict[str, list[RowHit]], settings: Settings, w_sem: float, w_lex: float,
-               w_rec: float, top_k: int) -> list[Key]:
-    fused = fuse(rows, weights=arm_weights(w_sem, w_lex), recency_weight=w_rec,
-                 half_life_days=settings.recency_half_life_days, now=datetime.now(UTC),
-                 rrf_k=settings.search_rrf_k)
+def fused_keys(
+    rows: dict[str, list[RowHit]],
+    settings: Settings,
+    w_sem: float,
+    w_lex: float,
+    w_rec: float,
+    top_k: int,
+) -> list[Key]:
+    fused = fuse(
+        rows,
+        weights=arm_weights(w_sem, w_lex),
+        recency_weight=w_rec,
+        half_life_days=settings.recency_half_life_days,
+        now=datetime.now(UTC),
+        rrf_k=settings.search_rrf_k,
+    )
     kept = cap_per_conversation(fused, settings.search_max_per_conversation, top_k)
     return [(f.conversation_id, f.turn_id) for f in kept]
 
 
-def score(collected: list[Collected], settings: Settings, systems: dict[str, tuple | None]) -> dict[str, dict]:
+def score(
+    collected: list[Collected], settings: Settings, systems: dict[str, tuple | None]
+) -> dict[str, dict]:
     """Metrics per category and system; a system is an arm (None) or fusion weights."""
     cap = settings.search_max_per_conversation
     scores: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(Scores))
@@ -283,7 +306,8 @@ def score(collected: list[Collected], settings: Settings, systems: dict[str, tup
         system: {
             metric: round(statistics.fmean(out[cat][system][metric] for cat in categories), 4)
             for metric in ("recall@5", "recall@10", "mrr")
-        } | {"queries": out["all"][system]["queries"]}
+        }
+        | {"queries": out["all"][system]["queries"]}
         for system in systems
     }
     return out
@@ -295,9 +319,17 @@ def service_agreement(service: SearchService, collected: list[Collected], n: int
     same = 0
     for c in collected[:n]:
         principal = Principal(user_id=c.query.user_id, tenant=c.query.tenant)
-        live = [(h.conversation_id, h.turn_id) for h in service.search(principal, c.query.request).hits]
-        offline = fused_keys(c.rows, s, s.search_weight_semantic, s.search_weight_lexical,
-                             s.search_weight_recency, c.query.request.top_k)
+        live = [
+            (h.conversation_id, h.turn_id) for h in service.search(principal, c.query.request).hits
+        ]
+        offline = fused_keys(
+            c.rows,
+            s,
+            s.search_weight_semantic,
+            s.search_weight_lexical,
+            s.search_weight_recency,
+            c.query.request.top_k,
+        )
         same += live == offline
     return same / max(1, min(n, len(collected)))
 
@@ -334,8 +366,12 @@ def main(
         str, typer.Option(help="Index prefix of the bench memory.")
     ] = "bench-search-q3",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
-    grid_search: Annotated[bool, typer.Option("--grid", help="Also score a grid of weights.")] = False,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="Setting override k=v.")] = None,
+    grid_search: Annotated[
+        bool, typer.Option("--grid", help="Also score a grid of weights.")
+    ] = False,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Setting override k=v.")
+    ] = None,
 ) -> None:
     base = get_settings()
     home = base.home / prefix
@@ -372,11 +408,19 @@ def main(
     typer.echo(f"\nservice answer == offline fusion on {agreement:.0%} of 100 queries")
     grid = {}
     if grid_search:
-        combos = {f"sem={a} lex={b} rec={c}": (a, b, c)
-                  for a in (1.0, 1.5, 2.0) for b in (0.5, 0.75, 1.0) for c in (0.0, 0.2, 0.5)}
-        grid = {name: score(collected, settings, {name: w})["macro"][name] for name, w in combos.items()}
+        combos = {
+            f"sem={a} lex={b} rec={c}": (a, b, c)
+            for a in (1.0, 1.5, 2.0)
+            for b in (0.5, 0.75, 1.0)
+            for c in (0.0, 0.2, 0.5)
+        }
+        grid = {
+            name: score(collected, settings, {name: w})["macro"][name] for name, w in combos.items()
+        }
         for name, m in sorted(grid.items(), key=lambda kv: -kv[1]["recall@10"]):
-            typer.echo(f"  {name:<28} R@5={m['recall@5']:.3f} R@10={m['recall@10']:.3f} MRR={m['mrr']:.3f}")
+            typer.echo(
+                f"  {name:<28} R@5={m['recall@5']:.3f} R@10={m['recall@10']:.3f} MRR={m['mrr']:.3f}"
+            )
     catalog = evaluate_catalog(service, catalog_queries(generated, rng))
     typer.echo("\ncatalog (no similarity): " + json.dumps(catalog))
     if out:

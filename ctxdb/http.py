@@ -12,7 +12,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ctxdb.auth import AuthError, Authenticator, Principal
+from ctxdb.auth import Authenticator, AuthError, Principal
 from ctxdb.es.client import make_client
 from ctxdb.refs import RefError
 from ctxdb.resolve import Resolver
@@ -127,7 +127,9 @@ def create_app(
         return Response(
             content=pulled.data,
             media_type=pulled.mime,
-            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(pulled.filename)}"},
+            headers={
+                "Content-Disposition": f"attachment; filename*=UTF-8''{quote(pulled.filename)}"
+            },
         )
 
     return app

@@ -77,7 +77,9 @@ class Resolver:
         if parsed.family != "fi":
             raise RefError(f"only conv:fi: refs carry bytes, got {ref!r}")
         if parsed.conversation_id is None or parsed.turn_id is None:
-            raise RefError(f"ref {ref!r} must name its conversation and turn (conv_<id>.turn_<id>.)")
+            raise RefError(
+                f"ref {ref!r} must name its conversation and turn (conv_<id>.turn_<id>.)"
+            )
         with elasticsearch_errors(self.settings.elasticsearch_url):
             docs = fetch_turns(
                 self.client,

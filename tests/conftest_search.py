@@ -60,62 +60,139 @@ class Turn:
 
 
 CORPUS = [
-    Turn("alice", "c-sheets", "t1", 6.0,
-         "My openpyxl workbook loses all formulas after I save it with load_workbook",
-         "openpyxl reads cached values when data_only=True; open the workbook without data_only "
-         "so the formulas are kept, then save it again.",
-         title="Spreadsheet trouble", ordinal=1,
-         summary="Fixed formula loss on save in an Excel file edited with openpyxl.",
-         anchors="openpyxl load_workbook data_only formulas",
-         attachment=("budget.xlsx", "budget.xlsx quarterly budget with revenue formulas"),
-         extra_prompts=["also it is the file from finance"]),
-    Turn("alice", "c-sheets", "t2", 5.9,
-         "Now it fails with KeyError: 'Worksheet Sheet3 does not exist.'",
-         "Sheet names are case sensitive; print wb.sheetnames and use the exact name.",
-         title="Spreadsheet trouble", ordinal=2,
-         note="User is probably on openpyxl 3.1; suggest upgrading later.",
-         hosted_file="files/fixed.xlsx"),
-    Turn("alice", "c-k8s", "t1", 30.0,
-         "my kubernetes pod keeps restarting with CrashLoopBackOff",
-         "Run kubectl logs --previous; the liveness probe fails before the app is ready, so "
-         "raise initialDelaySeconds.",
-         agent="ops", title="Pod restarts", ordinal=1),
-    Turn("alice", "c-k8s", "t2", 1.0,
-         "how do I raise the memory limit of the deployment",
-         "Set resources.limits.memory in the container spec and roll out the deployment.",
-         agent="ops", title="Pod restarts", ordinal=2),
-    Turn("alice", "c-k8s", "t3", 0.5,
-         "and what about the cpu request",
-         "Set resources.requests.cpu; requests drive scheduling, limits drive throttling.",
-         agent="ops", title="Pod restarts", ordinal=3),
-    Turn("alice", "c-cook", "t1", 2.0,
-         "recipe for a quick vegetarian lasagna",
-         "Layer ricotta, spinach and marinara between no-boil noodles; bake 40 minutes.",
-         title="Dinner", ordinal=1),
-    Turn("alice", "c-zebra-old", "t1", 60.0,
-         "zebra migration patterns in the serengeti",
-         "The great migration follows the rains from the southern plains north to the Mara.",
-         title="Zebras old", ordinal=1),
-    Turn("alice", "c-zebra-new", "t1", 1.0,
-         "zebra migration patterns in the serengeti",
-         "The great migration follows the rains from the southern plains north to the Mara.",
-         title="Zebras new", ordinal=1),
-    Turn("alice", "c-old", "t1", 3.0,
-         "openpyxl chart colors are wrong",
-         "Set the series graphicalProperties line solidFill.",
-         title="Expired chart talk", expired=True, hosted_file="files/chart.png"),
-    Turn("alice", "c-nolog", "t1", 4.0,
-         "terraform apply fails with ConditionalCheckFailedException on the state lock",
-         "Another run holds the DynamoDB lock; force-unlock with the lock id once it is dead.",
-         title="Terraform lock", with_turn_log=False),
-    Turn("bob", "c-bob", "t1", 2.0,
-         "openpyxl payroll spreadsheet with the secret salaries",
-         "Protect the payroll workbook sheet with a password in openpyxl.",
-         title="Bob payroll", ordinal=1, hosted_file="files/salaries.xlsx"),
-    Turn("bob", "c-sheets-bob", "t1", 2.0,
-         "my openpyxl workbook loses formulas on save",
-         "Do not use data_only=True when you want formulas.",
-         title="Bob sheets", ordinal=1),
+    Turn(
+        "alice",
+        "c-sheets",
+        "t1",
+        6.0,
+        "My openpyxl workbook loses all formulas after I save it with load_workbook",
+        "openpyxl reads cached values when data_only=True; open the workbook without data_only "
+        "so the formulas are kept, then save it again.",
+        title="Spreadsheet trouble",
+        ordinal=1,
+        summary="Fixed formula loss on save in an Excel file edited with openpyxl.",
+        anchors="openpyxl load_workbook data_only formulas",
+        attachment=("budget.xlsx", "budget.xlsx quarterly budget with revenue formulas"),
+        extra_prompts=["also it is the file from finance"],
+    ),
+    Turn(
+        "alice",
+        "c-sheets",
+        "t2",
+        5.9,
+        "Now it fails with KeyError: 'Worksheet Sheet3 does not exist.'",
+        "Sheet names are case sensitive; print wb.sheetnames and use the exact name.",
+        title="Spreadsheet trouble",
+        ordinal=2,
+        note="User is probably on openpyxl 3.1; suggest upgrading later.",
+        hosted_file="files/fixed.xlsx",
+    ),
+    Turn(
+        "alice",
+        "c-k8s",
+        "t1",
+        30.0,
+        "my kubernetes pod keeps restarting with CrashLoopBackOff",
+        "Run kubectl logs --previous; the liveness probe fails before the app is ready, so "
+        "raise initialDelaySeconds.",
+        agent="ops",
+        title="Pod restarts",
+        ordinal=1,
+    ),
+    Turn(
+        "alice",
+        "c-k8s",
+        "t2",
+        1.0,
+        "how do I raise the memory limit of the deployment",
+        "Set resources.limits.memory in the container spec and roll out the deployment.",
+        agent="ops",
+        title="Pod restarts",
+        ordinal=2,
+    ),
+    Turn(
+        "alice",
+        "c-k8s",
+        "t3",
+        0.5,
+        "and what about the cpu request",
+        "Set resources.requests.cpu; requests drive scheduling, limits drive throttling.",
+        agent="ops",
+        title="Pod restarts",
+        ordinal=3,
+    ),
+    Turn(
+        "alice",
+        "c-cook",
+        "t1",
+        2.0,
+        "recipe for a quick vegetarian lasagna",
+        "Layer ricotta, spinach and marinara between no-boil noodles; bake 40 minutes.",
+        title="Dinner",
+        ordinal=1,
+    ),
+    Turn(
+        "alice",
+        "c-zebra-old",
+        "t1",
+        60.0,
+        "zebra migration patterns in the serengeti",
+        "The great migration follows the rains from the southern plains north to the Mara.",
+        title="Zebras old",
+        ordinal=1,
+    ),
+    Turn(
+        "alice",
+        "c-zebra-new",
+        "t1",
+        1.0,
+        "zebra migration patterns in the serengeti",
+        "The great migration follows the rains from the southern plains north to the Mara.",
+        title="Zebras new",
+        ordinal=1,
+    ),
+    Turn(
+        "alice",
+        "c-old",
+        "t1",
+        3.0,
+        "openpyxl chart colors are wrong",
+        "Set the series graphicalProperties line solidFill.",
+        title="Expired chart talk",
+        expired=True,
+        hosted_file="files/chart.png",
+    ),
+    Turn(
+        "alice",
+        "c-nolog",
+        "t1",
+        4.0,
+        "terraform apply fails with ConditionalCheckFailedException on the state lock",
+        "Another run holds the DynamoDB lock; force-unlock with the lock id once it is dead.",
+        title="Terraform lock",
+        with_turn_log=False,
+    ),
+    Turn(
+        "bob",
+        "c-bob",
+        "t1",
+        2.0,
+        "openpyxl payroll spreadsheet with the secret salaries",
+        "Protect the payroll workbook sheet with a password in openpyxl.",
+        title="Bob payroll",
+        ordinal=1,
+        hosted_file="files/salaries.xlsx",
+    ),
+    Turn(
+        "bob",
+        "c-sheets-bob",
+        "t1",
+        2.0,
+        "my openpyxl workbook loses formulas on save",
+        "Do not use data_only=True when you want formulas.",
+        title="Bob sheets",
+        ordinal=1,
+    ),
 ]
 
 
@@ -126,38 +203,99 @@ def _fi_ref(turn: Turn, path: str) -> str:
 def _blocks(turn: Turn) -> list[dict[str, Any]]:
     ts = turn.ts.isoformat()
     blocks = [
-        {"type": "user.prompt", "author": "user", "turn_id": turn.turn, "ts": ts, "mime": "text/plain",
-         "path": f"conv:ar:{turn.turn}.user.prompt", "text": turn.prompt,
-         "meta": {"event_type": "event.user.prompt", "message_id": "m1"}},
+        {
+            "type": "user.prompt",
+            "author": "user",
+            "turn_id": turn.turn,
+            "ts": ts,
+            "mime": "text/plain",
+            "path": f"conv:ar:{turn.turn}.user.prompt",
+            "text": turn.prompt,
+            "meta": {"event_type": "event.user.prompt", "message_id": "m1"},
+        },
     ]
     for i, extra in enumerate(turn.extra_prompts, start=1):
-        blocks.append({"type": "user.prompt", "author": "user", "turn_id": turn.turn, "ts": ts,
-                       "mime": "text/plain", "path": f"conv:ar:{turn.turn}.user.prompt.{i}",
-                       "text": extra, "meta": {"event_type": "event.user.followup"}})
+        blocks.append(
+            {
+                "type": "user.prompt",
+                "author": "user",
+                "turn_id": turn.turn,
+                "ts": ts,
+                "mime": "text/plain",
+                "path": f"conv:ar:{turn.turn}.user.prompt.{i}",
+                "text": extra,
+                "meta": {"event_type": "event.user.followup"},
+            }
+        )
     if turn.attachment:
         name, text = turn.attachment
-        blocks.append({"type": "user.attachment.meta", "author": "user", "turn_id": turn.turn,
-                       "ts": ts, "mime": "application/vnd.ms-excel",
-                       "path": _fi_ref(turn, f"user.attachments/{name}"), "text": text,
-                       "meta": {"filename": name, "size": 1234}})
+        blocks.append(
+            {
+                "type": "user.attachment.meta",
+                "author": "user",
+                "turn_id": turn.turn,
+                "ts": ts,
+                "mime": "application/vnd.ms-excel",
+                "path": _fi_ref(turn, f"user.attachments/{name}"),
+                "text": text,
+                "meta": {"filename": name, "size": 1234},
+            }
+        )
     if turn.hosted_file:
-        blocks.append({"type": "react.tool.result", "author": "assistant", "turn_id": turn.turn,
-                       "ts": ts, "mime": "application/vnd.ms-excel",
-                       "path": f"conv:tc:{turn.turn}.code_exec_0.result", "text": None,
-                       "meta": {"kind": "file", "artifact_path": _fi_ref(turn, turn.hosted_file),
-                                "hosted_uri": f"file:///{turn.hosted_file}"}})
+        blocks.append(
+            {
+                "type": "react.tool.result",
+                "author": "assistant",
+                "turn_id": turn.turn,
+                "ts": ts,
+                "mime": "application/vnd.ms-excel",
+                "path": f"conv:tc:{turn.turn}.code_exec_0.result",
+                "text": None,
+                "meta": {
+                    "kind": "file",
+                    "artifact_path": _fi_ref(turn, turn.hosted_file),
+                    "hosted_uri": f"file:///{turn.hosted_file}",
+                },
+            }
+        )
     if turn.note:
-        blocks.append({"type": "react.note", "author": "assistant", "turn_id": turn.turn, "ts": ts,
-                       "mime": "text/plain", "path": f"conv:ar:{turn.turn}.react.note",
-                       "text": turn.note, "meta": {}})
+        blocks.append(
+            {
+                "type": "react.note",
+                "author": "assistant",
+                "turn_id": turn.turn,
+                "ts": ts,
+                "mime": "text/plain",
+                "path": f"conv:ar:{turn.turn}.react.note",
+                "text": turn.note,
+                "meta": {},
+            }
+        )
     if turn.summary:
-        blocks.append({"type": "conv.working.summary", "author": "assistant", "turn_id": turn.turn,
-                       "ts": ts, "mime": "text/plain", "path": f"conv:ws:{turn.turn}.summary",
-                       "text": turn.summary, "meta": {}})
-    blocks.append({"type": "assistant.completion", "author": "assistant", "turn_id": turn.turn,
-                   "ts": ts, "mime": "text/markdown",
-                   "path": f"conv:ar:{turn.turn}.assistant.completion", "text": turn.answer,
-                   "meta": {}})
+        blocks.append(
+            {
+                "type": "conv.working.summary",
+                "author": "assistant",
+                "turn_id": turn.turn,
+                "ts": ts,
+                "mime": "text/plain",
+                "path": f"conv:ws:{turn.turn}.summary",
+                "text": turn.summary,
+                "meta": {},
+            }
+        )
+    blocks.append(
+        {
+            "type": "assistant.completion",
+            "author": "assistant",
+            "turn_id": turn.turn,
+            "ts": ts,
+            "mime": "text/markdown",
+            "path": f"conv:ar:{turn.turn}.assistant.completion",
+            "text": turn.answer,
+            "meta": {},
+        }
+    )
     return blocks
 
 
@@ -174,33 +312,63 @@ def role_row_docs(turn: Turn) -> list[dict[str, Any]]:
         specs.append(("artifact", "attachment", turn.attachment[1], "", "public"))
     docs = []
     for ordinal, (role, target, text, anchors, visibility) in enumerate(specs):
-        docs.append({
-            "row_id": f"{turn.conversation}:{turn.turn}:{ordinal}",
-            "tenant": TENANT, "app": APP, "agent": turn.agent, "user_id": turn.user,
-            "conversation_id": turn.conversation, "turn_id": turn.turn, "role": role,
-            "target": target, "tags": [f"chat:{target}", f"turn:{turn.turn}"],
-            "event_type": "event.user.prompt" if role == "user" else None, "batch_id": None,
-            "ref": f"conv:ar:{turn.turn}.{target}", "path": f"conv:ar:{turn.turn}.{target}",
-            "visibility": visibility, "ordinal": ordinal, "ts": turn.ts.isoformat(),
-            "expires_at": turn.expires_at.isoformat(), "text": text, "anchors_text": anchors,
-            "trigrams": trigrams(f"{text} {anchors}"), "stems": stems(f"{text} {anchors}"),
-            "text_hash": text_hash(text),
-        })
+        docs.append(
+            {
+                "row_id": f"{turn.conversation}:{turn.turn}:{ordinal}",
+                "tenant": TENANT,
+                "app": APP,
+                "agent": turn.agent,
+                "user_id": turn.user,
+                "conversation_id": turn.conversation,
+                "turn_id": turn.turn,
+                "role": role,
+                "target": target,
+                "tags": [f"chat:{target}", f"turn:{turn.turn}"],
+                "event_type": "event.user.prompt" if role == "user" else None,
+                "batch_id": None,
+                "ref": f"conv:ar:{turn.turn}.{target}",
+                "path": f"conv:ar:{turn.turn}.{target}",
+                "visibility": visibility,
+                "ordinal": ordinal,
+                "ts": turn.ts.isoformat(),
+                "expires_at": turn.expires_at.isoformat(),
+                "text": text,
+                "anchors_text": anchors,
+                "trigrams": trigrams(f"{text} {anchors}"),
+                "stems": stems(f"{text} {anchors}"),
+                "text_hash": text_hash(text),
+            }
+        )
     return docs
 
 
 def turn_doc(turn: Turn) -> dict[str, Any]:
     return {
-        "tenant": TENANT, "app": APP, "agent": turn.agent, "user_id": turn.user,
-        "conversation_id": turn.conversation, "turn_id": turn.turn, "adapter": "test",
-        "recording_kind": "minimal", "title": turn.title, "ordinal": turn.ordinal,
-        "started_at": turn.ts.isoformat(), "ended_at": (turn.ts + timedelta(minutes=1)).isoformat(),
+        "tenant": TENANT,
+        "app": APP,
+        "agent": turn.agent,
+        "user_id": turn.user,
+        "conversation_id": turn.conversation,
+        "turn_id": turn.turn,
+        "adapter": "test",
+        "recording_kind": "minimal",
+        "title": turn.title,
+        "ordinal": turn.ordinal,
+        "started_at": turn.ts.isoformat(),
+        "ended_at": (turn.ts + timedelta(minutes=1)).isoformat(),
         "last_activity_at": (turn.ts + timedelta(minutes=1)).isoformat(),
-        "expires_at": turn.expires_at.isoformat(), "error": False,
-        "first_user_text": turn.prompt, "last_assistant_text": turn.answer,
-        "payload": {"turn_id": turn.turn, "ts": turn.ts.isoformat(), "blocks": _blocks(turn),
-                    "sources_used": [{"sid": 1, "url": "https://openpyxl.readthedocs.io"}]
-                    if turn.summary else []},
+        "expires_at": turn.expires_at.isoformat(),
+        "error": False,
+        "first_user_text": turn.prompt,
+        "last_assistant_text": turn.answer,
+        "payload": {
+            "turn_id": turn.turn,
+            "ts": turn.ts.isoformat(),
+            "blocks": _blocks(turn),
+            "sources_used": [{"sid": 1, "url": "https://openpyxl.readthedocs.io"}]
+            if turn.summary
+            else [],
+        },
     }
 
 
@@ -219,13 +387,20 @@ def index_corpus(
     if embedder is not None:
         vectors = embedder.embedder.encode([r["text"] for r in rows])
         for row, vector in zip(rows, vectors, strict=True):
-            row.update(embedding=[float(x) for x in vector], embedding_status="ok",
-                       model_id="all-MiniLM-L6-v2")
+            row.update(
+                embedding=[float(x) for x in vector],
+                embedding_status="ok",
+                model_id="all-MiniLM-L6-v2",
+            )
     actions = [{"_index": alias_name(prefix, ROWS), "_id": r["row_id"], "_source": r} for r in rows]
     actions += [
-        {"_index": alias_name(prefix, TURNS), "_id": turn_doc_id(t.conversation, t.turn),
-         "_source": turn_doc(t)}
-        for t in corpus if t.with_turn_log
+        {
+            "_index": alias_name(prefix, TURNS),
+            "_id": turn_doc_id(t.conversation, t.turn),
+            "_source": turn_doc(t),
+        }
+        for t in corpus
+        if t.with_turn_log
     ]
     helpers.bulk(client, actions, refresh="wait_for")
 

@@ -8,7 +8,7 @@ import time
 import jwt
 import pytest
 
-from ctxdb.auth import AuthError, Authenticator, TokenStore
+from ctxdb.auth import Authenticator, AuthError, TokenStore
 from ctxdb.settings import Settings
 
 
@@ -35,12 +35,16 @@ def test_two_tokens_for_two_users_do_not_mix(tmp_path) -> None:
         store.verify(f"ctxdb_{alice_id}_{bob_secret}")
 
 
-@pytest.mark.parametrize("bad", ["", "ctxdb", "ctxdb__x", "bearer abc", "ctxdb_nosuchid_secret", "x.y.z"])
+@pytest.mark.parametrize(
+    "bad", ["", "ctxdb", "ctxdb__x", "bearer abc", "ctxdb_nosuchid_secret", "x.y.z"]
+)
 def test_malformed_or_unknown_tokens_are_rejected(tmp_path, bad: str) -> None:
     store = TokenStore(tmp_path / "tokens.json")
     store.issue("alice")
     with pytest.raises(AuthError):
-        Authenticator(Settings(home=tmp_path, auth_tokens_path=tmp_path / "tokens.json")).authenticate(bad)
+        Authenticator(
+            Settings(home=tmp_path, auth_tokens_path=tmp_path / "tokens.json")
+        ).authenticate(bad)
     with pytest.raises(AuthError):
         store.verify(bad)
 
@@ -70,8 +74,13 @@ def _jwt_settings(tmp_path) -> Settings:
 
 
 def _claims(**over) -> dict:
-    claims = {"sub": "carol", "tenant": "t9", "aud": "ctxdb", "iss": "https://idp.example",
-              "exp": int(time.time()) + 60}
+    claims = {
+        "sub": "carol",
+        "tenant": "t9",
+        "aud": "ctxdb",
+        "iss": "https://idp.example",
+        "exp": int(time.time()) + 60,
+    }
     claims.update(over)
     return claims
 

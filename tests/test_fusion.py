@@ -1,4 +1,4 @@
-"""Exact arithmetic of reciprocal-rank fusion, the recency lift, dedup and the per-conversation cap."""
+"""Exact arithmetic of reciprocal-rank fusion, recency lift, dedup and the per-conversation cap."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from ctxdb.search.models import SearchRequest, Weights
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
-def row(conv: str, turn: str, age_days: float = 0.0, target: str = "user", score: float = 1.0) -> RowHit:
+def row(
+    conv: str, turn: str, age_days: float = 0.0, target: str = "user", score: float = 1.0
+) -> RowHit:
     return RowHit(conv, turn, target, NOW - timedelta(days=age_days), score)  # type: ignore[arg-type]
 
 
@@ -76,7 +78,7 @@ def test_zero_recency_weight_keeps_pure_rrf_order() -> None:
 
 def test_recency_factor_future_is_age_zero_and_half_life_must_be_positive() -> None:
     assert recency_factor(NOW + timedelta(days=1), NOW, 7) == (0.0, 1.0)
-    assert recency_factor(NOW - timedelta(days=3.5), NOW, 7)[1] == pytest.approx(2 ** -0.5)
+    assert recency_factor(NOW - timedelta(days=3.5), NOW, 7)[1] == pytest.approx(2**-0.5)
     with pytest.raises(ValueError):
         recency_factor(NOW, NOW, 0)
 

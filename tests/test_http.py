@@ -1,14 +1,20 @@
 """The HTTP API through FastAPI's test client: token auth, same semantics as the Python API,
 404 for other users' conversations, turns and refs, 400 missing_query, OpenAPI."""
 
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import time
 
 import jwt
 import pytest
-from conftest_search import SearchEnv, search_env  # noqa: F401
-from conftest_search import query_embedder  # noqa: F401
+from conftest_search import (  # noqa: F401
+    SearchEnv,
+    query_embedder,  # noqa: F401
+    search_env,
+)
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
@@ -17,10 +23,14 @@ from ctxdb.search import SearchRequest
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 
+BOB_PATH = "bob/conv_c-bob/turn_t1/files/salaries.xlsx"
+
 
 @pytest.fixture(scope="module")
 def http(search_env: SearchEnv) -> TestClient:
-    return TestClient(create_app(search_env.settings, search_env.client, search_env.service.embedder))
+    return TestClient(
+        create_app(search_env.settings, search_env.client, search_env.service.embedder)
+    )
 
 
 def auth(env: SearchEnv, user: str) -> dict[str, str]:
@@ -30,8 +40,12 @@ def auth(env: SearchEnv, user: str) -> dict[str, str]:
 def test_healthz_and_openapi_need_no_token(http: TestClient) -> None:
     assert http.get("/healthz").json() == {"status": "ok", "elasticsearch": "green"}
     spec = http.get("/openapi.json").json()
-    assert {"/v1/search", "/v1/conversations", "/v1/conversations/{conversation_id}/turns/{turn_id}",
-            "/v1/pull"} <= set(spec["paths"])
+    assert {
+        "/v1/search",
+        "/v1/conversations",
+        "/v1/conversations/{conversation_id}/turns/{turn_id}",
+        "/v1/pull",
+    } <= set(spec["paths"])
     assert "SearchRequest" in spec["components"]["schemas"]
 
 
@@ -41,7 +55,12 @@ def test_requests_without_a_valid_token_are_401(http: TestClient, header: str | 
     response = http.post("/v1/search", json={"query": "openpyxl"}, headers=headers)
     assert response.status_code == 401
     assert http.get("/v1/conversations", headers=headers).status_code == 401
-    assert http.get("/v1/pull", params={"ref": "conv:fi:conv_c-sheets.turn_t1.files/x"}, headers=headers).status_code == 401
+    assert (
+        http.get(
+            "/v1/pull", params={"ref": "conv:fi:conv_c-sheets.turn_t1.files/x"}, headers=headers
+        ).status_code
+        == 401
+    )
 
 
 def test_search_matches_the_python_api(http: TestClient, search_env: SearchEnv) -> None:
@@ -65,7 +84,9 @@ def test_the_token_decides_the_user(http: TestClient, search_env: SearchEnv) -> 
     assert "c-bob" not in {h["conversation_id"] for h in alice["hits"]}
     assert bob["hits"][0]["conversation_id"] == "c-bob"
     # a user_id smuggled into the body is not part of the contract and changes nothing
-    smuggled = http.post("/v1/search", json={**body, "user_id": "bob"}, headers=auth(search_env, "alice")).json()
+    smuggled = http.post(
+        "/v1/search", json={**body, "user_id": "bob"}, headers=auth(search_env, "alice")
+    ).json()
     assert "c-bob" not in {h["conversation_id"] for h in smuggled["hits"]}
 
 
@@ -73,11 +94,15 @@ def test_missing_query_is_400(http: TestClient, search_env: SearchEnv) -> None:
     response = http.post("/v1/search", json={"query": " "}, headers=auth(search_env, "alice"))
     assert response.status_code == 400
     assert response.json()["error"] == "missing_query"
-    invalid = http.post("/v1/search", json={"query": "x", "scope": "galaxy"}, headers=auth(search_env, "alice"))
+    invalid = http.post(
+        "/v1/search", json={"query": "x", "scope": "galaxy"}, headers=auth(search_env, "alice")
+    )
     assert invalid.status_code == 422
 
 
-def test_other_users_conversation_is_404_everywhere(http: TestClient, search_env: SearchEnv) -> None:
+def test_other_users_conversation_is_404_everywhere(
+    http: TestClient, search_env: SearchEnv
+) -> None:
     headers = auth(search_env, "alice")
     scoped = http.post(
         "/v1/search",
@@ -91,7 +116,10 @@ def test_other_users_conversation_is_404_everywhere(http: TestClient, search_env
     # a conversation that does not exist at all answers the same way
     missing = http.get("/v1/conversations/c-nobody/turns/t1", headers=headers)
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
-    assert http.get("/v1/conversations/c-bob/turns/t1", headers=auth(search_env, "bob")).status_code == 200
+    assert (
+        http.get("/v1/conversations/c-bob/turns/t1", headers=auth(search_env, "bob")).status_code
+        == 200
+    )
 
 
 def test_conversations_and_turn(http: TestClient, search_env: SearchEnv) -> None:
@@ -105,7 +133,11 @@ def test_conversations_and_turn(http: TestClient, search_env: SearchEnv) -> None
 
 def test_pull_owner_only_and_no_traversal(http: TestClient, search_env: SearchEnv) -> None:
     headers = auth(search_env, "alice")
-    ok = http.get("/v1/pull", params={"ref": "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx"}, headers=headers)
+    ok = http.get(
+        "/v1/pull",
+        params={"ref": "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx"},
+        headers=headers,
+    )
     assert ok.status_code == 200 and ok.content == b"bytes of files/fixed.xlsx for alice"
     assert "fixed.xlsx" in ok.headers["content-disposition"]
     bob_ref = {"ref": "conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx"}
@@ -113,7 +145,7 @@ def test_pull_owner_only_and_no_traversal(http: TestClient, search_env: SearchEn
     assert http.get("/v1/pull", params=bob_ref, headers=auth(search_env, "bob")).status_code == 200
     traversal = http.get(
         "/v1/pull",
-        params={"ref": "conv:fi:conv_c-sheets.turn_t1.files/../../../../bob/conv_c-bob/turn_t1/files/salaries.xlsx"},
+        params={"ref": "conv:fi:conv_c-sheets.turn_t1.files/../../../../" + BOB_PATH},
         headers=headers,
     )
     assert traversal.status_code == 400 and traversal.json()["error"] == "invalid_ref"
@@ -121,12 +153,29 @@ def test_pull_owner_only_and_no_traversal(http: TestClient, search_env: SearchEn
 
 def test_jwt_principal(search_env: SearchEnv) -> None:
     key = "jwt-test-key-0123456789-abcdefghij"
-    settings = search_env.settings.model_copy(update={"auth_jwt_key": SecretStr(key), "auth_jwt_algorithms": ["HS256"]})
+    settings = search_env.settings.model_copy(
+        update={"auth_jwt_key": SecretStr(key), "auth_jwt_algorithms": ["HS256"]}
+    )
     client = TestClient(create_app(settings, search_env.client, load_model=False))
-    token = jwt.encode({"sub": "bob", "tenant": "t1", "exp": int(time.time()) + 60}, key, algorithm="HS256")
-    response = client.post("/v1/search", json={"query": "payroll salaries"}, headers={"Authorization": f"Bearer {token}"})
+    token = jwt.encode(
+        {"sub": "bob", "tenant": "t1", "exp": int(time.time()) + 60}, key, algorithm="HS256"
+    )
+    response = client.post(
+        "/v1/search",
+        json={"query": "payroll salaries"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
     assert response.status_code == 200
     assert response.json()["hits"][0]["conversation_id"] == "c-bob"
     assert any("semantic_unavailable" in w for w in response.json()["warnings"])
-    forged = jwt.encode({"sub": "bob", "exp": int(time.time()) + 60}, "wrong-key-wrong-key-wrong-key-00", algorithm="HS256")
-    assert client.post("/v1/search", json={"query": "x"}, headers={"Authorization": f"Bearer {forged}"}).status_code == 401
+    forged = jwt.encode(
+        {"sub": "bob", "exp": int(time.time()) + 60},
+        "wrong-key-wrong-key-wrong-key-00",
+        algorithm="HS256",
+    )
+    assert (
+        client.post(
+            "/v1/search", json={"query": "x"}, headers={"Authorization": f"Bearer {forged}"}
+        ).status_code
+        == 401
+    )

@@ -1,13 +1,21 @@
 """conv:fi: ref resolution: owner-only, retained-only, no traversal, local dir and URI storage."""
 
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
-from conftest_search import APP, TENANT, SearchEnv, search_env  # noqa: F401
-from conftest_search import query_embedder  # noqa: F401
+from conftest_search import (  # noqa: F401
+    APP,
+    TENANT,
+    SearchEnv,
+    query_embedder,  # noqa: F401
+    search_env,
+)
 
 from ctxdb.refs import RefError
 from ctxdb.resolve import Resolver
@@ -64,7 +72,9 @@ def test_missing_file_of_own_turn_is_not_found(search_env: SearchEnv) -> None:
     with pytest.raises(NotFound):
         resolver(search_env).pull(search_env.alice, "conv:fi:conv_c-sheets.turn_t1.files/nope.csv")
     with pytest.raises(NotFound):  # a directory is not a file
-        resolver(search_env).pull(search_env.alice, "conv:fi:conv_c-sheets.turn_t1.user.attachments")
+        resolver(search_env).pull(
+            search_env.alice, "conv:fi:conv_c-sheets.turn_t1.user.attachments"
+        )
 
 
 @pytest.mark.parametrize(
@@ -95,7 +105,9 @@ def test_symlink_out_of_the_turn_directory_is_refused(search_env: SearchEnv) -> 
     if not link.exists():
         os.symlink(bob_file, link)
     with pytest.raises(RefError, match="outside"):
-        resolver(search_env).pull(search_env.alice, "conv:fi:conv_c-sheets.turn_t1.files/innocent.xlsx")
+        resolver(search_env).pull(
+            search_env.alice, "conv:fi:conv_c-sheets.turn_t1.files/innocent.xlsx"
+        )
 
 
 def test_uri_storage_root_through_pyarrow_fs(search_env: SearchEnv) -> None:

@@ -2,13 +2,20 @@
 recency, scope, targets, expiry, catalog modes, materialization, fallback snippet, degradation and
 cross-user isolation."""
 
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest_search import NOW, SearchEnv, search_env  # noqa: F401
-from conftest_search import query_embedder  # noqa: F401
+from conftest_search import (  # noqa: F401
+    NOW,
+    SearchEnv,
+    query_embedder,  # noqa: F401
+    search_env,
+)
 
 from ctxdb.auth import Principal
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
@@ -66,7 +73,9 @@ def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -
     assert top.title == "Spreadsheet trouble" and top.ordinal == 1
     assert {"user", "summary"} & set(top.matched_targets)
     by_target = {s.target: s for s in reversed(top.snippets)}  # first snippet per target
-    assert [s.text for s in top.snippets if s.target == "user"][1] == "also it is the file from finance"
+    assert [s.text for s in top.snippets if s.target == "user"][
+        1
+    ] == "also it is the file from finance"
     assert by_target["user"].text.startswith("My openpyxl workbook")
     assert by_target["assistant"].source == "turn_log"
     assert "formula loss" in by_target["summary"].text
@@ -76,8 +85,10 @@ def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -
     assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency))
     assert e.rrf == pytest.approx(sum(a.contribution for a in e.arms.values()))
     assert e.recency == pytest.approx(2 ** (-e.age_days / 7), rel=1e-6)
-    assert all(h.explain is None for h in search_env.service.search(
-        search_env.alice, SearchRequest(query="openpyxl")).hits)
+    assert all(
+        h.explain is None
+        for h in search_env.service.search(search_env.alice, SearchRequest(query="openpyxl")).hits
+    )
 
 
 def test_snippet_selection_follows_the_request(search_env: SearchEnv) -> None:
@@ -94,11 +105,15 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     flat = SearchRequest(query="zebra migration serengeti", weights={"recency": 0})
     hits = search_env.service.search(search_env.alice, flat).hits
     scores = {h.conversation_id: h.score for h in hits}
-    lifted = {h.conversation_id: h for h in search_env.service.search(search_env.alice, request).hits}
+    lifted = {
+        h.conversation_id: h for h in search_env.service.search(search_env.alice, request).hits
+    }
     new = lifted["c-zebra-new"].explain
     assert new.recency > lifted["c-zebra-old"].explain.recency
     w_rec = search_env.settings.search_weight_recency
-    assert lifted["c-zebra-new"].score == pytest.approx(scores["c-zebra-new"] * (1 + w_rec * new.recency))
+    assert lifted["c-zebra-new"].score == pytest.approx(
+        scores["c-zebra-new"] * (1 + w_rec * new.recency)
+    )
 
 
 def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
@@ -116,7 +131,9 @@ def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
 
 def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
     in_conv = SearchRequest(query="openpyxl", scope="conversation", conversation_id="c-k8s")
-    assert {h.conversation_id for h in search_env.service.search(search_env.alice, in_conv).hits} == {"c-k8s"}
+    assert {
+        h.conversation_id for h in search_env.service.search(search_env.alice, in_conv).hits
+    } == {"c-k8s"}
     by_agent = SearchRequest(query="deployment workbook lasagna", scope="agent", agent="ops")
     hits = search_env.service.search(search_env.alice, by_agent).hits
     assert hits and {h.conversation_id for h in hits} == {"c-k8s"}
@@ -124,14 +141,17 @@ def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
 
 def test_max_two_hits_per_conversation(search_env: SearchEnv) -> None:
     response = search_env.service.search(
-        search_env.alice, SearchRequest(query="kubernetes deployment resources limits requests pod", top_k=10)
+        search_env.alice,
+        SearchRequest(query="kubernetes deployment resources limits requests pod", top_k=10),
     )
     assert [h.conversation_id for h in response.hits].count("c-k8s") == 2
 
 
 def test_targets_filter_rows_and_notes_are_opt_in(search_env: SearchEnv) -> None:
     note_query = "suggest upgrading openpyxl 3.1"
-    default = search_env.service.search(search_env.alice, SearchRequest(query=note_query, explain=True))
+    default = search_env.service.search(
+        search_env.alice, SearchRequest(query=note_query, explain=True)
+    )
     assert all("notes" not in h.matched_targets for h in default.hits)
     with_notes = search_env.service.search(
         search_env.alice, SearchRequest(query=note_query, targets=["notes"])
@@ -182,8 +202,10 @@ def test_degraded_semantic_arm_other_arms_answer(search_env: SearchEnv) -> None:
     assert all(h.explain.arms["semantic"].rank is None for h in response.hits)
     assert any(w.startswith("semantic_unavailable") for w in response.warnings)
     no_model = SearchService(search_env.settings, search_env.client, None)
-    assert any("semantic_unavailable" in w for w in no_model.search(
-        search_env.alice, SearchRequest(query="openpyxl")).warnings)
+    assert any(
+        "semantic_unavailable" in w
+        for w in no_model.search(search_env.alice, SearchRequest(query="openpyxl")).warnings
+    )
 
 
 def test_unreachable_elasticsearch_is_a_clear_error(search_env: SearchEnv) -> None:
@@ -253,7 +275,9 @@ def test_catalog_window_without_query(search_env: SearchEnv) -> None:
     ]
     scoped = search_env.service.search(
         search_env.alice,
-        SearchRequest(scope="conversation", conversation_id="c-k8s", since=NOW - timedelta(days=60)),
+        SearchRequest(
+            scope="conversation", conversation_id="c-k8s", since=NOW - timedelta(days=60)
+        ),
     )
     assert keys(scoped) == [("c-k8s", "t1"), ("c-k8s", "t2"), ("c-k8s", "t3")]
 
@@ -264,8 +288,15 @@ def test_conversation_list_by_last_activity_with_titles(search_env: SearchEnv) -
     assert ids == ["c-k8s", "c-zebra-new", "c-cook", "c-sheets", "c-zebra-old"]
     k8s = listing[0]
     assert k8s.title == "Pod restarts" and k8s.turns == 3 and k8s.agent == "ops"
-    assert [c.conversation_id for c in search_env.service.conversations(search_env.alice, agent="ops").conversations] == ["c-k8s"]
-    assert [c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations] == ["c-bob", "c-sheets-bob"] or [c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations] == ["c-sheets-bob", "c-bob"]
+    assert [
+        c.conversation_id
+        for c in search_env.service.conversations(search_env.alice, agent="ops").conversations
+    ] == ["c-k8s"]
+    assert [
+        c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations
+    ] == ["c-bob", "c-sheets-bob"] or [
+        c.conversation_id for c in search_env.service.conversations(search_env.bob).conversations
+    ] == ["c-sheets-bob", "c-bob"]
 
 
 def test_known_turn_rebuilds_messages_cards_files_and_citations(search_env: SearchEnv) -> None:
@@ -288,7 +319,9 @@ def test_cross_user_isolation(search_env: SearchEnv) -> None:
     assert all(not h.conversation_id.startswith(("c-bob", "c-sheets-bob")) for h in hits)
     # by id: bob's conversation named explicitly is NotFound (not forbidden, no data)
     with pytest.raises(NotFound):
-        svc.search(alice, SearchRequest(query="payroll", scope="conversation", conversation_id="c-bob"))
+        svc.search(
+            alice, SearchRequest(query="payroll", scope="conversation", conversation_id="c-bob")
+        )
     with pytest.raises(NotFound):
         svc.search(alice, SearchRequest(conversation_id="c-bob", ordinal=1))
     with pytest.raises(NotFound):
@@ -299,12 +332,15 @@ def test_cross_user_isolation(search_env: SearchEnv) -> None:
         with pytest.raises(NotFound):
             svc.turn(alice, guess, "t1")
     # by ref: bob's file ref as a query finds none of bob's turns
-    by_ref = svc.search(alice, SearchRequest(query="conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx", top_k=50))
+    by_ref = svc.search(
+        alice, SearchRequest(query="conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx", top_k=50)
+    )
     assert all(h.conversation_id != "c-bob" for h in by_ref.hits)
     # the same tenant boundary: a principal in another tenant sees nothing of alice's
     other_tenant = Principal(user_id="alice", tenant="t2")
     assert svc.search(other_tenant, SearchRequest(query="openpyxl")).hits == []
     assert svc.conversations(other_tenant).conversations == []
     # and bob sees his own turn, never alice's
-    assert {h.conversation_id for h in svc.search(bob, SearchRequest(query="openpyxl formulas")).hits} <= {
-        "c-bob", "c-sheets-bob"}
+    assert {
+        h.conversation_id for h in svc.search(bob, SearchRequest(query="openpyxl formulas")).hits
+    } <= {"c-bob", "c-sheets-bob"}

@@ -1,12 +1,18 @@
 """`ctxdb search|conversations|turn|pull|tokens` through Typer's runner, as the token's user."""
 
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest_search import SearchEnv, search_env  # noqa: F401
-from conftest_search import query_embedder  # noqa: F401
+from conftest_search import (  # noqa: F401
+    SearchEnv,
+    query_embedder,  # noqa: F401
+    search_env,
+)
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -31,16 +37,26 @@ def cli(env: SearchEnv, *args: str, token: str | None = None):
 
 def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
     alice = search_env.tokens["alice"]
-    human = cli(search_env, "search", "KeyError Worksheet Sheet3", "--no-semantic", "--explain", token=alice)
+    human = cli(
+        search_env, "search", "KeyError Worksheet Sheet3", "--no-semantic", "--explain", token=alice
+    )
     assert human.exit_code == 0, human.output
     assert "c-sheets/t2 #2 'Spreadsheet trouble'" in human.output.splitlines()[1]
     assert "explain: semantic=- lexical=r1" in human.output
     assert "warning: semantic_unavailable" in human.output
-    as_json = cli(search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice)
+    as_json = cli(
+        search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice
+    )
     assert as_json.exit_code == 0
     assert "c-bob" not in {h["conversation_id"] for h in json.loads(as_json.output)["hits"]}
-    bob = cli(search_env, "search", "payroll salaries", "--no-semantic", "--json",
-              token=search_env.tokens["bob"])
+    bob = cli(
+        search_env,
+        "search",
+        "payroll salaries",
+        "--no-semantic",
+        "--json",
+        token=search_env.tokens["bob"],
+    )
     assert json.loads(bob.output)["hits"][0]["conversation_id"] == "c-bob"
 
 
@@ -51,7 +67,10 @@ def test_catalog_options(search_env: SearchEnv) -> None:
     listing = cli(search_env, "conversations", "--json", token=alice)
     assert json.loads(listing.output)["conversations"][0]["conversation_id"] == "c-k8s"
     turn = cli(search_env, "turn", "c-sheets", "t1", token=alice)
-    assert "attachment: budget.xlsx conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx" in turn.output
+    assert (
+        "attachment: budget.xlsx conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx"
+        in turn.output
+    )
 
 
 def test_errors_have_clear_messages_and_exit_codes(search_env: SearchEnv) -> None:
@@ -71,10 +90,23 @@ def test_errors_have_clear_messages_and_exit_codes(search_env: SearchEnv) -> Non
 def test_pull_writes_the_owners_bytes_only(search_env: SearchEnv, tmp_path) -> None:
     alice = search_env.tokens["alice"]
     out = tmp_path / "fixed.xlsx"
-    ok = cli(search_env, "pull", "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx", "-o", str(out), token=alice)
+    ok = cli(
+        search_env,
+        "pull",
+        "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx",
+        "-o",
+        str(out),
+        token=alice,
+    )
     assert ok.exit_code == 0 and out.read_bytes() == b"bytes of files/fixed.xlsx for alice"
-    refused = cli(search_env, "pull", "conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx", "-o",
-                  str(tmp_path / "x"), token=alice)
+    refused = cli(
+        search_env,
+        "pull",
+        "conv:fi:conv_c-bob.turn_t1.files/salaries.xlsx",
+        "-o",
+        str(tmp_path / "x"),
+        token=alice,
+    )
     assert refused.exit_code == 1 and not (tmp_path / "x").exists()
     traversal = cli(search_env, "pull", "conv:fi:conv_c-sheets.turn_t1.files/../../x", token=alice)
     assert traversal.exit_code == 1 and "unsafe path" in traversal.output

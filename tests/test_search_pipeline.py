@@ -1,5 +1,8 @@
-"""Search over memory built by the real pipeline: generator -> landing -> derivation -> embedding
--> indexing, then search, known-turn reconstruction and pull as the owning user (and nobody else)."""
+"""Search over memory built by the real pipeline (generator, landing, derivation, embedding,
+indexing), then search, known-turn reconstruction and pull as the owner, and nobody else."""
+
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
 
 from __future__ import annotations
 
@@ -10,9 +13,9 @@ from conftest_search import query_embedder  # noqa: F401
 
 from ctxdb.auth import Principal
 from ctxdb.delta import DeltaStore
+from ctxdb.derive.run import derive
 from ctxdb.embedding import embed_role_rows
 from ctxdb.es.client import make_client
-from ctxdb.derive.run import derive
 from ctxdb.generate import generate_events, write_sample
 from ctxdb.generate_topics import TOPICS
 from ctxdb.index.sync import sync_live
@@ -42,20 +45,28 @@ def test_pipeline_built_memory_is_searchable_and_reloadable(settings, query_embe
 
     exact = topics[fact.topic].exact[0]
     hits = service.search(owner, SearchRequest(query=exact, top_k=10)).hits
-    owner_turns = {(f.conversation_id, f.turn_id) for f in generated.facts
-                   if f.user_id == fact.user_id and f.topic == fact.topic}
+    owner_turns = {
+        (f.conversation_id, f.turn_id)
+        for f in generated.facts
+        if f.user_id == fact.user_id and f.topic == fact.topic
+    }
     assert hits and (hits[0].conversation_id, hits[0].turn_id) in owner_turns
     assert all(h.snippets and h.snippets[0].source == "turn_log" for h in hits)
 
     view = service.turn(owner, fact.conversation_id, fact.turn_id)
     assert view.messages[0].role == "user" and view.messages[0].text == fact.prompt
-    assert view.messages[-1].role == "assistant" and fact.answer.startswith(view.messages[-1].text[:40])
+    assert view.messages[-1].role == "assistant" and fact.answer.startswith(
+        view.messages[-1].text[:40]
+    )
     assert [f.ref for f in view.files] == [fact.hosted_ref]
 
     resolver = Resolver(settings, client)
     pulled = resolver.pull(owner, fact.hosted_ref)
-    stored = {rel.rsplit("/", 1)[-1]: data for rel, data in generated.files.items()
-              if f"conv_{fact.conversation_id}/turn_{fact.turn_id}/" in rel}
+    stored = {
+        rel.rsplit("/", 1)[-1]: data
+        for rel, data in generated.files.items()
+        if f"conv_{fact.conversation_id}/turn_{fact.turn_id}/" in rel
+    }
     assert pulled.data == stored[pulled.filename]
 
     with pytest.raises(NotFound):
@@ -66,6 +77,8 @@ def test_pipeline_built_memory_is_searchable_and_reloadable(settings, query_embe
     assert fact.conversation_id not in {h.conversation_id for h in stranger_hits}
 
     first = service.search(owner, SearchRequest(conversation_id=fact.conversation_id, ordinal=1))
-    first_fact = min((f for f in generated.facts if f.conversation_id == fact.conversation_id),
-                     key=lambda f: f.started_at)
+    first_fact = min(
+        (f for f in generated.facts if f.conversation_id == fact.conversation_id),
+        key=lambda f: f.started_at,
+    )
     assert [h.turn_id for h in first.hits] == [first_fact.turn_id]

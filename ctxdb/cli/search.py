@@ -15,7 +15,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from ctxdb.auth import AuthError, Authenticator, Principal, TokenStore
+from ctxdb.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.cli.app import app
 from ctxdb.es.client import make_client
 from ctxdb.refs import RefError
@@ -114,10 +114,15 @@ def render_turn(view: TurnView) -> str:
 
 @app.command()
 def search(
-    query: Annotated[str, typer.Argument(help="What to look for (blank with --since/--until).")] = "",
+    query: Annotated[
+        str, typer.Argument(help="What to look for (blank with --since/--until).")
+    ] = "",
     scope: Annotated[str, typer.Option(help="conversation | user | agent")] = "user",
     target: Annotated[
-        list[str] | None, typer.Option("--target", "-t", help="Repeatable; default user, assistant, summary, attachment.")
+        list[str] | None,
+        typer.Option(
+            "--target", "-t", help="Repeatable; default user, assistant, summary, attachment."
+        ),
     ] = None,
     snippet: Annotated[list[str] | None, typer.Option("--snippet", help="Snippet targets.")] = None,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
@@ -126,13 +131,17 @@ def search(
     until: Annotated[datetime | None, typer.Option(help="Window end (ISO time).")] = None,
     first: Annotated[bool, typer.Option("--first", help="First turn of --conversation.")] = False,
     last: Annotated[bool, typer.Option("--last", help="Last turn of --conversation.")] = False,
-    nth: Annotated[int | None, typer.Option("--nth", help="n-th turn (negative from the end).")] = None,
+    nth: Annotated[
+        int | None, typer.Option("--nth", help="n-th turn (negative from the end).")
+    ] = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
     days: Annotated[int, typer.Option()] = 365,
     w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
-    explain: Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")] = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="Per-arm ranks and contributions.")
+    ] = False,
     no_semantic: Annotated[bool, typer.Option("--no-semantic", help="Skip the model.")] = False,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -161,7 +170,11 @@ def search(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
-    typer.echo(response.model_dump_json(indent=2, exclude_none=True) if as_json else render_response(response))
+    typer.echo(
+        response.model_dump_json(indent=2, exclude_none=True)
+        if as_json
+        else render_response(response)
+    )
 
 
 @app.command()
@@ -174,7 +187,9 @@ def conversations(
     """Your conversations, most recent activity first, with titles."""
     settings = get_settings()
     caller = _principal(settings, token)
-    listing = _run(lambda: _service(settings, False).conversations(caller, limit=limit, agent=agent))
+    listing = _run(
+        lambda: _service(settings, False).conversations(caller, limit=limit, agent=agent)
+    )
     if as_json:
         typer.echo(listing.model_dump_json(indent=2))
         return
@@ -200,8 +215,12 @@ def turn(
 @app.command()
 def pull(
     ref: Annotated[str, typer.Argument(help="conv:fi:conv_<id>.turn_<id>.<path>")],
-    conversation: Annotated[str | None, typer.Option("--conversation", "-c", help="Owner of a short ref.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; '-' for stdout.")] = None,
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Owner of a short ref.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="File to write; '-' for stdout.")
+    ] = None,
     token: TokenOpt = None,
 ) -> None:
     """Write the bytes behind a conv:fi: ref (default: its file name in the current directory)."""

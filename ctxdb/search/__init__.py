@@ -1,4 +1,4 @@
-"""Conversation search: hybrid retrieval, fusion, recency, snippets, catalog (see docs/search-api.md)."""
+"""Conversation search: hybrid retrieval, fusion, recency, snippets, catalog; see docs."""
 
 from ctxdb.search.models import (
     MissingQuery,

@@ -105,7 +105,15 @@ def lexical_body(
     stemmed = stems(content)
     if use_stems and stemmed:
         should.append(
-            {"match": {"stems": {"query": stemmed, "boost": STEM_BOOST, "minimum_should_match": min_match}}}
+            {
+                "match": {
+                    "stems": {
+                        "query": stemmed,
+                        "boost": STEM_BOOST,
+                        "minimum_should_match": min_match,
+                    }
+                }
+            }
         )
     return {
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},

@@ -103,7 +103,13 @@ def list_conversations(
     filters = turn_filter(principal, now)
     if agent:
         filters.append({"term": {"agent": agent}})
-    newest = {"top_hits": {"size": 1, "sort": [{"last_activity_at": "desc"}], "_source": ["title", "agent"]}}
+    newest = {
+        "top_hits": {
+            "size": 1,
+            "sort": [{"last_activity_at": "desc"}],
+            "_source": ["title", "agent"],
+        }
+    }
     aggs = {
         "conversations": {
             "terms": {"field": "conversation_id", "size": limit, "order": {"last": "desc"}},

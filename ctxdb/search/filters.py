@@ -1,4 +1,4 @@
-"""The filter every arm, catalog path and resolution shares: identity, expiry, scope, targets, window."""
+"""The filters every arm, catalog path and resolution share: identity, expiry, scope, window."""
 
 from __future__ import annotations
 

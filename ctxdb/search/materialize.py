@@ -8,7 +8,6 @@ plain get, so the identity boundary holds here too.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -72,7 +71,12 @@ def snippets_from_payload(
             continue
         counts[target] = counts.get(target, 0) + 1
         out.append(
-            Snippet(target=target, text=clip(text, query, chars), path=block.get("path"), ts=block.get("ts"))
+            Snippet(
+                target=target,
+                text=clip(text, query, chars),
+                path=block.get("path"),
+                ts=block.get("ts"),
+            )
         )
     return out
 
@@ -122,7 +126,12 @@ def pullable_ref(value: object, conversation_id: str) -> str | None:
 
 def _card(block: dict[str, Any], conversation_id: str) -> FileCard:
     meta = block.get("meta") or {}
-    candidates = [meta.get("storage_ref"), meta.get("ref"), meta.get("artifact_path"), block.get("path")]
+    candidates = [
+        meta.get("storage_ref"),
+        meta.get("ref"),
+        meta.get("artifact_path"),
+        block.get("path"),
+    ]
     ref = next((r for c in candidates if (r := pullable_ref(c, conversation_id))), None)
     path = meta.get("artifact_path") or block.get("path")
     named = ref or path
@@ -172,7 +181,9 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
             files.append(_card(block, doc["conversation_id"]))
         elif target == "summary":
             summary = block.get("text")
-    citations = [c if isinstance(c, dict) else {"source": c} for c in payload.get("sources_used") or []]
+    citations = [
+        c if isinstance(c, dict) else {"source": c} for c in payload.get("sources_used") or []
+    ]
     return TurnView(
         conversation_id=doc["conversation_id"],
         turn_id=doc["turn_id"],

@@ -49,7 +49,9 @@ class SearchRequest(BaseModel):
     query: str = Field(default="", description="Free text; cut to the configured length.")
     scope: Scope = "user"
     targets: list[Target] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
-    conversation_id: str | None = Field(default=None, description="Required for scope=conversation.")
+    conversation_id: str | None = Field(
+        default=None, description="Required for scope=conversation."
+    )
     agent: str | None = Field(default=None, description="Required for scope=agent; else a filter.")
     since: datetime | None = Field(default=None, description="Window start (inclusive).")
     until: datetime | None = Field(default=None, description="Window end (inclusive).")
@@ -68,7 +70,9 @@ class SearchRequest(BaseModel):
     @classmethod
     def _targets_not_empty(cls, value: list[Target]) -> list[Target]:
         if not value:
-            raise ValueError("targets must name at least one of user|assistant|summary|notes|attachment")
+            raise ValueError(
+                "targets must name at least one of user|assistant|summary|notes|attachment"
+            )
         return list(dict.fromkeys(value))
 
     @field_validator("ordinal")

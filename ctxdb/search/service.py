@@ -162,7 +162,9 @@ class SearchService:
         hits = [self._catalog_hit(doc, request, position) for position, doc in found]
         return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
 
-    def _window(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
+    def _window(
+        self, principal: Principal, request: SearchRequest, now: datetime
+    ) -> SearchResponse:
         docs = catalog.window_turns(self.client, self.turns_alias, principal, request, now)
         hits = [self._catalog_hit(doc, request) for doc in docs]
         return SearchResponse(mode="catalog", query=request.query, hits=hits)
@@ -177,11 +179,18 @@ class SearchService:
             log.warning("query embedding failed: %s", exc)
             vector = None
         if vector is None:
-            warnings.append("semantic_unavailable: query embedding failed; lexical and trigram only")
+            warnings.append(
+                "semantic_unavailable: query embedding failed; lexical and trigram only"
+            )
         return vector
 
     def arm_bodies(
-        self, principal: Principal, request: SearchRequest, query: str, vector: list[float] | None, now: datetime
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        query: str,
+        vector: list[float] | None,
+        now: datetime,
     ) -> dict[Arm, dict[str, Any]]:
         """The Elasticsearch bodies of the arms that can run for this query."""
         s = self.settings
@@ -218,15 +227,17 @@ class SearchService:
             error = response.get("error")
             if error and error.get("type") == "index_not_found_exception":
                 raise SearchUnavailable(
-                    f"search index {self.rows_alias!r} missing at {self.settings.elasticsearch_url};"
-                    " run the indexing pipeline first"
+                    f"search index {self.rows_alias!r} missing at "
+                    f"{self.settings.elasticsearch_url}; run the indexing pipeline first"
                 )
             if error:
                 raise SearchUnavailable(f"{arm} arm failed: {error.get('reason', error)}")
             out[arm] = parse_hits(response)
         return out
 
-    def _hybrid(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
+    def _hybrid(
+        self, principal: Principal, request: SearchRequest, now: datetime
+    ) -> SearchResponse:
         s = self.settings
         if request.scope == "conversation":
             catalog.require_conversation(
@@ -257,7 +268,13 @@ class SearchService:
             rrf_k=s.search_rrf_k,
         )
         kept = cap_per_conversation(fused, s.search_max_per_conversation, request.top_k)
-        docs = fetch_turns(self.client, self.turns_alias, principal, [(f.conversation_id, f.turn_id) for f in kept], now)
+        docs = fetch_turns(
+            self.client,
+            self.turns_alias,
+            principal,
+            [(f.conversation_id, f.turn_id) for f in kept],
+            now,
+        )
         hits = []
         for turn in kept:
             best = turn.best_row
