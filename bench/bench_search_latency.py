@@ -10,6 +10,7 @@ turn so hits are materialized exactly as in production.
 Queries are the topics' paraphrases, exact strings and misspellings, issued as random users
 (each owning rows / users rows). Timings include query embedding, the _msearch of the three arms,
 fusion and TurnLog materialization; the HTTP figures add uvicorn, JSON and token verification.
+Python and HTTP calls alternate which goes first, so both see the same load and caches.
 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`.
 """
@@ -159,8 +160,11 @@ def row_docs(
                 return
 
 
-def build_index(client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, dict]]) -> int:
-    """Create both indices (refresh off while loading), bulk load, refresh, force-merge."""
+def build_index(
+    client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, dict]], forcemerge: bool = True
+) -> int:
+    """Create both indices (refresh off while loading), bulk load, refresh, optionally
+    force-merge to one segment (without it, the index keeps its natural segments)."""
     for kind in (ROWS, TURNS):
         body = index_body(kind)
         body["settings"] = {**body["settings"], "refresh_interval": "-1"}
@@ -171,15 +175,16 @@ def build_index(client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, di
         for kind, d in docs
     )
     indexed = 0
-    for ok, item in helpers.streaming_bulk(
-        client, actions, chunk_size=1000, max_retries=3, request_timeout=120
+    for ok, _ in helpers.streaming_bulk(
+        client.options(request_timeout=120), actions, chunk_size=1000, max_retries=3
     ):
         indexed += ok
     for kind in (ROWS, TURNS):
         name = index_name(prefix, kind, 1)
         client.indices.put_settings(index=name, settings={"refresh_interval": "1s"})
         client.indices.refresh(index=name)
-        client.indices.forcemerge(index=name, max_num_segments=1, request_timeout=3600)
+        if forcemerge:
+            client.options(request_timeout=3600).indices.forcemerge(index=name, max_num_segments=1)
     return indexed
 
 
@@ -214,6 +219,7 @@ def main(
     seed: Annotated[int, typer.Option()] = 5,
     port: Annotated[int, typer.Option()] = 8765,
     keep: Annotated[bool, typer.Option(help="Keep the indices for a re-run.")] = True,
+    forcemerge: Annotated[bool, typer.Option(help="Force-merge to one segment.")] = True,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
 ) -> None:
     base = get_settings()
@@ -226,7 +232,8 @@ def main(
     if not client.indices.exists_alias(name=alias_name(prefix, ROWS)):
         started = time.monotonic()
         pool_texts, pool = vector_pool(embedder, random.Random(seed))
-        indexed = build_index(client, prefix, row_docs(rows, users, pool_texts, pool, seed, now))
+        docs = row_docs(rows, users, pool_texts, pool, seed, now)
+        indexed = build_index(client, prefix, docs, forcemerge)
         build_s = time.monotonic() - started
         typer.echo(f"indexed {indexed} documents in {build_s:.0f}s")
     count = client.count(index=alias_name(prefix, ROWS))["count"]
@@ -235,40 +242,41 @@ def main(
     service = SearchService(settings, client, ModelQueryEmbedder(embedder))
     rng = random.Random(seed)
     plan = bench_queries(rng, users, warmup + queries)
-    python_s, embed_s = [], []
-    for i, (user, query) in enumerate(plan):
-        principal = Principal(user_id=user, tenant=TENANT)
-        t0 = time.perf_counter()
-        service.embedder.embed_query(query)
-        t1 = time.perf_counter()
-        service.search(principal, SearchRequest(query=query, top_k=10))
-        t2 = time.perf_counter()
-        if i >= warmup:
-            embed_s.append(t1 - t0)
-            python_s.append(t2 - t1)
-
     store = TokenStore(settings.tokens_path)
     tokens = {user: store.issue(user, tenant=TENANT) for user, _ in plan}
     server = serve(create_app(settings, client, service.embedder), port)
-    http_s = []
+    embed_s, python_s, http_s = [], [], []
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        # the APIs alternate which goes first, so both see the same load and warm caches
         for i, (user, query) in enumerate(plan):
+            principal = Principal(user_id=user, tenant=TENANT)
+            calls = [
+                lambda: service.search(principal, SearchRequest(query=query, top_k=10)),
+                lambda: http.post(
+                    "/v1/search",
+                    json={"query": query, "top_k": 10},
+                    headers={"Authorization": f"Bearer {tokens[user]}"},
+                ).raise_for_status(),
+            ]
+            elapsed = {}
+            for which in (0, 1) if i % 2 == 0 else (1, 0):
+                t0 = time.perf_counter()
+                calls[which]()
+                elapsed[which] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            response = http.post(
-                "/v1/search",
-                json={"query": query, "top_k": 10},
-                headers={"Authorization": f"Bearer {tokens[user]}"},
-            )
-            elapsed = time.perf_counter() - t0
-            response.raise_for_status()
+            service.embedder.embed_query(query)
+            embedded = time.perf_counter() - t0
             if i >= warmup:
-                http_s.append(elapsed)
+                python_s.append(elapsed[0])
+                http_s.append(elapsed[1])
+                embed_s.append(embedded)
     server.should_exit = True
 
     results = {
         "rows": count,
         "users": users,
         "build_s": round(build_s, 1),
+        "forcemerged": forcemerge,
         "query_embedding": percentiles(embed_s),
         "python_api": percentiles(python_s),
         "http_api": percentiles(http_s),
