@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import numpy as np
-import orjson
 import polars as pl
+import pytest
 from conftest_index import role_rows
 
 from ctxdb.index.documents import (
@@ -30,6 +31,8 @@ TEXTS = [
     "tab\tnew\nline",
     "日本語 テキスト",
     "running again",
+    "case 12345 and ²³ and 3rd runs 0042",
+    "cafe\u0301 decomposed, Ⅻ roman, ½ half, x\u200dy joiner",
 ]
 
 
@@ -94,7 +97,7 @@ def test_plan_changes_indexes_changed_and_deletes_removed():
     assert upserts.height == 3 and gone.to_list() == ["zombie"]
 
 
-def test_actions_serialize_float32_vectors_exactly_and_leave_out_nulls():
+def test_actions_serialize_float32_vectors_exactly_and_nulls_as_null():
     rows = role_rows(["with vector", "without"])
     frame = pl.DataFrame(
         {
@@ -106,9 +109,18 @@ def test_actions_serialize_float32_vectors_exactly_and_leave_out_nulls():
     )
     actions = list(index_actions(frame, "idx", chunk=2))
     assert [a["_id"] for a in actions] == ["a", "b", "c"]
-    sources = [orjson.loads(a["_source"]) for a in actions]
+    sources = [json.loads(a["_source"]) for a in actions]
     assert sources[0]["embedding"] == [0.12345679, -0.5]  # shortest float32 form
     assert np.float32(sources[0]["embedding"][0]) == np.float32(0.123456789)
-    assert "embedding" not in sources[1] and "text" not in sources[1]
+    assert sources[1]["embedding"] is None and sources[1]["text"] is None
     assert sources[2]["embedding"] == [0.25]
     assert datetime.fromisoformat(sources[0]["ts"]) == frame.get_column("ts")[0]
+
+
+def test_payload_spliced_as_object_and_bad_payload_is_a_clear_error():
+    frame = pl.DataFrame({ID: ["t1"], "title": ["T"], "payload": ['{"blocks": [1, 2]}']})
+    (action,) = index_actions(frame, "idx", json_columns=("payload",))
+    assert json.loads(action["_source"]) == {"title": "T", "payload": {"blocks": [1, 2]}}
+    bad = frame.with_columns(payload=pl.lit("[1, 2]"))
+    with pytest.raises(ValueError, match="not a JSON object"):
+        list(index_actions(bad, "idx", json_columns=("payload",)))

@@ -7,24 +7,25 @@ changed rows are completed with stems and vectors and turned into bulk actions.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-import orjson
 import polars as pl
 import snowballstemmer
 
 from ctxdb.embedding import OK, PENDING
 from ctxdb.es.mappings import rows_mapping, turns_mapping
+from ctxdb.text import words
 
 ID = "_id"
 FINGERPRINT = "_fingerprint"
 VECTOR = "embedding"
 _CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]"
-_WORD = r"\w+"  # the word pattern of ctxdb.text.words
+_WORD = r"\w+"  # ctxdb.text.words' pattern; equal to Python's on ASCII text
+_NON_ASCII = r"[^\x00-\x7F]"
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
 TURN_FIELDS = list(turns_mapping()["properties"])
 
@@ -68,26 +69,37 @@ def _stemmer() -> snowballstemmer.stemmer:
     return snowballstemmer.stemmer("english")
 
 
+_STEM_CACHE: dict[str, str] = {}
+_STEM_CACHE_MAX = 500_000
+
+
+def _stem_map(distinct: list[str]) -> dict[str, str]:
+    """Stem of each word, from a per-process cache; ASCII digit runs are their own stem."""
+    todo = [w for w in distinct if w not in _STEM_CACHE and not (w.isascii() and w.isdigit())]
+    if len(_STEM_CACHE) + len(todo) > _STEM_CACHE_MAX:
+        _STEM_CACHE.clear()
+    _STEM_CACHE.update(zip(todo, _stemmer().stemWords(todo), strict=True))
+    return {w: _STEM_CACHE.get(w, w) for w in distinct}
+
+
 def stems_column(texts: pl.Series) -> pl.Series:
-    """`ctxdb.text.stems` of every text, stemming each distinct word once (same output)."""
-    rows = pl.DataFrame({"i": pl.int_range(texts.len(), eager=True), "w": texts})
-    words = (
-        rows.with_columns(pl.col("w").str.extract_all(_WORD))
-        .explode("w")
-        .drop_nulls("w")
-        .with_columns(pl.col("w").str.to_lowercase())
+    """`ctxdb.text.stems` of every text, stemming each distinct word once (same output).
+
+    ASCII texts are split by polars; others by `ctxdb.text.words` itself, since Python's and
+    Rust's Unicode word classes differ at the edges (marks, newly assigned characters).
+    """
+    texts = texts.fill_null("")
+    ascii_only = ~texts.str.contains(_NON_ASCII)
+    fast = texts.str.extract_all(_WORD).list.eval(pl.element().str.to_lowercase())
+    exact = pl.Series(
+        [None if plain else words(text) for text, plain in zip(texts, ascii_only, strict=True)],
+        dtype=pl.List(pl.String),
     )
-    distinct = words.get_column("w").unique().to_list()
-    stemmed = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
-    joined = (
-        words.with_columns(pl.col("w").replace_strict(stemmed, return_dtype=pl.String))
-        .group_by("i", maintain_order=True)
-        .agg(pl.col("w").str.join(" "))
-    )
+    split = pl.select(pl.when(ascii_only).then(fast).otherwise(exact)).to_series()
+    stemmed = _stem_map(split.explode().drop_nulls().unique().to_list())
     return (
-        rows.select("i")
-        .join(joined, on="i", how="left", maintain_order="left")
-        .get_column("w")
+        split.list.eval(pl.element().replace_strict(stemmed, return_dtype=pl.String))
+        .list.join(" ")
         .fill_null("")
         .alias("stems")
     )
@@ -114,25 +126,6 @@ def with_stems(docs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def vector_rows(vectors: pl.Series) -> list[np.ndarray | None]:
-    """Each vector as a float32 numpy row (None where there is none), without Python floats."""
-    out: list[np.ndarray | None] = [None] * vectors.len()
-    present = vectors.is_not_null()
-    positions = present.arg_true().to_list()
-    if not positions:
-        return out
-    dense = vectors.filter(present)
-    lengths = dense.list.len().to_numpy()
-    flat = dense.explode().to_numpy().astype(np.float32, copy=False)
-    if (lengths == lengths[0]).all():
-        rows = list(flat.reshape(len(lengths), int(lengths[0])))
-    else:
-        rows = np.split(flat, np.cumsum(lengths)[:-1])
-    for position, row in zip(positions, rows, strict=True):
-        out[position] = row
-    return out
-
-
 def index_actions(
     frame: pl.DataFrame,
     index: str,
@@ -140,27 +133,29 @@ def index_actions(
     json_columns: tuple[str, ...] = (),
     finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Bulk index actions (`_id` from the frame) whose `_source` is JSON serialized here by orjson
-    (float32 vectors straight from numpy, in their shortest form); null fields are left out,
-    `json_columns` hold JSON text that is sent as an object, and `finish` completes each slice."""
+    """Bulk index actions (`_id` from the frame) whose `_source` is serialized by polars per
+    slice (NDJSON: ISO dates, float32 vectors in their shortest form, nulls as null);
+    `json_columns` hold JSON object text spliced in as objects; `finish` completes each slice."""
     for part in frame.iter_slices(chunk):
         if finish is not None:
             part = finish(part)
-        vectors = (
-            vector_rows(part.get_column(VECTOR)) if VECTOR in part.columns else [None] * part.height
-        )
-        for row, vector in zip(part.drop(VECTOR, strict=False).to_dicts(), vectors, strict=True):
-            doc_id = row.pop(ID)
-            for column in json_columns:
-                row[column] = payload_object(row.get(column))
-            source = {k: v for k, v in row.items() if v is not None}
-            if vector is not None:
-                source[VECTOR] = vector
-            yield {"_index": index, "_id": doc_id, "_source": _dumps(source)}
+        buffer = io.BytesIO()
+        part.drop(ID, *json_columns).write_ndjson(buffer)
+        extras = [part.get_column(column).to_list() for column in json_columns]
+        lines = buffer.getvalue().splitlines()
+        for i, (doc_id, line) in enumerate(zip(part.get_column(ID), lines, strict=True)):
+            for column, values in zip(json_columns, extras, strict=True):
+                line = splice_object(line, column, values[i])
+            yield {"_index": index, "_id": doc_id, "_source": line}
 
 
-def _dumps(source: dict[str, Any]) -> bytes:
-    return orjson.dumps(source, option=orjson.OPT_SERIALIZE_NUMPY)
+def splice_object(source: bytes, column: str, text: str | None) -> bytes:
+    """Add `column` to a serialized JSON object, its value the JSON object `text` (or null)."""
+    if text is not None:
+        payload_object(text)  # a clear error for anything but a JSON object
+    value = b"null" if text is None else text.encode()
+    field = json.dumps(column).encode() + b":" + value
+    return b"{" + field + b"}" if source == b"{}" else source[:-1] + b"," + field + b"}"
 
 
 def turn_base(
