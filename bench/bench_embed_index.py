@@ -161,24 +161,36 @@ def main() -> None:
         hits = embed_role_rows(store, embedder, batch_size=args.batch_size)
         out["cache_hit_stage_rows_per_s"] = round(hits.cache_hits / (time.perf_counter() - start))
 
-    for kind in KINDS:  # index creation is a one-off, outside the throughput timing
-        ensure_index(es, prefix, kind, dims=settings.embedding_dims, model_id=embedder.model_id)
-    start = time.perf_counter()
-    index_reports = sync_live(store, es, settings, model_id=embedder.model_id)
-    stage_index_s = time.perf_counter() - start
-
+    # the very documents the stage sends, already serialized: the bare bulk only transmits them
     source = ROWS_SOURCE
     base = build_base(store, source, current_versions(store, source.tables), embedder.model_id)
     docs = source.complete(store, base, embedder.model_id)
-    scratch = f"{prefix}-scratch"
     body = index_body(ROWS)
-    es.indices.create(index=scratch, settings=body["settings"], mappings=body["mappings"])
-    # the very documents the stage sends, already serialized: the bare bulk only transmits them
-    actions = list(index_actions(docs, scratch, finish=source.finish))
-    start = time.perf_counter()
-    helpers.bulk(es, actions, chunk_size=settings.index_chunk_size)
-    es.indices.refresh(index=scratch)
-    bare_index_s = time.perf_counter() - start
+
+    def bare_bulk(name: str) -> float:
+        es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
+        actions = list(index_actions(docs, name, finish=source.finish))
+        began = time.perf_counter()
+        helpers.bulk(es, actions, chunk_size=settings.index_chunk_size)
+        es.indices.refresh(index=name)
+        return time.perf_counter() - began
+
+    def stage(run_settings) -> tuple[float, int]:
+        for kind in KINDS:  # index creation is a one-off, outside the throughput timing
+            ensure_index(es, run_settings.index_prefix, kind, dims=384, model_id=embedder.model_id)
+        began = time.perf_counter()
+        reports = sync_live(store, es, run_settings, model_id=embedder.model_id)
+        return time.perf_counter() - began, next(r for r in reports if r.kind == ROWS).indexed
+
+    # bare, stage, bare, stage: outside load hits both alike; the second stage indexes into
+    # fresh indices under another prefix (a full sync again)
+    bare_index_s = bare_bulk(f"{prefix}-scratch-1")
+    stage_index_s, indexed = stage(settings)
+    bare_index_s += bare_bulk(f"{prefix}-scratch-2")
+    other = settings.model_copy(update={"index_prefix": f"{prefix}-b"})
+    seconds, more = stage(other)
+    stage_index_s, indexed = stage_index_s + seconds, indexed + more
+    bare_index_s, stage_index_s = bare_index_s / 2, stage_index_s / 2
 
     start = time.perf_counter()
     again_embed = embed_role_rows(store, embedder, batch_size=args.batch_size)
@@ -187,13 +199,12 @@ def main() -> None:
     assert again_embed.embedded == 0 and all(r.skipped for r in again_index)
 
     first_s = stage_embed_s * args.rows / embed_rows + stage_index_s  # every row embedded
-    rows_index = next(r for r in index_reports if r.kind == ROWS)
     out.update(
         bare_encode_rows_per_s=round(embed_rows / bare_embed_s, 1),
         embed_stage_rows_per_s=round(embed_rows / stage_embed_s, 1),
         embed_ratio=round(bare_embed_s / stage_embed_s, 3),
         bare_bulk_rows_per_s=round(args.rows / bare_index_s, 1),
-        index_stage_rows_per_s=round(rows_index.indexed / stage_index_s, 1),
+        index_stage_rows_per_s=round(indexed / 2 / stage_index_s, 1),
         index_ratio=round(bare_index_s / stage_index_s, 3),
         first_run_s=round(first_s, 2),
         second_run_s=round(second_s, 3),
