@@ -91,8 +91,7 @@ def reindex_command(
         typer.echo(f"{swap.alias}: {swap.old or '(none)'} -> {swap.new}")
     vectors = sum(build.vectors for build in report.builds.values())
     typer.echo(
-        f"embedded {report.embed.embedded} texts, {vectors} vectors indexed, "
-        f"{report.seconds:.1f}s"
+        f"embedded {report.embed.embedded} texts, {vectors} vectors indexed, {report.seconds:.1f}s"
     )
     grace_s = settings.reindex_grace_s if grace is None else grace
     dropped = drop_after_grace(es, settings, grace_s=grace_s)
