@@ -12,6 +12,7 @@ Run config (all optional):
 from dagster import Config, OpExecutionContext, job, op
 
 from ctxdb.index.reindex import drop_after_grace, reindex
+from pipelines.ops_jobs import WRITER_TAGS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
@@ -58,6 +59,6 @@ def drop_retired_indices(
     return dropped
 
 
-@job(description="Zero-downtime reindex from Delta with an atomic alias swap.")
+@job(description="Zero-downtime reindex from Delta with an atomic alias swap.", tags=WRITER_TAGS)
 def reindex_job() -> None:
     drop_retired_indices(build_verify_swap())
