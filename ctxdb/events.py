@@ -201,6 +201,19 @@ PAYLOADS: dict[str, type[Payload]] = {
     "conversation.title": ConversationTitle,
 }
 EVENT_TYPES = tuple(PAYLOADS)
+ENVELOPE_COLUMNS = [
+    "event_id",
+    "type",
+    "occurred_at",
+    "tenant",
+    "app",
+    "agent",
+    "adapter",
+    "user_id",
+    "conversation_id",
+    "turn_id",
+]
+"""The envelope fields every event carries, as columns of `raw_turn_events` (payload aside)."""
 RICH_EVENT_TYPES = frozenset({"react.summary", "react.anchors", "react.note", "react.block"})
 
 

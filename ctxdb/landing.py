@@ -22,7 +22,13 @@ import polars as pl
 import pyarrow.fs as pafs
 
 from ctxdb.delta import DeltaStore
-from ctxdb.events import MAX_EVENT_BYTES, SCHEMA_VERSION, EventError, parse_event
+from ctxdb.events import (
+    ENVELOPE_COLUMNS,
+    MAX_EVENT_BYTES,
+    SCHEMA_VERSION,
+    EventError,
+    parse_event,
+)
 from ctxdb.events_fast import ID_PATTERNS, fast_event
 from ctxdb.tables import (
     LANDED_FILES,
@@ -42,18 +48,6 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROSECOND = timedelta(microseconds=1)
 PARALLEL_MIN_BYTES = 32 * 1024 * 1024
 """Below this much input, files are parsed in-process (worker start-up would cost more)."""
-ENVELOPE_COLUMNS = [
-    "event_id",
-    "type",
-    "occurred_at",
-    "tenant",
-    "app",
-    "agent",
-    "adapter",
-    "user_id",
-    "conversation_id",
-    "turn_id",
-]
 EVENT_COLUMNS = [
     f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")
 ]

@@ -8,22 +8,11 @@ from operator import itemgetter
 
 import polars as pl
 
+from ctxdb.events import ENVELOPE_COLUMNS
 from ctxdb.turnlog import TurnRecord, build_turn_record
 
 ARRIVAL = ["occurred_at", "landed_version", "source_file", "line_number"]
-EVENT_FIELDS = [
-    "event_id",
-    "type",
-    "occurred_at",
-    "tenant",
-    "app",
-    "agent",
-    "adapter",
-    "user_id",
-    "conversation_id",
-    "turn_id",
-    "payload",
-]
+EVENT_FIELDS = [*ENVELOPE_COLUMNS, "payload"]
 
 
 def arrival_order(raw: pl.DataFrame) -> pl.DataFrame:
