@@ -344,3 +344,18 @@ def test_cross_user_isolation(search_env: SearchEnv) -> None:
     assert {
         h.conversation_id for h in svc.search(bob, SearchRequest(query="openpyxl formulas")).hits
     } <= {"c-bob", "c-sheets-bob"}
+
+
+def test_time_expressions_do_not_reach_the_text_arms(search_env: SearchEnv) -> None:
+    """'from last week' says when, not what: the lexical and trigram arms search the topic words
+    only (else any row with 'week' or 'last' would match), and still find the turn."""
+    now = datetime.now(UTC)
+    service, alice = search_env.service, search_env.alice
+    timed = SearchRequest(query="formulas lost in my workbook from last week")
+    plain = SearchRequest(query="formulas lost in my workbook")
+    with_time = service.arm_bodies(alice, timed, timed.query, None, now)
+    without = service.arm_bodies(alice, plain, plain.query, None, now)
+    assert with_time["lexical"] == without["lexical"]
+    assert with_time["trigram"] == without["trigram"]
+    assert "week" not in str(with_time["lexical"]) and "week" not in str(with_time["trigram"])
+    assert keys(service.search(alice, timed))[0] == ("c-sheets", "t1")

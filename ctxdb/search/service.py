@@ -39,6 +39,7 @@ from ctxdb.search.models import (
     SearchUnavailable,
     TurnView,
 )
+from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -192,16 +193,23 @@ class SearchService:
         vector: list[float] | None,
         now: datetime,
     ) -> dict[Arm, dict[str, Any]]:
-        """The Elasticsearch bodies of the arms that can run for this query."""
+        """The Elasticsearch bodies of the arms that can run for this query.
+
+        The text arms see the query without its relative time expression ("from last week"):
+        those words say when, not what, and would match unrelated rows. kNN embeds it whole.
+        """
         s = self.settings
+        text_query, _ = split_time_hint(query)
         wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search_max_per_conversation
         rows = wanted_turns * s.search_overfetch_rows
         filt = row_filter(principal, request, now)
         bodies: dict[Arm, dict[str, Any]] = {
-            "lexical": lexical_body(query, filt, size=rows, min_match=s.search_lexical_min_match)
+            "lexical": lexical_body(
+                text_query, filt, size=rows, min_match=s.search_lexical_min_match
+            )
         }
         trigram = trigram_body(
-            query,
+            text_query,
             filt,
             size=rows,
             min_match=s.search_trigram_min_match,
