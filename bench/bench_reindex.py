@@ -5,27 +5,53 @@
 Seeds N generated role rows (embedded and indexed through the pipeline), then times
   1. a reindex with the same model (every vector from the Delta cache), and
   2. a reindex with a new model id (same weights, so every text is embedded again),
-each including build, verification and the atomic alias swap. Prints one JSON object.
+each including build, verification and the atomic alias swap, and the search latency (the real
+`SearchService` as one user, all three arms) at rest versus while the re-embedding reindex runs.
+Prints one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
+import threading
 import time
 import uuid
 
 from bench_embed_index import generate_rows
 
+from ctxdb.auth import Principal
 from ctxdb.delta import DeltaStore
 from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
 from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, alias_name
 from ctxdb.index.reindex import drop_after_grace, reindex
 from ctxdb.index.sync import sync_live
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import get_settings
 from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+
+QUERIES = ("workbook formulas lost", "kubectl pod restarts", "timezone conversion bug", "recipe")
+
+
+def p95(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[-1] if len(samples) >= 20 else max(samples)
+
+
+def search_until(
+    service: SearchService, principal: Principal, stop: threading.Event
+) -> list[float]:
+    """Search in a loop until `stop` is set; every call must succeed. Returns latencies (ms)."""
+    latencies = []
+    while not stop.is_set():
+        query = QUERIES[len(latencies) % len(QUERIES)]
+        start = time.perf_counter()
+        service.search(principal, SearchRequest(query=query, top_k=5))
+        latencies.append((time.perf_counter() - start) * 1000)
+    return latencies
 
 
 def main() -> None:
@@ -34,6 +60,7 @@ def main() -> None:
     parser.add_argument("--min-words", type=int, default=15)
     parser.add_argument("--max-words", type=int, default=45)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rest-queries", type=int, default=200)
     args = parser.parse_args()
 
     prefix = f"bench-reindex-{uuid.uuid4().hex[:8]}"
@@ -59,9 +86,27 @@ def main() -> None:
     new_model = SentenceTransformerEmbedder(
         batch_size=args.batch_size, model_id=f"{embedder.model_id}@bench-{uuid.uuid4().hex[:6]}"
     )
+    service = SearchService(settings, es, ModelQueryEmbedder(embedder))
+    principal = Principal(user_id="u0")
+    for query in QUERIES * 5:  # warm-up: model, caches and connections
+        service.search(principal, SearchRequest(query=query, top_k=5))
+    at_rest: list[float] = []
+    for i in range(args.rest_queries):
+        start = time.perf_counter()
+        service.search(principal, SearchRequest(query=QUERIES[i % len(QUERIES)], top_k=5))
+        at_rest.append((time.perf_counter() - start) * 1000)
+
+    stop = threading.Event()
+    during: list[float] = []
+    searcher = threading.Thread(
+        target=lambda: during.extend(search_until(service, principal, stop)), daemon=True
+    )
+    searcher.start()
     start = time.perf_counter()
     fresh = reindex(store, es, settings, new_model, min_coverage_pct=100)
     fresh_s = time.perf_counter() - start
+    stop.set()
+    searcher.join()
     drop_after_grace(es, settings, grace_s=0)
 
     out = {
@@ -76,6 +121,17 @@ def main() -> None:
         "reindex_reembed_rows_per_s": round(args.rows / fresh_s, 1),
         "speedup_cached": round(fresh_s / cached_s, 1),
         "docs_in_index": es.count(index=alias_name(prefix, ROWS))["count"],
+        "search_at_rest": {
+            "n": len(at_rest),
+            "p50_ms": round(statistics.median(at_rest), 1),
+            "p95_ms": round(p95(at_rest), 1),
+        },
+        "search_during_reindex": {
+            "n": len(during),
+            "p50_ms": round(statistics.median(during), 1),
+            "p95_ms": round(p95(during), 1),
+        },
+        "p95_ratio_during_vs_rest": round(p95(during) / p95(at_rest), 2),
     }
     print(json.dumps(out, indent=2))  # noqa: T201 (benchmark output)
     for name in es.indices.get(index=f"{prefix}-*", expand_wildcards="all"):
