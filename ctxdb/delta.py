@@ -85,7 +85,9 @@ class DeltaStore:
         dt = self.table(table)
         if dt is None:
             write_deltalake(
-                self.uri(table), source, mode="append",
+                self.uri(table),
+                source,
+                mode="append",
                 storage_options=self.storage_options or None,
             )
             return {"inserted": data.height, "updated": 0}
@@ -111,7 +113,9 @@ class DeltaStore:
         dt = self.table(table)
         if dt is None:
             write_deltalake(
-                self.uri(table), source, mode="append",
+                self.uri(table),
+                source,
+                mode="append",
                 storage_options=self.storage_options or None,
             )
             return data.height

@@ -181,8 +181,12 @@ def erase(
     report.landing_lines_removed = scrub_landing(settings, sources, scope)
     report.deleted_rows = _delete_delta(store, scope, identities, rows)
     summary = RetentionReport(
-        run_id=run_id, status="ok", dry_run=False, cutoff=started_at,
-        started_at=started_at, finished_at=started_at,
+        run_id=run_id,
+        status="ok",
+        dry_run=False,
+        cutoff=started_at,
+        started_at=started_at,
+        finished_at=started_at,
     )
     finish_pending(store, es, settings, summary)
     late, late_error = _erase_late_docs(es, settings, scope)
@@ -353,9 +357,13 @@ def _count(store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame
 def _count_leftovers(store: DeltaStore, rows: pl.DataFrame) -> dict[str, int]:
     """Embedding statuses and cached vectors of the erased rows still present."""
     statuses = (
-        store.scan(ROW_EMBEDDINGS).filter(pl.col("row_id").is_in(rows["row_id"].implode()))
-        .select(pl.len()).collect().item()
-        if store.exists(ROW_EMBEDDINGS) else 0
+        store.scan(ROW_EMBEDDINGS)
+        .filter(pl.col("row_id").is_in(rows["row_id"].implode()))
+        .select(pl.len())
+        .collect()
+        .item()
+        if store.exists(ROW_EMBEDDINGS)
+        else 0
     )
     vectors = 0
     if store.exists(EMBEDDINGS):
@@ -364,8 +372,11 @@ def _count_leftovers(store: DeltaStore, rows: pl.DataFrame) -> dict[str, int]:
             still_used = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
             erased = erased.join(still_used, on="text_hash", how="anti")
         vectors = (
-            store.scan(EMBEDDINGS).select("text_hash").collect()
-            .join(erased, on="text_hash", how="semi").height
+            store.scan(EMBEDDINGS)
+            .select("text_hash")
+            .collect()
+            .join(erased, on="text_hash", how="semi")
+            .height
         )
     return {ROW_EMBEDDINGS: int(statuses), EMBEDDINGS: int(vectors)}
 
@@ -427,7 +438,9 @@ def _drop_unreferenced_vectors(store: DeltaStore, hashes: pl.Series) -> int:
         still_used = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
         erased = erased.join(still_used, on="text_hash", how="anti")
     cached = (
-        store.scan(EMBEDDINGS).select("model_id", "text_hash").collect()
+        store.scan(EMBEDDINGS)
+        .select("model_id", "text_hash")
+        .collect()
         .join(erased, on="text_hash", how="semi")
     )
     return delete_keys(store, EMBEDDINGS, cached)

@@ -64,9 +64,7 @@ def vacuum(store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool) 
         dt = store.table(table)
         if dt is None:
             continue
-        files = dt.vacuum(
-            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
-        )
+        files = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
         removed[table] = len(files)
     return removed
 
@@ -93,7 +91,9 @@ def kind_indices(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
     """
     alias = alias_name(prefix, kind)
     found = es.indices.get(
-        index=f"{alias},{alias}-v*", allow_no_indices=True, ignore_unavailable=True,
+        index=f"{alias},{alias}-v*",
+        allow_no_indices=True,
+        ignore_unavailable=True,
         expand_wildcards="open",
     )
     return sorted(found.body)

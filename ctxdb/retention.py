@@ -63,7 +63,11 @@ log = logging.getLogger(__name__)
 EXPIRING_TABLES = (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, REPLAY_ARTIFACTS)
 # Every table the sweep may shrink (and therefore vacuums).
 SWEPT_TABLES = (
-    *EXPIRING_TABLES, RAW_TURN_EVENTS, QUARANTINED_EVENTS, ROW_EMBEDDINGS, EMBEDDINGS,
+    *EXPIRING_TABLES,
+    RAW_TURN_EVENTS,
+    QUARANTINED_EVENTS,
+    ROW_EMBEDDINGS,
+    EMBEDDINGS,
     RETENTION_PENDING,
 )
 FILES = "files"
@@ -275,8 +279,12 @@ def record_pending(store: DeltaStore, run_id: str, pending: dict[str, list[str]]
             for kind, ids in pending.items()
             for doc_id in ids
         ],
-        schema={"kind": pl.String, "doc_id": pl.String, "run_id": pl.String,
-                "recorded_at": pl.Datetime("us", "UTC")},
+        schema={
+            "kind": pl.String,
+            "doc_id": pl.String,
+            "run_id": pl.String,
+            "recorded_at": pl.Datetime("us", "UTC"),
+        },
     ).unique(subset=["kind", "doc_id"])
     return store.insert_new(
         RETENTION_PENDING, frame, keys=["kind", "doc_id"], schema=RETENTION_PENDING_SCHEMA
@@ -405,8 +413,13 @@ def sweep(
     stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
     pending_now = expired.pending(stragglers)
     report = RetentionReport(
-        run_id=run_id, status="ok", dry_run=dry_run, cutoff=cutoff,
-        started_at=started_at, finished_at=started_at, error=es_error,
+        run_id=run_id,
+        status="ok",
+        dry_run=dry_run,
+        cutoff=cutoff,
+        started_at=started_at,
+        finished_at=started_at,
+        error=es_error,
     )
     if dry_run:
         report.status = "dry_run"
@@ -459,7 +472,11 @@ def _finish(store: DeltaStore, report: RetentionReport, clock: float) -> Retenti
     write_report(store, report, "retention")
     log.info(
         "retention %s %s: deleted %s, es %s, pending %d",
-        report.run_id, report.status, report.deleted_rows, report.es_deleted, report.es_pending,
+        report.run_id,
+        report.status,
+        report.deleted_rows,
+        report.es_deleted,
+        report.es_pending,
     )
     return report
 

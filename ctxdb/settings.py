@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     search_snippet_chars: int = Field(default=400)
 
     auth_tokens_path: Path | None = Field(
-        default=None, description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json."
+        default=None,
+        description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json.",
     )
     auth_jwt_key: SecretStr | None = Field(
         default=None, description="JWT verification key (HS secret or PEM public key)."

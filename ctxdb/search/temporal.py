@@ -19,7 +19,8 @@ _LEAD = r"(?:(?:from|during|in|over|within|since)\s+)?(?:the\s+)?"
 _PATTERN = re.compile(
     _LEAD
     + r"(?:"
-    + r"(?:last|past|previous)\s+(?:(?P<n>\d{1,3})\s+)?" + _UNIT
+    + r"(?:last|past|previous)\s+(?:(?P<n>\d{1,3})\s+)?"
+    + _UNIT
     + r"|(?P<ago_n>\d{1,3})\s+(?P<ago_unit>day|week|month|year)s?\s+ago"
     + r"|this\s+(?P<this_unit>morning|week|month|year)"
     + r"|(?P<word>yesterday|today|tonight)"
