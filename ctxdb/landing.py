@@ -13,8 +13,8 @@ from __future__ import annotations
 import gzip
 import logging
 import multiprocessing
-from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -217,11 +217,26 @@ def parse_file(path: str, now: datetime) -> Parsed:
     return parse_lines(read_lines(path), path, now)
 
 
+def prefetched(paths: Sequence[str]) -> Iterator[list[bytes]]:
+    """The lines of each file in order, the next file read (and gunzipped, which releases the
+    GIL) in a background thread while the caller parses the current one."""
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        ahead = reader.submit(read_lines, paths[0]) if paths else None
+        for index in range(len(paths)):
+            lines = ahead.result()
+            if index + 1 < len(paths):
+                ahead = reader.submit(read_lines, paths[index + 1])
+            yield lines
+
+
 def parse_files(files: Sequence[LandingFile], now: datetime, workers: int) -> list[Parsed]:
     """Parse files in order, in `workers` processes when there is enough work to share."""
     total = sum(f.size for f in files)
     if workers <= 1 or len(files) < 2 or total < PARALLEL_MIN_BYTES:
-        return [parse_file(f.path, now) for f in files]
+        return [
+            parse_lines(lines, f.path, now)
+            for f, lines in zip(files, prefetched([f.path for f in files]), strict=True)
+        ]
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=context) as pool:
         return list(pool.map(parse_file, [f.path for f in files], [now] * len(files)))
@@ -329,7 +344,9 @@ def land(
     events = pl.concat([p.events for p in parsed])
     quarantine = pl.concat([p.quarantine for p in parsed])
     fresh, duplicates = drop_known(store, events)
-    accepted, rejected = split_conflicts(fresh, _owners(store, fresh), purged_among(store, fresh["conversation_id"]))
+    accepted, rejected = split_conflicts(
+        fresh, _owners(store, fresh), purged_among(store, fresh["conversation_id"])
+    )
     quarantine = pl.concat([quarantine, rejected_to_quarantine(rejected, now)])
     version = store.version(RAW_TURN_EVENTS)
     stats.landed_version = 0 if version is None else version + 1
@@ -363,12 +380,8 @@ def land(
 
 def drop_known(store: DeltaStore, events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split off events whose id is already landed or repeated earlier in this batch."""
-    first = events.unique("event_id", keep="first", maintain_order=True)
-    repeated = events.join(
-        first.select("event_id", "source_file", "line_number"),
-        on=["event_id", "source_file", "line_number"],
-        how="anti",
-    )
+    is_first = pl.col("event_id").is_first_distinct()
+    first, repeated = events.filter(is_first), events.filter(~is_first)
     if not store.exists(RAW_TURN_EVENTS) or first.is_empty():
         return first, repeated
     known = (
