@@ -48,11 +48,14 @@ def turn_record(
 ) -> Iterator[MaterializeResult]:
     store = delta.store()
     stats = derive(store, get_settings(), full=config.full)
-    context.log.info(
-        f"derived {stats.turns} closed turns of {stats.conversations} conversations "
-        f"({stats.open_turns} still open), landed versions {stats.from_version + 1}.."
-        f"{stats.to_version}"
-    )
+    if stats.to_version > stats.from_version:
+        context.log.info(
+            f"derived {stats.turns} closed turns of {stats.conversations} conversations "
+            f"({stats.open_turns} still open), landed versions {stats.from_version + 1}.."
+            f"{stats.to_version}"
+        )
+    else:
+        context.log.info(f"nothing landed after version {stats.from_version}: nothing to derive")
     for target in TARGETS:
         written = stats.written.get(target.table, {})
         yield MaterializeResult(
