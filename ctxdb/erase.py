@@ -31,6 +31,7 @@ from pyarrow import fs as pafs
 from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.index.lease import optional_writer_lease
 from ctxdb.purge import (
     columns_of,
     count_docs,
@@ -158,7 +159,17 @@ class EraseReport:
 def erase(
     store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
 ) -> EraseReport:
-    """Erase `scope` everywhere, verify, and append a counts-only report row."""
+    """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
+    lease while Elasticsearch answers)."""
+    with optional_writer_lease(
+        es, settings.index_prefix, "erase", ttl_s=settings.writer_lease_ttl_s
+    ):
+        return _erase(store, es, settings, scope)
+
+
+def _erase(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
+) -> EraseReport:
     clock = time.perf_counter()
     started_at = datetime.now(UTC)
     run_id = new_run_id("erase", started_at)

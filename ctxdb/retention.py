@@ -30,6 +30,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.index.lease import optional_writer_lease
 from ctxdb.purge import (
     EsDeleteResult,
     columns_of,
@@ -43,9 +44,9 @@ from ctxdb.purge import (
 from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
+    EMBEDDINGS,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
-    EMBEDDINGS,
     REPLAY_ARTIFACTS,
     RETENTION_PENDING,
     RETENTION_PENDING_SCHEMA,
@@ -402,7 +403,23 @@ def sweep(
     dry_run: bool = False,
     vacuum_hours: int | None = None,
 ) -> RetentionReport:
-    """Run one retention sweep at `now` (default: the current time) and report it."""
+    """Run one retention sweep at `now` (default: the current time) and report it, holding the
+    writer lease while Elasticsearch answers."""
+    with optional_writer_lease(
+        es, settings.index_prefix, "retention", ttl_s=settings.writer_lease_ttl_s
+    ):
+        return _sweep(store, es, settings, now=now, dry_run=dry_run, vacuum_hours=vacuum_hours)
+
+
+def _sweep(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    *,
+    now: datetime | None,
+    dry_run: bool,
+    vacuum_hours: int | None,
+) -> RetentionReport:
     clock = time.perf_counter()
     started_at = datetime.now(UTC)
     cutoff = now or started_at

@@ -1,4 +1,4 @@
-"""The one settings object every ctxdb component reads (environment variables, documented in README)."""
+"""The one settings object every ctxdb component reads (environment variables; see docs)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     index_bulk_threads: int = Field(default=2, ge=1, description="Bulk requests in flight.")
     reindex_grace_s: float = Field(
         default=60.0, description="Seconds a retired index is kept after an alias swap."
+    )
+    writer_lease_ttl_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds the writer lease outlives a holder that stopped renewing it.",
     )
 
     retention_days: int = Field(default=365, description="Default TTL of every derived row.")

@@ -1,4 +1,4 @@
-"""Elasticsearch index settings and mappings (the one place they are defined; see docs/elasticsearch.md).
+"""Elasticsearch index settings and mappings, defined here only (see docs/elasticsearch.md).
 
 Only analyzers built into the server are used (standard, whitespace), so the mappings create on the
 embedded test distribution (no analysis-common module) and on a full cluster alike. Trigrams and

@@ -19,6 +19,7 @@ from ctxdb.delta import DeltaStore
 from ctxdb.embedding import Embedder, EmbedReport, embed_role_rows
 from ctxdb.es.mappings import ROWS, alias_name
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
+from ctxdb.index.lease import Lease, writer_lease
 from ctxdb.index.lifecycle import (
     Swap,
     alias_target,
@@ -97,7 +98,33 @@ def reindex(
 
     Cached embeddings are reused when `embedder.model_id` is unchanged; a new model id embeds
     every text again. `before_swap` (tests) runs with the new index names right before the swap.
+    Holds the writer lease throughout (`LeaseHeld` when another writer runs); a lease lost
+    meanwhile stops it before the swap.
     """
+    with writer_lease(
+        es, settings.index_prefix, "reindex", ttl_s=settings.writer_lease_ttl_s
+    ) as lease:
+        return _reindex(
+            store,
+            es,
+            settings,
+            embedder,
+            lease,
+            min_coverage_pct=min_coverage_pct,
+            before_swap=before_swap,
+        )
+
+
+def _reindex(
+    store: DeltaStore,
+    es: Elasticsearch,
+    settings: Settings,
+    embedder: Embedder,
+    lease: Lease,
+    *,
+    min_coverage_pct: float,
+    before_swap: Callable[[dict[str, str]], None] | None,
+) -> ReindexReport:
     started = time.monotonic()
     prefix = settings.index_prefix
     report = ReindexReport(model_id=embedder.model_id, embed=EmbedReport())
@@ -134,6 +161,7 @@ def reindex(
             report.builds[kind] = build
         if before_swap is not None:
             before_swap(dict(builds))
+        lease.check()
     except BaseException:
         for name in builds.values():
             es.indices.delete(index=name, ignore_unavailable=True)

@@ -11,6 +11,7 @@ from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import alias_name
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
+from ctxdb.index.lease import writer_lease
 from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
 from ctxdb.index.sources import SOURCES
 from ctxdb.settings import Settings
@@ -23,11 +24,15 @@ def sync_live(
 ) -> list[SyncReport]:
     """Ensure both aliases exist, sync each live index incrementally, drop retired versions.
 
-    Raises ElasticsearchUnavailable when the node cannot be reached; since `index_state` only
-    advances after a successful sync, the next run catches up.
+    Holds the writer lease (`LeaseHeld` when a reindex, sweep or erasure runs elsewhere). Raises
+    ElasticsearchUnavailable when the node cannot be reached; since `index_state` only advances
+    after a successful sync, the next run catches up.
     """
     try:
-        return _sync_live(store, es, settings, model_id=model_id)
+        with writer_lease(
+            es, settings.index_prefix, "index sync", ttl_s=settings.writer_lease_ttl_s
+        ):
+            return _sync_live(store, es, settings, model_id=model_id)
     except (ESConnectionError, ConnectionTimeout) as exc:
         raise ElasticsearchUnavailable(
             f"Elasticsearch at {settings.elasticsearch_url} is unreachable: {exc}"

@@ -1,0 +1,238 @@
+"""The writer lease: one Elasticsearch-writing operation at a time, across processes and machines.
+
+Dagster keeps its writer jobs apart with a tag concurrency limit, but the CLI and other Dagster
+instances do not see it. So every operation that writes the indices (live sync, reindex,
+retention sweep, erasure) holds this lease: a document in `<prefix>-leases` created with
+`op_type=create`, so exactly one holder wins. The holder renews it from a background thread;
+a holder that dies stops renewing and its lease expires after `ttl_s`, when the next operation
+takes it over (with the sequence number it read, so two cannot both take it over). Within one
+process the lease is re-entrant, so an operation may call another that also takes it.
+
+Elasticsearch itself has no lock API; a conditional create/index on one document is the
+documented way to get compare-and-set semantics, which is why this is written here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
+
+log = logging.getLogger(__name__)
+
+WRITER = "writer"
+MAPPING = {
+    "dynamic": "strict",
+    "properties": {
+        "owner": {"type": "keyword"},
+        "operation": {"type": "keyword"},
+        "acquired_at": {"type": "date"},
+        "expires_at": {"type": "date"},
+    },
+}
+
+
+class LeaseHeld(RuntimeError):
+    """Another live operation holds the lease."""
+
+
+class LeaseLost(RuntimeError):
+    """The lease expired and was taken over while this operation still ran."""
+
+
+@dataclass
+class Lease:
+    """A held lease; `check()` raises if it was lost (call it before an irreversible step)."""
+
+    es: Elasticsearch
+    index: str
+    name: str
+    owner: str
+    operation: str
+    ttl_s: float
+    seq_no: int
+    primary_term: int
+    acquired_at: str
+    lost: threading.Event = field(default_factory=threading.Event)
+    depth: int = 1
+
+    def check(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(
+                f"the {self.name} lease of {self.operation} ({self.owner}) expired and was taken"
+                " over; stopping before anything irreversible"
+            )
+
+    def renew(self) -> None:
+        """Push the expiry `ttl_s` ahead, conditional on still holding the lease."""
+        try:
+            response = self.es.index(
+                index=self.index,
+                id=self.name,
+                document=_document(self.owner, self.operation, self.ttl_s, self.acquired_at),
+                if_seq_no=self.seq_no,
+                if_primary_term=self.primary_term,
+            )
+        except (ConflictError, NotFoundError):
+            self.lost.set()
+            log.error("lost the %s lease of %s", self.name, self.operation)
+            return
+        self.seq_no, self.primary_term = response["_seq_no"], response["_primary_term"]
+
+
+_HELD: dict[tuple[int, str, str], Lease] = {}
+_HELD_LOCK = threading.Lock()
+
+
+def lease_index(prefix: str) -> str:
+    return f"{prefix}-leases"
+
+
+def owner_id() -> str:
+    """Who holds a lease: host and process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@contextmanager
+def writer_lease(
+    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str = WRITER
+) -> Iterator[Lease]:
+    """Hold the `name` lease under `prefix` while the block runs (raises `LeaseHeld` when a live
+    operation elsewhere holds it)."""
+    key = (id(es), prefix, name)
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is not None:
+            held.depth += 1
+    if held is not None:
+        try:
+            yield held
+        finally:
+            held.depth -= 1
+        return
+    lease = acquire(es, prefix, operation, ttl_s=ttl_s, name=name)
+    with _HELD_LOCK:
+        _HELD[key] = lease
+    stop = threading.Event()
+    heartbeat = threading.Thread(
+        target=_heartbeat, args=(lease, stop), name=f"lease-{name}", daemon=True
+    )
+    heartbeat.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        heartbeat.join()
+        with _HELD_LOCK:
+            _HELD.pop(key, None)
+        release(lease)
+
+
+@contextmanager
+def optional_writer_lease(
+    es: Elasticsearch | None, prefix: str, operation: str, *, ttl_s: float
+) -> Iterator[Lease | None]:
+    """The writer lease for operations that also run while Elasticsearch is down (retention,
+    erasure): held when Elasticsearch answers, None (with a warning) when it does not, since the
+    operation then leaves its Elasticsearch deletes pending instead of writing."""
+    if es is None:
+        yield None
+        return
+    with ExitStack() as stack:
+        try:
+            lease = stack.enter_context(writer_lease(es, prefix, operation, ttl_s=ttl_s))
+        except (TransportError, ApiError) as exc:
+            if isinstance(exc, ConflictError):
+                raise
+            log.warning("%s runs without the writer lease (Elasticsearch: %s)", operation, exc)
+            lease = None
+        yield lease
+
+
+def acquire(
+    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str = WRITER
+) -> Lease:
+    """Take the lease now, taking over an expired one; raise `LeaseHeld` otherwise."""
+    index = lease_index(prefix)
+    es.options(ignore_status=400).indices.create(
+        index=index,
+        settings={"number_of_shards": 1, "number_of_replicas": 0},
+        mappings=MAPPING,
+    )
+    owner = owner_id()
+    document = _document(owner, operation, ttl_s)
+    try:
+        response = es.create(index=index, id=name, document=document)
+    except ConflictError:
+        current = es.get(index=index, id=name)
+        holder = current["_source"]
+        if datetime.fromisoformat(holder["expires_at"]) > datetime.now(UTC):
+            raise LeaseHeld(
+                f"{holder['operation']} ({holder['owner']}) holds the {name} lease on "
+                f"{prefix} since {holder['acquired_at']} (expires {holder['expires_at']} "
+                "unless renewed); try again when it has finished"
+            ) from None
+        try:
+            response = es.index(
+                index=index,
+                id=name,
+                document=document,
+                if_seq_no=current["_seq_no"],
+                if_primary_term=current["_primary_term"],
+            )
+        except ConflictError:
+            raise LeaseHeld(f"another operation took over the expired {name} lease") from None
+        log.warning(
+            "took over the expired %s lease of %s (%s)", name, holder["operation"], holder["owner"]
+        )
+    return Lease(
+        es=es,
+        index=index,
+        name=name,
+        owner=owner,
+        operation=operation,
+        ttl_s=ttl_s,
+        seq_no=response["_seq_no"],
+        primary_term=response["_primary_term"],
+        acquired_at=document["acquired_at"],
+    )
+
+
+def release(lease: Lease) -> None:
+    """Give the lease back (a lease already lost or gone is left alone)."""
+    try:
+        lease.es.delete(
+            index=lease.index,
+            id=lease.name,
+            if_seq_no=lease.seq_no,
+            if_primary_term=lease.primary_term,
+        )
+    except (ConflictError, NotFoundError):
+        log.warning("the %s lease was no longer ours to release", lease.name)
+
+
+def _heartbeat(lease: Lease, stop: threading.Event) -> None:
+    while not stop.wait(lease.ttl_s / 3) and not lease.lost.is_set():
+        try:
+            lease.renew()
+        except Exception:  # noqa: BLE001  (a failed renewal is retried; expiry is the backstop)
+            log.exception("could not renew the %s lease; retrying", lease.name)
+
+
+def _document(
+    owner: str, operation: str, ttl_s: float, acquired_at: str | None = None
+) -> dict[str, str]:
+    now = datetime.now(UTC)
+    return {
+        "owner": owner,
+        "operation": operation,
+        "acquired_at": acquired_at or now.isoformat(),
+        "expires_at": (now + timedelta(seconds=ttl_s)).isoformat(),
+    }

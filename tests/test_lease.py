@@ -1,0 +1,127 @@
+"""The writer lease on the real node: one index writer at a time, across clients (each client here
+stands for another process or machine), renewal, takeover of an expired lease, re-entrancy."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
+
+from ctxdb.embedding import embed_role_rows
+from ctxdb.es.client import make_client
+from ctxdb.es.mappings import ROWS, alias_name
+from ctxdb.index.lease import (
+    LeaseHeld,
+    LeaseLost,
+    acquire,
+    lease_index,
+    owner_id,
+    release,
+    writer_lease,
+)
+from ctxdb.index.lifecycle import alias_target, versions
+from ctxdb.index.reindex import reindex
+from ctxdb.index.sync import sync_live
+from ctxdb.retention import sweep
+
+pytestmark = pytest.mark.es
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+def holder(es, prefix: str) -> dict | None:
+    found = es.options(ignore_status=404).get(index=lease_index(prefix), id="writer")
+    return found["_source"] if found.get("found") else None
+
+
+def test_a_second_holder_is_refused_until_the_first_releases(es, settings) -> None:
+    other = make_client(settings)
+    with writer_lease(es, settings.index_prefix, "reindex", ttl_s=30) as lease:
+        assert holder(es, settings.index_prefix)["owner"] == owner_id()
+        with pytest.raises(LeaseHeld, match="reindex .* holds the writer lease"):
+            acquire(other, settings.index_prefix, "retention", ttl_s=30)
+        with writer_lease(es, settings.index_prefix, "index sync", ttl_s=30) as inner:
+            assert inner is lease  # re-entrant within one holder
+        assert holder(es, settings.index_prefix) is not None  # the inner exit kept it
+    assert holder(es, settings.index_prefix) is None
+    release(acquire(other, settings.index_prefix, "retention", ttl_s=30))
+
+
+def test_the_heartbeat_keeps_a_short_lease_alive(es, settings) -> None:
+    other = make_client(settings)
+    with writer_lease(es, settings.index_prefix, "reindex", ttl_s=0.6):
+        time.sleep(1.5)  # more than twice the ttl: only renewals keep it
+        with pytest.raises(LeaseHeld):
+            acquire(other, settings.index_prefix, "retention", ttl_s=30)
+
+
+def test_an_expired_lease_is_taken_over_and_its_holder_notices(es, settings) -> None:
+    crashed = acquire(es, settings.index_prefix, "reindex", ttl_s=0.3)  # never renewed
+    time.sleep(0.6)
+    other = make_client(settings)
+    taker = acquire(other, settings.index_prefix, "retention", ttl_s=30)
+    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    crashed.renew()
+    with pytest.raises(LeaseLost):
+        crashed.check()
+    release(crashed)  # not ours any more: left alone
+    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    release(taker)
+    assert holder(es, settings.index_prefix) is None
+
+
+@pytest.mark.model
+def test_writers_elsewhere_block_reindex_sync_and_sweep(
+    delta_store, embedder, settings, es
+) -> None:
+    write_rows(delta_store, role_rows(["an answer about spreadsheets"]))
+    turn_tables(delta_store, 1)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, settings, model_id=MODEL)
+    live = alias_target(es, alias_name(settings.index_prefix, ROWS))
+    other = make_client(settings)
+    elsewhere = acquire(other, settings.index_prefix, "erase", ttl_s=30)
+    with pytest.raises(LeaseHeld, match="erase"):
+        reindex(delta_store, es, settings, embedder)
+    with pytest.raises(LeaseHeld):
+        sync_live(delta_store, es, settings, model_id=MODEL)
+    with pytest.raises(LeaseHeld):
+        sweep(delta_store, es, settings)
+    assert alias_target(es, alias_name(settings.index_prefix, ROWS)) == live
+    assert sorted(versions(es, settings.index_prefix, ROWS)) == [1]
+    release(elsewhere)
+    assert reindex(delta_store, es, settings, embedder).swaps
+
+
+@pytest.mark.model
+def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
+    delta_store, embedder, settings, es
+) -> None:
+    write_rows(delta_store, role_rows(["an answer about spreadsheets"]))
+    turn_tables(delta_store, 1)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, settings, model_id=MODEL)
+    live = alias_target(es, alias_name(settings.index_prefix, ROWS))
+    short = settings.model_copy(update={"writer_lease_ttl_s": 0.3})
+    other = make_client(settings)
+
+    def steal(_builds: dict[str, str]) -> None:
+        other.index(
+            index=lease_index(settings.index_prefix),
+            id="writer",
+            document={
+                "owner": "elsewhere:1",
+                "operation": "retention",
+                "acquired_at": "2026-12-02T00:00:00+00:00",
+                "expires_at": "2099-01-01T00:00:00+00:00",
+            },
+            refresh=True,
+        )
+        time.sleep(0.8)  # several heartbeats: the next renewal finds the lease taken
+
+    with pytest.raises(LeaseLost):
+        reindex(delta_store, es, short, embedder, before_swap=steal)
+    assert alias_target(es, alias_name(settings.index_prefix, ROWS)) == live
+    assert sorted(versions(es, settings.index_prefix, ROWS)) == [1]
+    assert holder(es, settings.index_prefix)["owner"] == "elsewhere:1"
