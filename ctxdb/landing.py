@@ -237,7 +237,8 @@ def parse_files(files: Sequence[LandingFile], now: datetime, workers: int) -> li
             parse_lines(lines, f.path, now)
             for f, lines in zip(files, prefetched([f.path for f in files]), strict=True)
         ]
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["ctxdb.landing"])
     with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=context) as pool:
         return list(pool.map(parse_file, [f.path for f in files], [now] * len(files)))
 
