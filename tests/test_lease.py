@@ -3,7 +3,11 @@ stands for another process or machine), renewal, takeover of an expired lease, r
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
@@ -125,3 +129,26 @@ def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
     assert alias_target(es, alias_name(settings.index_prefix, ROWS)) == live
     assert sorted(versions(es, settings.index_prefix, ROWS)) == [1]
     assert holder(es, settings.index_prefix)["owner"] == "elsewhere:1"
+
+
+def test_the_cli_names_the_holder_and_exits_2(es, settings, tmp_path) -> None:
+    elsewhere = acquire(make_client(settings), settings.index_prefix, "reindex", ttl_s=30)
+    env = {
+        **os.environ,
+        "CTXDB_HOME": str(tmp_path),
+        "CTXDB_INDEX_PREFIX": settings.index_prefix,
+        "ELASTICSEARCH_URL": settings.elasticsearch_url,
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ctxdb"), "retention", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    release(elsewhere)
+    assert done.returncode == 2, done.stderr
+    assert "error: reindex (" in done.stderr
+    assert "holds the writer lease" in done.stderr
+    assert "Traceback" not in done.stderr

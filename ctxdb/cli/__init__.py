@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import typer
+
 from ctxdb.cli.app import app
+from ctxdb.index.lease import LeaseHeld, LeaseLost
 
 
 def _register_all() -> None:
@@ -16,4 +19,8 @@ def _register_all() -> None:
 
 def main() -> None:
     _register_all()
-    app()
+    try:
+        app()
+    except (LeaseHeld, LeaseLost) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
