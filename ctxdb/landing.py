@@ -232,15 +232,33 @@ def prefetched(paths: Sequence[str]) -> Iterator[list[bytes]]:
 def parse_files(files: Sequence[LandingFile], now: datetime, workers: int) -> list[Parsed]:
     """Parse files in order, in `workers` processes when there is enough work to share."""
     total = sum(f.size for f in files)
+    paths = [f.path for f in files]
     if workers <= 1 or len(files) < 2 or total < PARALLEL_MIN_BYTES:
-        return [
-            parse_lines(lines, f.path, now)
-            for f, lines in zip(files, prefetched([f.path for f in files]), strict=True)
-        ]
+        parsed = (
+            parse_lines(lines, path, now)
+            for path, lines in zip(paths, prefetched(paths), strict=True)
+        )
+        return _progress(parsed, paths)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["ctxdb.landing"])
     with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=context) as pool:
-        return list(pool.map(parse_file, [f.path for f in files], [now] * len(files)))
+        return _progress(pool.map(parse_file, paths, [now] * len(files)), paths)
+
+
+def _progress(parsed: Iterable[Parsed], paths: Sequence[str]) -> list[Parsed]:
+    """Collect parsed files in order, logging each (long landings report as they go)."""
+    done: list[Parsed] = []
+    for path, result in zip(paths, parsed, strict=True):
+        done.append(result)
+        log.info(
+            "parsed %s (%d/%d): %d valid, %d quarantined",
+            path,
+            len(done),
+            len(paths),
+            result.events.height,
+            result.quarantine.height,
+        )
+    return done
 
 
 def _text(line: bytes | str) -> str:
