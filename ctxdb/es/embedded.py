@@ -134,7 +134,12 @@ def port_busy(port: int) -> bool:
     """True when something accepts connections on, or holds, 127.0.0.1:`port`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
-        if probe.connect_ex(("127.0.0.1", port)) == 0:
+        # A free port in the ephemeral range can be "connected" to itself (TCP simultaneous
+        # open, when the kernel picks that very port as the source): that is not a listener.
+        if (
+            probe.connect_ex(("127.0.0.1", port)) == 0
+            and probe.getsockname() != probe.getpeername()
+        ):
             return True
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
