@@ -7,7 +7,6 @@ session's cache, so they never touch the node the rest of the suite uses.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import socket
 import stat
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest_ports import free_port_pair
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -36,17 +36,6 @@ _register_all()
 runner = CliRunner()
 
 JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
-
-
-def free_port_pair() -> int:
-    """A port p with p and p + 100 both free on loopback, below the kernel's ephemeral range (so
-    no outgoing connection takes it as its source port between this check and the node's bind)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    candidates = random.Random().sample(range(20_000, max(low - 100, 20_100)), 50)
-    for port in candidates:
-        if not embedded.port_busy(port) and not embedded.port_busy(port + 100):
-            return port
-    raise RuntimeError("no free port pair")
 
 
 def node_settings(base: Settings, port: int, **extra) -> Settings:

@@ -8,12 +8,12 @@ cluster and a non-Elasticsearch service: they exist only to make those failures 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest_ports import free_port_pair
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -91,9 +91,7 @@ def not_elasticsearch() -> Iterator[str]:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+    return f"http://127.0.0.1:{free_port_pair()}"
 
 
 def test_real_node_passes(es_base_settings: Settings) -> None:
