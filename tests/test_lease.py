@@ -75,15 +75,20 @@ def test_an_expired_lease_is_taken_over_and_its_holder_notices(es, settings) -> 
     assert holder(es, settings.index_prefix) is None
 
 
-@pytest.mark.model
-def test_writers_elsewhere_block_reindex_sync_and_sweep(
-    delta_store, embedder, settings, es
-) -> None:
+@pytest.fixture
+def live(delta_store, embedder, settings, es) -> str:
+    """One indexed row and turn; the live rows index name."""
     write_rows(delta_store, role_rows(["an answer about spreadsheets"]))
     turn_tables(delta_store, 1)
     embed_role_rows(delta_store, embedder, batch_size=8)
     sync_live(delta_store, es, settings, model_id=MODEL)
-    live = alias_target(es, alias_name(settings.index_prefix, ROWS))
+    return alias_target(es, alias_name(settings.index_prefix, ROWS))
+
+
+@pytest.mark.model
+def test_writers_elsewhere_block_reindex_sync_and_sweep(
+    delta_store, embedder, settings, es, live
+) -> None:
     other = make_client(settings)
     elsewhere = acquire(other, settings.index_prefix, "erase", ttl_s=30)
     with pytest.raises(LeaseHeld, match="erase"):
@@ -100,13 +105,8 @@ def test_writers_elsewhere_block_reindex_sync_and_sweep(
 
 @pytest.mark.model
 def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
-    delta_store, embedder, settings, es
+    delta_store, embedder, settings, es, live
 ) -> None:
-    write_rows(delta_store, role_rows(["an answer about spreadsheets"]))
-    turn_tables(delta_store, 1)
-    embed_role_rows(delta_store, embedder, batch_size=8)
-    sync_live(delta_store, es, settings, model_id=MODEL)
-    live = alias_target(es, alias_name(settings.index_prefix, ROWS))
     short = settings.model_copy(update={"writer_lease_ttl_s": 0.3})
     other = make_client(settings)
 
