@@ -162,7 +162,11 @@ def erase(
     """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
     lease while Elasticsearch answers)."""
     with optional_writer_lease(
-        es, settings.index_prefix, "erase", ttl_s=settings.writer_lease_ttl_s
+        es,
+        settings.index_prefix,
+        "erase",
+        ttl_s=settings.writer_lease_ttl_s,
+        wait_s=settings.writer_lease_wait_s,
     ):
         return _erase(store, es, settings, scope)
 

@@ -406,7 +406,11 @@ def sweep(
     """Run one retention sweep at `now` (default: the current time) and report it, holding the
     writer lease while Elasticsearch answers."""
     with optional_writer_lease(
-        es, settings.index_prefix, "retention", ttl_s=settings.writer_lease_ttl_s
+        es,
+        settings.index_prefix,
+        "retention",
+        ttl_s=settings.writer_lease_ttl_s,
+        wait_s=settings.writer_lease_wait_s,
     ):
         return _sweep(store, es, settings, now=now, dry_run=dry_run, vacuum_hours=vacuum_hours)
 

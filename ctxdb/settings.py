@@ -101,6 +101,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds the writer lease outlives a holder that stopped renewing it.",
     )
+    writer_lease_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds a writer waits for a held writer lease before failing.",
+    )
 
     retention_days: int = Field(default=365, description="Default TTL of every derived row.")
     retention_rules: list[RetentionRule] = Field(

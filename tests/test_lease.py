@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,6 +51,21 @@ def test_a_second_holder_is_refused_until_the_first_releases(es, settings) -> No
         assert holder(es, settings.index_prefix) is not None  # the inner exit kept it
     assert holder(es, settings.index_prefix) is None
     release(acquire(other, settings.index_prefix, "retention", ttl_s=30))
+
+
+def test_a_waiting_writer_gets_the_lease_when_the_holder_finishes(es, settings) -> None:
+    other = make_client(settings)
+    busy = acquire(other, settings.index_prefix, "reindex", ttl_s=30)
+    threading.Timer(1.0, release, args=(busy,)).start()
+    started = time.monotonic()
+    with writer_lease(es, settings.index_prefix, "retention", ttl_s=30, wait_s=30) as lease:
+        assert lease.operation == "retention"
+        assert time.monotonic() - started >= 1.0
+    busy = acquire(other, settings.index_prefix, "reindex", ttl_s=30)
+    with pytest.raises(LeaseHeld):
+        with writer_lease(es, settings.index_prefix, "retention", ttl_s=30, wait_s=0.5):
+            pass
+    release(busy)
 
 
 def test_the_heartbeat_keeps_a_short_lease_alive(es, settings) -> None:

@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError,
 log = logging.getLogger(__name__)
 
 WRITER = "writer"
+POLL_S = 2.0
+"""How often a waiting writer tries the lease again."""
 MAPPING = {
     "dynamic": "strict",
     "properties": {
@@ -102,10 +105,16 @@ def owner_id() -> str:
 
 @contextmanager
 def writer_lease(
-    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str = WRITER
+    es: Elasticsearch,
+    prefix: str,
+    operation: str,
+    *,
+    ttl_s: float,
+    wait_s: float = 0.0,
+    name: str = WRITER,
 ) -> Iterator[Lease]:
     """Hold the `name` lease under `prefix` while the block runs (raises `LeaseHeld` when a live
-    operation elsewhere holds it)."""
+    operation elsewhere still holds it after `wait_s` seconds)."""
     key = (id(es), prefix, name)
     with _HELD_LOCK:
         held = _HELD.get(key)
@@ -117,7 +126,7 @@ def writer_lease(
         finally:
             held.depth -= 1
         return
-    lease = acquire(es, prefix, operation, ttl_s=ttl_s, name=name)
+    lease = acquire_waiting(es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, name=name)
     with _HELD_LOCK:
         _HELD[key] = lease
     stop = threading.Event()
@@ -137,7 +146,7 @@ def writer_lease(
 
 @contextmanager
 def optional_writer_lease(
-    es: Elasticsearch | None, prefix: str, operation: str, *, ttl_s: float
+    es: Elasticsearch | None, prefix: str, operation: str, *, ttl_s: float, wait_s: float = 0.0
 ) -> Iterator[Lease | None]:
     """The writer lease for operations that also run while Elasticsearch is down (retention,
     erasure): held when Elasticsearch answers, None (with a warning) when it does not, since the
@@ -147,13 +156,37 @@ def optional_writer_lease(
         return
     with ExitStack() as stack:
         try:
-            lease = stack.enter_context(writer_lease(es, prefix, operation, ttl_s=ttl_s))
+            lease = stack.enter_context(
+                writer_lease(es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s)
+            )
         except (TransportError, ApiError) as exc:
             if isinstance(exc, ConflictError):
                 raise
             log.warning("%s runs without the writer lease (Elasticsearch: %s)", operation, exc)
             lease = None
         yield lease
+
+
+def acquire_waiting(
+    es: Elasticsearch,
+    prefix: str,
+    operation: str,
+    *,
+    ttl_s: float,
+    wait_s: float,
+    name: str = WRITER,
+) -> Lease:
+    """`acquire`, retried every `POLL_S` while another holder keeps the lease, for `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return acquire(es, prefix, operation, ttl_s=ttl_s, name=name)
+        except LeaseHeld as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            log.info("%s waits for the %s lease: %s", operation, name, exc)
+            time.sleep(min(POLL_S, left))
 
 
 def acquire(

@@ -102,7 +102,11 @@ def reindex(
     meanwhile stops it before the swap.
     """
     with writer_lease(
-        es, settings.index_prefix, "reindex", ttl_s=settings.writer_lease_ttl_s
+        es,
+        settings.index_prefix,
+        "reindex",
+        ttl_s=settings.writer_lease_ttl_s,
+        wait_s=settings.writer_lease_wait_s,
     ) as lease:
         return _reindex(
             store,

@@ -30,7 +30,11 @@ def sync_live(
     """
     try:
         with writer_lease(
-            es, settings.index_prefix, "index sync", ttl_s=settings.writer_lease_ttl_s
+            es,
+            settings.index_prefix,
+            "index sync",
+            ttl_s=settings.writer_lease_ttl_s,
+            wait_s=settings.writer_lease_wait_s,
         ):
             return _sync_live(store, es, settings, model_id=model_id)
     except (ESConnectionError, ConnectionTimeout) as exc:
