@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
+from conftest_ports import free_port_pair
 
 from ctxdb.embedding import embed_role_rows
 from ctxdb.es.client import make_client
@@ -168,3 +169,14 @@ def test_the_cli_names_the_holder_and_exits_2(es, settings, tmp_path) -> None:
     assert "error: reindex (" in done.stderr
     assert "holds the writer lease" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_releasing_when_elasticsearch_is_gone_leaves_the_lease_to_expire(es, settings) -> None:
+    lease = acquire(es, settings.index_prefix, "retention", ttl_s=30)
+    gone = settings.model_copy(update={"elasticsearch_url": f"http://127.0.0.1:{free_port_pair()}"})
+    lease.es = make_client(gone)
+    release(lease)  # logs a warning instead of failing the operation it ends
+    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    lease.es = es
+    release(lease)
+    assert holder(es, settings.index_prefix) is None

@@ -5,8 +5,8 @@ instances do not see it. So every operation that writes the indices (live sync, 
 retention sweep, erasure) holds this lease: a document in `<prefix>-leases` created with
 `op_type=create`, so exactly one holder wins. The holder renews it from a background thread;
 a holder that dies stops renewing and its lease expires after `ttl_s`, when the next operation
-takes it over (with the sequence number it read, so two cannot both take it over). Within one
-process the lease is re-entrant, so an operation may call another that also takes it.
+takes it over (with the sequence number it read, so two cannot both take it over). Through the
+same client the lease is re-entrant, so an operation may call another that also takes it.
 
 Elasticsearch itself has no lock API; a conditional create/index on one document is the
 documented way to get compare-and-set semantics, which is why this is written here.
@@ -249,6 +249,8 @@ def release(lease: Lease) -> None:
         )
     except (ConflictError, NotFoundError):
         log.warning("the %s lease was no longer ours to release", lease.name)
+    except (TransportError, ApiError) as exc:
+        log.warning("could not release the %s lease (%s); it expires by itself", lease.name, exc)
 
 
 def _heartbeat(lease: Lease, stop: threading.Event) -> None:
