@@ -31,7 +31,7 @@ from pyarrow import fs as pafs
 from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
-from ctxdb.index.lease import optional_writer_lease
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.purge import (
     columns_of,
     count_docs,
@@ -161,13 +161,7 @@ def erase(
 ) -> EraseReport:
     """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
     lease while Elasticsearch answers)."""
-    with optional_writer_lease(
-        es,
-        settings.index_prefix,
-        "erase",
-        ttl_s=settings.writer_lease_ttl_s,
-        wait_s=settings.writer_lease_wait_s,
-    ):
+    with optional_writer_lease_for(es, settings, "erase"):
         return _erase(store, es, settings, scope)
 
 

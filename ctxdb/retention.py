@@ -30,7 +30,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import ROWS, TURNS, turn_doc_id
-from ctxdb.index.lease import optional_writer_lease
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.purge import (
     EsDeleteResult,
     columns_of,
@@ -405,13 +405,7 @@ def sweep(
 ) -> RetentionReport:
     """Run one retention sweep at `now` (default: the current time) and report it, holding the
     writer lease while Elasticsearch answers."""
-    with optional_writer_lease(
-        es,
-        settings.index_prefix,
-        "retention",
-        ttl_s=settings.writer_lease_ttl_s,
-        wait_s=settings.writer_lease_wait_s,
-    ):
+    with optional_writer_lease_for(es, settings, "retention"):
         return _sweep(store, es, settings, now=now, dry_run=dry_run, vacuum_hours=vacuum_hours)
 
 

@@ -20,11 +20,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
+
+from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,32 @@ def optional_writer_lease(
             log.warning("%s runs without the writer lease (Elasticsearch: %s)", operation, exc)
             lease = None
         yield lease
+
+
+def writer_lease_for(
+    es: Elasticsearch, settings: Settings, operation: str
+) -> AbstractContextManager[Lease]:
+    """`writer_lease` with the prefix, ttl and wait of `settings`."""
+    return writer_lease(
+        es,
+        settings.index_prefix,
+        operation,
+        ttl_s=settings.writer_lease_ttl_s,
+        wait_s=settings.writer_lease_wait_s,
+    )
+
+
+def optional_writer_lease_for(
+    es: Elasticsearch | None, settings: Settings, operation: str
+) -> AbstractContextManager[Lease | None]:
+    """`optional_writer_lease` with the prefix, ttl and wait of `settings`."""
+    return optional_writer_lease(
+        es,
+        settings.index_prefix,
+        operation,
+        ttl_s=settings.writer_lease_ttl_s,
+        wait_s=settings.writer_lease_wait_s,
+    )
 
 
 def acquire_waiting(

@@ -19,7 +19,7 @@ from ctxdb.delta import DeltaStore
 from ctxdb.embedding import Embedder, EmbedReport, embed_role_rows
 from ctxdb.es.mappings import ROWS, alias_name
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
-from ctxdb.index.lease import Lease, writer_lease
+from ctxdb.index.lease import Lease, writer_lease_for
 from ctxdb.index.lifecycle import (
     Swap,
     alias_target,
@@ -101,13 +101,7 @@ def reindex(
     Holds the writer lease throughout (`LeaseHeld` when another writer runs); a lease lost
     meanwhile stops it before the swap.
     """
-    with writer_lease(
-        es,
-        settings.index_prefix,
-        "reindex",
-        ttl_s=settings.writer_lease_ttl_s,
-        wait_s=settings.writer_lease_wait_s,
-    ) as lease:
+    with writer_lease_for(es, settings, "reindex") as lease:
         return _reindex(
             store,
             es,

@@ -11,7 +11,7 @@ from ctxdb.delta import DeltaStore
 from ctxdb.es.mappings import alias_name
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
-from ctxdb.index.lease import writer_lease
+from ctxdb.index.lease import writer_lease_for
 from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
 from ctxdb.index.sources import SOURCES
 from ctxdb.settings import Settings
@@ -29,13 +29,7 @@ def sync_live(
     after a successful sync, the next run catches up.
     """
     try:
-        with writer_lease(
-            es,
-            settings.index_prefix,
-            "index sync",
-            ttl_s=settings.writer_lease_ttl_s,
-            wait_s=settings.writer_lease_wait_s,
-        ):
+        with writer_lease_for(es, settings, "index sync"):
             return _sync_live(store, es, settings, model_id=model_id)
     except (ESConnectionError, ConnectionTimeout) as exc:
         raise ElasticsearchUnavailable(
