@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import polars as pl
-from elasticsearch import helpers
+from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.delta import DeltaStore
 from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
@@ -36,7 +36,7 @@ from ctxdb.index.incremental import build_base, current_versions
 from ctxdb.index.lifecycle import KINDS, ensure_index
 from ctxdb.index.sources import ROWS_SOURCE
 from ctxdb.index.sync import sync_live
-from ctxdb.settings import get_settings
+from ctxdb.settings import Settings, get_settings
 from ctxdb.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS, ROLE_ROWS_SCHEMA
 from ctxdb.text import text_hash, trigrams
 
@@ -86,6 +86,18 @@ def generate_rows(n: int, min_words: int, max_words: int, seed: int = 7) -> pl.D
     )
 
 
+def workspace(name: str, batch_size: int) -> tuple[Settings, Elasticsearch, DeltaStore]:
+    """Settings with a fresh `bench-<name>-<hex>` index prefix, a client, and an empty Delta
+    store in a temporary directory."""
+    settings = get_settings().model_copy(
+        update={
+            "index_prefix": f"bench-{name}-{uuid.uuid4().hex[:8]}",
+            "embedding_batch_size": batch_size,
+        }
+    )
+    return settings, make_client(settings), DeltaStore(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+
+
 def fill_cache(store: DeltaStore, model_id: str, hashes: pl.Series, seed: int = 7) -> None:
     """Random unit vectors for `hashes` in the embeddings cache (rows embedded by a past run)."""
     vectors = np.random.default_rng(seed).standard_normal((hashes.len(), 384), dtype=np.float32)
@@ -116,12 +128,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    prefix = f"bench-embed-{uuid.uuid4().hex[:8]}"
-    settings = get_settings().model_copy(
-        update={"index_prefix": prefix, "embedding_batch_size": args.batch_size}
-    )
-    es = make_client(settings)
-    store = DeltaStore(tempfile.mkdtemp(prefix="bench-embed-"))
+    settings, es, store = workspace("embed", args.batch_size)
+    prefix = settings.index_prefix
     rows = generate_rows(args.rows, args.min_words, args.max_words)
     embed_rows = min(args.embed_rows or args.rows, args.rows)
     embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)

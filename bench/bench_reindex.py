@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import threading
 import time
 import uuid
 
-from bench_embed_index import fill_cache, generate_rows
+from bench_embed_index import fill_cache, generate_rows, workspace
 
 from ctxdb.auth import Principal
-from ctxdb.delta import DeltaStore
 from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
-from ctxdb.es.client import make_client
 from ctxdb.es.mappings import ROWS, alias_name
 from ctxdb.index.reindex import drop_after_grace, reindex
 from ctxdb.index.sync import sync_live
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
-from ctxdb.settings import get_settings
 from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
 
 QUERIES = ("workbook formulas lost", "kubectl pod restarts", "timezone conversion bug", "recipe")
@@ -93,12 +89,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    prefix = f"bench-reindex-{uuid.uuid4().hex[:8]}"
-    settings = get_settings().model_copy(
-        update={"index_prefix": prefix, "embedding_batch_size": args.batch_size}
-    )
-    es = make_client(settings)
-    store = DeltaStore(tempfile.mkdtemp(prefix="bench-reindex-"))
+    settings, es, store = workspace("reindex", args.batch_size)
+    prefix = settings.index_prefix
     rows = generate_rows(args.rows, args.min_words, args.max_words)
     store.append(ROLE_ROWS, rows, ROLE_ROWS_SCHEMA)
     embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)
