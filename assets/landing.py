@@ -23,7 +23,7 @@ def raw_turn_events(
 ) -> MaterializeResult:
     settings = get_settings()
     uri = config.path or settings.landing
-    stats = land(delta.store(), uri, max_files=config.max_files, workers=settings.landing_workers)
+    stats = land(delta.store(), uri, max_files=config.max_files, threads=settings.landing_threads)
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "
         f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"

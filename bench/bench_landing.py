@@ -15,14 +15,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import msgspec
+import ctxdb_native
 from deltalake import write_deltalake
 
 from ctxdb.delta import DeltaStore
 from ctxdb.derive.run import derive
-from ctxdb.events_fast import fast_event
+from ctxdb.events import MAX_EVENT_BYTES
 from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import land, list_files, read_lines
+from ctxdb.landing import land, list_files, read_bytes
 from ctxdb.settings import Settings
 from ctxdb.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
 
@@ -49,32 +49,18 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def landing_floors(paths: list[str]) -> dict[str, float]:
+def landing_floors(paths: list[str], threads: int) -> dict[str, float]:
     """Seconds for the parts of landing no implementation can skip, measured on the same files:
-    reading (and gunzipping) them, a bare JSON syntax scan of every line (msgspec into `Raw`,
-    nothing built), and the typed contract check of every line (nothing kept)."""
+    reading (and gunzipping) them, and the native contract check of every line (nothing kept
+    beyond the scanner's own buffers)."""
     start = time.perf_counter()
-    files = [read_lines(path) for path in paths]
+    files = [read_bytes(path) for path in paths]
     read_s = time.perf_counter() - start
-    scan = msgspec.json.Decoder(msgspec.Raw).decode
     start = time.perf_counter()
-    for lines in files:
-        for line in lines:
-            try:
-                scan(line)
-            except msgspec.DecodeError:
-                pass
+    for data in files:
+        ctxdb_native.scan_events(data, MAX_EVENT_BYTES, threads)
     scan_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for lines in files:
-        for line in lines:
-            fast_event(line)
-    contract_s = time.perf_counter() - start
-    return {
-        "floor_read_s": round(read_s, 2),
-        "floor_json_scan_s": round(scan_s, 2),
-        "floor_contract_check_s": round(contract_s, 2),
-    }
+    return {"floor_read_s": round(read_s, 2), "floor_native_scan_s": round(scan_s, 2)}
 
 
 def main() -> None:
@@ -82,7 +68,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, default=Path("/tmp/ctxdb-bench"))
     parser.add_argument("--increment", type=float, default=0.01)
-    parser.add_argument("--workers", type=int, default=1, help="Landing parse processes.")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="Landing validation threads (0: one per core)."
+    )
     parser.add_argument("--plain-repeats", type=int, default=3, help="Plain appends (median).")
     parser.add_argument("--json", type=Path, help="Also write the report here.")
     args = parser.parse_args()
@@ -102,7 +90,7 @@ def main() -> None:
     store = DeltaStore(str(args.out / "delta"))
     settings = Settings(home=args.out)
 
-    landed, t_land = timed(land, store, str(landing), now=now, workers=args.workers)
+    landed, t_land = timed(land, store, str(landing), now=now, threads=args.threads)
     cpu_land = CPU["land"]
     rows = store.table(RAW_TURN_EVENTS).to_pyarrow_table().cast(RAW_EVENTS_SCHEMA)
     plain_runs = [
@@ -111,7 +99,7 @@ def main() -> None:
     ]
     t_plain = statistics.median(plain_runs)
     cpu_plain = CPU["write_deltalake"] / args.plain_repeats
-    floors = landing_floors([f.path for f in list_files(str(landing))])
+    floors = landing_floors([f.path for f in list_files(str(landing))], args.threads)
     derived, t_derive = timed(derive, store, settings, now=now)
     cpu_derive = CPU["derive"]
 
@@ -123,7 +111,7 @@ def main() -> None:
     )
     write_sample(extra, args.out / "landing" / "increment", per_file=100_000)
     extra_landed, t_land_inc = timed(
-        land, store, str(landing), now=now + timedelta(hours=1), workers=args.workers
+        land, store, str(landing), now=now + timedelta(hours=1), threads=args.threads
     )
     extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
 

@@ -136,10 +136,22 @@ class DeltaStore:
 
 
 def _to_arrow(data: pl.DataFrame, schema: pa.Schema | None) -> pa.Table:
-    table = data.to_arrow()
+    """Arrow view of a frame, without copying its strings: polars' string views go to delta-rs
+    as they are (Delta stores them as `string`); only names, order, nullability and non-string
+    types follow `schema`."""
+    table = data.to_arrow(compat_level=pl.CompatLevel.newest())
     if schema is None:
         return table
-    return table.select(schema.names).cast(schema)
+    table = table.select(schema.names)
+    return table.cast(
+        pa.schema([_as_view(field, table.schema.field(field.name)) for field in schema])
+    )
+
+
+def _as_view(field: pa.Field, actual: pa.Field) -> pa.Field:
+    if pa.types.is_string(field.type) and pa.types.is_string_view(actual.type):
+        return field.with_type(pa.string_view())
+    return field
 
 
 def sql_in(column: str, values: Sequence[str]) -> str:

@@ -1,6 +1,6 @@
 """Landing: JSONL files (plain or gzip) -> `raw_turn_events`, with every bad line quarantined.
 
-Parsing is pure (`parse_lines`): each line becomes either a validated event row or a quarantine
+Parsing is pure (`parse_bytes`): each line becomes either a validated event row or a quarantine
 row with its reason. `land` adds the I/O: it lists the landing directory or object-store prefix,
 skips files already landed (same path, size and mtime), drops event ids already present
 (anti-join, counted as duplicates), quarantines events for conversations owned by another identity
@@ -10,16 +10,17 @@ step idempotent, so a run killed between two commits is completed by the next ru
 
 from __future__ import annotations
 
-import gzip
 import logging
-import multiprocessing
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
+import ctxdb_native
 import polars as pl
+import pyarrow as pa
 import pyarrow.fs as pafs
+from zlib_ng import gzip_ng
 
 from ctxdb.delta import DeltaStore
 from ctxdb.events import (
@@ -29,7 +30,6 @@ from ctxdb.events import (
     EventError,
     parse_event,
 )
-from ctxdb.events_fast import ID_PATTERNS, fast_event
 from ctxdb.tables import (
     LANDED_FILES,
     LANDED_FILES_SCHEMA,
@@ -44,13 +44,11 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
 OWNER = ["tenant", "app", "user_id"]
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MICROSECOND = timedelta(microseconds=1)
-PARALLEL_MIN_BYTES = 32 * 1024 * 1024
-"""Below this much input, files are parsed in-process (worker start-up would cost more)."""
 EVENT_COLUMNS = [
     f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")
 ]
+SCANNED_STRINGS = [c for c in ENVELOPE_COLUMNS if c != "occurred_at"] + ["payload"]
+"""String columns the native scanner returns as Arrow string views."""
 
 
 @dataclass(frozen=True)
@@ -116,86 +114,47 @@ def _display(uri: str, base: str, path: str) -> str:
     return f"{scheme}://{path}"
 
 
-def read_lines(path: str) -> list[bytes]:
-    """The lines of one landing file (gzip detected by its magic bytes), without line ends."""
+def read_bytes(path: str) -> bytes:
+    """The content of one landing file, gunzipped (zlib-ng) when it starts with gzip's magic."""
     fs, real = filesystem(path)
     with fs.open_input_stream(real) as stream:
         data = stream.read()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    return [line.rstrip(b"\r") for line in lines] if b"\r" in data else lines
+    return gzip_ng.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -> Parsed:
-    """Validate each line; blank lines are skipped, everything else lands or is quarantined.
+def parse_bytes(data: bytes, source_file: str, now: datetime, threads: int = 0) -> Parsed:
+    """Validate each line of `data`; blank lines are skipped, every other line lands or is
+    quarantined.
 
-    Each line goes through the fast msgspec mirror of the contract first; a line it rejects goes
-    through the pydantic contract, which accepts it or names the reason. Envelope id rules are
-    checked on whole columns; the payload column is the payload's JSON text.
+    The native scanner (`ctxdb_native`, a Rust mirror of the contract run on `threads` threads)
+    validates every line and returns the accepted envelopes as Arrow buffers. Each line it does
+    not accept goes through the pydantic contract, which accepts it or names the reason. The
+    payload column is the payload's JSON text as written.
     """
-    accepted: list = []
-    numbers: list[int] = []
-    payloads: list[bytes | None] = []
-    slow: list[int] = []  # positions whose payload comes from the pydantic path
-    kept: list[bytes | str] = []
+    scan = ctxdb_native.scan_events(data, MAX_EVENT_BYTES, threads)
+    slow: dict[str, list] = {name: [] for name in [*ENVELOPE_COLUMNS, "line_number", "raw"]}
     bad: dict[str, list] = {"line_number": [], "raw_line": [], "reason": [], "detail": []}
-
-    def reject(number: int, line: bytes | str, exc: EventError) -> None:
-        bad["line_number"].append(number)
-        bad["raw_line"].append(_text(line))
-        bad["reason"].append(exc.reason)
-        bad["detail"].append(exc.detail)
-
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, start, end in scan["rejected"]:
+        line = data[start:end]
+        try:
+            event = parse_event(line)
+        except EventError as exc:
+            bad["line_number"].append(number)
+            bad["raw_line"].append(_text(line))
+            bad["reason"].append(exc.reason)
+            bad["detail"].append(exc.detail)
             continue
-        event = fast_event(line)
-        if event is None:
-            try:
-                event = parse_event(line)
-            except EventError as exc:
-                reject(number, line, exc)
-                continue
-            slow.append(len(kept))
-            payloads.append(None)
-        else:
-            payloads.append(bytes(event.payload))
-        kept.append(line)
-        numbers.append(number)
-        accepted.append(event)
-    rows = {name: [getattr(e, name) for e in accepted] for name in ENVELOPE_COLUMNS}
-    rows["occurred_at"] = [(t - EPOCH) // MICROSECOND for t in rows["occurred_at"]]
-    rows["line_number"] = numbers
-    rows["payload"] = payloads
-    payload = pl.Series("payload", rows.pop("payload"), dtype=pl.Binary).cast(pl.String)
-    if slow:
-        raw = pl.Series([_text(kept[i]) for i in slow], dtype=pl.String)
-        payload = payload.scatter(slow, raw.str.json_path_match("$.payload"))
-    schema = _polars_schema([*rows, "payload"], RAW_EVENTS_SCHEMA)
-    schema["occurred_at"] = pl.Int64
-    events = pl.DataFrame({**rows, "payload": payload}, schema=schema).with_columns(
-        pl.col("occurred_at").cast(pl.Datetime("us", "UTC")),
+        for name in ENVELOPE_COLUMNS:
+            slow[name].append(getattr(event, name))
+        slow["line_number"].append(number)
+        slow["raw"].append(_text(line))
+    events = _scanned_frame(data, scan)
+    if slow["line_number"]:
+        events = pl.concat([events, _contract_frame(slow)]).sort("line_number")
+    events = events.with_columns(
         pl.lit(SCHEMA_VERSION, dtype=pl.Int32).alias("schema_version"),
         pl.lit(source_file).alias("source_file"),
     )
-    unsafe = ~pl.all_horizontal(
-        [pl.col(column).str.contains(pattern) for column, pattern in ID_PATTERNS.items()]
-    )
-    flagged = events.with_row_index("position").filter(unsafe)["position"].to_list()
-    for position in flagged:
-        try:
-            parse_event(kept[position])
-        except EventError as exc:
-            reject(int(events["line_number"][position]), kept[position], exc)
-    if flagged:
-        events = (
-            events.with_row_index("position")
-            .filter(~pl.col("position").is_in(flagged))
-            .drop("position")
-        )
     quarantine = quarantine_frame(
         pl.DataFrame(
             bad,
@@ -205,48 +164,63 @@ def parse_lines(lines: Sequence[bytes | str], source_file: str, now: datetime) -
                 "reason": pl.String,
                 "detail": pl.String,
             },
-        ).sort("line_number"),
+        ),
         source_file,
         now,
     )
     return Parsed(events=events.select(EVENT_COLUMNS), quarantine=quarantine)
 
 
-def parse_file(path: str, now: datetime) -> Parsed:
-    """Read and parse one landing file (the unit of work of the landing process pool)."""
-    return parse_lines(read_lines(path), path, now)
+def _scanned_frame(data: bytes, scan: dict) -> pl.DataFrame:
+    """The rows the native scanner accepted, as Arrow string views into `data` and the
+    scanner's buffers of unescaped strings (no copy, no per-row Python work)."""
+    rows = scan["rows"]
+    whole = pa.py_buffer(data)
+    buffers = [whole.slice(start, end - start) for start, end in scan["windows"]]
+    buffers += [pa.py_buffer(extra) for extra in scan["extra"]]
+
+    def array(kind: pa.DataType, values: bytes, *data_buffers: pa.Buffer) -> pa.Array:
+        return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(values), *data_buffers])
+
+    columns = {name: array(pa.string_view(), scan[name], *buffers) for name in SCANNED_STRINGS}
+    columns["occurred_at"] = array(pa.timestamp("us", "UTC"), scan["occurred_at"])
+    columns["line_number"] = array(pa.int64(), scan["line_number"])
+    return pl.from_arrow(pa.table(columns)).select(*ENVELOPE_COLUMNS, "line_number", "payload")
 
 
-def prefetched(paths: Sequence[str]) -> Iterator[list[bytes]]:
-    """The lines of each file in order, the next file read (and gunzipped, which releases the
+def _contract_frame(slow: dict[str, list]) -> pl.DataFrame:
+    """Rows the pydantic contract accepted after the scanner did not; payload cut from the line."""
+    raw = slow.pop("raw")
+    schema = _polars_schema([*ENVELOPE_COLUMNS, "line_number"], RAW_EVENTS_SCHEMA)
+    payload = pl.Series("payload", raw, dtype=pl.String).str.json_path_match("$.payload")
+    return pl.DataFrame(slow, schema=schema).with_columns(payload)
+
+
+def parse_file(path: str, now: datetime, threads: int = 0) -> Parsed:
+    """Read and parse one landing file."""
+    return parse_bytes(read_bytes(path), path, now, threads)
+
+
+def prefetched(paths: Sequence[str]) -> Iterator[bytes]:
+    """The content of each file in order, the next file read (and gunzipped, which releases the
     GIL) in a background thread while the caller parses the current one."""
     with ThreadPoolExecutor(max_workers=1) as reader:
-        ahead = reader.submit(read_lines, paths[0]) if paths else None
+        ahead = reader.submit(read_bytes, paths[0]) if paths else None
         for index in range(len(paths)):
-            lines = ahead.result()
+            data = ahead.result()
             if index + 1 < len(paths):
-                ahead = reader.submit(read_lines, paths[index + 1])
-            yield lines
+                ahead = reader.submit(read_bytes, paths[index + 1])
+            yield data
 
 
-def parse_files(files: Sequence[LandingFile], now: datetime, workers: int) -> list[Parsed]:
-    """Parse files in order, in `workers` processes when there is enough work to share."""
-    total = sum(f.size for f in files)
+def parse_files(files: Sequence[LandingFile], now: datetime, threads: int = 0) -> list[Parsed]:
+    """Parse files in order, each validated on `threads` threads (0: one per core) while the
+    next one is read."""
     paths = [f.path for f in files]
-    if workers <= 1 or len(files) < 2 or total < PARALLEL_MIN_BYTES:
-        parsed = (
-            parse_lines(lines, path, now)
-            for path, lines in zip(paths, prefetched(paths), strict=True)
-        )
-        return _progress(parsed, paths)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["ctxdb.landing"])
-    with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=context) as pool:
-        return _progress(pool.map(parse_file, paths, [now] * len(files)), paths)
-
-
-def _progress(parsed: Iterable[Parsed], paths: Sequence[str]) -> list[Parsed]:
-    """Collect parsed files in order, logging each (long landings report as they go)."""
+    parsed = (
+        parse_bytes(data, path, now, threads)
+        for path, data in zip(paths, prefetched(paths), strict=True)
+    )
     done: list[Parsed] = []
     for path, result in zip(paths, parsed, strict=True):
         done.append(result)
@@ -291,28 +265,37 @@ def split_conflicts(
     """Separate events that would break ownership: a conversation belongs to the identity that
     first wrote it (`owners`: conversation_id + tenant/app/user_id), and purged conversations
     take no new events. Returns (accepted, rejected with `reason`/`detail`)."""
+    keys = events.select("conversation_id", *OWNER)
     first = (
-        pl.concat(
-            [owners.select("conversation_id", *OWNER), events.select("conversation_id", *OWNER)]
-        )
+        pl.concat([owners.select("conversation_id", *OWNER), keys])
         .unique("conversation_id", keep="first", maintain_order=True)
         .rename({c: f"owner_{c}" for c in OWNER})
     )
-    joined = events.join(first, on="conversation_id", how="left")
     mismatch = pl.any_horizontal([pl.col(c) != pl.col(f"owner_{c}") for c in OWNER])
     is_purged = pl.col("conversation_id").is_in(purged["conversation_id"].implode())
-    flagged = joined.with_columns(
-        pl.when(is_purged)
-        .then(pl.lit("purged_conversation"))
-        .when(mismatch)
-        .then(pl.lit("conversation_owner_mismatch"))
-        .alias("reason")
-    ).drop([f"owner_{c}" for c in OWNER])
-    accepted = flagged.filter(pl.col("reason").is_null()).drop("reason")
-    rejected = flagged.filter(pl.col("reason").is_not_null()).with_columns(
-        pl.format("conversation {} (event {})", "conversation_id", "event_id").alias("detail")
+    reason = (
+        keys.join(first, on="conversation_id", how="left", maintain_order="left")
+        .select(
+            pl.when(is_purged)
+            .then(pl.lit("purged_conversation"))
+            .when(mismatch)
+            .then(pl.lit("conversation_owner_mismatch"))
+            .alias("reason")
+        )
+        .to_series()
     )
-    return accepted, rejected
+    flagged = reason.is_not_null()
+    if not flagged.any():
+        none = pl.lit(None, dtype=pl.String)
+        return events, events.clear().with_columns(none.alias("reason"), none.alias("detail"))
+    rejected = (
+        events.with_columns(reason)
+        .filter(flagged)
+        .with_columns(
+            pl.format("conversation {} (event {})", "conversation_id", "event_id").alias("detail")
+        )
+    )
+    return events.filter(~flagged), rejected
 
 
 def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFrame:
@@ -346,7 +329,7 @@ def land(
     uri: str,
     now: datetime | None = None,
     max_files: int | None = None,
-    workers: int = 1,
+    threads: int = 0,
 ) -> LandingStats:
     """Land every pending file under `uri` into `raw_turn_events` (see module docstring)."""
     now = now or datetime.now(UTC)
@@ -358,7 +341,7 @@ def land(
     stats.files = len(todo)
     if not todo:
         return stats
-    parsed = parse_files(todo, now, workers)
+    parsed = parse_files(todo, now, threads)
     stats.lines = sum(p.events.height + p.quarantine.height for p in parsed)
     events = pl.concat([p.events for p in parsed])
     quarantine = pl.concat([p.quarantine for p in parsed])
@@ -398,20 +381,24 @@ def land(
 
 
 def drop_known(store: DeltaStore, events: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Split off events whose id is already landed or repeated earlier in this batch."""
-    is_first = pl.col("event_id").is_first_distinct()
-    first, repeated = events.filter(is_first), events.filter(~is_first)
-    if not store.exists(RAW_TURN_EVENTS) or first.is_empty():
-        return first, repeated
-    known = (
-        store.scan(RAW_TURN_EVENTS)
-        .select("event_id")
-        .filter(pl.col("event_id").is_in(first["event_id"].implode()))
-        .collect()
-    )
-    fresh = first.join(known, on="event_id", how="anti")
-    already = first.join(known, on="event_id", how="semi")
-    return fresh, pl.concat([repeated, already])
+    """Split off events whose id is already landed or repeated earlier in this batch.
+
+    The test runs on the id column alone; the wide frame is filtered only when something drops.
+    """
+    ids = events["event_id"]
+    keep = ids.is_first_distinct()
+    if store.exists(RAW_TURN_EVENTS) and not events.is_empty():
+        known = (
+            store.scan(RAW_TURN_EVENTS)
+            .select("event_id")
+            .filter(pl.col("event_id").is_in(ids.implode()))
+            .collect()
+        )
+        if not known.is_empty():
+            keep = keep & ~ids.is_in(known["event_id"].implode())
+    if keep.all():
+        return events, events.clear()
+    return events.filter(keep), events.filter(~keep)
 
 
 def _owners(store: DeltaStore, events: pl.DataFrame) -> pl.DataFrame:

@@ -40,8 +40,8 @@ class Settings(BaseSettings):
         default_factory=dict, description="delta-rs storage options for object stores."
     )
     landing_uri: str | None = Field(default=None, description="Where JSONL event files land.")
-    landing_workers: int = Field(
-        default=1, ge=1, description="Processes that parse landing files (large batches only)."
+    landing_threads: int = Field(
+        default=0, ge=0, description="Threads that validate landing lines (0: one per core)."
     )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
 

@@ -14,7 +14,7 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import land, list_files, parse_lines
+from ctxdb.landing import land, list_files, parse_bytes
 from ctxdb.tables import (
     LANDED_FILES,
     QUARANTINED_EVENTS,
@@ -149,9 +149,10 @@ def test_file_uris_are_listed_and_read_through_pyarrow_fs(tmp_path: Path, store)
     assert land(store, uri, now=NOW).landed == 4
 
 
-def test_parse_lines_is_pure_and_splits_valid_from_bad() -> None:
+def test_parse_bytes_is_pure_and_splits_valid_from_bad() -> None:
     events = Turn("c1", "t1").basic().events
-    parsed = parse_lines([json.dumps(e).encode() for e in events] + [b"nope"], "mem", NOW)
+    data = b"\n".join([json.dumps(e).encode() for e in events] + [b"nope"])
+    parsed = parse_bytes(data, "mem", NOW)
     assert parsed.events.height == 4
     assert parsed.events["payload"].str.json_path_match("$.text").drop_nulls().to_list() == [
         "How do I fix the openpyxl error?",
@@ -179,15 +180,13 @@ def test_landing_sensor_requests_a_run_only_for_new_files(
         assert isinstance(landing_sensor(fresh), SkipReason)
 
 
-def test_parallel_parsing_gives_the_same_rows_as_serial(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    generated = generate_events(users=2, conversations=6, seed=8, now=NOW, malformed_ratio=0.02)
-    write_sample(generated, tmp_path / "landing", per_file=60)
-    serial, parallel = DeltaStore(str(tmp_path / "a")), DeltaStore(str(tmp_path / "b"))
-    land(serial, str(tmp_path / "landing"), now=NOW, workers=1)
-    monkeypatch.setattr("ctxdb.landing.PARALLEL_MIN_BYTES", 0)
-    land(parallel, str(tmp_path / "landing"), now=NOW, workers=2)
+def test_threaded_validation_gives_the_same_rows_as_one_thread(tmp_path: Path) -> None:
+    generated = generate_events(users=2, conversations=40, seed=8, now=NOW, malformed_ratio=0.02)
+    write_sample(generated, tmp_path / "landing", per_file=5_000)
+    serial, threaded = DeltaStore(str(tmp_path / "a")), DeltaStore(str(tmp_path / "b"))
+    land(serial, str(tmp_path / "landing"), now=NOW, threads=1)
+    land(threaded, str(tmp_path / "landing"), now=NOW, threads=4)
+    assert serial.read(QUARANTINED_EVENTS).height > 0
     for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS, LANDED_FILES):
         keys = ["source_file", "line_number"] if table != LANDED_FILES else ["source_file"]
-        assert serial.read(table).sort(keys).equals(parallel.read(table).sort(keys)), table
+        assert serial.read(table).sort(keys).equals(threaded.read(table).sort(keys)), table

@@ -1,0 +1,293 @@
+//! Native landing scanner: validates raw turn event lines against a mirror of the pydantic
+//! contract (`ctxdb/events.py`) and returns the accepted envelopes as Arrow column buffers.
+//!
+//! Written by hand because no library validates NDJSON against a pydantic contract line by line
+//! at this speed and reports bad lines one by one: pyarrow's and polars' JSON readers fail the
+//! whole block on one bad line, and per-line Python decoding costs ~10x a plain Delta append.
+//!
+//! The mirror accepts a subset of what the contract accepts (strict RFC 3339 timestamps, no type
+//! coercion, no duplicate keys). Every line it rejects is returned to Python, which runs the
+//! pydantic contract on it: that line then lands or is quarantined with its reason. So a line this
+//! module accepts is valid, and a line it wrongly rejects only costs the slow path.
+//! `tests/test_native_scan.py` holds the mirror to the contract.
+
+mod contract;
+mod timestamp;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use rayon::prelude::*;
+
+use std::borrow::Cow;
+
+use crate::contract::{check_line, Accepted};
+
+/// String columns in output order (each becomes a string_view Arrow array).
+const COLUMNS: [&str; 10] = [
+    "event_id",
+    "type",
+    "tenant",
+    "app",
+    "agent",
+    "adapter",
+    "user_id",
+    "conversation_id",
+    "turn_id",
+    "payload",
+];
+
+/// Bytes addressed by one data buffer. Views hold 32-bit offsets, so the input is exposed as
+/// windows of this size; each window runs `max_bytes` past its end, so a string that starts in a
+/// window (no string is longer than a line) lies wholly inside it.
+const WINDOW: usize = 1 << 30;
+
+/// One raw line: 1-based number and byte range in the input (trailing `\r` removed).
+#[derive(Clone, Copy)]
+struct Line {
+    number: u64,
+    start: usize,
+    end: usize,
+}
+
+/// Accepted rows of one chunk of lines as Arrow string views, plus the lines it rejected.
+///
+/// A string that appears verbatim in the input is a view into the input itself (no copy); one
+/// that held JSON escapes is unescaped into `extra`, the chunk's own data buffer.
+struct Chunk {
+    buffer: u32,
+    views: [Vec<[u8; 16]>; 10],
+    extra: Vec<u8>,
+    occurred_at: Vec<i64>,
+    line_number: Vec<i64>,
+    rejected: Vec<Line>,
+}
+
+/// An Arrow string view: the length, then the string inline (up to 12 bytes) or its first four
+/// bytes, data buffer index and offset.
+fn view(s: &[u8], buffer: u32, offset: usize) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[0..4].copy_from_slice(&(s.len() as u32).to_le_bytes());
+    if s.len() <= 12 {
+        v[4..4 + s.len()].copy_from_slice(s);
+    } else {
+        v[4..8].copy_from_slice(&s[0..4]);
+        v[8..12].copy_from_slice(&buffer.to_le_bytes());
+        v[12..16].copy_from_slice(&(offset as u32).to_le_bytes());
+    }
+    v
+}
+
+impl Chunk {
+    fn new(buffer: u32) -> Self {
+        Chunk {
+            buffer,
+            views: Default::default(),
+            extra: Vec::new(),
+            occurred_at: Vec::new(),
+            line_number: Vec::new(),
+            rejected: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, data: &[u8], line: &Line, row: &Accepted) {
+        let fields: [&Cow<str>; 9] = [
+            &row.event_id,
+            &row.kind,
+            &row.tenant,
+            &row.app,
+            &row.agent,
+            &row.adapter,
+            &row.user_id,
+            &row.conversation_id,
+            &row.turn_id,
+        ];
+        for (i, field) in fields.iter().enumerate() {
+            let v = match field {
+                Cow::Borrowed(s) => input_view(data, s.as_bytes()),
+                Cow::Owned(s) => {
+                    let offset = self.extra.len();
+                    self.extra.extend_from_slice(s.as_bytes());
+                    view(s.as_bytes(), self.buffer, offset)
+                }
+            };
+            self.views[i].push(v);
+        }
+        self.views[9].push(input_view(data, row.payload.as_bytes()));
+        self.occurred_at.push(row.occurred_at);
+        self.line_number.push(line.number as i64);
+    }
+}
+
+/// The view of `s`, a slice of `data`, addressed through the window it starts in.
+fn input_view(data: &[u8], s: &[u8]) -> [u8; 16] {
+    let start = s.as_ptr() as usize - data.as_ptr() as usize;
+    view(s, (start / WINDOW) as u32, start % WINDOW)
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    // Python's bytes.strip() whitespace: space, \t, \n, \r, \v, \f.
+    line.iter().all(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c))
+}
+
+/// The non-blank lines of `data`, split on `\n` with a trailing `\r` dropped, numbered from 1.
+fn split_lines(data: &[u8]) -> Vec<Line> {
+    let mut lines = Vec::with_capacity(data.len() / 256 + 1);
+    let mut start = 0usize;
+    let mut number = 0u64;
+    let mut ends = memchr::memchr_iter(b'\n', data).chain(std::iter::once(data.len()));
+    while start < data.len() {
+        let end = ends.next().unwrap_or(data.len());
+        number += 1;
+        let mut stop = end;
+        if stop > start && data[stop - 1] == b'\r' {
+            stop -= 1;
+        }
+        if !is_blank(&data[start..stop]) {
+            lines.push(Line { number, start, end: stop });
+        }
+        start = end + 1;
+    }
+    lines
+}
+
+fn scan_chunk(data: &[u8], lines: &[Line], max_bytes: usize, buffer: u32) -> Chunk {
+    let mut chunk = Chunk::new(buffer);
+    for line in lines {
+        // Every accepted field borrows from the line, which lies inside `data`.
+        match check_line(&data[line.start..line.end], max_bytes) {
+            Some(row) => chunk.push(data, line, &row),
+            None => chunk.rejected.push(*line),
+        }
+    }
+    chunk
+}
+
+/// The scan of one input: per column the views of every accepted row, and the data buffers
+/// they point into (input windows first, then each chunk's `extra`).
+struct Scan {
+    windows: Vec<(usize, usize)>,
+    views: [Vec<[u8; 16]>; 10],
+    extras: Vec<Vec<u8>>,
+    occurred_at: Vec<i64>,
+    line_number: Vec<i64>,
+    rejected: Vec<Line>,
+}
+
+fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
+    let windows: Vec<(usize, usize)> = (0..data.len().div_ceil(WINDOW))
+        .map(|k| (k * WINDOW, data.len().min((k + 1) * WINDOW + max_bytes)))
+        .collect();
+    let lines = split_lines(data);
+    // Several chunks per thread so one slow chunk does not hold the others up.
+    let per_chunk = (lines.len() / (rayon::current_num_threads() * 4)).max(256);
+    let chunks: Vec<Chunk> = lines
+        .par_chunks(per_chunk)
+        .enumerate()
+        .map(|(i, part)| scan_chunk(data, part, max_bytes, (windows.len() + i) as u32))
+        .collect();
+    if chunks.iter().any(|c| c.extra.len() > i32::MAX as usize) {
+        return Err("unescaped strings of one chunk exceed 2 GiB; split the file".into());
+    }
+    let mut out = Scan {
+        windows,
+        views: Default::default(),
+        extras: Vec::with_capacity(chunks.len()),
+        occurred_at: Vec::new(),
+        line_number: Vec::new(),
+        rejected: Vec::new(),
+    };
+    for chunk in chunks {
+        for (all, part) in out.views.iter_mut().zip(chunk.views) {
+            all.extend_from_slice(&part);
+        }
+        out.extras.push(chunk.extra);
+        out.occurred_at.extend_from_slice(&chunk.occurred_at);
+        out.line_number.extend_from_slice(&chunk.line_number);
+        out.rejected.extend_from_slice(&chunk.rejected);
+    }
+    Ok(out)
+}
+
+fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
+    // SAFETY: i64 and [u8; 16] have no padding or invalid bit patterns; read as plain bytes.
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+}
+
+/// Validate every line of `data` (one JSON event per line).
+///
+/// Returns a dict: `rows` (accepted count); per string column, `<name>` as the bytes of its
+/// Arrow string views; `windows`, the `(start, end)` slices of `data` that are the views' first
+/// data buffers, and `extra`, the further data buffers (bytes); `occurred_at` (UTC microseconds)
+/// and `line_number` as int64 bytes; and `rejected`, a list of `(line_number, start, end)` byte
+/// ranges of non-blank lines the mirror did not accept. `threads` validates in that many threads
+/// (0: one per core). The GIL is released throughout.
+#[pyfunction]
+#[pyo3(signature = (data, max_event_bytes, threads = 0))]
+fn scan_events<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyBytes>,
+    max_event_bytes: usize,
+    threads: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let buf = data.as_bytes();
+    let out = py.allow_threads(|| {
+        if threads == 0 {
+            return scan(buf, max_event_bytes);
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| format!("landing thread pool: {e}"))
+            .and_then(|pool| pool.install(|| scan(buf, max_event_bytes)))
+    });
+    let out = out.map_err(PyRuntimeError::new_err)?;
+    let result = PyDict::new(py);
+    result.set_item("rows", out.line_number.len())?;
+    for (name, views) in COLUMNS.iter().zip(&out.views) {
+        result.set_item(*name, PyBytes::new(py, as_bytes(views)))?;
+    }
+    result.set_item("windows", out.windows)?;
+    let extra = PyList::empty(py);
+    for buffer in &out.extras {
+        extra.append(PyBytes::new(py, buffer))?;
+    }
+    result.set_item("extra", extra)?;
+    result.set_item("occurred_at", PyBytes::new(py, as_bytes(&out.occurred_at)))?;
+    result.set_item("line_number", PyBytes::new(py, as_bytes(&out.line_number)))?;
+    let rejected = PyList::empty(py);
+    for line in &out.rejected {
+        rejected.append((line.number, line.start, line.end))?;
+    }
+    result.set_item("rejected", rejected)?;
+    Ok(result)
+}
+
+#[pymodule]
+fn ctxdb_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(scan_events, m)?)?;
+    m.add("SUMMARY_MAX_CHARS", contract::SUMMARY_MAX_CHARS)?;
+    m.add("SUMMARY_MAX_REFS", contract::SUMMARY_MAX_REFS)?;
+    m.add("REF_MAX_CHARS", contract::REF_MAX_CHARS)?;
+    m.add("ANCHORS_MAX", contract::ANCHORS_MAX)?;
+    m.add("ANCHOR_MAX_CHARS", contract::ANCHOR_MAX_CHARS)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_numbered_from_one_and_blank_lines_skipped() {
+        let lines = split_lines(b"a\r\n\n  \nb\nc");
+        let got: Vec<(u64, usize, usize)> = lines.iter().map(|l| (l.number, l.start, l.end)).collect();
+        assert_eq!(got, vec![(1, 0, 1), (4, 7, 8), (5, 9, 10)]);
+    }
+
+    #[test]
+    fn a_trailing_newline_adds_no_line() {
+        assert_eq!(split_lines(b"a\nb\n").len(), 2);
+        assert!(split_lines(b"").is_empty());
+    }
+}

@@ -1,0 +1,182 @@
+"""The native scanner (Rust mirror of the contract) never accepts a line the pydantic contract
+rejects, and agrees with it on every field of the lines it accepts."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import ctxdb_native
+import polars as pl
+import pytest
+from conftest_turn_record import NOW
+from test_events import BASE, PAYLOADS, line
+
+from ctxdb import events
+from ctxdb.events import MAX_EVENT_BYTES, EventError, parse_event
+from ctxdb.generate import generate_events
+from ctxdb.landing import parse_bytes
+
+EDGE_CASES = [
+    line(occurred_at="2026-11-30T10:00:00.123456789+05:30"),
+    line(occurred_at="2026-11-30T10:00:00.1234567Z"),
+    line(occurred_at="2026-11-30T10:00:00.5-03:30"),
+    line(occurred_at="2026-11-30 10:00:00Z"),
+    line(occurred_at="2026-11-30T10:00:00z"),
+    line(occurred_at="2026-02-29T10:00:00Z"),
+    line(occurred_at="2028-02-29T23:59:59.999999-11:59"),
+    line(occurred_at=1764496800),
+    line(occurred_at="2026-11-30T10:00:00"),
+    line(schema_version=1.0),
+    line(schema_version="1"),
+    line(schema_version=True),
+    line(schema_version=2),
+    line(conversation_id="c1\n"),
+    line(conversation_id="c.1"),
+    line(conversation_id="cé"),
+    line(event_id="-e1"),
+    line(user_id="ü@example.com"),
+    line(user_id="u+tag@example.com:8"),
+    line(tenant=""),
+    line(turn_id="t" * 128),
+    line(turn_id="t" * 129),
+    line(adapter="other"),
+    line(type="user.unknown"),
+    line(type="user.submission", payload={"text": "x", "event_type": "prompt", "extra": 1}),
+    line(type="user.submission", payload={"text": "x", "arrived_at": "2026-11-30T10:00:00"}),
+    json.dumps(
+        {**BASE, "type": "user.submission", "payload": {"text": "é" * 100_000}}, ensure_ascii=False
+    ),
+    json.dumps(
+        {**BASE, "type": "user.submission", "payload": {"text": "é" * 100_001}}, ensure_ascii=False
+    ),
+    line(type="user.submission", payload={"text": "x", "event_type": None}),
+    line(type="user.submission", payload={"text": "x", "batch_id": None}),
+    line(type="user.submission", payload=["x"]),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "size": True}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "size": 3.0}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "size": -1}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "name": ".."}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "name": "a/b"}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "name": "a\\b"}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "path": "a//b"}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "path": "/etc/x"}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "path": "a/../b"}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "sha256": "A" * 64}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "sha256": "a" * 63}),
+    line(type="assistant.completion", payload={"text": "x", "error": "true"}),
+    line(type="assistant.completion", payload={"text": None}),
+    line(type="assistant.completion", payload={"text": "x", "tokens_in": -1}),
+    line(type="assistant.completion", payload={}),
+    line(type="turn.closed", payload={"status": "meh"}),
+    line(type="turn.closed", payload={"status": None}),
+    line(type="react.anchors", payload={"phrases": [""]}),
+    line(type="react.anchors", payload={"phrases": ["p"] * 33}),
+    line(type="react.summary", payload={"text": "s", "refs": ["r"] * 65}),
+    line(type="react.summary", payload={"text": "s", "refs": ["r"] * 64}),
+    line(type="react.note", payload={"text": ""}),
+    line(type="react.block", payload={"block_type": "react.tool.call", "call_id": "a.b"}),
+    line(type="react.block", payload={"block_type": "react.tool.call", "meta": None}),
+    line(type="feedback", payload={"reaction": "meh"}),
+    line(type="feedback", payload={"reaction": None, "origin": "o" * 65}),
+    line(type="conversation.title", payload={"title": ""}),
+    line(type="user.context", payload={"kind": "k", "event": []}),
+    line(type="user.context", payload={"kind": "k", "event": {"a": [1, {"b": None}]}}),
+    line(type="communicator.event", payload={"name": "chat.other"}),
+    line(type="stream.aggregate", payload={"marker": "tool", "name": "n", "chunks": [1]}),
+    line(type="stream.aggregate", payload={"marker": "tool", "name": "n", "chunks_num": -1}),
+    json.dumps({**BASE, "payload": None}),
+    json.dumps({**BASE, "payload": "{}"}),
+    json.dumps({**BASE, "extra": 1}),
+    json.dumps(list(BASE.values())),
+    line()[:-1] + ', "event_id": "e2"}',
+    line(type="user.submission", payload={"text": "a"})[:-2] + ', "text": "b"}}',
+    line(type="user.submission", payload={"text": 'esc "q" \\ \n \u2603 \ud83d\ude00'}),
+    '{"event_id": "e1"}',
+    "null",
+    "[]",
+    "not json",
+    line() + " trailing",
+    " \t" + line(),
+]
+
+
+def _scan(raw: str) -> dict:
+    return ctxdb_native.scan_events(raw.encode("utf-8", "surrogatepass"), MAX_EVENT_BYTES)
+
+
+def _agree(raw: str) -> bool:
+    """Whether the scanner accepted `raw`; if it did, the contract accepts the same values."""
+    scan = _scan(raw)
+    if scan["rows"] == 0:
+        return False
+    model = parse_event(raw)  # must not raise: the mirror only accepts valid lines
+    row = parse_bytes(raw.encode("utf-8", "surrogatepass"), "mem", NOW).events.row(0, named=True)
+    for name in events.ENVELOPE_COLUMNS:
+        assert row[name] == getattr(model, name), name
+    assert row["occurred_at"] == model.occurred_at.astimezone(UTC)
+    assert json.loads(row["payload"]) == json.loads(raw)["payload"]
+    return True
+
+
+@pytest.mark.parametrize("raw", EDGE_CASES)
+def test_edge_cases_are_never_accepted_by_the_mirror_alone(raw: str) -> None:
+    _agree(raw)
+
+
+def test_the_mirror_takes_the_common_forms_of_the_edge_cases() -> None:
+    accepted = [raw for raw in EDGE_CASES if _agree(raw)]
+    assert line(occurred_at="2028-02-29T23:59:59.999999-11:59") in accepted
+    assert any(raw.endswith('"}}') and "é" * 100_000 in raw for raw in accepted)
+    assert line(user_id="u+tag@example.com:8") in accepted
+    assert " \t" + line() in accepted
+
+
+@pytest.mark.parametrize("type_", sorted(PAYLOADS))
+def test_every_documented_example_takes_the_native_path(type_: str) -> None:
+    assert _agree(line(type=type_, payload=PAYLOADS[type_]))
+
+
+def test_the_mirror_agrees_on_the_generated_sample() -> None:
+    generated = generate_events(users=3, conversations=30, seed=2, now=NOW, malformed_ratio=0.05)
+    lines = list(generated.lines())
+    scan = ctxdb_native.scan_events("\n".join(lines).encode(), MAX_EVENT_BYTES)
+    assert scan["rows"] == len(generated.events)
+    rejected = {number for number, _, _ in scan["rejected"]}
+    for number, raw in enumerate(lines, start=1):
+        if number in rejected:
+            with pytest.raises(EventError):
+                parse_event(raw)
+    assert len(rejected) == len(generated.malformed)
+
+
+def test_oversize_lines_and_blank_lines() -> None:
+    big = line(type="user.submission", payload={"text": "x" * MAX_EVENT_BYTES})
+    data = f"{line()}\n\n  \r\n{big}\r\n{line(event_id='e2')}\n".encode()
+    scan = ctxdb_native.scan_events(data, MAX_EVENT_BYTES)
+    assert scan["rows"] == 2
+    assert [number for number, _, _ in scan["rejected"]] == [4]
+    parsed = parse_bytes(data, "mem", NOW)
+    assert parsed.events["line_number"].to_list() == [1, 5]
+    assert parsed.quarantine["reason"].to_list() == ["oversize"]
+
+
+def test_a_line_only_the_contract_accepts_lands_in_order() -> None:
+    coerced = line(event_id="e2", occurred_at="2026-11-30 10:00:00Z")
+    data = "\n".join([line(event_id="e1"), coerced, line(event_id="e3")]).encode()
+    assert [n for n, _, _ in ctxdb_native.scan_events(data, MAX_EVENT_BYTES)["rejected"]] == [2]
+    parsed = parse_bytes(data, "mem", NOW).events
+    assert parsed["event_id"].to_list() == ["e1", "e2", "e3"]
+    assert parsed["occurred_at"][1] == datetime(2026, 11, 30, 10, tzinfo=UTC)
+    assert parsed.schema["payload"] == pl.String
+
+
+def test_the_mirror_limits_are_the_contract_limits() -> None:
+    for name in (
+        "SUMMARY_MAX_CHARS",
+        "SUMMARY_MAX_REFS",
+        "REF_MAX_CHARS",
+        "ANCHORS_MAX",
+        "ANCHOR_MAX_CHARS",
+    ):
+        assert getattr(ctxdb_native, name) == getattr(events, name), name
