@@ -51,8 +51,11 @@ class DeltaStore:
             dt.load_as_version(version)
         return pl.from_arrow(dt.to_pyarrow_table(columns=list(columns) if columns else None))
 
-    def scan(self, table: str) -> pl.LazyFrame:
-        return pl.scan_delta(self.uri(table), storage_options=self.storage_options or None)
+    def scan(self, table: str, version: int | None = None) -> pl.LazyFrame:
+        """A lazy scan of the table, at `version` when given (else the latest)."""
+        return pl.scan_delta(
+            self.uri(table), version=version, storage_options=self.storage_options or None
+        )
 
     def append(self, table: str, data: pl.DataFrame, schema: pa.Schema | None = None) -> int:
         """Append rows in one atomic commit; returns the number of rows written."""
