@@ -30,8 +30,11 @@ help:
 
 install venv: $(STAMP)
 
-# Reruns only when pyproject.toml changes; pip's cache (or find-links) serves torch again.
-$(STAMP): pyproject.toml
+# cargo (rustup's default place included) builds the native landing scanner during the install.
+export PATH := $(PATH):$(HOME)/.cargo/bin
+
+# Reruns when pyproject.toml or the native scanner changes; pip's cache serves torch again.
+$(STAMP): pyproject.toml native/Cargo.toml $(wildcard native/src/*.rs)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@
@@ -55,8 +58,10 @@ es-logs: $(STAMP)
 run: es-start $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m pipelines.demo
 
-# pytest exit 5 (no tests collected) is reported and fails like any other error.
+# The native scanner's own Rust tests run first; pytest exit 5 (no tests collected) is reported
+# and fails like any other error.
 test: es-start
+	cargo test --quiet --release --manifest-path native/Cargo.toml
 	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$status
 

@@ -15,9 +15,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import ctxdb_native
 from deltalake import write_deltalake
 
+from ctxdb import _native
 from ctxdb.delta import DeltaStore
 from ctxdb.derive.run import derive
 from ctxdb.events import MAX_EVENT_BYTES
@@ -58,7 +58,7 @@ def landing_floors(paths: list[str], threads: int) -> dict[str, float]:
     read_s = time.perf_counter() - start
     start = time.perf_counter()
     for data in files:
-        ctxdb_native.scan_events(data, MAX_EVENT_BYTES, threads)
+        _native.scan_events(data, MAX_EVENT_BYTES, threads)
     scan_s = time.perf_counter() - start
     return {"floor_read_s": round(read_s, 2), "floor_native_scan_s": round(scan_s, 2)}
 

@@ -16,12 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import ctxdb_native
 import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
 from zlib_ng import gzip_ng
 
+from ctxdb import _native
 from ctxdb.delta import DeltaStore
 from ctxdb.events import (
     ENVELOPE_COLUMNS,
@@ -126,12 +126,12 @@ def parse_bytes(data: bytes, source_file: str, now: datetime, threads: int = 0) 
     """Validate each line of `data`; blank lines are skipped, every other line lands or is
     quarantined.
 
-    The native scanner (`ctxdb_native`, a Rust mirror of the contract run on `threads` threads)
+    The native scanner (`ctxdb._native`, a Rust mirror of the contract run on `threads` threads)
     validates every line and returns the accepted envelopes as Arrow buffers. Each line it does
     not accept goes through the pydantic contract, which accepts it or names the reason. The
     payload column is the payload's JSON text as written.
     """
-    scan = ctxdb_native.scan_events(data, MAX_EVENT_BYTES, threads)
+    scan = _native.scan_events(data, MAX_EVENT_BYTES, threads)
     slow: dict[str, list] = {name: [] for name in [*ENVELOPE_COLUMNS, "line_number", "raw"]}
     bad: dict[str, list] = {"line_number": [], "raw_line": [], "reason": [], "detail": []}
     for number, start, end in scan["rejected"]:

@@ -14,7 +14,7 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 from ctxdb import tombstones
 from ctxdb.delta import DeltaStore
 from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import land, list_files, parse_bytes
+from ctxdb.landing import first_distinct, land, list_files, parse_bytes
 from ctxdb.tables import (
     LANDED_FILES,
     QUARANTINED_EVENTS,
@@ -190,3 +190,65 @@ def test_threaded_validation_gives_the_same_rows_as_one_thread(tmp_path: Path) -
     for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS, LANDED_FILES):
         keys = ["source_file", "line_number"] if table != LANDED_FILES else ["source_file"]
         assert serial.read(table).sort(keys).equals(threaded.read(table).sort(keys)), table
+
+
+def test_waves_commit_separately_and_check_each_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one file per wave, a duplicate or a foreign owner in a later file is caught against
+    an earlier wave of the same run, whether or not that wave's commit has finished."""
+    mine = Turn("mine", "t1").basic().events
+    write_jsonl(tmp_path / "in" / "a.jsonl", mine)
+    write_jsonl(
+        tmp_path / "in" / "b.jsonl", [mine[0], *Turn("mine", "t2", user_id="u2").basic().events]
+    )
+    write_jsonl(tmp_path / "in" / "c.jsonl", Turn("other", "t1").basic().events)
+    monkeypatch.setattr("ctxdb.landing.WAVE_ROWS", 1)
+    store = DeltaStore(str(tmp_path / "waves"))
+    stats = land(store, str(tmp_path / "in"), now=NOW)
+    assert (stats.landed, stats.duplicates, stats.quarantined) == (8, 1, 4)
+    assert stats.reasons == {"conversation_owner_mismatch": 4}
+    raw = store.read(RAW_TURN_EVENTS)
+    assert raw.group_by("source_file").agg(pl.col("landed_version").unique()).sort("source_file")[
+        "landed_version"
+    ].to_list() == [[0], [1]]
+    assert stats.landed_version == 1
+    files = store.read(LANDED_FILES).sort("source_file")
+    assert files["duplicates"].to_list() == [0, 1, 0]
+    assert files["quarantined"].to_list() == [0, 4, 0]
+    assert store.version(LANDED_FILES) == 2  # one commit per wave
+
+
+def test_many_waves_land_what_one_wave_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    generated = generate_events(
+        users=2, conversations=12, seed=4, now=NOW, malformed_ratio=0.03, duplicate_ratio=0.05
+    )
+    write_sample(generated, tmp_path / "landing", per_file=40)
+    one, many = DeltaStore(str(tmp_path / "one")), DeltaStore(str(tmp_path / "many"))
+    single = land(one, str(tmp_path / "landing"), now=NOW)
+    monkeypatch.setattr("ctxdb.landing.WAVE_ROWS", 60)
+    waved = land(many, str(tmp_path / "landing"), now=NOW)
+    assert (single.landed, single.duplicates, single.quarantined) == (
+        waved.landed,
+        waved.duplicates,
+        waved.quarantined,
+    )
+    assert single.duplicates > 0
+    assert many.version(RAW_TURN_EVENTS) > 0
+    for table, keys, drop in (
+        (RAW_TURN_EVENTS, ["source_file", "line_number"], ["landed_version"]),
+        (QUARANTINED_EVENTS, ["source_file", "line_number"], []),
+        (LANDED_FILES, ["source_file"], []),
+    ):
+        a, b = one.read(table).drop(drop).sort(keys), many.read(table).drop(drop).sort(keys)
+        assert a.equals(b), table
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 2_000])
+def test_first_distinct_matches_polars(size: int) -> None:
+    values = pl.Series(
+        [f"id{(i * 7919) % max(1, size // 3)}" for i in range(size)], dtype=pl.String
+    )
+    assert first_distinct(values).to_list() == values.is_first_distinct().to_list()

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-import ctxdb_native
 import polars as pl
 import pytest
 from conftest_turn_record import NOW
 from test_events import BASE, PAYLOADS, line
 
-from ctxdb import events
+from ctxdb import _native, events
 from ctxdb.events import MAX_EVENT_BYTES, EventError, parse_event
 from ctxdb.generate import generate_events
 from ctxdb.landing import parse_bytes
@@ -102,7 +101,7 @@ EDGE_CASES = [
 
 
 def _scan(raw: str) -> dict:
-    return ctxdb_native.scan_events(raw.encode("utf-8", "surrogatepass"), MAX_EVENT_BYTES)
+    return _native.scan_events(raw.encode("utf-8", "surrogatepass"), MAX_EVENT_BYTES)
 
 
 def _agree(raw: str) -> bool:
@@ -140,7 +139,7 @@ def test_every_documented_example_takes_the_native_path(type_: str) -> None:
 def test_the_mirror_agrees_on_the_generated_sample() -> None:
     generated = generate_events(users=3, conversations=30, seed=2, now=NOW, malformed_ratio=0.05)
     lines = list(generated.lines())
-    scan = ctxdb_native.scan_events("\n".join(lines).encode(), MAX_EVENT_BYTES)
+    scan = _native.scan_events("\n".join(lines).encode(), MAX_EVENT_BYTES)
     assert scan["rows"] == len(generated.events)
     rejected = {number for number, _, _ in scan["rejected"]}
     for number, raw in enumerate(lines, start=1):
@@ -153,7 +152,7 @@ def test_the_mirror_agrees_on_the_generated_sample() -> None:
 def test_oversize_lines_and_blank_lines() -> None:
     big = line(type="user.submission", payload={"text": "x" * MAX_EVENT_BYTES})
     data = f"{line()}\n\n  \r\n{big}\r\n{line(event_id='e2')}\n".encode()
-    scan = ctxdb_native.scan_events(data, MAX_EVENT_BYTES)
+    scan = _native.scan_events(data, MAX_EVENT_BYTES)
     assert scan["rows"] == 2
     assert [number for number, _, _ in scan["rejected"]] == [4]
     parsed = parse_bytes(data, "mem", NOW)
@@ -164,7 +163,7 @@ def test_oversize_lines_and_blank_lines() -> None:
 def test_a_line_only_the_contract_accepts_lands_in_order() -> None:
     coerced = line(event_id="e2", occurred_at="2026-11-30 10:00:00Z")
     data = "\n".join([line(event_id="e1"), coerced, line(event_id="e3")]).encode()
-    assert [n for n, _, _ in ctxdb_native.scan_events(data, MAX_EVENT_BYTES)["rejected"]] == [2]
+    assert [n for n, _, _ in _native.scan_events(data, MAX_EVENT_BYTES)["rejected"]] == [2]
     parsed = parse_bytes(data, "mem", NOW).events
     assert parsed["event_id"].to_list() == ["e1", "e2", "e3"]
     assert parsed["occurred_at"][1] == datetime(2026, 11, 30, 10, tzinfo=UTC)
@@ -179,4 +178,4 @@ def test_the_mirror_limits_are_the_contract_limits() -> None:
         "ANCHORS_MAX",
         "ANCHOR_MAX_CHARS",
     ):
-        assert getattr(ctxdb_native, name) == getattr(events, name), name
+        assert getattr(_native, name) == getattr(events, name), name

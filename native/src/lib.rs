@@ -264,6 +264,7 @@ fn scan_events<'py>(
 }
 
 #[pymodule]
+#[pyo3(name = "_native")]
 fn ctxdb_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_events, m)?)?;
     m.add("SUMMARY_MAX_CHARS", contract::SUMMARY_MAX_CHARS)?;
