@@ -4,6 +4,7 @@ rejects, and agrees with it on every field of the lines it accepts."""
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime
 
 import polars as pl
@@ -179,3 +180,36 @@ def test_the_mirror_limits_are_the_contract_limits() -> None:
         "ANCHOR_MAX_CHARS",
     ):
         assert getattr(_native, name) == getattr(events, name), name
+
+
+def _mutations(seed: int, count: int) -> list[str]:
+    """Lines derived from valid examples by random byte edits and by swapping one field's value
+    for a value of another JSON type: most are invalid, some valid in unusual forms."""
+    rng = random.Random(seed)
+    examples = [line(type=t, payload=p) for t, p in sorted(PAYLOADS.items())]
+    odd_values = [None, True, 0, -1, 1.5, "", "x" * 300, [], {}, ["a"], {"a": 1}, "2026-11-30"]
+    out = []
+    for _ in range(count):
+        raw = rng.choice(examples)
+        if rng.random() < 0.5:
+            at = rng.randrange(len(raw))
+            edit = rng.choice(["drop", "insert", "replace"])
+            char = rng.choice('{}[]",:\\ a1.-eE\x00\u00e9')
+            if edit == "drop":
+                raw = raw[:at] + raw[at + 1 :]
+            elif edit == "insert":
+                raw = raw[:at] + char + raw[at:]
+            else:
+                raw = raw[:at] + char + raw[at + 1 :]
+        else:
+            event = json.loads(raw)
+            target = event if rng.random() < 0.4 or not event["payload"] else event["payload"]
+            target[rng.choice(sorted(target))] = rng.choice(odd_values)
+            raw = json.dumps(event, ensure_ascii=rng.random() < 0.5)
+        out.append(raw)
+    return out
+
+
+def test_randomly_mutated_lines_are_never_accepted_by_the_mirror_alone() -> None:
+    accepted = sum(_agree(raw) for raw in _mutations(seed=11, count=3_000))
+    assert 0 < accepted < 3_000  # both paths were exercised
