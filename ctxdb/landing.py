@@ -117,8 +117,10 @@ def _display(uri: str, base: str, path: str) -> str:
 def read_bytes(path: str) -> bytes:
     """The content of one landing file, gunzipped (zlib-ng) when it starts with gzip's magic."""
     fs, real = filesystem(path)
-    with fs.open_input_stream(real) as stream:
-        data = stream.read()
+    # A random-access file reads in one piece; an input stream would also gunzip `.gz` names
+    # itself, with the slower zlib.
+    with fs.open_input_file(real) as file:
+        data = file.read()
     return gzip_ng.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
@@ -276,38 +278,38 @@ def split_conflicts(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Separate events that would break ownership: a conversation belongs to the identity that
     first wrote it (`owners`: conversation_id + tenant/app/user_id), and purged conversations
-    take no new events. Returns (accepted, rejected with `reason`/`detail`)."""
-    keys = events.select("conversation_id", *OWNER)
+    take no new events. Returns (accepted, rejected with `reason`/`detail`).
+
+    The rules are decided on the distinct (conversation, identity) pairs of the batch, a few
+    rows per conversation; the wide frame is joined only when some pair is refused."""
+    pairs = events.select("conversation_id", *OWNER).unique(maintain_order=True)
     first = (
-        pl.concat([owners.select("conversation_id", *OWNER), keys])
+        pl.concat([owners.select("conversation_id", *OWNER), pairs])
         .unique("conversation_id", keep="first", maintain_order=True)
         .rename({c: f"owner_{c}" for c in OWNER})
     )
     mismatch = pl.any_horizontal([pl.col(c) != pl.col(f"owner_{c}") for c in OWNER])
     is_purged = pl.col("conversation_id").is_in(purged["conversation_id"].implode())
-    reason = (
-        keys.join(first, on="conversation_id", how="left", maintain_order="left")
-        .select(
+    refused = (
+        pairs.join(first, on="conversation_id", how="left")
+        .with_columns(
             pl.when(is_purged)
             .then(pl.lit("purged_conversation"))
             .when(mismatch)
             .then(pl.lit("conversation_owner_mismatch"))
             .alias("reason")
         )
-        .to_series()
+        .filter(pl.col("reason").is_not_null())
+        .select("conversation_id", *OWNER, "reason")
     )
-    flagged = reason.is_not_null()
-    if not flagged.any():
+    if refused.is_empty():
         none = pl.lit(None, dtype=pl.String)
         return events, events.clear().with_columns(none.alias("reason"), none.alias("detail"))
-    rejected = (
-        events.with_columns(reason)
-        .filter(flagged)
-        .with_columns(
-            pl.format("conversation {} (event {})", "conversation_id", "event_id").alias("detail")
-        )
+    marked = events.join(refused, on=["conversation_id", *OWNER], how="left", maintain_order="left")
+    rejected = marked.filter(pl.col("reason").is_not_null()).with_columns(
+        pl.format("conversation {} (event {})", "conversation_id", "event_id").alias("detail")
     )
-    return events.filter(~flagged), rejected
+    return marked.filter(pl.col("reason").is_null()).drop("reason"), rejected
 
 
 def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFrame:
@@ -364,7 +366,7 @@ class EarlierWaves:
 
     def add(self, events: pl.DataFrame) -> None:
         ids = events.select(pl.col("event_id").hash().alias("hash"), "event_id")
-        owners = events.select("conversation_id", *OWNER).unique("conversation_id")
+        owners = events.select("conversation_id", *OWNER).unique()  # one owner each, once accepted
         self.ids = pl.concat([self.ids, ids])
         self.owners = pl.concat([self.owners, owners]).unique("conversation_id", keep="first")
 
@@ -378,7 +380,7 @@ class EarlierWaves:
         return ids.is_in(earlier["event_id"].implode())
 
 
-WAVE_ROWS = 250_000
+WAVE_ROWS = 150000
 """Lines per commit group. A group's commits run in a background thread while the next group is
 parsed, so the Delta write overlaps validation; each group commits quarantine -> events ->
 landed files on its own."""

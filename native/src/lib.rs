@@ -79,13 +79,14 @@ fn view(s: &[u8], buffer: u32, offset: usize) -> [u8; 16] {
 }
 
 impl Chunk {
-    fn new(buffer: u32) -> Self {
+    /// An empty chunk with room for `rows` accepted rows (no regrowth while scanning).
+    fn new(buffer: u32, rows: usize) -> Self {
         Chunk {
             buffer,
-            views: Default::default(),
+            views: std::array::from_fn(|_| Vec::with_capacity(rows)),
             extra: Vec::new(),
-            occurred_at: Vec::new(),
-            line_number: Vec::new(),
+            occurred_at: Vec::with_capacity(rows),
+            line_number: Vec::with_capacity(rows),
             rejected: Vec::new(),
         }
     }
@@ -152,7 +153,7 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
 }
 
 fn scan_chunk(data: &[u8], lines: &[Line], max_bytes: usize, buffer: u32) -> Chunk {
-    let mut chunk = Chunk::new(buffer);
+    let mut chunk = Chunk::new(buffer, lines.len());
     for line in lines {
         // Every accepted field borrows from the line, which lies inside `data`.
         match check_line(&data[line.start..line.end], max_bytes) {
@@ -189,12 +190,13 @@ fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
     if chunks.iter().any(|c| c.extra.len() > i32::MAX as usize) {
         return Err("unescaped strings of one chunk exceed 2 GiB; split the file".into());
     }
+    let rows: usize = chunks.iter().map(|c| c.line_number.len()).sum();
     let mut out = Scan {
         windows,
-        views: Default::default(),
+        views: std::array::from_fn(|_| Vec::with_capacity(rows)),
         extras: Vec::with_capacity(chunks.len()),
-        occurred_at: Vec::new(),
-        line_number: Vec::new(),
+        occurred_at: Vec::with_capacity(rows),
+        line_number: Vec::with_capacity(rows),
         rejected: Vec::new(),
     };
     for chunk in chunks {
