@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -352,12 +353,12 @@ class Wave:
 
 @dataclass
 class EarlierWaves:
-    """Events accepted by earlier waves of this run, which may not be committed yet: their id
-    hashes (with ids) for duplicate checks and each conversation's first owner."""
+    """Events accepted by earlier waves of this run, which may not be committed yet: per wave
+    the sorted hashes of their ids (and the ids) for duplicate checks, and each conversation's
+    first owner."""
 
-    ids: pl.DataFrame = field(
-        default_factory=lambda: pl.DataFrame(schema={"hash": pl.UInt64, "event_id": pl.String})
-    )
+    hashes: list[np.ndarray] = field(default_factory=list)
+    ids: list[pl.DataFrame] = field(default_factory=list)
     owners: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(
             schema={"conversation_id": pl.String, **dict.fromkeys(OWNER, pl.String)}
@@ -365,18 +366,26 @@ class EarlierWaves:
     )
 
     def add(self, events: pl.DataFrame) -> None:
+        if events.is_empty():
+            return
         ids = events.select(pl.col("event_id").hash().alias("hash"), "event_id")
+        self.hashes.append(np.sort(ids["hash"].to_numpy()))
+        self.ids.append(ids)
         owners = events.select("conversation_id", *OWNER).unique()  # one owner each, once accepted
-        self.ids = pl.concat([self.ids, ids])
         self.owners = pl.concat([self.owners, owners]).unique("conversation_id", keep="first")
 
     def contains(self, ids: pl.Series) -> pl.Series:
-        """Which of `ids` an earlier wave accepted (hashes first, then exact ids on a match)."""
-        hashes = ids.hash()
-        hit = hashes.is_in(self.ids["hash"].implode())
+        """Which of `ids` an earlier wave accepted: a binary search of each wave's sorted hashes
+        (no hash table rebuilt per wave), then exact ids for the hashes that match."""
+        hashes = ids.hash().to_numpy()
+        hit = np.zeros(len(hashes), dtype=bool)
+        for wave in self.hashes:
+            at = np.searchsorted(wave, hashes).clip(max=len(wave) - 1)
+            hit |= wave[at] == hashes
         if not hit.any():
-            return hit
-        earlier = self.ids.filter(pl.col("hash").is_in(hashes.filter(hit).implode()))
+            return pl.Series(hit)
+        matched = pl.Series(hashes[hit]).implode()
+        earlier = pl.concat(self.ids).filter(pl.col("hash").is_in(matched))
         return ids.is_in(earlier["event_id"].implode())
 
 
@@ -515,7 +524,7 @@ def drop_known(
         )
         if not known.is_empty():
             keep = keep & ~ids.is_in(known["event_id"].implode())
-    if not earlier.ids.is_empty():
+    if earlier.hashes:
         keep = keep & ~earlier.contains(ids)
     if keep.all():
         return events, events.clear()
