@@ -44,33 +44,49 @@ def role_rows(n: int, expired_share: float, now: datetime) -> pl.DataFrame:
         expired=pl.col("turn") < expired_turns,
     )
     return frame.with_columns(
-        tenant=pl.lit("acme"), app=pl.lit("press"), agent=pl.lit("react"),
-        role=pl.lit("assistant"), target=pl.lit("assistant"),
-        tags=pl.lit(["chat:assistant"]), event_type=pl.lit(None, pl.String),
+        tenant=pl.lit("acme"),
+        app=pl.lit("press"),
+        agent=pl.lit("react"),
+        role=pl.lit("assistant"),
+        target=pl.lit("assistant"),
+        tags=pl.lit(["chat:assistant"]),
+        event_type=pl.lit(None, pl.String),
         batch_id=pl.lit(None, pl.String),
-        ts=pl.when("expired").then(pl.lit(now - timedelta(days=400)))
+        ts=pl.when("expired")
+        .then(pl.lit(now - timedelta(days=400)))
         .otherwise(pl.lit(now - timedelta(days=1))),
-        anchors_text=pl.lit(""), trigrams=pl.lit(""), text_hash=pl.format("h{}", pl.col("i")),
+        anchors_text=pl.lit(""),
+        trigrams=pl.lit(""),
+        text_hash=pl.format("h{}", pl.col("i")),
         ref=pl.format("conv:ar:{}.assistant.completion", pl.col("turn_id")),
-        path=pl.lit("conv:ar:assistant.completion"), ordinal=pl.lit(0, pl.Int32),
+        path=pl.lit("conv:ar:assistant.completion"),
+        ordinal=pl.lit(0, pl.Int32),
         visibility=pl.lit("public"),
-        expires_at=pl.when("expired").then(pl.lit(now - timedelta(days=35)))
+        expires_at=pl.when("expired")
+        .then(pl.lit(now - timedelta(days=35)))
         .otherwise(pl.lit(now + timedelta(days=364))),
         derived_at=pl.lit(now),
     ).with_columns(pl.col("ts", "expires_at", "derived_at").dt.cast_time_unit("us"))
 
 
 def turn_logs(rows: pl.DataFrame, now: datetime) -> pl.DataFrame:
-    turns = rows.group_by(
-        "tenant", "app", "agent", "user_id", "conversation_id", "turn_id"
-    ).agg(pl.col("ts").min().alias("started_at"), pl.col("expires_at").max())
+    turns = rows.group_by("tenant", "app", "agent", "user_id", "conversation_id", "turn_id").agg(
+        pl.col("ts").min().alias("started_at"), pl.col("expires_at").max()
+    )
     return turns.with_columns(
-        adapter=pl.lit("minimal"), recording_kind=pl.lit("minimal"),
-        recording_state=pl.lit(1, pl.Int32), ended_at=pl.col("started_at"),
-        last_event_at=pl.col("started_at"), error=pl.lit(False), payload=pl.lit("{}"),
-        block_count=pl.lit(2, pl.Int32), source_event_ids=pl.lit(["e"]),
-        tokens_in=pl.lit(None, pl.Int64), tokens_out=pl.lit(None, pl.Int64),
-        feedback_summary=pl.lit(None, pl.String), title=pl.lit(None, pl.String),
+        adapter=pl.lit("minimal"),
+        recording_kind=pl.lit("minimal"),
+        recording_state=pl.lit(1, pl.Int32),
+        ended_at=pl.col("started_at"),
+        last_event_at=pl.col("started_at"),
+        error=pl.lit(False),
+        payload=pl.lit("{}"),
+        block_count=pl.lit(2, pl.Int32),
+        source_event_ids=pl.lit(["e"]),
+        tokens_in=pl.lit(None, pl.Int64),
+        tokens_out=pl.lit(None, pl.Int64),
+        feedback_summary=pl.lit(None, pl.String),
+        title=pl.lit(None, pl.String),
         updated_at=pl.lit(now).dt.cast_time_unit("us"),
     ).select(TURN_LOGS_SCHEMA.names)
 
@@ -83,20 +99,36 @@ def index_docs(es: Elasticsearch, prefix: str, rows: pl.DataFrame, turns: pl.Dat
         es.indices.create(index=name, **body)
         es.indices.put_alias(index=name, name=alias_name(prefix, kind))
     row_docs = (
-        {"_index": alias_name(prefix, ROWS), "_id": r["row_id"], "_source": {
-            "row_id": r["row_id"], "user_id": r["user_id"], "conversation_id": r["conversation_id"],
-            "turn_id": r["turn_id"], "text": r["text"], "expires_at": r["expires_at"].isoformat(),
-        }}
+        {
+            "_index": alias_name(prefix, ROWS),
+            "_id": r["row_id"],
+            "_source": {
+                "row_id": r["row_id"],
+                "user_id": r["user_id"],
+                "conversation_id": r["conversation_id"],
+                "turn_id": r["turn_id"],
+                "text": r["text"],
+                "expires_at": r["expires_at"].isoformat(),
+            },
+        }
         for r in rows.select(
             "row_id", "user_id", "conversation_id", "turn_id", "text", "expires_at"
         ).iter_rows(named=True)
     )
     turn_docs = (
-        {"_index": alias_name(prefix, TURNS), "_id": f"{r['conversation_id']}:{r['turn_id']}",
-         "_source": {"conversation_id": r["conversation_id"], "turn_id": r["turn_id"],
-                     "user_id": r["user_id"], "expires_at": r["expires_at"].isoformat()}}
-        for r in turns.select("conversation_id", "turn_id", "user_id", "expires_at")
-        .iter_rows(named=True)
+        {
+            "_index": alias_name(prefix, TURNS),
+            "_id": f"{r['conversation_id']}:{r['turn_id']}",
+            "_source": {
+                "conversation_id": r["conversation_id"],
+                "turn_id": r["turn_id"],
+                "user_id": r["user_id"],
+                "expires_at": r["expires_at"].isoformat(),
+            },
+        }
+        for r in turns.select("conversation_id", "turn_id", "user_id", "expires_at").iter_rows(
+            named=True
+        )
     )
     for docs in (row_docs, turn_docs):
         for ok, item in parallel_bulk(es, docs, chunk_size=2000, thread_count=2):
@@ -111,8 +143,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--expired", type=float, default=0.1)
-    parser.add_argument("--es-live", type=int, default=100_000,
-                        help="Live rows also indexed (all expired rows always are).")
+    parser.add_argument(
+        "--es-live",
+        type=int,
+        default=100_000,
+        help="Live rows also indexed (all expired rows always are).",
+    )
     parser.add_argument("--home", type=Path, default=None)
     args = parser.parse_args()
 
@@ -139,15 +175,21 @@ def main() -> None:
         for name in es.indices.get(index=f"{prefix}-*").body:
             es.indices.delete(index=name)
     deleted = report.deleted_rows.get(ROLE_ROWS, 0)
-    print(json.dumps({  # noqa: T201 (benchmark output)
-        "role_rows": args.rows,
-        "expired_rows": expired.height,
-        "es_docs_rows": indexed.height,
-        "setup_s": round(setup_s, 1),
-        "sweep_s": round(report.duration_s, 2),
-        "role_rows_deleted_per_s": round(deleted / report.duration_s),
-        "report": report.as_metadata(),
-    }, indent=2, default=str))
+    print(  # noqa: T201 (benchmark output)
+        json.dumps(
+            {
+                "role_rows": args.rows,
+                "expired_rows": expired.height,
+                "es_docs_rows": indexed.height,
+                "setup_s": round(setup_s, 1),
+                "sweep_s": round(report.duration_s, 2),
+                "role_rows_deleted_per_s": round(deleted / report.duration_s),
+                "report": report.as_metadata(),
+            },
+            indent=2,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

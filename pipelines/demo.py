@@ -16,6 +16,7 @@ import polars as pl
 import typer
 from dagster import DagsterInstance
 
+from ctxdb import tables
 from ctxdb.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.cli.search import render_response
 from ctxdb.delta import DeltaStore
@@ -25,7 +26,6 @@ from ctxdb.index.status import all_status
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import SearchService, default_embedder
 from ctxdb.settings import Settings, get_settings
-from ctxdb import tables
 from pipelines.definitions import defs
 
 SAMPLE_SEED = 7
@@ -53,7 +53,9 @@ def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> 
     landing = Path(settings.landing)
     if not any(landing.glob("events-*.jsonl*")):
         parts = write_sample(generated, landing, files_root=Path(settings.files))
-        typer.echo(f"wrote {len(generated.events)} sample events in {len(parts)} files to {landing}")
+        typer.echo(
+            f"wrote {len(generated.events)} sample events in {len(parts)} files to {landing}"
+        )
     else:
         typer.echo(f"sample already in {landing}; landing only what is new")
     owners = Counter(e["user_id"] for e in generated.events if e["type"] == "turn.started")

@@ -36,6 +36,7 @@ from ctxdb.tables import (
 )
 from ctxdb.text import text_hash, trigrams
 
+
 @pytest.fixture
 def ops_settings(settings: Settings) -> Settings:
     """The shared per-test settings (tmp home, unique index prefix) with an immediate VACUUM."""
@@ -57,10 +58,14 @@ def role_rows(
     return pl.DataFrame(
         {
             "row_id": [f"{conversation}-{t}-assistant" for t in turns],
-            "tenant": "acme", "app": "press", "agent": "react",
-            "user_id": user, "conversation_id": conversation,
+            "tenant": "acme",
+            "app": "press",
+            "agent": "react",
+            "user_id": user,
+            "conversation_id": conversation,
             "turn_id": turns,
-            "role": "assistant", "target": "assistant",
+            "role": "assistant",
+            "target": "assistant",
             "tags": [["chat:assistant", f"turn:{t}"] for t in turns],
             "event_type": pl.Series([None] * n, dtype=pl.String),
             "batch_id": pl.Series([None] * n, dtype=pl.String),
@@ -86,8 +91,11 @@ def conform(frame: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
     """`frame` with every column of `schema` (missing ones get a plain default), in order."""
     now = datetime.now(UTC)
     defaults = {
-        pa.types.is_string: "", pa.types.is_integer: 0, pa.types.is_boolean: False,
-        pa.types.is_timestamp: now, pa.types.is_list: [],
+        pa.types.is_string: "",
+        pa.types.is_integer: 0,
+        pa.types.is_boolean: False,
+        pa.types.is_timestamp: now,
+        pa.types.is_list: [],
     }
     missing = {}
     for f in schema:
@@ -108,9 +116,12 @@ def _per_turn(rows: pl.DataFrame) -> pl.DataFrame:
 def turn_logs(rows: pl.DataFrame) -> pl.DataFrame:
     """One TurnLog per turn of `rows`, expiring with the turn's role row."""
     turns = _per_turn(rows).with_columns(
-        ended_at=pl.col("started_at"), last_event_at=pl.col("started_at"),
-        payload=pl.lit('{"blocks": []}'), adapter=pl.lit("minimal"),
-        recording_kind=pl.lit("minimal"), recording_state=pl.lit(1),
+        ended_at=pl.col("started_at"),
+        last_event_at=pl.col("started_at"),
+        payload=pl.lit('{"blocks": []}'),
+        adapter=pl.lit("minimal"),
+        recording_kind=pl.lit("minimal"),
+        recording_state=pl.lit(1),
     )
     return conform(turns, TURN_LOGS_SCHEMA)
 
@@ -119,29 +130,51 @@ def derived(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """TurnLogs, catalog, timelines, replay artifacts and raw events matching `rows`."""
     turns = _per_turn(rows)
     catalog = turns.with_columns(
-        ended_at=pl.col("started_at"), last_activity_at=pl.col("started_at"),
+        ended_at=pl.col("started_at"),
+        last_activity_at=pl.col("started_at"),
         ordinal=pl.int_range(1, pl.len() + 1).over("conversation_id"),
-        first_user_text=pl.lit("question"), recording_kind=pl.lit("minimal"),
+        first_user_text=pl.lit("question"),
+        recording_kind=pl.lit("minimal"),
     )
     timelines = (
         turns.group_by("tenant", "app", "agent", "user_id", "conversation_id")
-        .agg(pl.col("started_at").min(), pl.col("expires_at").max(),
-             pl.col("turn_id").alias("turn_ids"))
-        .with_columns(last_activity_at=pl.col("started_at"), version=pl.lit(1),
-                      blocks=pl.lit("[]"), sources_pool=pl.lit("[]"),
-                      recording_kind=pl.lit("minimal"))
+        .agg(
+            pl.col("started_at").min(),
+            pl.col("expires_at").max(),
+            pl.col("turn_id").alias("turn_ids"),
+        )
+        .with_columns(
+            last_activity_at=pl.col("started_at"),
+            version=pl.lit(1),
+            blocks=pl.lit("[]"),
+            sources_pool=pl.lit("[]"),
+            recording_kind=pl.lit("minimal"),
+        )
     )
     replay = turns.with_columns(
-        ts=pl.col("started_at"), artifact=pl.lit("conv.artifacts.events"),
-        name=pl.lit("chat.step"), event_id=pl.col("turn_id") + "-step", data=pl.lit("{}"),
+        ts=pl.col("started_at"),
+        artifact=pl.lit("conv.artifacts.events"),
+        name=pl.lit("chat.step"),
+        event_id=pl.col("turn_id") + "-step",
+        data=pl.lit("{}"),
     )
     raw = rows.select(
-        "tenant", "app", "agent", "user_id", "conversation_id", "turn_id",
-        event_id=pl.col("row_id") + "-ev", occurred_at=pl.col("ts"),
-        type=pl.lit("assistant.completion"), schema_version=pl.lit(1),
-        adapter=pl.lit("minimal"), payload=pl.col("text").map_elements(
-            lambda t: json.dumps({"text": t}), return_dtype=pl.String),
-        source_file=pl.lit("events.jsonl"), line_number=pl.int_range(1, pl.len() + 1),
+        "tenant",
+        "app",
+        "agent",
+        "user_id",
+        "conversation_id",
+        "turn_id",
+        event_id=pl.col("row_id") + "-ev",
+        occurred_at=pl.col("ts"),
+        type=pl.lit("assistant.completion"),
+        schema_version=pl.lit(1),
+        adapter=pl.lit("minimal"),
+        payload=pl.col("text").map_elements(
+            lambda t: json.dumps({"text": t}), return_dtype=pl.String
+        ),
+        source_file=pl.lit("events.jsonl"),
+        line_number=pl.int_range(1, pl.len() + 1),
     )
     return {
         TURN_LOGS: turn_logs(rows),
@@ -174,18 +207,36 @@ def ensure_indices(es: Elasticsearch, prefix: str) -> None:
 def index_rows(es: Elasticsearch, prefix: str, rows: pl.DataFrame) -> None:
     """Index role rows and their turns the way the indexer does (_id = row_id / conv:turn)."""
     ensure_indices(es, prefix)
-    fields = ["row_id", "tenant", "app", "agent", "user_id", "conversation_id", "turn_id",
-              "role", "target", "text", "ts", "expires_at", "text_hash"]
+    fields = [
+        "row_id",
+        "tenant",
+        "app",
+        "agent",
+        "user_id",
+        "conversation_id",
+        "turn_id",
+        "role",
+        "target",
+        "text",
+        "ts",
+        "expires_at",
+        "text_hash",
+    ]
     docs = [
-        {"_index": alias_name(prefix, ROWS), "_id": r["row_id"],
-         "_source": {k: _json(r[k]) for k in fields}}
+        {
+            "_index": alias_name(prefix, ROWS),
+            "_id": r["row_id"],
+            "_source": {k: _json(r[k]) for k in fields},
+        }
         for r in rows.iter_rows(named=True)
     ]
     turn_fields = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id", "expires_at"]
     docs += [
-        {"_index": alias_name(prefix, TURNS),
-         "_id": turn_doc_id(r["conversation_id"], r["turn_id"]),
-         "_source": {k: _json(r[k]) for k in turn_fields}}
+        {
+            "_index": alias_name(prefix, TURNS),
+            "_id": turn_doc_id(r["conversation_id"], r["turn_id"]),
+            "_source": {k: _json(r[k]) for k in turn_fields},
+        }
         for r in rows.iter_rows(named=True)
     ]
     bulk(es, docs, refresh=True)
@@ -225,8 +276,9 @@ def run_pipeline(
 
 def es_ids(es: Elasticsearch, prefix: str, kind: str) -> set[str]:
     es.indices.refresh(index=alias_name(prefix, kind))
-    hits = es.search(index=alias_name(prefix, kind), size=1000, query={"match_all": {}},
-                     source=False)
+    hits = es.search(
+        index=alias_name(prefix, kind), size=1000, query={"match_all": {}}, source=False
+    )
     return {h["_id"] for h in hits["hits"]["hits"]}
 
 

@@ -56,15 +56,19 @@ SHARED_TEXT = "the same sentence typed by two users"
 @pytest.fixture
 def seeded(store, es, ops_settings):
     """u1 owns conversations c1 and c2, u2 owns c3; one u2 row repeats a u1 text."""
-    u1 = pl.concat([
-        role_rows(4, user="u1", conversation="c1"),
-        role_rows(3, user="u1", conversation="c2"),
-    ]).with_columns(
-        text=pl.when(pl.col("row_id") == "c1-t0-assistant").then(pl.lit(SHARED_TEXT))
+    u1 = pl.concat(
+        [
+            role_rows(4, user="u1", conversation="c1"),
+            role_rows(3, user="u1", conversation="c2"),
+        ]
+    ).with_columns(
+        text=pl.when(pl.col("row_id") == "c1-t0-assistant")
+        .then(pl.lit(SHARED_TEXT))
         .otherwise(pl.col("text"))
     )
     u2 = role_rows(4, user="u2", conversation="c3").with_columns(
-        text=pl.when(pl.col("row_id") == "c3-t0-assistant").then(pl.lit(SHARED_TEXT))
+        text=pl.when(pl.col("row_id") == "c3-t0-assistant")
+        .then(pl.lit(SHARED_TEXT))
         .otherwise(pl.col("text"))
     )
     rows = pl.concat([u1, u2]).with_columns(
@@ -83,32 +87,67 @@ def _landing_and_quarantine(store, settings, rows: pl.DataFrame) -> None:
     landing = Path(settings.landing)
     landing.mkdir(parents=True, exist_ok=True)
     lines = [
-        json.dumps({"event_id": r["event_id"], "user_id": r["user_id"],
-                    "conversation_id": r["conversation_id"], "turn_id": r["turn_id"]})
+        json.dumps(
+            {
+                "event_id": r["event_id"],
+                "user_id": r["user_id"],
+                "conversation_id": r["conversation_id"],
+                "turn_id": r["turn_id"],
+            }
+        )
         for r in raw.iter_rows(named=True)
     ]
     (landing / "events.jsonl").write_text("\n".join(lines) + "\n")
     broken = ['{"user_id": "u1", "conversation_id": "c9", "type": 42', '{"user_id": "u2" broken']
     (landing / "bad.jsonl").write_text("\n".join(broken) + "\n")
-    store.append(QUARANTINED_EVENTS, pl.DataFrame({
-        "source_file": "bad.jsonl", "line_number": [1, 2], "raw_line": broken,
-        "reason": "invalid", "detail": "bad type", "event_id": None,
-        "conversation_id": pl.Series([None, None], dtype=pl.String),
-        "quarantined_at": datetime.now(UTC),
-    }), schema=QUARANTINE_SCHEMA)
+    store.append(
+        QUARANTINED_EVENTS,
+        pl.DataFrame(
+            {
+                "source_file": "bad.jsonl",
+                "line_number": [1, 2],
+                "raw_line": broken,
+                "reason": "invalid",
+                "detail": "bad type",
+                "event_id": None,
+                "conversation_id": pl.Series([None, None], dtype=pl.String),
+                "quarantined_at": datetime.now(UTC),
+            }
+        ),
+        schema=QUARANTINE_SCHEMA,
+    )
 
 
 def _embeddings(store, rows: pl.DataFrame) -> None:
     now = datetime.now(UTC)
     hashes = rows["text_hash"].unique()
-    store.append(EMBEDDINGS, pl.DataFrame({
-        "model_id": "all-MiniLM-L6-v2", "text_hash": hashes,
-        "vector": [[0.5, 0.5]] * len(hashes), "created_at": now,
-    }), schema=EMBEDDINGS_SCHEMA)
-    store.append(ROW_EMBEDDINGS, pl.DataFrame({
-        "row_id": rows["row_id"], "model_id": "all-MiniLM-L6-v2", "text_hash": rows["text_hash"],
-        "embedding_status": "ok", "error": None, "attempts": 1, "updated_at": now,
-    }), schema=ROW_EMBEDDINGS_SCHEMA)
+    store.append(
+        EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": hashes,
+                "vector": [[0.5, 0.5]] * len(hashes),
+                "created_at": now,
+            }
+        ),
+        schema=EMBEDDINGS_SCHEMA,
+    )
+    store.append(
+        ROW_EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "row_id": rows["row_id"],
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": rows["text_hash"],
+                "embedding_status": "ok",
+                "error": None,
+                "attempts": 1,
+                "updated_at": now,
+            }
+        ),
+        schema=ROW_EMBEDDINGS_SCHEMA,
+    )
 
 
 def _es_count(es, prefix: str, kind: str, field: str, value: str) -> int:
@@ -153,7 +192,9 @@ def test_erase_user_leaves_zero_rows_anywhere(store, es, ops_settings, seeded):
     assert text_hash(SHARED_TEXT) in cached  # still referenced by u2's row
 
     tombstoned = store.read(PURGED_CONVERSATIONS)
-    assert sorted(tombstoned["conversation_key"]) == sorted(conversation_key(c) for c in ("c1", "c2"))
+    assert sorted(tombstoned["conversation_key"]) == sorted(
+        conversation_key(c) for c in ("c1", "c2")
+    )
     assert tombstoned.columns == ["conversation_key", "purged_at"]  # no identifier is kept
     saved = store.read(RETENTION_REPORT).row(0, named=True)
     assert saved["operation"] == "erase" and saved["status"] == "ok"
@@ -205,6 +246,7 @@ def test_blank_identifier_is_rejected():
 def test_interrupted_erase_is_finished_by_a_rerun(store, es, ops_settings, seeded, monkeypatch):
     """The injected RuntimeError stands in for the process being killed after Delta was purged
     and before Elasticsearch and storage were touched."""
+
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash after the Delta step")
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     es_ids,
     index_rows,
@@ -19,6 +18,7 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     write_derived,
     write_turn_files,
 )
+from typer.testing import CliRunner
 
 from ctxdb import retention
 from ctxdb.auth import Principal
@@ -35,18 +35,18 @@ from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
-    RAW_TURN_EVENTS,
-    REPLAY_ARTIFACTS,
-    TURN_CATALOG,
-    TURN_LOGS,
     EMBEDDINGS,
     EMBEDDINGS_SCHEMA,
     INDEX_STATE,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
     RETENTION_PENDING,
     RETENTION_REPORT,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
     ROW_EMBEDDINGS_SCHEMA,
+    TURN_CATALOG,
+    TURN_LOGS,
 )
 
 pytestmark = pytest.mark.es
@@ -63,29 +63,53 @@ def _seed(store, es, settings, n=20, expired=5):
 def _embeddings(store, rows: pl.DataFrame, extra_hash: str | None = None) -> None:
     now = datetime.now(UTC) - timedelta(minutes=5)
     hashes = rows["text_hash"].to_list() + ([extra_hash] if extra_hash else [])
-    store.append(EMBEDDINGS, pl.DataFrame({
-        "model_id": "all-MiniLM-L6-v2", "text_hash": hashes,
-        "vector": [[0.1, 0.2]] * len(hashes), "created_at": now,
-    }), schema=EMBEDDINGS_SCHEMA)
-    store.append(ROW_EMBEDDINGS, pl.DataFrame({
-        "row_id": rows["row_id"], "model_id": "all-MiniLM-L6-v2", "text_hash": rows["text_hash"],
-        "embedding_status": "ok", "error": None, "attempts": 1, "updated_at": now,
-    }), schema=ROW_EMBEDDINGS_SCHEMA)
+    store.append(
+        EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": hashes,
+                "vector": [[0.1, 0.2]] * len(hashes),
+                "created_at": now,
+            }
+        ),
+        schema=EMBEDDINGS_SCHEMA,
+    )
+    store.append(
+        ROW_EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "row_id": rows["row_id"],
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": rows["text_hash"],
+                "embedding_status": "ok",
+                "error": None,
+                "attempts": 1,
+                "updated_at": now,
+            }
+        ),
+        schema=ROW_EMBEDDINGS_SCHEMA,
+    )
 
 
 def test_ttl_policy_most_specific_rule_wins():
-    settings = Settings(retention_days=365, retention_rules=[
-        RetentionRule(tenant="acme", days=30),
-        RetentionRule(tenant="acme", role="assistant", days=7),
-        RetentionRule(app="press", days=90),
-    ])
+    settings = Settings(
+        retention_days=365,
+        retention_rules=[
+            RetentionRule(tenant="acme", days=30),
+            RetentionRule(tenant="acme", role="assistant", days=7),
+            RetentionRule(app="press", days=90),
+        ],
+    )
     ts = datetime(2026, 1, 1, tzinfo=UTC)
-    frame = pl.DataFrame({
-        "tenant": ["acme", "acme", "other", "other"],
-        "app": ["x", "x", "press", "x"],
-        "role": ["assistant", "user", "user", "user"],
-        "ts": [ts] * 4,
-    }).with_columns(retention.expires_at_expr(settings))
+    frame = pl.DataFrame(
+        {
+            "tenant": ["acme", "acme", "other", "other"],
+            "app": ["x", "x", "press", "x"],
+            "role": ["assistant", "user", "user", "user"],
+            "ts": [ts] * 4,
+        }
+    ).with_columns(retention.expires_at_expr(settings))
     assert [(e - ts).days for e in frame["expires_at"]] == [7, 30, 90, 365]
     turn_level = frame.drop("role", "expires_at").with_columns(
         retention.expires_at_expr(settings, role_column=None)
@@ -113,8 +137,10 @@ def test_sweep_purges_delta_es_files_and_reports(store, es, ops_settings):
     assert store.read(ROW_EMBEDDINGS).height == 15
     assert es_ids(es, ops_settings.index_prefix, ROWS) == set(remaining["row_id"])
     assert len(es_ids(es, ops_settings.index_prefix, TURNS)) == 15
-    hits = es.search(index=alias_name(ops_settings.index_prefix, ROWS),
-                     query={"terms": {"row_id": sorted(expired_ids)}})
+    hits = es.search(
+        index=alias_name(ops_settings.index_prefix, ROWS),
+        query={"terms": {"row_id": sorted(expired_ids)}},
+    )
     assert hits["hits"]["total"]["value"] == 0
     assert [p.exists() for p in files] == [False] * 10 + [True] * 30
     assert report.files_removed == 5
@@ -259,7 +285,8 @@ def test_pipeline_rows_past_ttl_are_gone_from_delta_es_search_pull_and_catalog(
     old_convs = old["conversation_id"].unique().to_list()
     assert _raw_es_hits(es, ops_settings.index_prefix, old_convs) == old.height
     old_files = [
-        p for p in Path(ops_settings.files).rglob("*")
+        p
+        for p in Path(ops_settings.files).rglob("*")
         if p.is_file() and any(f"conv_{c}" in str(p) for c in old_convs)
     ]
 
@@ -299,8 +326,14 @@ def test_indexer_racing_the_sweep_cannot_resurrect_documents(store, es, ops_sett
 
     def racing_indexer_write() -> None:
         store.delete(INDEX_STATE, "kind = 'rows'")
-        sync_index(store, es, SOURCES[ROWS], index, model_id=ops_settings.embedding_model,
-                   versions=before_sweep)
+        sync_index(
+            store,
+            es,
+            SOURCES[ROWS],
+            index,
+            model_id=ops_settings.embedding_model,
+            versions=before_sweep,
+        )
         assert expired_ids <= es_ids(es, ops_settings.index_prefix, ROWS)
 
     retention.sweep(store, es, ops_settings, vacuum_hours=168)

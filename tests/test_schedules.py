@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from typer.testing import CliRunner
 from conftest_ops import (  # noqa: F401  (fixtures)
     es_ids,
     index_rows,
@@ -21,6 +20,7 @@ from dagster import (
     build_schedule_context,
     build_sensor_context,
 )
+from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
@@ -64,9 +64,7 @@ def test_schedules_and_sensor_are_in_the_definitions():
     assert schedules["retention_daily"].job_name == "retention_job"
     assert schedules["compaction_weekly"].cron_schedule == "0 4 * * 0"
     assert schedules["compaction_weekly"].job_name == "compaction_job"
-    assert all(
-        s.default_status == DefaultScheduleStatus.RUNNING for s in schedules.values()
-    )
+    assert all(s.default_status == DefaultScheduleStatus.RUNNING for s in schedules.values())
     assert "retention_pending_sensor" in {s.name for s in repository.sensor_defs}
 
 

@@ -15,7 +15,12 @@ from ctxdb.search.temporal import split_time_hint
         ("the spreadsheet trouble from last week", "the spreadsheet trouble", "from last week", 14),
         ("docker networking yesterday", "docker networking", "yesterday", 2),
         ("sourdough starter 3 days ago", "sourdough starter", "3 days ago", 4),
-        ("what did we say about Lisbon in the past 2 months", "what did we say about Lisbon", "in the past 2 months", 60),
+        (
+            "what did we say about Lisbon in the past 2 months",
+            "what did we say about Lisbon",
+            "in the past 2 months",
+            60,
+        ),
         ("pandas merge this week", "pandas merge", "this week", 7),
         ("Last Month: the DST bug", ": the DST bug", "Last Month", 60),
     ],
