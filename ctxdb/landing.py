@@ -1,11 +1,14 @@
 """Landing: JSONL files (plain or gzip) -> `raw_turn_events`, with every bad line quarantined.
 
 Parsing is pure (`parse_bytes`): each line becomes either a validated event row or a quarantine
-row with its reason. `land` adds the I/O: it lists the landing directory or object-store prefix,
-skips files already landed (same path, size and mtime), drops event ids already present
-(anti-join, counted as duplicates), quarantines events for conversations owned by another identity
-or already purged, and commits quarantine -> events -> landed files. Each commit is atomic and each
-step idempotent, so a run killed between two commits is completed by the next run.
+row with its reason; the native scanner (`ctxdb._native`) checks every line and only the lines it
+does not accept go through the pydantic contract. `land` adds the I/O: it lists the landing
+directory or object-store prefix, skips files already landed (same path, size and mtime), and
+lands the rest in waves. For each wave it drops event ids already present (counted as
+duplicates), quarantines events for conversations owned by another identity or already purged,
+and commits quarantine -> events -> landed files in a background thread while the next wave is
+parsed. Each commit is atomic and each step idempotent, so a run killed between two commits is
+completed by the next run.
 """
 
 from __future__ import annotations
@@ -477,6 +480,13 @@ def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
         LANDED_FILES,
         landed_files_frame(wave.files, wave.parsed, wave.duplicates, wave.rejected, now),
         LANDED_FILES_SCHEMA,
+    )
+    log.info(
+        "committed %d files: %d events as raw_turn_events version %d, %d quarantined",
+        len(wave.files),
+        written,
+        version,
+        wave.quarantine.height,
     )
     return written, version
 
