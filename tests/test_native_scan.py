@@ -159,6 +159,9 @@ def test_oversize_lines_and_blank_lines() -> None:
     parsed = parse_bytes(data, "mem", NOW)
     assert parsed.events["line_number"].to_list() == [1, 5]
     assert parsed.quarantine["reason"].to_list() == ["oversize"]
+    for empty in (b"", b"\n\n", b" \r\n\t\n"):
+        nothing = parse_bytes(empty, "mem", NOW)
+        assert nothing.events.is_empty() and nothing.quarantine.is_empty()
 
 
 def test_a_line_only_the_contract_accepts_lands_in_order() -> None:
