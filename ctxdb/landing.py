@@ -202,11 +202,6 @@ def _contract_frame(slow: dict[str, list]) -> pl.DataFrame:
     return pl.DataFrame(slow, schema=schema).with_columns(payload)
 
 
-def parse_file(path: str, now: datetime, threads: int = 0) -> Parsed:
-    """Read and parse one landing file."""
-    return parse_bytes(read_bytes(path), path, now, threads)
-
-
 def prefetched(paths: Sequence[str]) -> Iterator[bytes]:
     """The content of each file in order, the next file read (and gunzipped, which releases the
     GIL) in a background thread while the caller parses the current one."""
@@ -253,9 +248,8 @@ def waves(
         yield wave
 
 
-def _text(line: bytes | str) -> str:
-    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
-    return text[:MAX_EVENT_BYTES]
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", "replace")[:MAX_EVENT_BYTES]
 
 
 def _polars_schema(names: Iterable[str], schema) -> dict[str, pl.DataType]:
@@ -392,7 +386,7 @@ class EarlierWaves:
         return ids.is_in(earlier["event_id"].implode())
 
 
-WAVE_ROWS = 150000
+WAVE_ROWS = 150_000
 """Lines per commit group. A group's commits run in a background thread while the next group is
 parsed, so the Delta write overlaps validation; each group commits quarantine -> events ->
 landed files on its own."""
