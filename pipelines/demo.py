@@ -110,8 +110,9 @@ def search_demo(settings: Settings, user_id: str) -> None:
 
 
 def main() -> None:
+    # ctxdb's INFO progress reaches the console through the Dagster run (dagster.yaml manages the
+    # `ctxdb` logger); only warnings from outside a run are printed here.
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("ctxdb").setLevel(logging.INFO)
     settings = get_settings()
     user_id = land_sample(settings)
     run_job()
