@@ -111,8 +111,11 @@ def search_demo(settings: Settings, user_id: str) -> None:
 
 def main() -> None:
     # ctxdb's INFO progress reaches the console through the Dagster run (dagster.yaml manages the
-    # `ctxdb` logger); only warnings from outside a run are printed here.
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # `ctxdb` logger); this handler prints warnings only, so no progress line shows twice.
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[console])
     settings = get_settings()
     user_id = land_sample(settings)
     run_job()
