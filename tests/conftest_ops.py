@@ -22,12 +22,16 @@ from ctxdb.retention import turn_file_path
 from ctxdb.settings import Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
+    EMBEDDINGS,
+    EMBEDDINGS_SCHEMA,
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
     REPLAY_SCHEMA,
     ROLE_ROWS,
     ROLE_ROWS_SCHEMA,
+    ROW_EMBEDDINGS,
+    ROW_EMBEDDINGS_SCHEMA,
     TIMELINES_SCHEMA,
     TURN_CATALOG,
     TURN_CATALOG_SCHEMA,
@@ -187,6 +191,42 @@ def derived(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
 
 def write_rows(store: DeltaStore, rows: pl.DataFrame) -> None:
     store.upsert(ROLE_ROWS, rows, keys=["row_id"], schema=ROLE_ROWS_SCHEMA)
+
+
+def write_embeddings(
+    store: DeltaStore, rows: pl.DataFrame, extra_hashes: tuple[str, ...] = ()
+) -> None:
+    """Cached vectors for the rows' texts (plus `extra_hashes`, vectors no row uses) and an ok
+    embedding status per row, created five minutes ago."""
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    hashes = rows["text_hash"].unique(maintain_order=True).to_list() + list(extra_hashes)
+    store.append(
+        EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": hashes,
+                "vector": [[0.1, 0.2]] * len(hashes),
+                "created_at": now,
+            }
+        ),
+        schema=EMBEDDINGS_SCHEMA,
+    )
+    store.append(
+        ROW_EMBEDDINGS,
+        pl.DataFrame(
+            {
+                "row_id": rows["row_id"],
+                "model_id": "all-MiniLM-L6-v2",
+                "text_hash": rows["text_hash"],
+                "embedding_status": "ok",
+                "error": None,
+                "attempts": 1,
+                "updated_at": now,
+            }
+        ),
+        schema=ROW_EMBEDDINGS_SCHEMA,
+    )
 
 
 def write_derived(store: DeltaStore, rows: pl.DataFrame) -> None:

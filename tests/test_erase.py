@@ -17,6 +17,7 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     run_pipeline,
     store,
     write_derived,
+    write_embeddings,
     write_turn_files,
 )
 from typer.testing import CliRunner
@@ -33,7 +34,6 @@ from ctxdb.resolve import Resolver
 from ctxdb.search.models import NotFound
 from ctxdb.tables import (
     EMBEDDINGS,
-    EMBEDDINGS_SCHEMA,
     PURGED_CONVERSATIONS,
     QUARANTINE_SCHEMA,
     QUARANTINED_EVENTS,
@@ -42,7 +42,6 @@ from ctxdb.tables import (
     RETENTION_REPORT,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
-    ROW_EMBEDDINGS_SCHEMA,
 )
 from ctxdb.text import text_hash
 from ctxdb.tombstones import conversation_key
@@ -76,7 +75,7 @@ def seeded(store, es, ops_settings):
     )
     write_derived(store, rows)
     _landing_and_quarantine(store, ops_settings, rows)
-    _embeddings(store, rows)
+    write_embeddings(store, rows)
     index_rows(es, ops_settings.index_prefix, rows)
     write_turn_files(ops_settings.files, rows)
     return rows
@@ -115,38 +114,6 @@ def _landing_and_quarantine(store, settings, rows: pl.DataFrame) -> None:
             }
         ),
         schema=QUARANTINE_SCHEMA,
-    )
-
-
-def _embeddings(store, rows: pl.DataFrame) -> None:
-    now = datetime.now(UTC)
-    hashes = rows["text_hash"].unique()
-    store.append(
-        EMBEDDINGS,
-        pl.DataFrame(
-            {
-                "model_id": "all-MiniLM-L6-v2",
-                "text_hash": hashes,
-                "vector": [[0.5, 0.5]] * len(hashes),
-                "created_at": now,
-            }
-        ),
-        schema=EMBEDDINGS_SCHEMA,
-    )
-    store.append(
-        ROW_EMBEDDINGS,
-        pl.DataFrame(
-            {
-                "row_id": rows["row_id"],
-                "model_id": "all-MiniLM-L6-v2",
-                "text_hash": rows["text_hash"],
-                "embedding_status": "ok",
-                "error": None,
-                "attempts": 1,
-                "updated_at": now,
-            }
-        ),
-        schema=ROW_EMBEDDINGS_SCHEMA,
     )
 
 

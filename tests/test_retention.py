@@ -16,6 +16,7 @@ from conftest_ops import (  # noqa: F401  (fixtures)
     run_pipeline,
     store,
     write_derived,
+    write_embeddings,
     write_turn_files,
 )
 from typer.testing import CliRunner
@@ -36,7 +37,6 @@ from ctxdb.settings import RetentionRule, Settings
 from ctxdb.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
-    EMBEDDINGS_SCHEMA,
     INDEX_STATE,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
@@ -44,7 +44,6 @@ from ctxdb.tables import (
     RETENTION_REPORT,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
-    ROW_EMBEDDINGS_SCHEMA,
     TURN_CATALOG,
     TURN_LOGS,
 )
@@ -58,38 +57,6 @@ def _seed(store, es, settings, n=20, expired=5):
     index_rows(es, settings.index_prefix, rows)
     files = write_turn_files(settings.files, rows)
     return rows, files
-
-
-def _embeddings(store, rows: pl.DataFrame, extra_hash: str | None = None) -> None:
-    now = datetime.now(UTC) - timedelta(minutes=5)
-    hashes = rows["text_hash"].to_list() + ([extra_hash] if extra_hash else [])
-    store.append(
-        EMBEDDINGS,
-        pl.DataFrame(
-            {
-                "model_id": "all-MiniLM-L6-v2",
-                "text_hash": hashes,
-                "vector": [[0.1, 0.2]] * len(hashes),
-                "created_at": now,
-            }
-        ),
-        schema=EMBEDDINGS_SCHEMA,
-    )
-    store.append(
-        ROW_EMBEDDINGS,
-        pl.DataFrame(
-            {
-                "row_id": rows["row_id"],
-                "model_id": "all-MiniLM-L6-v2",
-                "text_hash": rows["text_hash"],
-                "embedding_status": "ok",
-                "error": None,
-                "attempts": 1,
-                "updated_at": now,
-            }
-        ),
-        schema=ROW_EMBEDDINGS_SCHEMA,
-    )
 
 
 def test_ttl_policy_most_specific_rule_wins():
@@ -119,7 +86,7 @@ def test_ttl_policy_most_specific_rule_wins():
 
 def test_sweep_purges_delta_es_files_and_reports(store, es, ops_settings):
     rows, files = _seed(store, es, ops_settings)
-    _embeddings(store, rows, extra_hash="orphan")
+    write_embeddings(store, rows, extra_hashes=("orphan",))
     expired_ids = set(rows["row_id"][:5])
 
     report = retention.sweep(store, es, ops_settings)
