@@ -2,8 +2,8 @@
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
 
-from ctxdb.derive import checks
-from ctxdb.derive.checks import CheckOutcome
+from ctxdb.record import checks
+from ctxdb.record.checks import CheckOutcome
 from resources.delta import DeltaResource
 
 

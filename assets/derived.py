@@ -12,7 +12,7 @@ from dagster import (
     multi_asset,
 )
 
-from ctxdb.derive.run import TARGETS, derive, table_rows
+from ctxdb.record.run import TARGETS, derive, table_rows
 from ctxdb.settings import get_settings
 from resources.delta import DeltaResource
 

@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 
-from ctxdb.embedding import embed_role_rows
+from ctxdb.embedding.stage import embed_role_rows
 from resources.delta import DeltaResource
 from resources.embedder import EmbedderResource
 

@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
 
-from ctxdb.landing import land
+from ctxdb.landing.run import land
 from ctxdb.settings import get_settings
 from resources.delta import DeltaResource
 

@@ -13,8 +13,8 @@ from dagster import (
     asset_check,
 )
 
-from ctxdb.es.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.checks import count_mismatches
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.status import expired_ids, vector_coverage
 from ctxdb.index.sync import sync_live
 from resources.delta import DeltaResource

@@ -18,14 +18,14 @@ from pathlib import Path
 
 from deltalake import write_deltalake
 
-from ctxdb import _native
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive
-from ctxdb.events import MAX_EVENT_BYTES
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import land, list_files, read_bytes
+from ctxdb.contract.events import MAX_EVENT_BYTES
+from ctxdb.landing import _native
+from ctxdb.landing.run import land, list_files, read_bytes
+from ctxdb.record.run import derive
+from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
-from ctxdb.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
 
 EVENTS_PER_CONVERSATION = 33.0  # measured average of the generator
 

@@ -21,14 +21,14 @@ import uuid
 
 from bench_embed_index import fill_cache, generate_rows, workspace
 
-from ctxdb.auth import Principal
-from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
-from ctxdb.es.mappings import ROWS, alias_name
-from ctxdb.index.reindex import drop_after_grace, reindex
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
+from ctxdb.lifecycle.reindex import drop_after_grace, reindex
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
 
 QUERIES = ("workbook formulas lost", "kubectl pod restarts", "timezone conversion bug", "recipe")
 

@@ -22,12 +22,12 @@ import polars as pl
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import parallel_bulk
 
-from ctxdb.delta import DeltaStore
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name
-from ctxdb.retention import sweep
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
+from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import Settings
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, TURN_LOGS, TURN_LOGS_SCHEMA
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, TURN_LOGS, TURN_LOGS_SCHEMA
 
 
 def role_rows(n: int, expired_share: float, now: datetime) -> pl.DataFrame:

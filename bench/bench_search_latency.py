@@ -33,14 +33,14 @@ import typer
 import uvicorn
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.auth import Principal, TokenStore
-from ctxdb.embedding import SentenceTransformerEmbedder
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
-from ctxdb.generate_topics import TOPICS
-from ctxdb.http import create_app
+from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
+from ctxdb.sample.topics import TOPICS
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
+from ctxdb.serve.auth import Principal, TokenStore
+from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings, get_settings
 from ctxdb.text import stems, text_hash, trigrams, words
 

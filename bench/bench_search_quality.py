@@ -47,21 +47,21 @@ from typing import Annotated
 
 import typer
 
-from ctxdb.auth import Principal
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive
-from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import TURNS, alias_name
-from ctxdb.generate import Fact, Generated, generate_events, write_sample
-from ctxdb.generate_topics import TOPICS, Topic
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import TURNS, alias_name
 from ctxdb.index.sync import sync_live
-from ctxdb.landing import land
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.sample.generate import Fact, Generated, generate_events, write_sample
+from ctxdb.sample.topics import TOPICS, Topic
 from ctxdb.search.arms import RowHit
 from ctxdb.search.fusion import arm_weights, cap_per_conversation, dedup_turns, fuse
 from ctxdb.search.models import ARMS, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import Settings, get_settings
+from ctxdb.storage.delta import DeltaStore
 
 Key = tuple[str, str]
 SYSTEMS = (*ARMS, "fused", "fused-norecency")

@@ -16,16 +16,16 @@ import polars as pl
 import typer
 from dagster import DagsterInstance
 
-from ctxdb import tables
-from ctxdb.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.cli.search import render_response
-from ctxdb.delta import DeltaStore
-from ctxdb.es.client import make_client
-from ctxdb.generate import generate_events, write_sample
+from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
+from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.serve.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.settings import Settings, get_settings
+from ctxdb.storage import tables
+from ctxdb.storage.delta import DeltaStore
 from pipelines.definitions import defs
 
 SAMPLE_SEED = 7

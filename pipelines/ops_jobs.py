@@ -32,13 +32,13 @@ from dagster import (
     sensor,
 )
 
-from ctxdb.compaction import compact_all, unbounded
-from ctxdb.erase import Scope, erase
-from ctxdb.es.errors import ElasticsearchSetupError
-from ctxdb.es.health import check_cluster
-from ctxdb.retention import sweep
+from ctxdb.index.errors import ElasticsearchSetupError
+from ctxdb.index.health import check_cluster
+from ctxdb.lifecycle.compaction import compact_all, unbounded
+from ctxdb.lifecycle.erase import Scope, erase
+from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import get_settings
-from ctxdb.tables import RETENTION_PENDING
+from ctxdb.storage.tables import RETENTION_PENDING
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 

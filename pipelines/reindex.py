@@ -11,7 +11,7 @@ Run config (all optional):
 
 from dagster import Config, OpExecutionContext, job, op
 
-from ctxdb.index.reindex import drop_after_grace, reindex
+from ctxdb.lifecycle.reindex import drop_after_grace, reindex
 from pipelines.ops_jobs import WRITER_TAGS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dagster import ConfigurableResource
 
-from ctxdb.delta import DeltaStore
 from ctxdb.settings import get_settings
+from ctxdb.storage.delta import DeltaStore
 
 
 class DeltaResource(ConfigurableResource):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import ConfigurableResource
 from elasticsearch import Elasticsearch
 
-from ctxdb.es.client import make_client
+from ctxdb.index.client import make_client
 from ctxdb.settings import Settings, get_settings
 
 

@@ -1,7 +1,7 @@
 """Shared fixtures: one real Elasticsearch node per session, a unique index prefix per test.
 
 The session node is the cluster at ELASTICSEARCH_URL when it answers; otherwise, when that URL is
-the embedded default, the embedded node is started (or reused) through `ctxdb.es.embedded`.
+the embedded default, the embedded node is started (or reused) through `ctxdb.node.embedded`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from elasticsearch import Elasticsearch
 
-from ctxdb.delta import DeltaStore
-from ctxdb.es import embedded
-from ctxdb.es.client import make_client
-from ctxdb.es.errors import ClusterUnreachableError
-from ctxdb.es.health import check_cluster
+from ctxdb.index.client import make_client
+from ctxdb.index.errors import ClusterUnreachableError
+from ctxdb.index.health import check_cluster
+from ctxdb.node import embedded
 from ctxdb.settings import Settings, get_settings
+from ctxdb.storage.delta import DeltaStore
 
 
 @pytest.fixture(scope="session")

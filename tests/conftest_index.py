@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 import pytest
 
-from ctxdb.delta import DeltaStore
-from ctxdb.embedding import SentenceTransformerEmbedder
-from ctxdb.tables import (
+from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     ROLE_ROWS,
     ROLE_ROWS_SCHEMA,

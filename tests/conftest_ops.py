@@ -12,15 +12,15 @@ import pytest
 from elasticsearch import Elasticsearch
 from elasticsearch.helpers import bulk
 
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
-from ctxdb.generate import generate_events, write_sample
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
 from ctxdb.index.sync import sync_live
-from ctxdb.landing import land
-from ctxdb.retention import turn_file_path
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
-from ctxdb.tables import (
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
     EMBEDDINGS_SCHEMA,

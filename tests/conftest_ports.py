@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ctxdb.es import embedded
+from ctxdb.node import embedded
 
 
 def free_port_pair() -> int:

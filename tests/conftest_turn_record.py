@@ -10,11 +10,11 @@ from typing import Any
 
 import polars as pl
 
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive
-from ctxdb.generate import Generated, generate_events, write_sample
-from ctxdb.landing import land
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.sample.generate import Generated, generate_events, write_sample
 from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)

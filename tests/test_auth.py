@@ -8,7 +8,7 @@ import time
 import jwt
 import pytest
 
-from ctxdb.auth import Authenticator, AuthError, TokenStore
+from ctxdb.serve.auth import Authenticator, AuthError, TokenStore
 from ctxdb.settings import Settings
 
 

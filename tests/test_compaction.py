@@ -7,10 +7,10 @@ from pathlib import Path
 import polars as pl
 from conftest_ops import role_rows
 
-from ctxdb.compaction import compact_all, compact_table, file_stats, unbounded
-from ctxdb.delta import DeltaStore
+from ctxdb.lifecycle.compaction import compact_all, compact_table, file_stats, unbounded
 from ctxdb.settings import Settings
-from ctxdb.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
 
 
 def _many_commits(store: DeltaStore, commits: int = 12) -> pl.DataFrame:

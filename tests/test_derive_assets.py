@@ -16,9 +16,9 @@ from assets.checks_derived import (
 )
 from assets.derived import turn_record
 from assets.landing import raw_turn_events
-from ctxdb.delta import DeltaStore
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.tables import ROLE_ROWS, TURN_LOGS
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
 from resources.delta import DeltaResource
 
 ASSETS = [

@@ -20,14 +20,15 @@ from conftest_turn_record import (
     write_jsonl,
 )
 
-import ctxdb.tables as tables
-from ctxdb.delta import DeltaStore
-from ctxdb.derive import checks, run
-from ctxdb.derive.run import TARGETS, derive, last_derived_version, write_table
-from ctxdb.landing import land
-from ctxdb.refs import parse_ref
+import ctxdb.storage.tables as tables
+from ctxdb.contract.refs import parse_ref
+from ctxdb.landing.run import land
+from ctxdb.record import checks, run
+from ctxdb.record.run import TARGETS, derive, last_derived_version, write_table
+from ctxdb.record.turnlog import parse_turn_log
 from ctxdb.settings import RetentionRule
-from ctxdb.tables import (
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
@@ -37,7 +38,6 @@ from ctxdb.tables import (
     TURN_LOGS,
 )
 from ctxdb.text import text_hash, trigrams
-from ctxdb.turnlog import parse_turn_log
 
 KEYS = {t.table: list(t.keys) for t in TARGETS}
 
@@ -319,7 +319,7 @@ def test_an_interrupted_derivation_converges_on_the_next_run(
 
 
 def test_tables_doc_lists_every_column() -> None:
-    """docs/tables.md documents every schema in ctxdb.tables with exactly its columns."""
+    """docs/tables.md documents every schema in ctxdb.storage.tables with exactly its columns."""
     doc = (Path(__file__).parent.parent / "docs" / "tables.md").read_text()
     sections = dict(re.findall(r"<!-- schema:(\w+) -->\n\n(.*?)(?:\n\n|\Z)", doc, flags=re.S))
     schemas = {name: value for name, value in vars(tables).items() if name.endswith("_SCHEMA")}

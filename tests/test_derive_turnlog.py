@@ -7,15 +7,15 @@ from datetime import datetime, timedelta
 
 from conftest_turn_record import T0, Turn
 
-from ctxdb.derive.role_rows import role_rows_frame
-from ctxdb.settings import Settings
-from ctxdb.turnlog import (
+from ctxdb.record.role_rows import role_rows_frame
+from ctxdb.record.turnlog import (
     ERROR_TEXT,
     build_turn_record,
     dedupe_blocks,
     merge_turn_logs,
     parse_turn_log,
 )
+from ctxdb.settings import Settings
 
 
 def decoded(turn: Turn) -> list[dict]:

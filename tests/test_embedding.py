@@ -12,13 +12,13 @@ import polars as pl
 import pytest
 from conftest_index import embedder_fixture, role_rows, write_rows  # noqa: F401
 
-from ctxdb.embedding import (
+from ctxdb.embedding.stage import (
     EmbedderUnavailable,
     SentenceTransformerEmbedder,
     clean_text,
     embed_role_rows,
 )
-from ctxdb.tables import EMBEDDINGS, ROW_EMBEDDINGS
+from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
 
 pytestmark = pytest.mark.model
 
@@ -164,7 +164,7 @@ def test_model_that_cannot_load_leaves_rows_pending_then_catches_up(
 
 def test_progress_is_logged(delta_store, embedder, caplog):
     write_rows(delta_store, role_rows([f"text number {i}" for i in range(6)]))
-    with caplog.at_level(logging.INFO, logger="ctxdb.embedding"):
+    with caplog.at_level(logging.INFO, logger="ctxdb.embedding.stage"):
         embed_role_rows(delta_store, embedder, batch_size=2, progress_every_s=0)
     progress = [r.getMessage() for r in caplog.records if "rows/s" in r.getMessage()]
     assert progress[0].startswith("embedded 2/6") and progress[-1].startswith("embedded 6/6")

@@ -22,17 +22,17 @@ from conftest_ops import (  # noqa: F401  (fixtures)
 )
 from typer.testing import CliRunner
 
-from ctxdb import erase as erasure
-from ctxdb import retention
-from ctxdb.auth import Principal
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name
-from ctxdb.landing import land
-from ctxdb.resolve import Resolver
+from ctxdb.contract.identity import Principal
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
+from ctxdb.landing.run import land
+from ctxdb.lifecycle import erase as erasure
+from ctxdb.lifecycle import retention
 from ctxdb.search.models import NotFound
-from ctxdb.tables import (
+from ctxdb.serve.resolve import Resolver
+from ctxdb.storage.tables import (
     EMBEDDINGS,
     PURGED_CONVERSATIONS,
     QUARANTINE_SCHEMA,
@@ -43,8 +43,8 @@ from ctxdb.tables import (
     ROLE_ROWS,
     ROW_EMBEDDINGS,
 )
+from ctxdb.storage.tombstones import conversation_key
 from ctxdb.text import text_hash
-from ctxdb.tombstones import conversation_key
 
 pytestmark = pytest.mark.es
 

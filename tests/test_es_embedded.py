@@ -20,16 +20,16 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es import distribution, embedded
-from ctxdb.es.errors import (
+from ctxdb.index.errors import (
     ChecksumError,
     JavaNotFoundError,
     MavenError,
     NodeStartError,
     PortInUseError,
 )
-from ctxdb.es.health import check_cluster, cluster_status
-from ctxdb.es.java import find_jdk, java_major
+from ctxdb.index.health import check_cluster, cluster_status
+from ctxdb.node import distribution, embedded
+from ctxdb.node.java import find_jdk, java_major
 from ctxdb.settings import Settings
 
 _register_all()

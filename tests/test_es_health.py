@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es.errors import ClusterAuthError, ClusterUnreachableError, ClusterVersionError
-from ctxdb.es.health import check_cluster, cluster_status
+from ctxdb.index.errors import ClusterAuthError, ClusterUnreachableError, ClusterVersionError
+from ctxdb.index.health import check_cluster, cluster_status
 from ctxdb.settings import Settings
 
 _register_all()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxdb.events import EVENT_TYPES, MAX_EVENT_BYTES, EventError, make_event, parse_event
+from ctxdb.contract.events import EVENT_TYPES, MAX_EVENT_BYTES, EventError, make_event, parse_event
 
 BASE = {
     "event_id": "e1",

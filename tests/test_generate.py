@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.events import EventError, parse_event
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.generate_topics import TOPICS
+from ctxdb.contract.events import EventError, parse_event
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.sample.topics import TOPICS
 
 
 @pytest.fixture(scope="module")

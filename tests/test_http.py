@@ -18,8 +18,8 @@ from conftest_search import (  # noqa: F401
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from ctxdb.http import create_app
 from ctxdb.search import SearchRequest
+from ctxdb.serve.http import create_app
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 

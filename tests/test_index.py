@@ -9,14 +9,14 @@ import polars as pl
 import pytest
 from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
 
-from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, turn_doc_id
+from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
 from ctxdb.index.bulk import BulkWriteFailed, ElasticsearchUnavailable
 from ctxdb.index.checks import count_mismatches
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, turn_doc_id
 from ctxdb.index.status import all_status, expired_ids
 from ctxdb.index.sync import sync_live
-from ctxdb.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS
+from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 

@@ -20,9 +20,9 @@ from assets.search_index import (
 )
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, alias_name
-from ctxdb.tables import ROLE_ROWS
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, alias_name
+from ctxdb.storage.tables import ROLE_ROWS
 from pipelines.reindex import reindex_job
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource

@@ -19,7 +19,7 @@ from ctxdb.index.documents import (
     with_stems,
 )
 from ctxdb.index.incremental import plan_changes
-from ctxdb.tables import ROW_EMBEDDINGS_SCHEMA
+from ctxdb.storage.tables import ROW_EMBEDDINGS_SCHEMA
 from ctxdb.text import stems
 
 TEXTS = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body
+from ctxdb.index.client import make_client
 from ctxdb.index.lifecycle import ensure_index
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body
 
 pytestmark = pytest.mark.es
 

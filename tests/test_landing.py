@@ -11,11 +11,11 @@ import pytest
 from conftest_turn_record import NOW, Turn, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
-from ctxdb import tombstones
-from ctxdb.delta import DeltaStore
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import first_distinct, land, list_files, parse_bytes
-from ctxdb.tables import (
+from ctxdb.landing.run import first_distinct, land, list_files, parse_bytes
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.storage import tombstones
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
     LANDED_FILES,
     QUARANTINED_EVENTS,
     RAW_EVENTS_SCHEMA,
@@ -203,7 +203,7 @@ def test_waves_commit_separately_and_check_each_other(
         tmp_path / "in" / "b.jsonl", [mine[0], *Turn("mine", "t2", user_id="u2").basic().events]
     )
     write_jsonl(tmp_path / "in" / "c.jsonl", Turn("other", "t1").basic().events)
-    monkeypatch.setattr("ctxdb.landing.WAVE_ROWS", 1)
+    monkeypatch.setattr("ctxdb.landing.run.WAVE_ROWS", 1)
     store = DeltaStore(str(tmp_path / "waves"))
     stats = land(store, str(tmp_path / "in"), now=NOW)
     assert (stats.landed, stats.duplicates, stats.quarantined) == (8, 1, 4)
@@ -228,7 +228,7 @@ def test_many_waves_land_what_one_wave_lands(
     write_sample(generated, tmp_path / "landing", per_file=40)
     one, many = DeltaStore(str(tmp_path / "one")), DeltaStore(str(tmp_path / "many"))
     single = land(one, str(tmp_path / "landing"), now=NOW)
-    monkeypatch.setattr("ctxdb.landing.WAVE_ROWS", 60)
+    monkeypatch.setattr("ctxdb.landing.run.WAVE_ROWS", 60)
     waved = land(many, str(tmp_path / "landing"), now=NOW)
     assert (single.landed, single.duplicates, single.quarantined) == (
         waved.landed,

@@ -14,9 +14,8 @@ import pytest
 from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
 from conftest_ports import free_port_pair
 
-from ctxdb.embedding import embed_role_rows
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, alias_name
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
 from ctxdb.index.lease import (
     LeaseHeld,
     LeaseLost,
@@ -27,9 +26,10 @@ from ctxdb.index.lease import (
     writer_lease,
 )
 from ctxdb.index.lifecycle import alias_target, versions
-from ctxdb.index.reindex import reindex
+from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
-from ctxdb.retention import sweep
+from ctxdb.lifecycle.reindex import reindex
+from ctxdb.lifecycle.retention import sweep
 
 pytestmark = pytest.mark.es
 

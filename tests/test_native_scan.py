@@ -12,10 +12,11 @@ import pytest
 from conftest_turn_record import NOW
 from test_events import BASE, PAYLOADS, line
 
-from ctxdb import _native, events
-from ctxdb.events import MAX_EVENT_BYTES, EventError, parse_event
-from ctxdb.generate import generate_events
-from ctxdb.landing import parse_bytes
+from ctxdb.contract import events
+from ctxdb.contract.events import MAX_EVENT_BYTES, EventError, parse_event
+from ctxdb.landing import _native
+from ctxdb.landing.run import parse_bytes
+from ctxdb.sample.generate import generate_events
 
 EDGE_CASES = [
     line(occurred_at="2026-11-30T10:00:00.123456789+05:30"),

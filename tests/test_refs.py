@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxdb.refs import FAMILIES, Ref, RefError, make_ref, parse_ref, qualify, unqualify
+from ctxdb.contract.refs import FAMILIES, Ref, RefError, make_ref, parse_ref, qualify, unqualify
 
 BODIES = {
     "fi": "files/report.pdf",

@@ -8,12 +8,12 @@ import threading
 import pytest
 from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
 
-from ctxdb.embedding import SentenceTransformerEmbedder, embed_role_rows
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.index.client import make_client
 from ctxdb.index.lifecycle import alias_target, create_index, index_meta, versions
-from ctxdb.index.reindex import ReindexFailed, drop_after_grace, reindex
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sync import sync_live
+from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 

@@ -17,10 +17,10 @@ from conftest_search import (  # noqa: F401
     search_env,
 )
 
-from ctxdb.refs import RefError
-from ctxdb.resolve import Resolver
-from ctxdb.retention import turn_file_path
+from ctxdb.contract.refs import RefError
 from ctxdb.search import NotFound
+from ctxdb.serve.resolve import Resolver
+from ctxdb.storage.files import turn_file_path
 
 pytestmark = [pytest.mark.es]
 

@@ -21,20 +21,20 @@ from conftest_ops import (  # noqa: F401  (fixtures)
 )
 from typer.testing import CliRunner
 
-from ctxdb import retention
-from ctxdb.auth import Principal
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es.client import make_client
-from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.contract.identity import Principal
+from ctxdb.index.client import make_client
 from ctxdb.index.incremental import current_versions, sync_index
 from ctxdb.index.lifecycle import alias_target
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.sync import sync_live
+from ctxdb.lifecycle import retention
 from ctxdb.search.models import NotFound, SearchRequest
 from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
-from ctxdb.tables import (
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
     INDEX_STATE,

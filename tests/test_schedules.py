@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.es.mappings import ROWS
-from ctxdb.retention import record_pending
-from ctxdb.tables import RETENTION_REPORT, ROLE_ROWS
+from ctxdb.index.mappings import ROWS
+from ctxdb.lifecycle.retention import record_pending
+from ctxdb.storage.tables import RETENTION_REPORT, ROLE_ROWS
 from pipelines.definitions import defs
 from pipelines.ops_jobs import (
     compaction_job,

@@ -17,7 +17,7 @@ from conftest_search import (  # noqa: F401
     search_env,
 )
 
-from ctxdb.auth import Principal
+from ctxdb.contract.identity import Principal
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
 from ctxdb.settings import Settings
 
@@ -209,7 +209,7 @@ def test_degraded_semantic_arm_other_arms_answer(search_env: SearchEnv) -> None:
 
 
 def test_unreachable_elasticsearch_is_a_clear_error(search_env: SearchEnv) -> None:
-    from ctxdb.es.client import make_client
+    from ctxdb.index.client import make_client
 
     settings = Settings(elasticsearch_url="http://127.0.0.1:1", elasticsearch_request_timeout=2)
     service = SearchService(settings, make_client(settings), None)

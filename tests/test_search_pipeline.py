@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 from conftest_search import query_embedder  # noqa: F401
 
-from ctxdb.auth import Principal
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive
-from ctxdb.embedding import embed_role_rows
-from ctxdb.es.client import make_client
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.generate_topics import TOPICS
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
 from ctxdb.index.sync import sync_live
-from ctxdb.landing import land
-from ctxdb.resolve import Resolver
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.sample.topics import TOPICS
 from ctxdb.search import NotFound, SearchRequest, SearchService
+from ctxdb.serve.resolve import Resolver
+from ctxdb.storage.delta import DeltaStore
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import certifi
 import pytest
 
-from ctxdb.es.client import make_client
+from ctxdb.index.client import make_client
 from ctxdb.settings import Settings, get_settings
 
 EXTERNAL = "https://search.example.com:9243"

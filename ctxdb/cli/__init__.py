@@ -1,4 +1,6 @@
-"""`ctxdb` command line: every module in this package registers its commands on `app`."""
+"""The `ctxdb` command line: every module in this package registers its commands on `app`.
+In: arguments and the environment; out: the same operations as the Dagster jobs, plus admin tools.
+"""
 
 from __future__ import annotations
 

@@ -12,12 +12,12 @@ import polars as pl
 import typer
 
 from ctxdb.cli.app import app
-from ctxdb.delta import DeltaStore
-from ctxdb.derive.run import derive, table_rows
-from ctxdb.generate import generate_events, write_sample
-from ctxdb.landing import land
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive, table_rows
+from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings, get_settings
-from ctxdb.tables import (
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
     LANDED_FILES,

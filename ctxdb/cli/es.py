@@ -9,9 +9,9 @@ from typing import Annotated, TypeVar
 import typer
 
 from ctxdb.cli.app import app
-from ctxdb.es import embedded
-from ctxdb.es.errors import ElasticsearchSetupError
-from ctxdb.es.health import check_cluster, cluster_status
+from ctxdb.index.errors import ElasticsearchSetupError
+from ctxdb.index.health import check_cluster, cluster_status
+from ctxdb.node import embedded
 from ctxdb.settings import get_settings
 
 es_app = typer.Typer(help="Manage the embedded Elasticsearch node.", no_args_is_help=True)

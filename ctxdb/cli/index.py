@@ -10,12 +10,12 @@ import typer
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
-from ctxdb.delta import DeltaStore
-from ctxdb.embedding import SentenceTransformerEmbedder
-from ctxdb.es.client import make_client
-from ctxdb.index.reindex import ReindexFailed, drop_after_grace, reindex
+from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
+from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 from ctxdb.settings import get_settings
+from ctxdb.storage.delta import DeltaStore
 
 index_app = typer.Typer(help="Search indices: status and reindex.", no_args_is_help=True)
 app.add_typer(index_app, name="index")

@@ -11,12 +11,12 @@ from typing import Annotated
 import typer
 
 from ctxdb.cli.app import app
-from ctxdb.compaction import compact_all, unbounded
-from ctxdb.delta import DeltaStore
-from ctxdb.erase import Scope, erase
-from ctxdb.es.client import make_client
-from ctxdb.retention import sweep
+from ctxdb.index.client import make_client
+from ctxdb.lifecycle.compaction import compact_all, unbounded
+from ctxdb.lifecycle.erase import Scope, erase
+from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import Settings, get_settings
+from ctxdb.storage.delta import DeltaStore
 
 retention_app = typer.Typer(help="Retention sweeps.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")

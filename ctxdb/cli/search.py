@@ -15,11 +15,9 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from ctxdb.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.cli.app import app
-from ctxdb.es.client import make_client
-from ctxdb.refs import RefError
-from ctxdb.resolve import Resolver
+from ctxdb.contract.refs import RefError
+from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     MissingQuery,
     NotFound,
@@ -30,6 +28,8 @@ from ctxdb.search.models import (
     Weights,
 )
 from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.serve.auth import Authenticator, AuthError, Principal, TokenStore
+from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
 
 T = TypeVar("T")
@@ -243,7 +243,7 @@ def serve(
     """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
     import uvicorn
 
-    from ctxdb.http import create_app
+    from ctxdb.serve.http import create_app
 
     uvicorn.run(create_app(get_settings()), host=host, port=port)
 

@@ -1,1 +1,3 @@
-"""Elasticsearch index lifecycle, document building, bulk writes, incremental sync and reindex."""
+"""Elasticsearch: client, mappings, health, versioned indices, documents, bulk writes, sync.
+In: derived rows and their embeddings; out: the `-rows` and `-turns` indices behind aliases.
+"""

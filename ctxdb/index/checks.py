@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 import polars as pl
 from elasticsearch import Elasticsearch
 
-from ctxdb.delta import DeltaStore
-from ctxdb.es.mappings import alias_name
 from ctxdb.index.documents import ID
 from ctxdb.index.incremental import build_base, current_versions, indexed_ids
 from ctxdb.index.lifecycle import alias_target
+from ctxdb.index.mappings import alias_name
 from ctxdb.index.sources import SOURCES
+from ctxdb.storage.delta import DeltaStore
 
 
 @dataclass

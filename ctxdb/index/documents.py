@@ -16,8 +16,8 @@ from typing import Any
 import polars as pl
 import snowballstemmer
 
-from ctxdb.embedding import OK, PENDING
-from ctxdb.es.mappings import rows_mapping, turns_mapping
+from ctxdb.embedding.stage import OK, PENDING
+from ctxdb.index.mappings import rows_mapping, turns_mapping
 from ctxdb.text import words
 
 ID = "_id"

@@ -22,10 +22,10 @@ import polars as pl
 import pyarrow as pa
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.delta import DeltaStore
 from ctxdb.index.bulk import BulkReport, bulk_write
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
-from ctxdb.tables import INDEX_STATE, INDEX_STATE_SCHEMA
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from elasticsearch import Elasticsearch, NotFoundError
 
-from ctxdb.es.mappings import ROWS, TURNS, alias_name, index_body, index_name
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,12 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from ctxdb.delta import DeltaStore
-from ctxdb.embedding import OK, read_vectors
-from ctxdb.es.mappings import ROWS, TURNS
+from ctxdb.embedding.stage import OK, read_vectors
 from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base, with_stems
 from ctxdb.index.incremental import Source
-from ctxdb.tables import (
+from ctxdb.index.mappings import ROWS, TURNS
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     ROLE_ROWS,
     ROLE_ROWS_SCHEMA,

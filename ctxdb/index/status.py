@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
-from ctxdb.embedding import SKIPPED
-from ctxdb.es.mappings import ROWS, alias_name
+from ctxdb.embedding.stage import SKIPPED
 from ctxdb.index.lifecycle import KINDS, alias_target, index_meta, version_of
+from ctxdb.index.mappings import ROWS, alias_name
 
 
 class IndexStatus(BaseModel):

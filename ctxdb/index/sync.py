@@ -7,14 +7,14 @@ import logging
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import ConnectionTimeout, Elasticsearch
 
-from ctxdb.delta import DeltaStore
-from ctxdb.es.mappings import alias_name
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.lease import writer_lease_for
 from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
+from ctxdb.index.mappings import alias_name
 from ctxdb.index.sources import SOURCES
 from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""Conversation search: hybrid retrieval, fusion, recency, snippets, catalog; see docs."""
+"""Hybrid search inside the caller's identity: kNN, BM25 and trigram arms, RRF, recency lift.
+In: a SearchRequest and a Principal; out: fused hits, materialized turns and catalog listings.
+"""
 
 from ctxdb.search.models import (
     MissingQuery,

@@ -12,7 +12,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from ctxdb.auth import Principal
+from ctxdb.contract.identity import Principal
 from ctxdb.search.filters import scope_filter, turn_filter, window_filter
 from ctxdb.search.models import (
     ConversationList,

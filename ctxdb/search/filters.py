@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from ctxdb.auth import Principal
+from ctxdb.contract.identity import Principal
 from ctxdb.search.models import SearchRequest
 
 EXCLUDED_TAGS = ("kind:react.recovery.session",)

@@ -14,9 +14,9 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from ctxdb.auth import Principal
-from ctxdb.es.mappings import turn_doc_id
-from ctxdb.refs import RefError, qualify
+from ctxdb.contract.identity import Principal
+from ctxdb.contract.refs import RefError, qualify
+from ctxdb.index.mappings import turn_doc_id
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
 from ctxdb.search.models import FileCard, Message, Snippet, Target, TurnView

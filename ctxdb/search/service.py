@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
-from ctxdb.auth import Principal
-from ctxdb.embedding import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
-from ctxdb.es.mappings import ROWS, TURNS, alias_name
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.filters import row_filter

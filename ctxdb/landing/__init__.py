@@ -1,0 +1,3 @@
+"""Landing: JSONL/JSONL.gz files (local or object store) validated by the native scanner, in waves.
+In: files under the landing root; out: `raw_turn_events`, `quarantined_events`, `landed_files`.
+"""

@@ -1,0 +1,197 @@
+"""Physical deletion primitives shared by the retention sweep and erasure.
+
+Delta rows are deleted by predicate or by key (MERGE ... WHEN MATCHED DELETE), Elasticsearch
+documents by id through `elasticsearch.helpers.streaming_bulk` (the embedded node has no
+delete_by_query), and conversation files through `pyarrow.fs` (local paths and object stores).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch.helpers import scan, streaming_bulk
+from pyarrow import fs as pafs
+
+from ctxdb.index.mappings import alias_name
+from ctxdb.storage.delta import DeltaStore
+
+log = logging.getLogger(__name__)
+
+BULK_CHUNK = 1000
+
+
+def sql_ts(ts: datetime) -> str:
+    """A UTC timestamp literal for Delta SQL predicates."""
+    return "'" + ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "'"
+
+
+def columns_of(store: DeltaStore, table: str) -> list[str]:
+    """Column names of a Delta table ([] when it does not exist)."""
+    dt = store.table(table)
+    return [] if dt is None else list(pa.schema(dt.schema().to_arrow()).names)
+
+
+def delete_keys(store: DeltaStore, table: str, keys: pl.DataFrame) -> int:
+    """Delete the rows whose key columns match a row of `keys` (one MERGE commit)."""
+    dt = store.table(table)
+    if dt is None or keys.is_empty():
+        return 0
+    source = keys.unique().to_arrow()
+    predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys.columns)
+    metrics = (
+        dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+        .when_matched_delete()
+        .execute()
+    )
+    return int(metrics.get("num_target_rows_deleted", 0))
+
+
+def vacuum(store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool) -> dict[str, int]:
+    """VACUUM each existing table, removing files tombstoned more than `hours` ago.
+
+    Only files the log removed are deleted (not a "full" vacuum), so a concurrent writer's
+    uncommitted files are never touched even with `hours=0`.
+    """
+    removed: dict[str, int] = {}
+    for table in tables:
+        dt = store.table(table)
+        if dt is None:
+            continue
+        files = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
+        removed[table] = len(files)
+    return removed
+
+
+@dataclass
+class EsDeleteResult:
+    """Outcome of deleting documents by id: what went, what was already gone, what is pending."""
+
+    deleted: dict[str, int] = field(default_factory=dict)
+    missing: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, list[str]] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not any(self.failed.values())
+
+
+def kind_indices(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
+    """Every concrete index of `kind`: those behind the alias plus every versioned index.
+
+    Deleting from all versions means a document is also removed from an index a concurrent
+    reindex is still building, so an alias swap cannot bring it back.
+    """
+    alias = alias_name(prefix, kind)
+    found = es.indices.get(
+        index=f"{alias},{alias}-v*",
+        allow_no_indices=True,
+        ignore_unavailable=True,
+        expand_wildcards="open",
+    )
+    return sorted(found.body)
+
+
+def delete_docs(es: Elasticsearch, prefix: str, ids: dict[str, Sequence[str]]) -> EsDeleteResult:
+    """Bulk-delete documents by id from every index of each kind (`{"rows": [...], ...}`).
+
+    A 404 (document or index already gone) counts as deleted-before. Connection failures are
+    reported in `error`; the ids that were not confirmed gone are listed in `failed`.
+    """
+    result = EsDeleteResult()
+    for kind, doc_ids in ids.items():
+        doc_ids = list(dict.fromkeys(doc_ids))
+        result.deleted[kind] = 0
+        result.missing[kind] = 0
+        if not doc_ids:
+            result.failed[kind] = []
+            continue
+        try:
+            indices = kind_indices(es, prefix, kind)
+        except (TransportError, ApiError) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+            result.failed[kind] = doc_ids
+            continue
+        failed: set[str] = set()
+        try:
+            for ok, item in streaming_bulk(
+                es,
+                _delete_actions(indices, doc_ids),
+                chunk_size=BULK_CHUNK,
+                raise_on_error=False,
+                raise_on_exception=False,
+                max_retries=2,
+            ):
+                info = item["delete"]
+                if ok and info.get("result") == "deleted":
+                    result.deleted[kind] += 1
+                elif info.get("status") == 404:
+                    result.missing[kind] += 1
+                else:
+                    failed.add(info["_id"])
+            if indices:
+                es.indices.refresh(index=",".join(indices))
+        except (TransportError, ApiError) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+            failed.update(doc_ids)
+        result.failed[kind] = sorted(failed)
+        if failed:
+            result.error = result.error or f"{len(failed)} {kind} deletes not confirmed"
+            log.warning("%d %s documents not deleted from Elasticsearch", len(failed), kind)
+    return result
+
+
+def _delete_actions(indices: Sequence[str], doc_ids: Sequence[str]) -> Iterator[dict]:
+    for doc_id in doc_ids:
+        for index in indices:
+            yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+
+
+def scan_ids(es: Elasticsearch, prefix: str, kind: str, query: dict) -> list[str]:
+    """Ids of every document of `kind` (all index versions) matching `query`."""
+    indices = kind_indices(es, prefix, kind)
+    if not indices:
+        return []
+    hits = scan(es, index=",".join(indices), query={"query": query, "_source": False}, size=1000)
+    return list(dict.fromkeys(hit["_id"] for hit in hits))
+
+
+def count_docs(es: Elasticsearch, prefix: str, kind: str, query: dict) -> int:
+    """How many documents of `kind` (all index versions) match `query`."""
+    indices = kind_indices(es, prefix, kind)
+    if not indices:
+        return 0
+    return int(es.count(index=",".join(indices), query=query)["count"])
+
+
+def remove_paths(root: str, relative: Iterable[str]) -> int:
+    """Delete files or directories under the storage root `root`; returns how many existed."""
+    filesystem, base = pafs.FileSystem.from_uri(_as_uri(root))
+    removed = 0
+    for rel in dict.fromkeys(relative):
+        path = f"{base.rstrip('/')}/{rel.strip('/')}"
+        info = filesystem.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            filesystem.delete_dir(path)
+            removed += 1
+        elif info.type == pafs.FileType.File:
+            filesystem.delete_file(path)
+            removed += 1
+    return removed
+
+
+def path_exists(root: str, rel: str) -> bool:
+    filesystem, base = pafs.FileSystem.from_uri(_as_uri(root))
+    info = filesystem.get_file_info(f"{base.rstrip('/')}/{rel.strip('/')}")
+    return info.type != pafs.FileType.NotFound
+
+
+def _as_uri(root: str) -> str:
+    return root if "://" in root else Path(root).resolve().as_uri()

@@ -1,0 +1,443 @@
+"""Retention: the TTL policy applied at derivation time and the sweep that physically purges.
+
+Sweep order (each step idempotent, so a run killed anywhere is finished by the next one):
+
+1. find expired rows in Delta (`expires_at <= cutoff`) and expired stragglers in Elasticsearch;
+2. record the Elasticsearch ids and storage paths to remove in `retention_pending`;
+3. DELETE the expired rows from Delta (role rows first, then their embedding statuses, TurnLogs,
+   catalog, timelines, replay artifacts) and prune embedding-cache entries no row references;
+4. bulk-delete every pending Elasticsearch id (404 = already gone) and remove pending files;
+5. clear the pending entries that were confirmed; Elasticsearch failures stay pending;
+6. VACUUM with the configured window and append a `retention_report` row.
+
+Delta is purged before Elasticsearch so the indexer, which reads Delta, cannot re-index a row the
+sweep is removing (see docs/operations.md for the full ordering argument).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pyarrow as pa
+from elasticsearch import ApiError, Elasticsearch, TransportError
+
+from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.lifecycle.purge import (
+    EsDeleteResult,
+    columns_of,
+    delete_docs,
+    delete_keys,
+    remove_paths,
+    scan_ids,
+    sql_ts,
+    vacuum,
+)
+from ctxdb.record.expiry import ttl_days_expr
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.files import TURN_KEY, turn_file_paths
+from ctxdb.storage.tables import (
+    CONVERSATION_TIMELINES,
+    EMBEDDINGS,
+    QUARANTINED_EVENTS,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
+    RETENTION_PENDING,
+    RETENTION_PENDING_SCHEMA,
+    RETENTION_REPORT,
+    RETENTION_REPORT_SCHEMA,
+    ROLE_ROWS,
+    ROW_EMBEDDINGS,
+    TURN_CATALOG,
+    TURN_LOGS,
+)
+
+log = logging.getLogger(__name__)
+
+# Tables whose rows carry their own `expires_at` and are swept by it.
+EXPIRING_TABLES = (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, REPLAY_ARTIFACTS)
+# Every table the sweep may shrink (and therefore vacuums).
+SWEPT_TABLES = (
+    *EXPIRING_TABLES,
+    RAW_TURN_EVENTS,
+    QUARANTINED_EVENTS,
+    ROW_EMBEDDINGS,
+    EMBEDDINGS,
+    RETENTION_PENDING,
+)
+FILES = "files"
+
+
+@dataclass
+class Expired:
+    """What a sweep found expired at `cutoff`."""
+
+    cutoff: datetime
+    counts: dict[str, int]
+    row_ids: list[str]
+    turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
+    raw_ids: pl.DataFrame | None = None  # event_id of expired raw events
+
+    def pending(self, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
+        """The Elasticsearch ids and storage paths this sweep must remove."""
+        turn_ids = [
+            turn_doc_id(c, t)
+            for c, t in self.turns.select("conversation_id", "turn_id").iter_rows()
+        ]
+        return {
+            ROWS: [*self.row_ids, *stragglers.get(ROWS, [])],
+            TURNS: [*turn_ids, *stragglers.get(TURNS, [])],
+            FILES: turn_file_paths(self.turns),
+        }
+
+
+@dataclass
+class RetentionReport:
+    """One sweep's outcome (also appended to `retention_report`)."""
+
+    run_id: str
+    status: str
+    dry_run: bool
+    cutoff: datetime
+    started_at: datetime
+    finished_at: datetime
+    deleted_rows: dict[str, int] = field(default_factory=dict)
+    es_deleted: dict[str, int] = field(default_factory=dict)
+    es_pending: int = 0
+    files_removed: int = 0
+    vacuumed_files: dict[str, int] = field(default_factory=dict)
+    oldest_remaining_ts: datetime | None = None
+    error: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    @property
+    def rows_per_s(self) -> float:
+        deleted = sum(self.deleted_rows.values())
+        return deleted / self.duration_s if self.duration_s > 0 else 0.0
+
+    def as_row(self, operation: str = "retention") -> dict:
+        return {
+            "run_id": self.run_id,
+            "operation": operation,
+            "status": self.status,
+            "dry_run": self.dry_run,
+            "cutoff": self.cutoff,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": self.duration_s,
+            "deleted_rows": json.dumps(self.deleted_rows, sort_keys=True),
+            "es_deleted": json.dumps(self.es_deleted, sort_keys=True),
+            "es_pending": self.es_pending,
+            "files_removed": self.files_removed,
+            "vacuumed_files": json.dumps(self.vacuumed_files, sort_keys=True),
+            "oldest_remaining_ts": self.oldest_remaining_ts,
+            "rows_per_s": self.rows_per_s,
+            "error": self.error,
+        }
+
+    def as_metadata(self) -> dict[str, object]:
+        row = self.as_row()
+        return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Expired:
+    """Expired rows per table, the expired role-row ids and the expired turns (from TurnLogs).
+
+    Derived tables carry `expires_at`; raw events expire `occurred_at` + their tenant/app TTL and
+    quarantined lines `quarantined_at` + the default TTL.
+    """
+    counts: dict[str, int] = {}
+    row_ids: list[str] = []
+    turns = pl.DataFrame(schema={k: pl.String for k in TURN_KEY})
+    for table in EXPIRING_TABLES:
+        columns = columns_of(store, table)
+        if "expires_at" not in columns:
+            continue
+        wanted = {ROLE_ROWS: ["row_id"], TURN_LOGS: [c for c in TURN_KEY if c in columns]}
+        expired = (
+            store.scan(table)
+            .filter(pl.col("expires_at") <= cutoff)
+            .select(wanted.get(table, []) or [pl.lit(1).alias("one")])
+            .collect()
+        )
+        counts[table] = expired.height
+        if table == ROLE_ROWS:
+            row_ids = expired["row_id"].to_list()
+        elif table == TURN_LOGS:
+            turns = expired.unique()
+    raw_ids = _expired_raw_events(store, cutoff, settings)
+    if raw_ids is not None:
+        counts[RAW_TURN_EVENTS] = raw_ids.height
+    if "quarantined_at" in columns_of(store, QUARANTINED_EVENTS):
+        counts[QUARANTINED_EVENTS] = (
+            store.scan(QUARANTINED_EVENTS)
+            .filter(pl.col("quarantined_at") <= quarantine_cutoff(cutoff, settings))
+            .select(pl.len())
+            .collect()
+            .item()
+        )
+    return Expired(cutoff=cutoff, counts=counts, row_ids=row_ids, turns=turns, raw_ids=raw_ids)
+
+
+def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
+    return cutoff - timedelta(days=settings.retention_days)
+
+
+def _expired_raw_events(
+    store: DeltaStore, cutoff: datetime, settings: Settings
+) -> pl.DataFrame | None:
+    if not {"event_id", "occurred_at"} <= set(columns_of(store, RAW_TURN_EVENTS)):
+        return None
+    days = ttl_days_expr(settings.retention_rules, settings.retention_days, role_column=None)
+    return (
+        store.scan(RAW_TURN_EVENTS)
+        .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
+        .select("event_id")
+        .collect()
+    )
+
+
+def es_stragglers(es: Elasticsearch, prefix: str, cutoff: datetime) -> dict[str, list[str]]:
+    """Documents already expired in Elasticsearch whatever Delta says (e.g. indexed mid-sweep)."""
+    query = {"range": {"expires_at": {"lte": cutoff.isoformat()}}}
+    return {kind: scan_ids(es, prefix, kind, query) for kind in (ROWS, TURNS)}
+
+
+def record_pending(store: DeltaStore, run_id: str, pending: dict[str, list[str]]) -> int:
+    """Append the work to `retention_pending` (MERGE-insert on kind+doc_id, so re-runs add none)."""
+    now = datetime.now(UTC)
+    frame = pl.DataFrame(
+        [
+            {"kind": kind, "doc_id": doc_id, "run_id": run_id, "recorded_at": now}
+            for kind, ids in pending.items()
+            for doc_id in ids
+        ],
+        schema={
+            "kind": pl.String,
+            "doc_id": pl.String,
+            "run_id": pl.String,
+            "recorded_at": pl.Datetime("us", "UTC"),
+        },
+    ).unique(subset=["kind", "doc_id"])
+    return store.insert_new(
+        RETENTION_PENDING, frame, keys=["kind", "doc_id"], schema=RETENTION_PENDING_SCHEMA
+    )
+
+
+def read_pending(store: DeltaStore) -> pl.DataFrame:
+    return store.read(RETENTION_PENDING, RETENTION_PENDING_SCHEMA)
+
+
+def purge_expired(
+    store: DeltaStore, expired: Expired, started_at: datetime, settings: Settings
+) -> dict[str, int]:
+    """DELETE the expired rows from every expiring table and their dependants."""
+    deleted: dict[str, int] = {}
+    for table in EXPIRING_TABLES:
+        if table in expired.counts:
+            deleted[table] = store.delete(table, f"expires_at <= {sql_ts(expired.cutoff)}")
+    if expired.row_ids:
+        keys = pl.DataFrame({"row_id": expired.row_ids})
+        deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys)
+    if expired.raw_ids is not None:
+        deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids)
+    if QUARANTINED_EVENTS in expired.counts:
+        before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
+        predicate = f"quarantined_at <= {before}"
+        deleted[QUARANTINED_EVENTS] = store.delete(QUARANTINED_EVENTS, predicate)
+    deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at)
+    return deleted
+
+
+def prune_embedding_cache(store: DeltaStore, before: datetime) -> int:
+    """Delete cached vectors no role row references any more (only entries older than `before`,
+    so a vector the embedder just cached for a row being derived right now is kept)."""
+    if not store.exists(EMBEDDINGS):
+        return 0
+    referenced = (
+        store.scan(ROLE_ROWS).select("text_hash").unique().collect()
+        if store.exists(ROLE_ROWS)
+        else pl.DataFrame(schema={"text_hash": pl.String})
+    )
+    stale = (
+        store.scan(EMBEDDINGS)
+        .filter(pl.col("created_at") < before)
+        .select("model_id", "text_hash")
+        .collect()
+        .join(referenced, on="text_hash", how="anti")
+    )
+    return delete_keys(store, EMBEDDINGS, stale)
+
+
+def drop_live_ids(store: DeltaStore, pending: pl.DataFrame) -> pl.DataFrame:
+    """Pending Elasticsearch ids whose row is still live in Delta are not deleted (re-derived)."""
+    if pending.is_empty():
+        return pending
+    live_rows = (
+        store.scan(ROLE_ROWS).select(pl.col("row_id").alias("doc_id")).collect()
+        if store.exists(ROLE_ROWS)
+        else pl.DataFrame(schema={"doc_id": pl.String})
+    )
+    live_turns = (
+        store.scan(TURN_LOGS)
+        .select(pl.concat_str("conversation_id", pl.lit(":"), "turn_id").alias("doc_id"))
+        .collect()
+        if "turn_id" in columns_of(store, TURN_LOGS)
+        else pl.DataFrame(schema={"doc_id": pl.String})
+    )
+    live = pl.concat(
+        [live_rows.with_columns(kind=pl.lit(ROWS)), live_turns.with_columns(kind=pl.lit(TURNS))]
+    )
+    return pending.join(live, on=["kind", "doc_id"], how="anti")
+
+
+def execute_pending(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, pending: pl.DataFrame
+) -> tuple[EsDeleteResult, int, pl.DataFrame]:
+    """Delete pending Elasticsearch ids and files; returns the result and the entries now done."""
+    ids = {
+        kind: pending.filter(pl.col("kind") == kind)["doc_id"].to_list() for kind in (ROWS, TURNS)
+    }
+    if es is None:
+        result = EsDeleteResult(error="no Elasticsearch client", failed=ids)
+    else:
+        result = delete_docs(es, settings.index_prefix, ids)
+    paths = pending.filter(pl.col("kind") == FILES)["doc_id"].to_list()
+    files_removed = remove_paths(settings.files, paths)
+    failed = pl.DataFrame(
+        [{"kind": kind, "doc_id": doc_id} for kind, ids in result.failed.items() for doc_id in ids],
+        schema={"kind": pl.String, "doc_id": pl.String},
+    )
+    done = pending.select("kind", "doc_id").join(failed, on=["kind", "doc_id"], how="anti")
+    return result, files_removed, done
+
+
+def clear_pending(store: DeltaStore, done: pl.DataFrame) -> int:
+    return delete_keys(store, RETENTION_PENDING, done.select("kind", "doc_id"))
+
+
+def oldest_remaining(store: DeltaStore) -> datetime | None:
+    if not store.exists(ROLE_ROWS):
+        return None
+    return store.scan(ROLE_ROWS).select(pl.col("ts").min()).collect().item()
+
+
+def new_run_id(operation: str, started_at: datetime) -> str:
+    return f"{operation}-{started_at:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+def sweep(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    *,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    vacuum_hours: int | None = None,
+) -> RetentionReport:
+    """Run one retention sweep at `now` (default: the current time) and report it, holding the
+    writer lease while Elasticsearch answers."""
+    with optional_writer_lease_for(es, settings, "retention"):
+        return _sweep(store, es, settings, now=now, dry_run=dry_run, vacuum_hours=vacuum_hours)
+
+
+def _sweep(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    *,
+    now: datetime | None,
+    dry_run: bool,
+    vacuum_hours: int | None,
+) -> RetentionReport:
+    clock = time.perf_counter()
+    started_at = datetime.now(UTC)
+    cutoff = now or started_at
+    run_id = new_run_id("retention", started_at)
+    hours = settings.retention_vacuum_hours if vacuum_hours is None else vacuum_hours
+
+    expired = find_expired(store, cutoff, settings)
+    stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
+    pending_now = expired.pending(stragglers)
+    report = RetentionReport(
+        run_id=run_id,
+        status="ok",
+        dry_run=dry_run,
+        cutoff=cutoff,
+        started_at=started_at,
+        finished_at=started_at,
+        error=es_error,
+    )
+    if dry_run:
+        report.status = "dry_run"
+        report.deleted_rows = dict(expired.counts)
+        report.es_deleted = {kind: len(set(pending_now[kind])) for kind in (ROWS, TURNS)}
+        report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=True)
+        return _finish(store, report, clock)
+
+    record_pending(store, run_id, pending_now)
+    report.deleted_rows = purge_expired(store, expired, started_at, settings)
+    finish_pending(store, es, settings, report)
+    report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=False)
+    report.oldest_remaining_ts = oldest_remaining(store)
+    return _finish(store, report, clock)
+
+
+def finish_pending(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, report: RetentionReport
+) -> None:
+    """Carry out every pending entry (this run's and any earlier run's) and clear what is done."""
+    everything = read_pending(store)
+    actionable = drop_live_ids(store, everything)
+    result, report.files_removed, done = execute_pending(store, es, settings, actionable)
+    live = everything.join(actionable, on=["kind", "doc_id"], how="anti").select("kind", "doc_id")
+    clear_pending(store, pl.concat([done, live]))
+    report.es_deleted = {
+        kind: result.deleted.get(kind, 0) + result.missing.get(kind, 0) for kind in (ROWS, TURNS)
+    }
+    report.es_pending = read_pending(store).height
+    report.error = result.error or report.error
+    if report.es_pending:
+        report.status = "es_pending"
+        log.warning("%s: %d Elasticsearch ids left pending", report.run_id, report.es_pending)
+
+
+def _stragglers(
+    es: Elasticsearch | None, prefix: str, cutoff: datetime
+) -> tuple[dict[str, list[str]], str | None]:
+    if es is None:
+        return {}, None
+    try:
+        return es_stragglers(es, prefix, cutoff), None
+    except (TransportError, ApiError) as exc:
+        log.warning("Elasticsearch unavailable for the straggler scan: %s", exc)
+        return {}, f"{type(exc).__name__}: {exc}"
+
+
+def _finish(store: DeltaStore, report: RetentionReport, clock: float) -> RetentionReport:
+    report.finished_at = report.started_at + timedelta(seconds=time.perf_counter() - clock)
+    write_report(store, report, "retention")
+    log.info(
+        "retention %s %s: deleted %s, es %s, pending %d",
+        report.run_id,
+        report.status,
+        report.deleted_rows,
+        report.es_deleted,
+        report.es_pending,
+    )
+    return report
+
+
+def write_report(store: DeltaStore, report: RetentionReport, operation: str) -> None:
+    row = pa.Table.from_pylist([report.as_row(operation)], schema=RETENTION_REPORT_SCHEMA)
+    store.append(RETENTION_REPORT, pl.from_arrow(row), schema=RETENTION_REPORT_SCHEMA)

@@ -1,0 +1,99 @@
+"""Consistency checks of the turn record (run as Dagster asset checks; pure reads of Delta)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import (
+    QUARANTINED_EVENTS,
+    RAW_TURN_EVENTS,
+    ROLE_ROWS,
+    TURN_LOGS,
+)
+from ctxdb.storage.tombstones import purged_among
+
+TURN = ["tenant", "app", "user_id", "conversation_id", "turn_id"]
+SAMPLE = 20
+
+
+@dataclass
+class CheckOutcome:
+    passed: bool
+    count: int
+    offenders: list[str] = field(default_factory=list)
+    details: dict[str, int] = field(default_factory=dict)
+
+
+def _scan(store: DeltaStore, table: str, columns: list[str]) -> pl.LazyFrame:
+    if not store.exists(table):
+        return pl.LazyFrame(schema=dict.fromkeys(columns, pl.String))
+    return store.scan(table).select(columns)
+
+
+def _ids(frame: pl.DataFrame) -> list[str]:
+    return [
+        f"{c}/{t}" for c, t in frame.select("conversation_id", "turn_id").head(SAMPLE).iter_rows()
+    ]
+
+
+def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:
+    """Every closed turn (not purged) has exactly one TurnLog."""
+    closed_all = (
+        _scan(store, RAW_TURN_EVENTS, [*TURN, "type"])
+        .filter(pl.col("type") == "turn.closed")
+        .select(TURN)
+        .unique()
+        .collect()
+    )
+    purged = purged_among(store, closed_all["conversation_id"])
+    closed = closed_all.lazy().join(purged.lazy(), on="conversation_id", how="anti")
+    logs = _scan(store, TURN_LOGS, TURN).group_by(TURN).len()
+    missing = closed.join(logs, on=TURN, how="anti").collect()
+    doubled = logs.filter(pl.col("len") > 1).collect()
+    return CheckOutcome(
+        passed=missing.is_empty() and doubled.is_empty(),
+        count=missing.height + doubled.height,
+        offenders=_ids(missing) + _ids(doubled),
+        details={"missing": missing.height, "duplicated": doubled.height},
+    )
+
+
+def turn_logs_have_user_and_final_rows(store: DeltaStore) -> CheckOutcome:
+    """Every TurnLog projects at least one user row and exactly one final assistant row."""
+    rows = (
+        _scan(store, ROLE_ROWS, [*TURN, "target"])
+        .group_by(TURN)
+        .agg(
+            (pl.col("target") == "user").sum().alias("users"),
+            (pl.col("target") == "assistant").sum().alias("assistants"),
+        )
+    )
+    logs = _scan(store, TURN_LOGS, TURN)
+    joined = logs.join(rows, on=TURN, how="left").with_columns(
+        pl.col("users").fill_null(0), pl.col("assistants").fill_null(0)
+    )
+    bad = joined.filter((pl.col("users") < 1) | (pl.col("assistants") != 1)).collect()
+    return CheckOutcome(passed=bad.is_empty(), count=bad.height, offenders=_ids(bad))
+
+
+def role_rows_have_turn_log(store: DeltaStore) -> CheckOutcome:
+    """No role row exists without its TurnLog."""
+    orphans = (
+        _scan(store, ROLE_ROWS, TURN)
+        .unique()
+        .join(_scan(store, TURN_LOGS, TURN), on=TURN, how="anti")
+        .collect()
+    )
+    return CheckOutcome(passed=orphans.is_empty(), count=orphans.height, offenders=_ids(orphans))
+
+
+def quarantine_report(store: DeltaStore) -> CheckOutcome:
+    """Quarantined lines by reason (reported; quarantine itself is not a failure)."""
+    if not store.exists(QUARANTINED_EVENTS):
+        return CheckOutcome(passed=True, count=0)
+    counts = store.scan(QUARANTINED_EVENTS).group_by("reason").len().collect()
+    details = {reason: int(n) for reason, n in counts.iter_rows()}
+    return CheckOutcome(passed=True, count=sum(details.values()), details=details)

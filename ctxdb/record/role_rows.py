@@ -1,0 +1,238 @@
+"""`role_rows`: the searchable units projected from each TurnLog's blocks.
+
+Every turn: one user row per folded submission (batch rendering with its context events and
+attachment cards) and one row for the final assistant completion. Rich (ReAct) turns add the
+working summary (anchors in `anchors_text`), internal notes (visibility internal) and supported
+attachment text. `text_hash` is the hash of `text`, the exact string sent to the embedding model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import polars as pl
+
+from ctxdb.record.expiry import expires_at_expr
+from ctxdb.record.frames import empty, frame, from_rows
+from ctxdb.record.turnlog import (
+    ATTACHMENT,
+    COMPLETION,
+    NOTE,
+    SUMMARY,
+    USER_BLOCK_TYPES,
+    Block,
+    TurnRecord,
+)
+from ctxdb.settings import Settings
+from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
+from ctxdb.text import MIN_WORD_LEN, text_hash
+
+KEYS = ["row_id"]
+NO_TEXT = "(no typed message)"
+SUPPORTED_ATTACHMENT_MIME = (
+    "text/",
+    "application/json",
+    "application/yaml",
+    "application/pdf",
+    "application/vnd.ms-excel",
+    "application/vnd.openxmlformats",
+)
+
+
+def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: int) -> str:
+    """Deterministic id: "turn-transcript-" + sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24]."""
+    raw = "\0".join([conversation_id, turn_id, role, path, str(ordinal)])
+    return "turn-transcript-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def owned(path: str, conversation_id: str) -> str:
+    """Qualify a block path built by `make_ref` (no owner yet) with its conversation."""
+    head = path.index(":", 5) + 1
+    return f"{path[:head]}conv_{conversation_id}.{path[head:]}"
+
+
+def projection_tag(record: TurnRecord) -> str:
+    return (
+        "projection:react.turn.log"
+        if record.recording_kind == "rich"
+        else ("projection:minimal.turn.log")
+    )
+
+
+def render_submission(
+    block: Block, context: Sequence[Block], attachments: Sequence[Block], conversation_id: str
+) -> str:
+    """The batch rendering of one folded submission (reference role-row text format)."""
+    lines = ["[user.message]", block.text.strip() or NO_TEXT]
+    for n, ctx in enumerate(context, start=1):
+        meta = ctx.meta
+        lines.append(
+            f"[context.{n}] {meta.get('label') or ''} | {meta.get('kind') or ''} | "
+            f"{meta.get('ref') or ''} | {meta.get('source') or ''}"
+        )
+    for n, att in enumerate(attachments, start=1):
+        meta = att.meta
+        lines.append(
+            f"[attachment.{n}] {meta['filename']} | {meta['mime']} | "
+            f"{owned(att.path, conversation_id)} | {meta['size']}"
+        )
+    return "\n".join(lines)
+
+
+def _by_batch(blocks: Sequence[Block], users: Sequence[Block]) -> dict[str, list[Block]]:
+    """Context and attachment blocks keyed by the first user block of their batch."""
+    first_of_batch: dict[str, str] = {}
+    for user in users:
+        first_of_batch.setdefault(user.meta["batch_id"], user.path)
+    fallback = users[0].path if users else ""
+    grouped: dict[str, list[Block]] = {}
+    for block in blocks:
+        owner = first_of_batch.get(block.meta.get("batch_id", ""), fallback)
+        grouped.setdefault(owner, []).append(block)
+    return grouped
+
+
+def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
+    blocks = record.log.blocks
+    turn_tag = f"turn:{record.turn_id}"
+    projection = projection_tag(record)
+    rich = record.recording_kind == "rich"
+    users = [b for b in blocks if b.type in USER_BLOCK_TYPES]
+    contexts = _by_batch([b for b in blocks if b.type.startswith("user.context.")], users)
+    attachments = _by_batch([b for b in blocks if b.type == ATTACHMENT], users)
+    rows: list[dict[str, Any]] = []
+
+    def add(block: Block, role: str, target: str, tags: list[str], text: str, **extra: Any) -> None:
+        ordinal = sum(1 for r in rows if r["target"] == target)
+        rows.append(
+            {
+                "role": role,
+                "target": target,
+                "tags": tags,
+                "ts": block.ts,
+                "text": text,
+                "path": block.path,
+                "ordinal": ordinal,
+                "event_type": None,
+                "batch_id": None,
+                "anchors_text": "",
+                "visibility": "public",
+                **extra,
+            }
+        )
+
+    for block in users:
+        event_type, batch = block.meta["event_type"], block.meta["batch_id"]
+        text = render_submission(
+            block,
+            contexts.get(block.path, []),
+            attachments.get(block.path, []),
+            record.conversation_id,
+        )
+        add(
+            block,
+            "user",
+            "user",
+            ["chat:user", turn_tag, projection, f"event_type:{event_type}", f"batch_id:{batch}"],
+            text,
+            event_type=event_type,
+            batch_id=batch,
+        )
+    final = [b for b in blocks if b.type == COMPLETION][-1]
+    tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if record.error else [])
+    add(final, "assistant", "assistant", tags, final.text)
+    if rich:
+        for block in blocks:
+            if block.type == SUMMARY:
+                anchors = block.meta.get("anchors", {})
+                scope = block.meta.get("scope", "turn")
+                add(
+                    block,
+                    "assistant",
+                    "summary",
+                    [
+                        "chat:summary",
+                        "kind:working.summary",
+                        f"summary_scope:{scope}",
+                        turn_tag,
+                        projection,
+                    ],
+                    block.text,
+                    anchors_text="\n".join(
+                        [*anchors.get("phrases", []), *anchors.get("entities", [])]
+                    ),
+                )
+            elif block.type == NOTE:
+                add(
+                    block,
+                    "artifact",
+                    "notes",
+                    ["chat:internal_note", "kind:react.note", "visibility:internal", turn_tag],
+                    block.text,
+                    visibility="internal",
+                )
+            elif (
+                block.type == ATTACHMENT
+                and block.text
+                and block.mime.startswith(SUPPORTED_ATTACHMENT_MIME)
+            ):
+                add(
+                    block,
+                    "artifact",
+                    "attachment",
+                    ["artifact:user.attachment", turn_tag],
+                    f"{block.meta['filename']} ({block.mime})\n{block.text}",
+                )
+    for row in rows:
+        row.update(
+            tenant=record.tenant,
+            app=record.app,
+            agent=record.agent,
+            user_id=record.user_id,
+            conversation_id=record.conversation_id,
+            turn_id=record.turn_id,
+            ref=owned(row["path"], record.conversation_id),
+            row_id=row_id(
+                record.conversation_id, record.turn_id, row["role"], row["path"], row["ordinal"]
+            ),
+        )
+    return rows
+
+
+def trigram_column(texts: pl.Series) -> pl.Series:
+    """`ctxdb.text.trigrams` of every text, computed in one vectorized pass (same output)."""
+    grams = (
+        pl.DataFrame({"t": texts})
+        .with_row_index("r")
+        .select("r", pl.col("t").str.to_lowercase().str.extract_all(r"\w+").alias("w"))
+        .explode("w")
+        .filter(pl.col("w").str.len_chars() >= MIN_WORD_LEN)
+        .with_columns(pl.format("_{}_", "w").alias("p"))
+        .with_columns(pl.int_ranges(0, pl.col("p").str.len_chars() - 2).alias("i"))
+        .explode("i")
+        .select("r", pl.col("p").str.slice(pl.col("i"), 3).alias("g"))
+        .group_by("r", maintain_order=True)
+        .agg(pl.col("g").unique(maintain_order=True).str.join(" "))
+    )
+    rows = pl.DataFrame({"r": pl.int_range(len(texts), dtype=pl.UInt32, eager=True)})
+    return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")
+
+
+def role_rows_frame(
+    records: Sequence[TurnRecord], settings: Settings, now: datetime
+) -> pl.DataFrame:
+    """ROLE_ROWS_SCHEMA rows for `records`; `expires_at` = ts + TTL (tenant/app/role rules)."""
+    rows = [row for record in records for row in _turn_rows(record)]
+    if not rows:
+        return empty(ROLE_ROWS_SCHEMA)
+    data = from_rows(rows, ROLE_ROWS_SCHEMA)
+    data = data.with_columns(
+        trigram_column(data["text"] + " " + data["anchors_text"]),
+        pl.Series("text_hash", [text_hash(t) for t in data["text"].to_list()], dtype=pl.String),
+        pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("derived_at"),
+        pl.col("ts").cast(pl.Datetime("us", "UTC")),
+    ).with_columns(expires_at_expr(settings, ts_column="ts", role_column="role"))
+    return frame(data, ROLE_ROWS_SCHEMA)

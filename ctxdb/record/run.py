@@ -1,0 +1,205 @@
+"""Incremental derivation: recompute only the conversations touched by newly landed events.
+
+1. `derive_state` holds the highest `landed_version` of `raw_turn_events` already derived.
+2. New rows (`landed_version` above it, read at one pinned table version) name the touched
+   conversations; every event of those conversations is read back and derived from scratch.
+3. Each derived table is written with one MERGE per table keyed on its natural key: matched rows are
+   updated (TurnLogs only when the incoming recording state is not lower), new rows inserted, and
+   rows of the touched conversations that the recompute no longer produces are deleted.
+4. Only then does `derive_state` advance. A run that dies before step 4 leaves the state behind,
+   so the next run recomputes the same conversations and converges to the same tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import polars as pl
+import pyarrow as pa
+from deltalake import write_deltalake
+
+from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
+from ctxdb.record.records import build_records
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore, sql_in
+from ctxdb.storage.tables import (
+    CONVERSATION_TIMELINES,
+    DERIVE_STATE,
+    DERIVE_STATE_SCHEMA,
+    RAW_TURN_EVENTS,
+    REPLAY_ARTIFACTS,
+    REPLAY_SCHEMA,
+    ROLE_ROWS,
+    ROLE_ROWS_SCHEMA,
+    TIMELINES_SCHEMA,
+    TURN_CATALOG,
+    TURN_CATALOG_SCHEMA,
+    TURN_LOGS,
+    TURN_LOGS_SCHEMA,
+)
+from ctxdb.storage.tombstones import purged_among
+
+log = logging.getLogger(__name__)
+STATE_NAME = "turn_record"
+
+
+@dataclass(frozen=True)
+class Target:
+    table: str
+    schema: pa.Schema
+    keys: Sequence[str]
+    update_when: str | None = None
+
+
+TARGETS = (
+    Target(TURN_LOGS, TURN_LOGS_SCHEMA, turn_logs.KEYS, "s.recording_state >= t.recording_state"),
+    Target(CONVERSATION_TIMELINES, TIMELINES_SCHEMA, timelines.KEYS),
+    Target(ROLE_ROWS, ROLE_ROWS_SCHEMA, role_rows.KEYS),
+    Target(TURN_CATALOG, TURN_CATALOG_SCHEMA, catalog.KEYS),
+    Target(REPLAY_ARTIFACTS, REPLAY_SCHEMA, replay.KEYS),
+)
+
+
+@dataclass
+class Derived:
+    """The derived frames of some conversations, keyed by table name."""
+
+    tables: dict[str, pl.DataFrame]
+    turns: int
+    open_turns: int
+
+
+@dataclass
+class DeriveStats:
+    conversations: int = 0
+    events: int = 0
+    turns: int = 0
+    open_turns: int = 0
+    from_version: int = -1
+    to_version: int = -1
+    written: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Derived:
+    """Every derived table for the conversations in `raw` (pure: frames in, frames out)."""
+    records = build_records(raw)
+    titles = timelines.conversation_titles(raw, records)
+    tables = {
+        TURN_LOGS: turn_logs.turn_logs_frame(records, titles, settings, now),
+        CONVERSATION_TIMELINES: timelines.timelines_frame(raw, records, titles, settings, now),
+        ROLE_ROWS: role_rows.role_rows_frame(records, settings, now),
+        TURN_CATALOG: catalog.turn_catalog_frame(records, titles, settings, now),
+        REPLAY_ARTIFACTS: replay.replay_frame(raw, records, settings, now),
+    }
+    all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
+    return Derived(tables=tables, turns=len(records), open_turns=all_turns - len(records))
+
+
+def last_derived_version(store: DeltaStore) -> int:
+    """The highest raw `landed_version` already derived (-1 before the first run)."""
+    state = store.read(DERIVE_STATE, DERIVE_STATE_SCHEMA)
+    state = state.filter(pl.col("name") == STATE_NAME)
+    return -1 if state.is_empty() else int(state["landed_version"].max())
+
+
+def write_table(
+    store: DeltaStore, target: Target, data: pl.DataFrame, conversations: Sequence[str] | None
+) -> dict[str, int]:
+    """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds
+    (`conversations=None`: `data` is the whole table, so every row it lacks is deleted)."""
+    if conversations is not None and not conversations:
+        return {"inserted": 0, "updated": 0, "deleted": 0}
+    source = data.to_arrow().select(target.schema.names).cast(target.schema)
+    options = store.storage_options or None
+    dt = store.table(target.table)
+    if dt is None:
+        write_deltalake(store.uri(target.table), source, mode="append", storage_options=options)
+        return {"inserted": data.height, "updated": 0, "deleted": 0}
+    predicate = " AND ".join(f"t.{k} = s.{k}" for k in target.keys)
+    metrics = (
+        dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+        .when_matched_update_all(predicate=target.update_when)
+        .when_not_matched_insert_all()
+        .when_not_matched_by_source_delete(
+            predicate=None if conversations is None else sql_in("t.conversation_id", conversations)
+        )
+        .execute()
+    )
+    return {
+        "inserted": int(metrics.get("num_target_rows_inserted", 0)),
+        "updated": int(metrics.get("num_target_rows_updated", 0)),
+        "deleted": int(metrics.get("num_target_rows_deleted", 0)),
+    }
+
+
+def table_rows(store: DeltaStore, table: str) -> int:
+    """Row count of a table (0 when it does not exist)."""
+    if not store.exists(table):
+        return 0
+    return int(store.scan(table).select(pl.len()).collect().item())
+
+
+def derive(
+    store: DeltaStore, settings: Settings, now: datetime | None = None, full: bool = False
+) -> DeriveStats:
+    """Derive every conversation touched since the last run (all of them when `full`)."""
+    now = now or datetime.now(UTC)
+    dt = store.table(RAW_TURN_EVENTS)
+    if dt is None:
+        return DeriveStats()
+    pinned = dt.version()
+    since = -1 if full else last_derived_version(store)
+    scan = pl.scan_delta(
+        store.uri(RAW_TURN_EVENTS), version=pinned, storage_options=store.storage_options or None
+    )
+    touched = (
+        scan.filter(pl.col("landed_version") > since)
+        .group_by("conversation_id")
+        .agg(pl.col("landed_version").max())
+        .collect()
+    )
+    stats = DeriveStats(from_version=since, to_version=since)
+    if touched.is_empty():
+        return stats
+    to_version = int(touched["landed_version"].max())
+    touched = touched.join(
+        purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
+    )
+    conversations = touched["conversation_id"].to_list()
+    raw = scan.filter(
+        pl.col("conversation_id").is_in(touched["conversation_id"].implode())
+    ).collect()
+    derived = derive_tables(raw, settings, now)
+    for target in TARGETS:
+        stats.written[target.table] = write_table(
+            store, target, derived.tables[target.table], None if full else conversations
+        )
+    stats.conversations = len(conversations)
+    stats.events = raw.height
+    stats.turns = derived.turns
+    stats.open_turns = derived.open_turns
+    stats.to_version = to_version
+    store.append(
+        DERIVE_STATE,
+        pl.DataFrame(
+            {
+                "name": [STATE_NAME],
+                "landed_version": [stats.to_version],
+                "conversations": [stats.conversations],
+                "turns": [stats.turns],
+                "derived_at": [now],
+            }
+        ),
+        DERIVE_STATE_SCHEMA,
+    )
+    log.info(
+        "derived %d turns of %d conversations (landed versions %d..%d)",
+        stats.turns,
+        stats.conversations,
+        since + 1,
+        stats.to_version,
+    )
+    return stats

@@ -1,0 +1,110 @@
+"""Resolve `conv:fi:` refs to file bytes, for the owning user only and only while the turn lives.
+
+A ref resolves when (1) it parses as a `conv:fi:` ref naming a conversation and a turn with a safe
+relative path (no `..`, no absolute path, no backslash), (2) the turn is a live (unexpired) turn of
+the principal in the turns index, and (3) the file exists under that turn's storage directory
+`<files root>/<tenant>/<app>/<user_id>/conv_<conversation_id>/turn_<turn_id>/<path>`.
+Anything else is NotFound (another user's ref looks exactly like a missing one), except a
+malformed or unsafe ref, which is a RefError. The storage root is a local directory or any URI
+pyarrow.fs understands (s3://, gs://, abfs://, file://).
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import posixpath
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow.fs as pafs
+from elasticsearch import Elasticsearch
+
+from ctxdb.contract.identity import Principal
+from ctxdb.contract.refs import RefError, parse_ref, qualify
+from ctxdb.index.mappings import TURNS, alias_name
+from ctxdb.search.materialize import fetch_turns
+from ctxdb.search.models import NotFound
+from ctxdb.search.service import elasticsearch_errors
+from ctxdb.settings import Settings
+from ctxdb.storage.files import turn_file_path
+
+
+@dataclass(frozen=True)
+class PulledFile:
+    ref: str
+    filename: str
+    mime: str
+    data: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+def storage(root: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and base path of the conversation file storage root."""
+    if "://" in root:
+        fs, base = pafs.FileSystem.from_uri(root)
+        return fs, base.rstrip("/")
+    return pafs.LocalFileSystem(), str(Path(root).resolve())
+
+
+def safe_join(base: str, *parts: str) -> str:
+    """Join relative parts under `base`; RefError if the result would leave `base`."""
+    for part in parts:
+        if part.startswith("/") or "\\" in part or ".." in part.split("/"):
+            raise RefError(f"unsafe path segment {part!r}")
+    joined = posixpath.normpath(posixpath.join(base, *parts))
+    if not joined.startswith(base.rstrip("/") + "/"):
+        raise RefError(f"path escapes the file storage root: {'/'.join(parts)!r}")
+    return joined
+
+
+class Resolver:
+    """Pulls `conv:fi:` refs through the identity boundary."""
+
+    def __init__(self, settings: Settings, client: Elasticsearch) -> None:
+        self.settings = settings
+        self.client = client
+        self.turns_alias = alias_name(settings.index_prefix, TURNS)
+
+    def pull(
+        self, principal: Principal, ref: str, conversation_id: str | None = None
+    ) -> PulledFile:
+        """The bytes of `ref` (qualified with `conversation_id` when the ref has no owner)."""
+        parsed = parse_ref(qualify(ref, conversation_id) if conversation_id else ref)
+        if parsed.family != "fi":
+            raise RefError(f"only conv:fi: refs carry bytes, got {ref!r}")
+        if parsed.conversation_id is None or parsed.turn_id is None:
+            raise RefError(
+                f"ref {ref!r} must name its conversation and turn (conv_<id>.turn_<id>.)"
+            )
+        with elasticsearch_errors(self.settings.elasticsearch_url):
+            docs = fetch_turns(
+                self.client,
+                self.turns_alias,
+                principal,
+                [(parsed.conversation_id, parsed.turn_id)],
+                datetime.now(UTC),
+            )
+        doc = docs.get((parsed.conversation_id, parsed.turn_id))
+        if doc is None:
+            raise NotFound(f"ref {ref!r} not found")
+        fs, base = storage(self.settings.files)
+        turn_dir = turn_file_path(
+            doc["tenant"], doc["app"], doc["user_id"], parsed.conversation_id, parsed.turn_id
+        )
+        path = safe_join(base, turn_dir, parsed.path)
+        if isinstance(fs, pafs.LocalFileSystem):
+            real = Path(path).resolve()
+            if not real.is_relative_to(Path(base) / turn_dir):
+                raise RefError(f"ref {ref!r} resolves outside its turn directory")
+        info = fs.get_file_info(path)
+        if info.type != pafs.FileType.File:
+            raise NotFound(f"ref {ref!r} not found")
+        with fs.open_input_stream(path) as stream:
+            data = stream.read()
+        filename = posixpath.basename(parsed.path)
+        mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        return PulledFile(ref=str(parsed), filename=filename, mime=mime, data=data)

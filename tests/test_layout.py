@@ -1,0 +1,122 @@
+"""The core package's layout: stages import only down the data path, and none imports Dagster."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "ctxdb"
+
+# The data path, bottom to top: a module may import its own stage and any stage below it.
+# `settings` and `text` are the shared base; lifecycle, node, sample and capture sit above the
+# serving stack; the CLI is on top of everything.
+RANK = {
+    "settings": 0,
+    "text": 0,
+    "storage": 1,
+    "contract": 2,
+    "landing": 3,
+    "record": 4,
+    "embedding": 5,
+    "index": 6,
+    "search": 7,
+    "serve": 8,
+    "lifecycle": 9,
+    "node": 9,
+    "sample": 9,
+    "capture": 9,
+    "cli": 10,
+}
+TOP_LEVEL_MODULES = {"__init__.py", "settings.py", "text.py"}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "ctxdb" else None
+
+
+def _imported_modules(path: Path) -> list[str]:
+    """Every ctxdb module a file imports, at module level or inside functions."""
+    modules = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "ctxdb":
+                modules += [f"ctxdb.{alias.name}" for alias in node.names]
+            else:
+                modules.append(node.module)
+        elif isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+    return [m for m in modules if m.startswith("ctxdb.")]
+
+
+def wrong_way_imports(root: Path) -> list[str]:
+    """`file -> module` for each import that runs up the data path (or into an unknown stage)."""
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if len(relative.parts) == 1:
+            continue
+        source = relative.parts[0]
+        for module in _imported_modules(path):
+            target = _stage(module)
+            if target is None or target.startswith("_"):
+                continue
+            if target not in RANK or source not in RANK or RANK[target] > RANK[source]:
+                problems.append(f"{relative} -> {module}")
+            elif RANK[target] == RANK[source] and target != source and RANK[source] > 0:
+                problems.append(f"{relative} -> {module}")
+    return problems
+
+
+def test_imports_run_down_the_data_path() -> None:
+    assert wrong_way_imports(CORE) == []
+
+
+def test_the_check_catches_an_import_running_the_wrong_way(tmp_path: Path) -> None:
+    (tmp_path / "record").mkdir()
+    (tmp_path / "record" / "run.py").write_text(
+        "def f():\n    from ctxdb.search.service import SearchService\n"
+    )
+    (tmp_path / "landing").mkdir()
+    (tmp_path / "landing" / "run.py").write_text("from ctxdb.record import turnlog\n")
+    assert wrong_way_imports(tmp_path) == [
+        "landing/run.py -> ctxdb.record",
+        "record/run.py -> ctxdb.search.service",
+    ]
+
+
+def test_top_level_holds_only_settings_and_text() -> None:
+    top = {p.name for p in CORE.iterdir() if p.suffix == ".py"}
+    assert top == TOP_LEVEL_MODULES
+    stages = {p.name for p in CORE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert stages <= set(RANK)
+
+
+@pytest.mark.parametrize(
+    "stage", sorted(p.name for p in CORE.iterdir() if (p / "__init__.py").exists())
+)
+def test_every_stage_says_what_enters_and_leaves(stage: str) -> None:
+    doc = ast.get_docstring(ast.parse((CORE / stage / "__init__.py").read_text()))
+    assert doc and "In:" in doc and "out:" in doc
+
+
+def test_core_package_never_imports_dagster() -> None:
+    """Import every ctxdb module in a fresh interpreter; Dagster must not be loaded by any."""
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in CORE.rglob("*.py")
+    )
+    script = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted(m for m in sys.modules if m == 'dagster' or m.startswith('dagster.')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "[]"
