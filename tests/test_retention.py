@@ -31,6 +31,7 @@ from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle import retention
+from ctxdb.record.expiry import expires_at_expr
 from ctxdb.search.models import NotFound, SearchRequest
 from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
@@ -76,10 +77,10 @@ def test_ttl_policy_most_specific_rule_wins():
             "role": ["assistant", "user", "user", "user"],
             "ts": [ts] * 4,
         }
-    ).with_columns(retention.expires_at_expr(settings))
+    ).with_columns(expires_at_expr(settings))
     assert [(e - ts).days for e in frame["expires_at"]] == [7, 30, 90, 365]
     turn_level = frame.drop("role", "expires_at").with_columns(
-        retention.expires_at_expr(settings, role_column=None)
+        expires_at_expr(settings, role_column=None)
     )
     assert [(e - ts).days for e in turn_level["expires_at"]] == [30, 30, 90, 365]
 
