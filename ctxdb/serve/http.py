@@ -26,6 +26,7 @@ from ctxdb.search.models import (
 from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
 from ctxdb.serve.auth import Authenticator, AuthError, Principal
 from ctxdb.serve.resolve import Resolver
+from ctxdb.serve.viewer import viewer_router
 from ctxdb.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False)
@@ -132,4 +133,5 @@ def create_app(
             },
         )
 
+    app.include_router(viewer_router())
     return app

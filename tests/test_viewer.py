@@ -1,0 +1,189 @@
+"""The memory viewer in a real headless Chromium (Debian's chromium + chromedriver, Selenium):
+sign in, search with the explain breakdown, open a turn, download a file through the resolver,
+and another user's turn URL gives the not-found page. Screenshots are kept as test artifacts
+(and refresh docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
+
+# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from conftest_ports import free_port_pair
+from conftest_search import (  # noqa: F401
+    SearchEnv,
+    query_embedder,  # noqa: F401
+    search_env,
+)
+from fastapi.testclient import TestClient
+
+from ctxdb.serve.http import create_app
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+
+pytestmark = [
+    pytest.mark.es,
+    pytest.mark.model,
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def base_url(search_env: SearchEnv) -> Iterator[str]:
+    """A real uvicorn server on a free loopback port, serving the API and the viewer."""
+    port = free_port_pair()
+    app = create_app(search_env.settings, search_env.client, search_env.service.embedder)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("downloads")
+
+
+@pytest.fixture(scope="module")
+def browser(downloads: Path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(argument)
+    options.add_experimental_option(
+        "prefs",
+        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
+    )
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("screenshots")
+
+
+def wait_for(predicate, timeout: float = 15.0):
+    """Poll until the predicate holds (the page renders asynchronously)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(None, timeout, poll_frequency=0.1).until(lambda _: predicate())
+
+
+def screenshot(driver, shots: Path, name: str) -> None:
+    path = shots / f"{name}.png"
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 0
+    if os.environ.get("CTXDB_UPDATE_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS_IMAGES / path.name)
+
+
+def sign_in(driver, base_url: str, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(base_url + "/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(base_url + "/")
+    wait_for(lambda: driver.find_element(By.ID, "signin").is_displayed())
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "signin-button").click()
+
+
+def test_the_page_is_static_and_self_contained(search_env: SearchEnv) -> None:
+    http = TestClient(create_app(search_env.settings, search_env.client, load_model=False))
+    page = http.get("/conversations/c-bob/turns/t1")
+    assert page.status_code == 200 and "ctxdb memory" in page.text
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert "http" not in page.text.replace("http-equiv", "")  # no external assets
+    assert http.get("/static/viewer.js").headers["content-type"].startswith("text/javascript")
+    assert http.get("/static/../http.py").status_code == 404
+    assert http.get("/static/nope.js").status_code == 404
+
+
+def test_bad_token_is_refused(browser, base_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, base_url, "ctxdb_nope_nope")
+    wait_for(lambda: browser.find_element(By.ID, "signin-error").text)
+    assert "not accepted" in browser.find_element(By.ID, "signin-error").text
+    assert not browser.find_element(By.ID, "app").is_displayed()
+
+
+def test_sign_in_search_open_turn_and_download(
+    browser, base_url: str, search_env: SearchEnv, downloads: Path, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, base_url, search_env.tokens["alice"])
+    wait_for(lambda: "Spreadsheet trouble" in browser.find_element(By.ID, "conversations").text)
+    assert "Bob payroll" not in browser.find_element(By.ID, "conversations").text
+
+    browser.find_element(By.ID, "query").send_keys("openpyxl formulas lost on save")
+    browser.find_element(By.ID, "search-button").click()
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#hits .hit"))
+    first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
+    assert "Spreadsheet trouble" in first.text
+    assert "semantic=" in first.find_element(By.CSS_SELECTOR, ".explain").text
+    screenshot(browser, shots, "viewer-search")
+
+    first.find_element(By.CSS_SELECTOR, "a.hit-link").click()
+    wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
+    assert "/conversations/c-sheets/turns/" in browser.current_url
+    assert "openpyxl" in browser.find_element(By.ID, "messages").text
+    screenshot(browser, shots, "viewer-turn")
+
+    browser.get(base_url + "/conversations/c-sheets/turns/t1")
+    wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
+    assert "budget.xlsx" in browser.find_element(By.ID, "attachments").text
+    browser.find_element(By.CSS_SELECTOR, "#attachments button.download").click()
+    target = downloads / "budget.xlsx"
+    wait_for(target.exists)
+    assert target.read_bytes() == b"bytes of budget.xlsx for alice"
+
+
+def test_timeline_and_another_users_turn(
+    browser, base_url: str, search_env: SearchEnv, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, base_url, search_env.tokens["alice"])
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    browser.get(base_url + "/conversations/c-k8s")
+    wait_for(lambda: browser.find_element(By.ID, "conversation-view").is_displayed())
+    rows = browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row")
+    assert [r.text.split(" ")[0] for r in rows] == ["#1", "#2", "#3"]
+    screenshot(browser, shots, "viewer-timeline")
+
+    browser.get(base_url + "/conversations/c-bob/turns/t1")
+    wait_for(lambda: browser.find_element(By.ID, "not-found").is_displayed())
+    assert "salaries" not in browser.page_source
+    screenshot(browser, shots, "viewer-not-found")
