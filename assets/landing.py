@@ -22,8 +22,8 @@ def raw_turn_events(
     context: AssetExecutionContext, config: LandingConfig, delta: DeltaResource
 ) -> MaterializeResult:
     settings = get_settings()
-    uri = config.path or settings.landing
-    stats = land(delta.store(), uri, max_files=config.max_files, threads=settings.landing_threads)
+    uri = config.path or settings.landing_uri
+    stats = land(delta.store(), uri, max_files=config.max_files, threads=settings.landing.threads)
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "
         f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"

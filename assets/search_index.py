@@ -57,7 +57,7 @@ def doc_count_matches_delta(
     context: AssetCheckExecutionContext, delta: DeltaResource, es: ElasticsearchResource
 ) -> AssetCheckResult:
     settings = es.settings()
-    mismatches = count_mismatches(delta.store(), es.client(), settings.index_prefix)
+    mismatches = count_mismatches(delta.store(), es.client(), settings.elasticsearch.index_prefix)
     metadata = {f"{m.kind}_{k}": v for m in mismatches for k, v in m.as_metadata().items()}
     return AssetCheckResult(passed=all(m.ok for m in mismatches), metadata=metadata)
 
@@ -66,7 +66,7 @@ def doc_count_matches_delta(
 def embedding_coverage(
     context: AssetCheckExecutionContext, es: ElasticsearchResource
 ) -> AssetCheckResult:
-    alias = alias_name(es.settings().index_prefix, ROWS)
+    alias = alias_name(es.settings().elasticsearch.index_prefix, ROWS)
     with_vector, embeddable, pct = vector_coverage(es.client(), alias)
     return AssetCheckResult(
         passed=with_vector == embeddable,
@@ -83,7 +83,7 @@ def embedding_coverage(
 def no_expired_documents(
     context: AssetCheckExecutionContext, es: ElasticsearchResource
 ) -> AssetCheckResult:
-    client, prefix, now = es.client(), es.settings().index_prefix, datetime.now(UTC)
+    client, prefix, now = es.client(), es.settings().elasticsearch.index_prefix, datetime.now(UTC)
     metadata: dict[str, int | str] = {}
     total = 0
     for kind in (ROWS, TURNS):

@@ -89,11 +89,9 @@ def generate_rows(n: int, min_words: int, max_words: int, seed: int = 7) -> pl.D
 def workspace(name: str, batch_size: int) -> tuple[Settings, Elasticsearch, DeltaStore]:
     """Settings with a fresh `bench-<name>-<hex>` index prefix, a client, and an empty Delta
     store in a temporary directory."""
-    settings = get_settings().model_copy(
-        update={
-            "index_prefix": f"bench-{name}-{uuid.uuid4().hex[:8]}",
-            "embedding_batch_size": batch_size,
-        }
+    settings = get_settings().replace(
+        elasticsearch={"index_prefix": f"bench-{name}-{uuid.uuid4().hex[:8]}"},
+        embedding={"batch_size": batch_size},
     )
     return settings, make_client(settings), DeltaStore(tempfile.mkdtemp(prefix=f"bench-{name}-"))
 
@@ -129,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
 
     settings, es, store = workspace("embed", args.batch_size)
-    prefix = settings.index_prefix
+    prefix = settings.elasticsearch.index_prefix
     rows = generate_rows(args.rows, args.min_words, args.max_words)
     embed_rows = min(args.embed_rows or args.rows, args.rows)
     embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)
@@ -179,13 +177,19 @@ def main() -> None:
         es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
         actions = list(index_actions(docs, name, finish=source.finish))
         began = time.perf_counter()
-        helpers.bulk(es, actions, chunk_size=settings.index_chunk_size)
+        helpers.bulk(es, actions, chunk_size=settings.elasticsearch.chunk_size)
         es.indices.refresh(index=name)
         return time.perf_counter() - began
 
     def stage(run_settings) -> tuple[float, int]:
         for kind in KINDS:  # index creation is a one-off, outside the throughput timing
-            ensure_index(es, run_settings.index_prefix, kind, dims=384, model_id=embedder.model_id)
+            ensure_index(
+                es,
+                run_settings.elasticsearch.index_prefix,
+                kind,
+                dims=384,
+                model_id=embedder.model_id,
+            )
         began = time.perf_counter()
         reports = sync_live(store, es, run_settings, model_id=embedder.model_id)
         return time.perf_counter() - began, next(r for r in reports if r.kind == ROWS).indexed
@@ -195,7 +199,7 @@ def main() -> None:
     bare_index_s = bare_bulk(f"{prefix}-scratch-1")
     stage_index_s, indexed = stage(settings)
     bare_index_s += bare_bulk(f"{prefix}-scratch-2")
-    other = settings.model_copy(update={"index_prefix": f"{prefix}-b"})
+    other = settings.replace(elasticsearch={"index_prefix": f"{prefix}-b"})
     seconds, more = stage(other)
     stage_index_s, indexed = stage_index_s + seconds, indexed + more
     bare_index_s, stage_index_s = bare_index_s / 2, stage_index_s / 2

@@ -90,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
 
     settings, es, store = workspace("reindex", args.batch_size)
-    prefix = settings.index_prefix
+    prefix = settings.elasticsearch.index_prefix
     rows = generate_rows(args.rows, args.min_words, args.max_words)
     store.append(ROLE_ROWS, rows, ROLE_ROWS_SCHEMA)
     embedder = SentenceTransformerEmbedder(batch_size=args.batch_size)

@@ -154,7 +154,9 @@ def main() -> None:
 
     home = args.home or Path(tempfile.mkdtemp(prefix="bench-retention-"))
     prefix = f"bench-ret-{uuid.uuid4().hex[:8]}"
-    settings = Settings(home=home, index_prefix=prefix, retention_vacuum_hours=0)
+    settings = Settings(
+        home=home, elasticsearch={"index_prefix": prefix}, retention={"vacuum_hours": 0}
+    )
     store = DeltaStore(settings.delta_uri)
     es = make_client(settings)
     now = datetime.now(UTC)

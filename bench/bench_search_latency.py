@@ -41,7 +41,7 @@ from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.serve.auth import Principal, TokenStore
 from ctxdb.serve.http import create_app
-from ctxdb.settings import Settings, get_settings
+from ctxdb.settings import get_settings
 from ctxdb.text import stems, text_hash, trigrams, words
 
 TENANT, APP = "bench", "chat"
@@ -224,9 +224,9 @@ def main(
 ) -> None:
     base = get_settings()
     prefix = f"bench-search-lat-{rows}"
-    settings = Settings(**{**base.model_dump(), "home": base.home / prefix, "index_prefix": prefix})
+    settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, batch_size=64)
+    embedder = SentenceTransformerEmbedder(settings.embedding.model, batch_size=64)
     now = datetime.now(UTC)
     build_s = 0.0
     if not client.indices.exists_alias(name=alias_name(prefix, ROWS)):

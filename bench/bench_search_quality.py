@@ -28,7 +28,7 @@ row per turn, same filter, same cap); "fused" is the service's fusion of those s
 weight to 0.
 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--users 3
---conversations 600 --seed 3] [--grid] [--set search_lexical_min_match=1]
+--conversations 600 --seed 3] [--grid] [--set search.lexical_min_match=1]
 [--out bench/results/search_quality.json]`.
 """
 
@@ -108,13 +108,13 @@ def build_memory(
 ) -> float:
     """Land, derive, embed and index the sample (idempotent); returns seconds taken."""
     started = time.monotonic()
-    landing = Path(settings.landing)
+    landing = Path(settings.landing_uri)
     if not any(landing.glob("events-*")):
         write_sample(generated, landing, files_root=Path(settings.files))
     store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
-    land(store, settings.landing)
+    land(store, settings.landing_uri)
     derive(store, settings)
-    embed_role_rows(store, embedder, batch_size=settings.embedding_batch_size)
+    embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
     sync_live(store, make_client(settings), settings, model_id=embedder.model_id)
     return time.monotonic() - started
 
@@ -277,11 +277,11 @@ def fused_keys(
         rows,
         weights=arm_weights(w_sem, w_lex),
         recency_weight=w_rec,
-        half_life_days=settings.recency_half_life_days,
+        half_life_days=settings.search.recency_half_life_days,
         now=datetime.now(UTC),
-        rrf_k=settings.search_rrf_k,
+        rrf_k=settings.search.rrf_k,
     )
-    kept = cap_per_conversation(fused, settings.search_max_per_conversation, top_k)
+    kept = cap_per_conversation(fused, settings.search.max_per_conversation, top_k)
     return [(f.conversation_id, f.turn_id) for f in kept]
 
 
@@ -289,7 +289,7 @@ def score(
     collected: list[Collected], settings: Settings, systems: dict[str, tuple | None]
 ) -> dict[str, dict]:
     """Metrics per category and system; a system is an arm (None) or fusion weights."""
-    cap = settings.search_max_per_conversation
+    cap = settings.search.max_per_conversation
     scores: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(Scores))
     for c in collected:
         top_k = c.query.request.top_k
@@ -325,9 +325,9 @@ def service_agreement(service: SearchService, collected: list[Collected], n: int
         offline = fused_keys(
             c.rows,
             s,
-            s.search_weight_semantic,
-            s.search_weight_lexical,
-            s.search_weight_recency,
+            s.search.weight_semantic,
+            s.search.weight_lexical,
+            s.search.weight_recency,
             c.query.request.top_k,
         )
         same += live == offline
@@ -358,6 +358,16 @@ def render(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
+    """`--set group.field=value` overrides as {group: {field: value}} for `Settings.replace`."""
+    groups: dict[str, dict[str, str]] = {}
+    for override in overrides or []:
+        key, value = override.split("=", 1)
+        group, field = key.split(".", 1)
+        groups.setdefault(group, {})[field] = value
+    return groups
+
+
 def main(
     users: Annotated[int, typer.Option()] = 3,
     conversations: Annotated[int, typer.Option()] = 600,
@@ -370,18 +380,17 @@ def main(
         bool, typer.Option("--grid", help="Also score a grid of weights.")
     ] = False,
     overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="Setting override k=v.")
+        list[str] | None, typer.Option("--set", help="Setting override group.field=v.")
     ] = None,
 ) -> None:
     base = get_settings()
     home = base.home / prefix
-    extra = dict(o.split("=", 1) for o in overrides or [])
-    settings = Settings(**{**base.model_dump(), "home": home, "index_prefix": prefix, **extra})
+    settings = base.replace(home=home, elasticsearch={"index_prefix": prefix}, **_groups(overrides))
     generated = generate_events(
         users=users, conversations=conversations, seed=seed, now=datetime(2026, 12, 1, tzinfo=UTC)
     )
     embedder = SentenceTransformerEmbedder(
-        settings.embedding_model, batch_size=settings.embedding_batch_size
+        settings.embedding.model, batch_size=settings.embedding.batch_size
     )
     build_s = build_memory(settings, generated, embedder)
     typer.echo(f"memory: {len(generated.facts)} turns of {users} users, built in {build_s:.0f}s")
@@ -400,8 +409,8 @@ def main(
     typer.echo(f"{len(queries)} labeled queries in {time.monotonic() - started:.0f}s\n")
     s = settings
     systems: dict[str, tuple | None] = {arm: None for arm in ARMS}
-    systems["fused"] = (s.search_weight_semantic, s.search_weight_lexical, s.search_weight_recency)
-    systems["fused-norecency"] = (s.search_weight_semantic, s.search_weight_lexical, 0.0)
+    systems["fused"] = (s.search.weight_semantic, s.search.weight_lexical, s.search.weight_recency)
+    systems["fused-norecency"] = (s.search.weight_semantic, s.search.weight_lexical, 0.0)
     results = score(collected, settings, systems)
     typer.echo(render(results))
     agreement = service_agreement(service, collected)

@@ -1,13 +1,22 @@
-"""The one settings object every ctxdb component reads (environment variables; see docs)."""
+"""The one settings object every ctxdb component reads, grouped per area (environment variables).
+
+`Settings` holds the state paths and one group per area: `elasticsearch`, `landing`, `embedding`,
+`search`, `retention`, `auth`, `node`. Each group reads its own environment variables; the names
+are the flat ones ctxdb has always used (see docs/configuration.md).
+"""
 
 from __future__ import annotations
 
+import functools
 import os
-from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Variables outside the CTXDB_ prefix that a group reads.
+_FOREIGN_ENV = ("ELASTICSEARCH_", "ES_JAVA_HOME", "JAVA_HOME")
 
 
 class RetentionRule(BaseModel):
@@ -19,15 +28,221 @@ class RetentionRule(BaseModel):
     days: int = Field(gt=0)
 
 
+def _group_config(env_prefix: str) -> SettingsConfigDict:
+    return SettingsConfigDict(env_prefix=env_prefix, extra="ignore", populate_by_name=True)
+
+
+class ElasticsearchSettings(BaseSettings):
+    """The cluster connection, index names, bulk writes, the writer lease and reindex grace."""
+
+    model_config = _group_config("ELASTICSEARCH_")
+
+    url: str = Field(default="http://127.0.0.1:9200")
+    api_key: SecretStr | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_certs: str | None = None
+    request_timeout: float = Field(
+        default=30.0, validation_alias="CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT"
+    )
+    index_prefix: str = Field(
+        default="ctxdb",
+        validation_alias="CTXDB_INDEX_PREFIX",
+        description="Prefix of every index and alias.",
+    )
+    chunk_size: int = Field(
+        default=500, validation_alias="CTXDB_INDEX_CHUNK_SIZE", description="Documents per bulk."
+    )
+    bulk_threads: int = Field(
+        default=2,
+        ge=1,
+        validation_alias="CTXDB_INDEX_BULK_THREADS",
+        description="Bulk requests in flight.",
+    )
+    reindex_grace_s: float = Field(
+        default=60.0,
+        validation_alias="CTXDB_REINDEX_GRACE_S",
+        description="Seconds a retired index is kept after an alias swap.",
+    )
+    writer_lease_ttl_s: float = Field(
+        default=120.0,
+        gt=0,
+        validation_alias="CTXDB_WRITER_LEASE_TTL_S",
+        description="Seconds the writer lease outlives a holder that stopped renewing it.",
+    )
+    writer_lease_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        validation_alias="CTXDB_WRITER_LEASE_WAIT_S",
+        description="Seconds a writer waits for a held writer lease before failing.",
+    )
+
+
+class LandingSettings(BaseSettings):
+    """Where raw event files land and how many threads validate them."""
+
+    model_config = _group_config("CTXDB_LANDING_")
+
+    uri: str | None = Field(default=None, description="Where JSONL event files land.")
+    threads: int = Field(
+        default=0, ge=0, description="Threads that validate landing lines (0: one per core)."
+    )
+
+
+class EmbeddingSettings(BaseSettings):
+    """The sentence-transformers model that embeds role rows."""
+
+    model_config = _group_config("CTXDB_EMBEDDING_")
+
+    model: str = Field(default="all-MiniLM-L6-v2")
+    batch_size: int = Field(default=64)
+    dims: int = Field(default=384)
+    device: str = Field(default="cpu", description="torch device of the embedder.")
+
+
+class SearchSettings(BaseSettings):
+    """Hybrid search: the arms, their fusion, the recency lift and the response's size."""
+
+    model_config = _group_config("CTXDB_SEARCH_")
+
+    rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
+    weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
+    weight_lexical: float = Field(default=0.5, description="RRF weight of both text arms.")
+    weight_recency: float = Field(default=0.2, description="Recency lift weight.")
+    recency_half_life_days: float = Field(
+        default=7.0, validation_alias="CTXDB_RECENCY_HALF_LIFE_DAYS"
+    )
+    num_candidates: int = Field(default=200, description="kNN num_candidates per shard.")
+    knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
+    overfetch_rows: int = Field(
+        default=4, description="Rows fetched per wanted turn in each arm, before per-turn dedup."
+    )
+    max_per_conversation: int = Field(default=2)
+    query_max_chars: int = Field(default=256)
+    trigram_min_match: str = Field(
+        default="40%", description="minimum_should_match of the trigram arm."
+    )
+    lexical_min_match: str = Field(
+        default="1", description="minimum_should_match of the BM25 arm (content words)."
+    )
+    fuzzy_min_match: str = Field(
+        default="2<60%", description="minimum_should_match of the trigram arm's fuzzy words."
+    )
+    snippet_chars: int = Field(default=400)
+
+
+class RetentionSettings(BaseSettings):
+    """TTLs of derived rows, VACUUM windows (retention and erasure) and compaction targets."""
+
+    model_config = _group_config("CTXDB_RETENTION_")
+
+    days: int = Field(default=365, description="Default TTL of every derived row.")
+    rules: list[RetentionRule] = Field(
+        default_factory=list,
+        description="Per tenant/app/role TTL overrides (JSON list of {tenant, app, role, days}).",
+    )
+    vacuum_hours: int = Field(
+        default=168, ge=0, description="VACUUM keeps files removed less than this many hours ago."
+    )
+    erase_vacuum_hours: int = Field(
+        default=0,
+        ge=0,
+        validation_alias="CTXDB_ERASE_VACUUM_HOURS",
+        description="VACUUM window after an erasure (0: old files go at once).",
+    )
+    compaction_target_mb: int = Field(
+        default=128,
+        validation_alias="CTXDB_COMPACTION_TARGET_MB",
+        description="OPTIMIZE target file size.",
+    )
+    compaction_small_file_mb: int = Field(
+        default=16,
+        validation_alias="CTXDB_COMPACTION_SMALL_FILE_MB",
+        description="Files below this are small.",
+    )
+    compaction_max_small_files: int = Field(
+        default=8,
+        validation_alias="CTXDB_COMPACTION_MAX_SMALL_FILES",
+        description="Small files a table may keep after compaction (checked).",
+    )
+
+
+class AuthSettings(BaseSettings):
+    """Bearer tokens and JWTs the server accepts, and the token the CLI runs as."""
+
+    model_config = _group_config("CTXDB_AUTH_")
+
+    tokens_path: Path | None = Field(
+        default=None,
+        description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json.",
+    )
+    jwt_key: SecretStr | None = Field(
+        default=None, description="JWT verification key (HS secret or PEM public key)."
+    )
+    jwt_algorithms: list[str] = Field(
+        default_factory=lambda: ["HS256"], description="RS256/ES256 need pyjwt[crypto]."
+    )
+    jwt_audience: str | None = Field(default=None)
+    jwt_issuer: str | None = Field(default=None)
+    jwt_user_claim: str = Field(default="sub")
+    jwt_tenant_claim: str = Field(default="tenant")
+    cli_token: SecretStr | None = Field(
+        default=None, validation_alias="CTXDB_TOKEN", description="Bearer token the CLI runs as."
+    )
+
+
+class NodeSettings(BaseSettings):
+    """The embedded Elasticsearch node: its distribution, JVM, port and process limits."""
+
+    model_config = _group_config("CTXDB_ES_")
+
+    version: str = Field(default="9.2.4", description="Embedded node version (Maven Central).")
+    heap: str = Field(default="1g", description="Embedded node heap (-Xms/-Xmx).")
+    port: int = Field(default=9200)
+    cache_dir: Path | None = Field(
+        default=None, description="Where the embedded node's zip, home, data and logs live."
+    )
+    user: str = Field(default="ctxdb-es", description="System user the node runs as under root.")
+    start_timeout_s: float = Field(default=120.0)
+    stop_timeout_s: float = Field(default=60.0, description="Wait for a clean node shutdown.")
+    download_timeout_s: float = Field(default=1800.0, description="Limit of the mvn download.")
+    mvn: str = Field(default="mvn", description="Maven executable that fetches the node's zip.")
+    zip_sha512: str | None = Field(
+        default=None, description="Expected SHA-512 of the zip (needed for unpinned versions)."
+    )
+    es_java_home: Path | None = Field(
+        default=None, validation_alias="ES_JAVA_HOME", description="JDK for the node, first choice."
+    )
+    java_home: Path | None = Field(
+        default=None, validation_alias="JAVA_HOME", description="JDK, second choice."
+    )
+    jvm_dir: Path = Field(
+        default=Path("/usr/lib/jvm"),
+        validation_alias="CTXDB_JVM_DIR",
+        description="Where installed JDKs are searched last.",
+    )
+
+
+GROUPS: dict[str, type[BaseSettings]] = {
+    "elasticsearch": ElasticsearchSettings,
+    "landing": LandingSettings,
+    "embedding": EmbeddingSettings,
+    "search": SearchSettings,
+    "retention": RetentionSettings,
+    "auth": AuthSettings,
+    "node": NodeSettings,
+}
+
+
 def _default_home() -> Path:
     return Path(os.getcwd()) / "var"
 
 
 class Settings(BaseSettings):
-    """Configuration for storage, search, embedding and the embedded Elasticsearch node.
+    """State paths plus one settings group per area (see `GROUPS`).
 
-    Every field can be set from the environment: `CTXDB_<FIELD>` (e.g. `CTXDB_HOME`), except the
-    Elasticsearch connection, which uses the conventional `ELASTICSEARCH_*` names.
+    Top-level fields come from `CTXDB_<FIELD>` (e.g. `CTXDB_HOME`); each group reads its own
+    variables, e.g. `settings.search.rrf_k` from `CTXDB_SEARCH_RRF_K`.
     """
 
     model_config = SettingsConfigDict(env_prefix="CTXDB_", extra="ignore", populate_by_name=True)
@@ -39,164 +254,97 @@ class Settings(BaseSettings):
     delta_storage_options: dict[str, str] = Field(
         default_factory=dict, description="delta-rs storage options for object stores."
     )
-    landing_uri: str | None = Field(default=None, description="Where JSONL event files land.")
-    landing_threads: int = Field(
-        default=0, ge=0, description="Threads that validate landing lines (0: one per core)."
-    )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
 
-    elasticsearch_url: str = Field(
-        default="http://127.0.0.1:9200", validation_alias="ELASTICSEARCH_URL"
-    )
-    elasticsearch_api_key: SecretStr | None = Field(
-        default=None, validation_alias="ELASTICSEARCH_API_KEY"
-    )
-    elasticsearch_username: str | None = Field(
-        default=None, validation_alias="ELASTICSEARCH_USERNAME"
-    )
-    elasticsearch_password: SecretStr | None = Field(
-        default=None, validation_alias="ELASTICSEARCH_PASSWORD"
-    )
-    elasticsearch_ca_certs: str | None = Field(
-        default=None, validation_alias="ELASTICSEARCH_CA_CERTS"
-    )
-    elasticsearch_request_timeout: float = Field(default=30.0)
-    index_prefix: str = Field(default="ctxdb", description="Prefix of every index and alias.")
+    elasticsearch: ElasticsearchSettings = Field(default_factory=ElasticsearchSettings)
+    landing: LandingSettings = Field(default_factory=LandingSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    node: NodeSettings = Field(default_factory=NodeSettings)
 
-    es_version: str = Field(default="9.2.4", description="Embedded node version (Maven Central).")
-    es_heap: str = Field(default="1g", description="Embedded node heap (-Xms/-Xmx).")
-    es_port: int = Field(default=9200)
-    es_cache_dir: Path | None = Field(
-        default=None, description="Where the embedded node's zip, home, data and logs live."
-    )
-    es_user: str = Field(default="ctxdb-es", description="System user the node runs as under root.")
-    es_start_timeout_s: float = Field(default=120.0)
-    es_stop_timeout_s: float = Field(default=60.0, description="Wait for a clean node shutdown.")
-    es_download_timeout_s: float = Field(default=1800.0, description="Limit of the mvn download.")
-    es_mvn: str = Field(default="mvn", description="Maven executable that fetches the node's zip.")
-    es_zip_sha512: str | None = Field(
-        default=None, description="Expected SHA-512 of the zip (needed for unpinned versions)."
-    )
-    es_java_home: Path | None = Field(
-        default=None, validation_alias="ES_JAVA_HOME", description="JDK for the node, first choice."
-    )
-    java_home: Path | None = Field(
-        default=None, validation_alias="JAVA_HOME", description="JDK, second choice."
-    )
-    jvm_dir: Path = Field(
-        default=Path("/usr/lib/jvm"), description="Where installed JDKs are searched last."
-    )
-
-    embedding_model: str = Field(default="all-MiniLM-L6-v2")
-    embedding_batch_size: int = Field(default=64)
-    embedding_dims: int = Field(default=384)
-    embedding_device: str = Field(default="cpu", description="torch device of the embedder.")
-    index_chunk_size: int = Field(default=500, description="Documents per bulk request.")
-    index_bulk_threads: int = Field(default=2, ge=1, description="Bulk requests in flight.")
-    reindex_grace_s: float = Field(
-        default=60.0, description="Seconds a retired index is kept after an alias swap."
-    )
-    writer_lease_ttl_s: float = Field(
-        default=120.0,
-        gt=0,
-        description="Seconds the writer lease outlives a holder that stopped renewing it.",
-    )
-    writer_lease_wait_s: float = Field(
-        default=0.0,
-        ge=0,
-        description="Seconds a writer waits for a held writer lease before failing.",
-    )
-
-    retention_days: int = Field(default=365, description="Default TTL of every derived row.")
-    retention_rules: list[RetentionRule] = Field(
-        default_factory=list,
-        description="Per tenant/app/role TTL overrides (JSON list of {tenant, app, role, days}).",
-    )
-    retention_vacuum_hours: int = Field(
-        default=168, ge=0, description="VACUUM keeps files removed less than this many hours ago."
-    )
-    erase_vacuum_hours: int = Field(
-        default=0, ge=0, description="VACUUM window after an erasure (0: old files go at once)."
-    )
-    compaction_target_mb: int = Field(default=128, description="OPTIMIZE target file size.")
-    compaction_small_file_mb: int = Field(default=16, description="Files below this are small.")
-    compaction_max_small_files: int = Field(
-        default=8, description="Small files a table may keep after compaction (checked)."
-    )
-    recency_half_life_days: float = Field(default=7.0)
-
-    search_rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
-    search_weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
-    search_weight_lexical: float = Field(default=0.5, description="RRF weight of both text arms.")
-    search_weight_recency: float = Field(default=0.2, description="Recency lift weight.")
-    search_num_candidates: int = Field(default=200, description="kNN num_candidates per shard.")
-    search_knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
-    search_overfetch_rows: int = Field(
-        default=4, description="Rows fetched per wanted turn in each arm, before per-turn dedup."
-    )
-    search_max_per_conversation: int = Field(default=2)
-    search_query_max_chars: int = Field(default=256)
-    search_trigram_min_match: str = Field(
-        default="40%", description="minimum_should_match of the trigram arm."
-    )
-    search_lexical_min_match: str = Field(
-        default="1", description="minimum_should_match of the BM25 arm (content words)."
-    )
-    search_fuzzy_min_match: str = Field(
-        default="2<60%", description="minimum_should_match of the trigram arm's fuzzy words."
-    )
-    search_snippet_chars: int = Field(default=400)
-
-    auth_tokens_path: Path | None = Field(
-        default=None,
-        description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json.",
-    )
-    auth_jwt_key: SecretStr | None = Field(
-        default=None, description="JWT verification key (HS secret or PEM public key)."
-    )
-    auth_jwt_algorithms: list[str] = Field(
-        default_factory=lambda: ["HS256"], description="RS256/ES256 need pyjwt[crypto]."
-    )
-    auth_jwt_audience: str | None = Field(default=None)
-    auth_jwt_issuer: str | None = Field(default=None)
-    auth_jwt_user_claim: str = Field(default="sub")
-    auth_jwt_tenant_claim: str = Field(default="tenant")
-    token: SecretStr | None = Field(
-        default=None, description="Bearer token the CLI runs as (CTXDB_TOKEN)."
-    )
-
-    @cached_property
+    @property
     def delta_uri(self) -> str:
         return self.delta_root or str(self.home / "delta")
 
-    @cached_property
-    def landing(self) -> str:
-        return self.landing_uri or str(self.home / "landing")
+    @property
+    def landing_uri(self) -> str:
+        return self.landing.uri or str(self.home / "landing")
 
-    @cached_property
+    @property
     def files(self) -> str:
         return self.files_root or str(self.home / "files")
 
     @property
     def tokens_path(self) -> Path:
-        return self.auth_tokens_path or self.home / "auth" / "tokens.json"
+        return self.auth.tokens_path or self.home / "auth" / "tokens.json"
 
     @property
     def embedded(self) -> bool:
         """True when the URL points at the node ctxdb manages itself (loopback, default port)."""
-        return self.elasticsearch_url.rstrip("/") in {
-            f"http://127.0.0.1:{self.es_port}",
-            f"http://localhost:{self.es_port}",
+        return self.elasticsearch.url.rstrip("/") in {
+            f"http://127.0.0.1:{self.node.port}",
+            f"http://localhost:{self.node.port}",
         }
 
     @model_validator(mode="after")
     def _url_follows_embedded_port(self) -> Settings:
         """Without ELASTICSEARCH_URL, the URL is the embedded node's on CTXDB_ES_PORT."""
-        if "elasticsearch_url" not in self.model_fields_set:
-            self.elasticsearch_url = f"http://127.0.0.1:{self.es_port}"
+        if "url" not in self.elasticsearch.model_fields_set:
+            url = f"http://127.0.0.1:{self.node.port}"
+            self.elasticsearch = self.elasticsearch.model_copy(update={"url": url})
         return self
+
+    def replace(self, **changes: Any) -> Settings:
+        """A validated copy with `changes`: top-level fields, or a dict of fields per group.
+
+        E.g. `settings.replace(home=tmp, elasticsearch={"index_prefix": "t1"})`; fields not named
+        keep this object's values.
+        """
+        values = self.model_dump()
+        for name, value in changes.items():
+            if name in GROUPS and isinstance(value, dict):
+                values[name] = {**values[name], **value}
+            else:
+                values[name] = value
+        return Settings(**values)
+
+
+def environment_names() -> dict[str, tuple[str | None, str]]:
+    """Every environment variable the settings read -> (its group, None at the top; field)."""
+    models: dict[str | None, type[BaseSettings]] = {None: Settings, **GROUPS}
+    names: dict[str, tuple[str | None, str]] = {}
+    for group, model in models.items():
+        prefix = model.model_config.get("env_prefix", "")
+        for name, field in model.model_fields.items():
+            if group is None and name in GROUPS:
+                continue
+            alias = field.validation_alias
+            names[alias if isinstance(alias, str) else f"{prefix}{name}".upper()] = (group, name)
+    return names
+
+
+def _environment() -> tuple[tuple[str, str], ...]:
+    """The variables settings read, as a hashable snapshot."""
+    return tuple(
+        sorted((k, v) for k, v in os.environ.items() if k.startswith(("CTXDB_", *_FOREIGN_ENV)))
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _settings_for(environment: tuple[tuple[str, str], ...], cwd: str) -> Settings:
+    return Settings()
 
 
 def get_settings() -> Settings:
-    """Read the settings from the environment now (never at import time)."""
-    return Settings()
+    """The process's settings: read once, and again only when the environment or cwd changed.
+
+    Never called at import time. The object is shared: derive variants with `replace()`.
+    """
+    return _settings_for(_environment(), os.getcwd())
+
+
+def clear_settings_cache() -> None:
+    """Forget the cached settings (tests call it between cases)."""
+    _settings_for.cache_clear()

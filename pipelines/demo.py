@@ -50,7 +50,7 @@ DEMO_TABLES = (
 def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> str:
     """Write the sample once; returns the user with the most conversations (the demo principal)."""
     generated = generate_events(users=users, conversations=conversations, seed=SAMPLE_SEED)
-    landing = Path(settings.landing)
+    landing = Path(settings.landing_uri)
     if not any(landing.glob("events-*.jsonl*")):
         parts = write_sample(generated, landing, files_root=Path(settings.files))
         typer.echo(
@@ -79,7 +79,7 @@ def print_tables(settings: Settings) -> None:
 
 def print_index(settings: Settings) -> None:
     typer.echo("\nElasticsearch indices:")
-    for row in all_status(make_client(settings), settings.index_prefix):
+    for row in all_status(make_client(settings), settings.elasticsearch.index_prefix):
         coverage = "-" if row.coverage_pct is None else f"{row.coverage_pct:.1f}%"
         typer.echo(
             f"  {row.alias:<20} {row.index or '-':<24} docs={row.docs:<7} vectors={coverage}"

@@ -16,7 +16,7 @@ from resources.delta import DeltaResource
 @sensor(job=memory_job, minimum_interval_seconds=30, description="New landing files -> main job.")
 def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     """Run key = hash of the pending files (path, size, mtime), also kept as the cursor."""
-    uri = get_settings().landing
+    uri = get_settings().landing_uri
     landed = delta.store().read(
         LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"]
     )

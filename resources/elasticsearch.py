@@ -17,7 +17,7 @@ class ElasticsearchResource(ConfigurableResource):
     def settings(self) -> Settings:
         settings = get_settings()
         if self.index_prefix:
-            settings = settings.model_copy(update={"index_prefix": self.index_prefix})
+            settings = settings.replace(elasticsearch={"index_prefix": self.index_prefix})
         return settings
 
     def client(self) -> Elasticsearch:

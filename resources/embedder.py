@@ -19,10 +19,10 @@ class EmbedderResource(ConfigurableResource):
         """The embedder (model weights load on first use and are shared within the process)."""
         settings = get_settings()
         return SentenceTransformerEmbedder(
-            model_name=model_name or self.model_name or settings.embedding_model,
-            batch_size=self.batch_size or settings.embedding_batch_size,
-            device=self.device or settings.embedding_device,
+            model_name=model_name or self.model_name or settings.embedding.model,
+            batch_size=self.batch_size or settings.embedding.batch_size,
+            device=self.device or settings.embedding.device,
         )
 
     def model_id(self) -> str:
-        return self.model_name or get_settings().embedding_model
+        return self.model_name or get_settings().embedding.model

@@ -17,8 +17,16 @@ from ctxdb.index.client import make_client
 from ctxdb.index.errors import ClusterUnreachableError
 from ctxdb.index.health import check_cluster
 from ctxdb.node import embedded
-from ctxdb.settings import Settings, get_settings
+from ctxdb.settings import Settings, clear_settings_cache, get_settings
 from ctxdb.storage.delta import DeltaStore
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    """Each test reads the settings anew (`get_settings()` caches them for the process)."""
+    clear_settings_cache()
+    yield
+    clear_settings_cache()
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +45,7 @@ def es_base_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def es_url(es_base_settings: Settings) -> str:
-    return es_base_settings.elasticsearch_url
+    return es_base_settings.elasticsearch.url
 
 
 def delete_prefix_indices(client: Elasticsearch, prefix: str) -> list[str]:
@@ -55,8 +63,7 @@ def delete_prefix_indices(client: Elasticsearch, prefix: str) -> list[str]:
 def settings(es_base_settings: Settings, tmp_path: Path) -> Iterator[Settings]:
     """The session node's settings with home=tmp_path and a unique index prefix (cleaned after)."""
     prefix = f"t{uuid.uuid4().hex[:12]}"
-    values = {**es_base_settings.model_dump(), "index_prefix": prefix, "home": tmp_path}
-    test_settings = Settings(**values)
+    test_settings = es_base_settings.replace(home=tmp_path, elasticsearch={"index_prefix": prefix})
     yield test_settings
     with make_client(test_settings) as client:
         delete_prefix_indices(client, prefix)

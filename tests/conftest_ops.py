@@ -44,7 +44,7 @@ from ctxdb.text import text_hash, trigrams
 @pytest.fixture
 def ops_settings(settings: Settings) -> Settings:
     """The shared per-test settings (tmp home, unique index prefix) with an immediate VACUUM."""
-    return settings.model_copy(update={"retention_vacuum_hours": 0})
+    return settings.replace(retention={"vacuum_hours": 0})
 
 
 @pytest.fixture
@@ -307,11 +307,11 @@ def run_pipeline(
     `settings`) and index them with the real pipeline code."""
     for name, (seed, end) in batches.items():
         generated = generate_events(users=2, conversations=3, seed=seed, now=end, days=5)
-        landing = Path(settings.landing) / name
+        landing = Path(settings.landing_uri) / name
         write_sample(generated, landing, files_root=Path(settings.files), per_file=60)
         land(store, str(landing))
     derive(store, settings)
-    sync_live(store, es, settings, model_id=settings.embedding_model)
+    sync_live(store, es, settings, model_id=settings.embedding.model)
 
 
 def es_ids(es: Elasticsearch, prefix: str, kind: str) -> set[str]:

@@ -448,8 +448,7 @@ def search_env(tmp_path_factory, query_embedder, es_base_settings: Settings) -> 
     """The corpus indexed under a unique prefix, files written, tokens issued for alice and bob."""
     home = tmp_path_factory.mktemp("search-home")
     prefix = f"t-search-{uuid.uuid4().hex[:10]}"
-    values = {**es_base_settings.model_dump(), "home": home, "index_prefix": prefix}
-    settings = Settings(**values)
+    settings = es_base_settings.replace(home=home, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
     create_indices(client, prefix)
     index_corpus(client, prefix, CORPUS, query_embedder)

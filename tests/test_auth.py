@@ -43,7 +43,7 @@ def test_malformed_or_unknown_tokens_are_rejected(tmp_path, bad: str) -> None:
     store.issue("alice")
     with pytest.raises(AuthError):
         Authenticator(
-            Settings(home=tmp_path, auth_tokens_path=tmp_path / "tokens.json")
+            Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json"})
         ).authenticate(bad)
     with pytest.raises(AuthError):
         store.verify(bad)
@@ -66,10 +66,12 @@ def test_missing_token_is_rejected(tmp_path) -> None:
 def _jwt_settings(tmp_path) -> Settings:
     return Settings(
         home=tmp_path,
-        auth_jwt_key="s3cret-key-for-tests-only-0123456789",
-        auth_jwt_algorithms=["HS256"],
-        auth_jwt_audience="ctxdb",
-        auth_jwt_issuer="https://idp.example",
+        auth={
+            "jwt_key": "s3cret-key-for-tests-only-0123456789",
+            "jwt_algorithms": ["HS256"],
+            "jwt_audience": "ctxdb",
+            "jwt_issuer": "https://idp.example",
+        },
     )
 
 
@@ -87,7 +89,7 @@ def _claims(**over) -> dict:
 
 def test_jwt_with_configured_key_gives_its_subject(tmp_path) -> None:
     settings = _jwt_settings(tmp_path)
-    token = jwt.encode(_claims(), settings.auth_jwt_key.get_secret_value(), algorithm="HS256")
+    token = jwt.encode(_claims(), settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
     principal = Authenticator(settings).authenticate(token)
     assert (principal.user_id, principal.tenant) == ("carol", "t9")
 
@@ -105,7 +107,7 @@ def test_jwt_with_configured_key_gives_its_subject(tmp_path) -> None:
 )
 def test_invalid_jwts_are_rejected(tmp_path, claims: dict, key: str | None) -> None:
     settings = _jwt_settings(tmp_path)
-    token = jwt.encode(claims, key or settings.auth_jwt_key.get_secret_value(), algorithm="HS256")
+    token = jwt.encode(claims, key or settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
     with pytest.raises(AuthError):
         Authenticator(settings).authenticate(token)
 

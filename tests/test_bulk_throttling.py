@@ -52,7 +52,7 @@ def actions(index: str, n: int) -> list[dict[str, Any]]:
 
 
 def test_rejected_items_are_retried_and_land(es, settings) -> None:
-    index = f"{settings.index_prefix}-throttle"
+    index = f"{settings.elasticsearch.index_prefix}-throttle"
     es.indices.create(index=index)
     client = Throttled(es, times=2)
     report = bulk_write(client, actions(index, 5), chunk_size=5, max_retries=3, threads=1)
@@ -63,7 +63,7 @@ def test_rejected_items_are_retried_and_land(es, settings) -> None:
 
 
 def test_items_still_rejected_after_the_retries_are_reported(es, settings) -> None:
-    index = f"{settings.index_prefix}-throttle"
+    index = f"{settings.elasticsearch.index_prefix}-throttle"
     es.indices.create(index=index)
     client = Throttled(es, times=10)
     with pytest.raises(BulkWriteFailed, match="es_rejected_execution_exception") as info:

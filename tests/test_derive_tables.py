@@ -267,9 +267,9 @@ def test_rows_a_recompute_no_longer_produces_are_deleted(tmp_path: Path) -> None
 def test_retention_rules_set_expires_at(tmp_path: Path) -> None:
     store = DeltaStore(str(tmp_path / "delta"))
     write_jsonl(tmp_path / "in" / "1.jsonl", Turn("ca", "t1").basic().events)
-    settings = settings_for(tmp_path).model_copy(
-        update={
-            "retention_rules": [
+    settings = settings_for(tmp_path).replace(
+        retention={
+            "rules": [
                 RetentionRule(tenant="acme", days=30),
                 RetentionRule(tenant="acme", role="user", days=7),
             ]

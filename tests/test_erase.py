@@ -76,14 +76,14 @@ def seeded(store, es, ops_settings):
     write_derived(store, rows)
     _landing_and_quarantine(store, ops_settings, rows)
     write_embeddings(store, rows)
-    index_rows(es, ops_settings.index_prefix, rows)
+    index_rows(es, ops_settings.elasticsearch.index_prefix, rows)
     write_turn_files(ops_settings.files, rows)
     return rows
 
 
 def _landing_and_quarantine(store, settings, rows: pl.DataFrame) -> None:
     raw = derived(rows)[RAW_TURN_EVENTS]
-    landing = Path(settings.landing)
+    landing = Path(settings.landing_uri)
     landing.mkdir(parents=True, exist_ok=True)
     lines = [
         json.dumps(
@@ -143,11 +143,11 @@ def test_erase_user_leaves_zero_rows_anywhere(store, es, ops_settings, seeded):
     assert store.read(ROLE_ROWS).height == 4
     assert store.read(QUARANTINED_EVENTS)["line_number"].to_list() == [2]
     for kind in (ROWS, TURNS):
-        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u1") == 0
-        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u2") == 4
+        assert _es_count(es, ops_settings.elasticsearch.index_prefix, kind, "user_id", "u1") == 0
+        assert _es_count(es, ops_settings.elasticsearch.index_prefix, kind, "user_id", "u2") == 4
     assert not (files / "acme/press/u1").exists()
     assert len(list((files / "acme/press/u2").rglob("*.txt"))) == 8
-    landing = Path(ops_settings.landing)
+    landing = Path(ops_settings.landing_uri)
     assert '"u1"' not in (landing / "events.jsonl").read_text()
     assert (landing / "events.jsonl").read_text().count('"u2"') == 4
     assert '"u1"' not in (landing / "bad.jsonl").read_text()
@@ -176,8 +176,12 @@ def test_erase_conversation_keeps_the_users_other_conversations(store, es, ops_s
     for table in CONTENT:
         assert _rows_for(store, table, "conversation_id", "c2") == 0, table
     assert store.read(ROLE_ROWS).filter(pl.col("user_id") == "u1").height == 4
-    assert _es_count(es, ops_settings.index_prefix, ROWS, "conversation_id", "c2") == 0
-    assert _es_count(es, ops_settings.index_prefix, ROWS, "conversation_id", "c1") == 4
+    assert (
+        _es_count(es, ops_settings.elasticsearch.index_prefix, ROWS, "conversation_id", "c2") == 0
+    )
+    assert (
+        _es_count(es, ops_settings.elasticsearch.index_prefix, ROWS, "conversation_id", "c1") == 4
+    )
     files = Path(ops_settings.files) / "acme/press/u1"
     assert not (files / "conv_c2").exists() and (files / "conv_c1").exists()
 
@@ -222,36 +226,36 @@ def test_interrupted_erase_is_finished_by_a_rerun(store, es, ops_settings, seede
         with pytest.raises(RuntimeError):
             erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
     assert _rows_for(store, ROLE_ROWS, "user_id", "u1") == 0
-    assert _es_count(es, ops_settings.index_prefix, ROWS, "user_id", "u1") == 7
+    assert _es_count(es, ops_settings.elasticsearch.index_prefix, ROWS, "user_id", "u1") == 7
 
     report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
     assert report.verified, report.message
-    assert _es_count(es, ops_settings.index_prefix, TURNS, "user_id", "u1") == 0
+    assert _es_count(es, ops_settings.elasticsearch.index_prefix, TURNS, "user_id", "u1") == 0
     assert not (Path(ops_settings.files) / "acme/press/u1").exists()
 
 
 def test_erase_with_elasticsearch_down_is_finished_by_the_sweep(store, es, ops_settings, seeded):
-    down = ops_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
+    down = ops_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
     report = erasure.erase(store, make_client(down), down, erasure.Scope("user_id", "u1"))
 
     assert report.status == "es_pending" and not report.verified
     assert "incomplete" in report.message
     for table in CONTENT:
         assert _rows_for(store, table, "user_id", "u1") == 0, table
-    assert _es_count(es, ops_settings.index_prefix, ROWS, "user_id", "u1") == 7
+    assert _es_count(es, ops_settings.elasticsearch.index_prefix, ROWS, "user_id", "u1") == 7
 
     sweep = retention.sweep(store, es, ops_settings)
     assert sweep.status == "ok"
     assert sweep.es_deleted == {ROWS: 7, TURNS: 7}
     for kind in (ROWS, TURNS):
-        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", "u1") == 0
+        assert _es_count(es, ops_settings.elasticsearch.index_prefix, kind, "user_id", "u1") == 0
 
 
 def test_cli_erase(store, es, ops_settings, seeded, monkeypatch):
     _register_all()
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.index_prefix)
-    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch_url)
+    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     runner = CliRunner()
 
     neither = runner.invoke(app, ["erase"])
@@ -270,7 +274,7 @@ def test_pipeline_user_erasure_leaves_nothing_in_any_table_file_or_index(store, 
     run_pipeline(store, es, ops_settings, {"a": (4, datetime.now(UTC))})
     user = store.read(ROLE_ROWS)["user_id"].sort()[0]
     other = store.read(ROLE_ROWS).filter(pl.col("user_id") != user).height
-    landing = Path(ops_settings.landing)
+    landing = Path(ops_settings.landing_uri)
     assert any(p.suffix == ".gz" for p in landing.rglob("*"))
     assert _landing_mentions(landing, user) > 0
 
@@ -281,7 +285,7 @@ def test_pipeline_user_erasure_leaves_nothing_in_any_table_file_or_index(store, 
         assert _rows_for(store, table, "user_id", user) == 0, table
     assert store.read(ROLE_ROWS).height == other > 0
     for kind in (ROWS, TURNS):
-        assert _es_count(es, ops_settings.index_prefix, kind, "user_id", user) == 0
+        assert _es_count(es, ops_settings.elasticsearch.index_prefix, kind, "user_id", user) == 0
     assert not list(Path(ops_settings.files).glob(f"*/*/{user}"))
     assert _landing_mentions(landing, user) == 0
     relanded = land(store, str(landing / "a"))

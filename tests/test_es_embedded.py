@@ -39,24 +39,26 @@ JAVA_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
 
 
 def node_settings(base: Settings, port: int, **extra) -> Settings:
-    """Settings for a second embedded node sharing the session's cache (and unpacked home)."""
-    values = {
-        "es_port": port,
-        "elasticsearch_url": f"http://127.0.0.1:{port}",
-        "es_heap": "512m",
-        "es_cache_dir": distribution.cache_root(base),
-        "es_version": base.es_version,
+    """Settings for a second embedded node sharing the session's cache (and unpacked home).
+
+    `extra` overrides fields of the node group (`settings.node`).
+    """
+    node = {
+        "port": port,
+        "heap": "512m",
+        "cache_dir": distribution.cache_root(base),
+        "version": base.node.version,
         **extra,
     }
-    return Settings(**values)
+    return Settings(elasticsearch={"url": f"http://127.0.0.1:{port}"}, node=node)
 
 
 def cli_env(settings: Settings) -> dict[str, str]:
     return {
-        "ELASTICSEARCH_URL": settings.elasticsearch_url,
-        "CTXDB_ES_PORT": str(settings.es_port),
-        "CTXDB_ES_HEAP": settings.es_heap,
-        "CTXDB_ES_CACHE_DIR": str(settings.es_cache_dir),
+        "ELASTICSEARCH_URL": settings.elasticsearch.url,
+        "CTXDB_ES_PORT": str(settings.node.port),
+        "CTXDB_ES_HEAP": settings.node.heap,
+        "CTXDB_ES_CACHE_DIR": str(settings.node.cache_dir),
     }
 
 
@@ -75,16 +77,16 @@ def test_lifecycle_start_idempotent_start_status_stop(second_node: Settings) -> 
     assert sorted(result.already_running for result in racing) == [False, True]
     assert len({result.pid for result in racing}) == 1
     first = next(result for result in racing if not result.already_running)
-    assert first.url == second_node.elasticsearch_url
+    assert first.url == second_node.elasticsearch.url
     assert check_cluster(second_node).startswith("9.")
 
     again = embedded.start(second_node)
     assert again.already_running and again.pid == first.pid
 
     status = cluster_status(second_node)
-    assert status.version == second_node.es_version
+    assert status.version == second_node.node.version
     assert status.health in {"green", "yellow"}
-    assert status.cluster_name == f"ctxdb-{second_node.es_port}"
+    assert status.cluster_name == f"ctxdb-{second_node.node.port}"
     assert 400 * 2**20 <= status.heap_max_bytes <= 600 * 2**20
 
     env = cli_env(second_node)
@@ -92,16 +94,16 @@ def test_lifecycle_start_idempotent_start_status_stop(second_node: Settings) -> 
     assert started.exit_code == 0 and "already running" in started.output
     shown = runner.invoke(app, ["es", "status"], env=env)
     assert shown.exit_code == 0
-    assert f"version: {second_node.es_version}" in shown.output
+    assert f"version: {second_node.node.version}" in shown.output
     assert f"pid {first.pid}" in shown.output
     logged = runner.invoke(app, ["es", "logs", "-n", "5"], env=env)
-    assert logged.exit_code == 0 and f"ctxdb-{second_node.es_port}" in logged.output
+    assert logged.exit_code == 0 and f"ctxdb-{second_node.node.port}" in logged.output
 
     stopped = runner.invoke(app, ["es", "stop"], env=env)
     assert stopped.exit_code == 0 and "stopped" in stopped.output
     assert embedded.running_pid(embedded.EmbeddedNode.from_settings(second_node)) is None
     assert not embedded.pid_alive(first.pid)
-    assert not embedded.port_busy(second_node.es_port)
+    assert not embedded.port_busy(second_node.node.port)
     assert embedded.stop(second_node) is False
     after = runner.invoke(app, ["es", "status"], env=env)
     assert after.exit_code == 1 and "not running" in after.output
@@ -117,13 +119,13 @@ def test_node_dying_at_start_up_reports_its_log(second_node: Settings) -> None:
 
 
 def test_slow_start_up_times_out_and_leaves_nothing_running(es_base_settings: Settings) -> None:
-    settings = node_settings(es_base_settings, free_port_pair(), es_start_timeout_s=2.0)
+    settings = node_settings(es_base_settings, free_port_pair(), start_timeout_s=2.0)
     node = embedded.EmbeddedNode.from_settings(settings)
     try:
         with pytest.raises(NodeStartError, match="did not start within 2 s"):
             embedded.start(settings)
         assert embedded.running_pid(node) is None
-        assert not embedded.port_busy(settings.es_port)
+        assert not embedded.port_busy(settings.node.port)
     finally:
         embedded.stop(settings)
         shutil.rmtree(node.instance, ignore_errors=True)
@@ -171,7 +173,9 @@ def old_jdk(tmp_path: Path) -> Path:
 
 def test_java_17_is_too_old(tmp_path: Path) -> None:
     jdk17 = old_jdk(tmp_path)
-    settings = Settings(es_java_home=jdk17, java_home=None, jvm_dir=tmp_path / "no-jvms")
+    settings = Settings(
+        node={"es_java_home": jdk17, "java_home": None, "jvm_dir": tmp_path / "no-jvms"}
+    )
     with pytest.raises(JavaNotFoundError) as failure:
         find_jdk(settings)
     assert f"{jdk17} (Java 17)" in str(failure.value)
@@ -180,7 +184,9 @@ def test_java_17_is_too_old(tmp_path: Path) -> None:
 
 def test_jdk_search_skips_old_explicit_home_and_picks_a_new_one(tmp_path: Path) -> None:
     jvms = Path("/usr/lib/jvm")
-    settings = Settings(es_java_home=old_jdk(tmp_path), java_home=None, jvm_dir=jvms)
+    settings = Settings(
+        node={"es_java_home": old_jdk(tmp_path), "java_home": None, "jvm_dir": jvms}
+    )
     jdk = find_jdk(settings)
     assert jdk.major >= 21
     assert os.access(jdk.home / "bin" / "java", os.X_OK)
@@ -194,7 +200,7 @@ def test_java_major(version: str, major: int) -> None:
 
 
 def test_corrupt_cached_zip_is_detected(tmp_path: Path) -> None:
-    settings = Settings(es_cache_dir=tmp_path, es_version="9.2.4")
+    settings = Settings(node={"cache_dir": tmp_path, "version": "9.2.4"})
     cached = distribution.zip_path(tmp_path, "9.2.4")
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"PK\x03\x04 truncated download")
@@ -206,10 +212,10 @@ def test_corrupt_cached_zip_is_detected(tmp_path: Path) -> None:
 def test_cli_start_with_corrupt_zip_exits_with_one_line(
     es_base_settings: Settings, tmp_path: Path
 ) -> None:
-    cached = distribution.zip_path(tmp_path, es_base_settings.es_version)
+    cached = distribution.zip_path(tmp_path, es_base_settings.node.version)
     cached.parent.mkdir(parents=True)
     cached.write_bytes(b"not a zip")
-    settings = node_settings(es_base_settings, free_port_pair(), es_cache_dir=tmp_path)
+    settings = node_settings(es_base_settings, free_port_pair(), cache_dir=tmp_path)
     result = runner.invoke(app, ["es", "start"], env=cli_env(settings))
     assert result.exit_code == 1
     assert result.output.startswith("error: ") and "is corrupt" in result.output
@@ -218,8 +224,8 @@ def test_cli_start_with_corrupt_zip_exits_with_one_line(
 
 def test_unpinned_version_needs_a_checksum() -> None:
     with pytest.raises(ChecksumError, match="CTXDB_ES_ZIP_SHA512"):
-        distribution.expected_sha512(Settings(es_version="9.9.9"))
-    pinned = Settings(es_version="9.9.9", es_zip_sha512="AB" * 64)
+        distribution.expected_sha512(Settings(node={"version": "9.9.9"}))
+    pinned = Settings(node={"version": "9.9.9", "zip_sha512": "AB" * 64})
     assert distribution.expected_sha512(pinned) == "ab" * 64
 
 
@@ -234,13 +240,13 @@ def test_verified_zip_unpacks_with_run_bits(es_base_settings: Settings, tmp_path
 
 
 def test_missing_mvn_is_a_clear_error(tmp_path: Path) -> None:
-    settings = Settings(es_cache_dir=tmp_path, es_mvn=str(tmp_path / "no-mvn"))
+    settings = Settings(node={"cache_dir": tmp_path, "mvn": str(tmp_path / "no-mvn")})
     with pytest.raises(MavenError, match="not found"):
         distribution.ensure_home(settings, tmp_path)
 
 
 def test_mvn_failure_is_reported(tmp_path: Path) -> None:
     """A version Maven Central does not have: mvn exits non-zero and its error is relayed."""
-    settings = Settings(es_cache_dir=tmp_path, es_version="0.0.1", es_zip_sha512="0" * 128)
+    settings = Settings(node={"cache_dir": tmp_path, "version": "0.0.1", "zip_sha512": "0" * 128})
     with pytest.raises(MavenError, match="mvn could not fetch"):
         distribution.ensure_home(settings, tmp_path)

@@ -106,14 +106,12 @@ def test_real_node_passes(es_base_settings: Settings) -> None:
 def test_unreachable_cluster() -> None:
     url = closed_port_url()
     with pytest.raises(ClusterUnreachableError, match=f"cannot reach Elasticsearch at {url}"):
-        check_cluster(Settings(elasticsearch_url=url))
+        check_cluster(Settings(elasticsearch={"url": url}))
 
 
 def test_wrong_credentials(secured_cluster: str) -> None:
     settings = Settings(
-        elasticsearch_url=secured_cluster,
-        elasticsearch_username="elastic",
-        elasticsearch_password="wrong",
+        elasticsearch={"url": secured_cluster, "username": "elastic", "password": "wrong"}
     )
     with pytest.raises(ClusterAuthError, match="rejected the credentials"):
         check_cluster(settings)
@@ -121,16 +119,16 @@ def test_wrong_credentials(secured_cluster: str) -> None:
 
 def test_wrong_major_version(old_cluster: str) -> None:
     with pytest.raises(ClusterVersionError, match="runs Elasticsearch 8.15.0"):
-        check_cluster(Settings(elasticsearch_url=old_cluster))
+        check_cluster(Settings(elasticsearch={"url": old_cluster}))
 
 
 def test_not_elasticsearch(not_elasticsearch: str) -> None:
     with pytest.raises(ClusterVersionError, match="is not an Elasticsearch cluster"):
-        check_cluster(Settings(elasticsearch_url=not_elasticsearch))
+        check_cluster(Settings(elasticsearch={"url": not_elasticsearch}))
 
 
 def test_cli_start_on_external_cluster_checks_it(es_base_settings: Settings) -> None:
-    env = {"ELASTICSEARCH_URL": es_base_settings.elasticsearch_url, "CTXDB_ES_PORT": "1"}
+    env = {"ELASTICSEARCH_URL": es_base_settings.elasticsearch.url, "CTXDB_ES_PORT": "1"}
     result = runner.invoke(app, ["es", "start"], env=env)
     assert result.exit_code == 0
     assert "(external)" in result.output and "Elasticsearch 9." in result.output

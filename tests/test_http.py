@@ -153,8 +153,8 @@ def test_pull_owner_only_and_no_traversal(http: TestClient, search_env: SearchEn
 
 def test_jwt_principal(search_env: SearchEnv) -> None:
     key = "jwt-test-key-0123456789-abcdefghij"
-    settings = search_env.settings.model_copy(
-        update={"auth_jwt_key": SecretStr(key), "auth_jwt_algorithms": ["HS256"]}
+    settings = search_env.settings.replace(
+        auth={"jwt_key": SecretStr(key), "jwt_algorithms": ["HS256"]}
     )
     client = TestClient(create_app(settings, search_env.client, load_model=False))
     token = jwt.encode(

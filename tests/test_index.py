@@ -24,7 +24,7 @@ MODEL = "all-MiniLM-L6-v2"
 
 
 def rows_alias(settings) -> str:
-    return alias_name(settings.index_prefix, ROWS)
+    return alias_name(settings.elasticsearch.index_prefix, ROWS)
 
 
 def has_vector(es, alias: str, doc_id: str) -> bool:
@@ -65,7 +65,9 @@ def test_sync_is_idempotent_incremental_and_deletes_removed_rows(
     assert third[TURNS].skipped
     assert es.count(index=rows_alias(es_settings))["count"] == 6
     assert bm25(es, rows_alias(es_settings), "brand new") == ["c1-r6"]
-    assert all(c.ok for c in count_mismatches(delta_store, es, es_settings.index_prefix))
+    assert all(
+        c.ok for c in count_mismatches(delta_store, es, es_settings.elasticsearch.index_prefix)
+    )
 
 
 def test_row_documents_carry_vectors_stems_and_trigrams(delta_store, embedder, es_settings):
@@ -97,7 +99,10 @@ def test_turn_documents_hold_payload_catalog_and_title(delta_store, es_settings)
     es = make_client(es_settings)
     turn_tables(delta_store, 2)
     sync_live(delta_store, es, es_settings, model_id=MODEL)
-    doc = es.get(index=alias_name(es_settings.index_prefix, TURNS), id=turn_doc_id("c1", "turn1"))
+    doc = es.get(
+        index=alias_name(es_settings.elasticsearch.index_prefix, TURNS),
+        id=turn_doc_id("c1", "turn1"),
+    )
     source = doc["_source"]
     assert source["payload"]["blocks"][1] == {"type": "assistant.completion", "text": "answer 1"}
     assert (source["ordinal"], source["title"], source["first_user_text"]) == (
@@ -146,7 +151,7 @@ def test_empty_long_and_control_character_texts(delta_store, embedder, es_settin
     assert has_vector(es, alias, "c1-r1")
     assert es.get(index=alias, id="c1-r2")["_source"]["text"] == "bell   null   esc  [0m tail"
     assert bm25(es, alias, "tail") == ["c1-r2"]
-    status = {s.kind: s for s in all_status(es, es_settings.index_prefix)}[ROWS]
+    status = {s.kind: s for s in all_status(es, es_settings.elasticsearch.index_prefix)}[ROWS]
     assert (status.with_vector, status.embeddable, status.coverage_pct) == (2, 2, 100.0)
 
 
@@ -183,7 +188,7 @@ def test_elasticsearch_down_fails_clearly_and_next_run_catches_up(
 ):
     write_rows(delta_store, role_rows(["row one", "row two"]))
     embed_role_rows(delta_store, embedder, batch_size=8)
-    down = es_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
+    down = es_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
     with pytest.raises(ElasticsearchUnavailable, match="127.0.0.1:9 is unreachable"):
         sync_live(delta_store, make_client(down), down, model_id=MODEL)
     es = make_client(es_settings)

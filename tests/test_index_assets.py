@@ -42,8 +42,8 @@ ASSETS = [
 @pytest.fixture
 def env(es_settings, monkeypatch):
     """Point the settings object (read by resources and the CLI) at the test node and prefix."""
-    monkeypatch.setenv("ELASTICSEARCH_URL", es_settings.elasticsearch_url)
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", es_settings.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", es_settings.elasticsearch.url)
+    monkeypatch.setenv("CTXDB_INDEX_PREFIX", es_settings.elasticsearch.index_prefix)
     monkeypatch.setenv("CTXDB_HOME", str(es_settings.home))
     return es_settings
 
@@ -51,7 +51,7 @@ def env(es_settings, monkeypatch):
 def resources(settings, model_name: str | None = None) -> dict:
     return {
         "delta": DeltaResource(root=settings.delta_uri),
-        "es": ElasticsearchResource(index_prefix=settings.index_prefix),
+        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
         "embedder": EmbedderResource(model_name=model_name, batch_size=8),
     }
 
@@ -86,7 +86,7 @@ def test_count_check_names_missing_documents(env, delta_store):
     write_rows(delta_store, role_rows(["one", "two"]))
     materialize(ASSETS, resources=resources(env))
     es = make_client(env)
-    es.delete(index=alias_name(env.index_prefix, ROWS), id="c1-r1", refresh=True)
+    es.delete(index=alias_name(env.elasticsearch.index_prefix, ROWS), id="c1-r1", refresh=True)
     result = materialize([search_index, doc_count_matches_delta], resources=resources(env))
     evaluation = result.get_asset_check_evaluations()[0]
     assert not evaluation.passed
@@ -101,7 +101,8 @@ def test_broken_model_assets_still_index_rows_for_bm25(env, delta_store, tmp_pat
     assert meta["pending"].value == 1
     assert checks(result)["embedding_coverage"] is False
     hits = make_client(env).search(
-        index=alias_name(env.index_prefix, ROWS), query={"match": {"text": "sheet_name"}}
+        index=alias_name(env.elasticsearch.index_prefix, ROWS),
+        query={"match": {"text": "sheet_name"}},
     )["hits"]["hits"]
     assert [h["_id"] for h in hits] == ["c1-r0"]
 
@@ -121,8 +122,8 @@ def test_reindex_job_and_index_cli(env, delta_store):
     )
     assert run.success
     assert run.output_for_node("drop_retired_indices") == [
-        f"{env.index_prefix}-rows-v1",
-        f"{env.index_prefix}-turns-v1",
+        f"{env.elasticsearch.index_prefix}-rows-v1",
+        f"{env.elasticsearch.index_prefix}-turns-v1",
     ]
 
     _register_all()
@@ -133,10 +134,17 @@ def test_reindex_job_and_index_cli(env, delta_store):
     assert (status["rows"]["version"], status["rows"]["docs"]) == (2, 3)
     assert status["rows"]["coverage_pct"] == 100.0 and status["turns"]["docs"] == 1
     table = runner.invoke(app, ["index", "status"])
-    assert f"{env.index_prefix}-rows-v2" in table.output and "3/3 100.0%" in table.output
+    assert (
+        f"{env.elasticsearch.index_prefix}-rows-v2" in table.output and "3/3 100.0%" in table.output
+    )
 
     delta_store.delete(ROLE_ROWS, "row_id = 'c1-r0'")
     out = runner.invoke(app, ["index", "reindex", "--grace", "0"])
     assert out.exit_code == 0, out.output
-    assert f"{env.index_prefix}-rows-v2 -> {env.index_prefix}-rows-v3" in out.output
-    assert make_client(env).count(index=alias_name(env.index_prefix, ROWS))["count"] == 2
+    assert (
+        f"{env.elasticsearch.index_prefix}-rows-v2 -> {env.elasticsearch.index_prefix}-rows-v3"
+        in out.output
+    )
+    assert (
+        make_client(env).count(index=alias_name(env.elasticsearch.index_prefix, ROWS))["count"] == 2
+    )

@@ -37,12 +37,14 @@ def test_live_mapping_on_the_node_matches_the_documentation(es_settings):
     es = make_client(es_settings)
     docs = documented_bodies()
     for kind in (ROWS, TURNS):
-        name = ensure_index(es, es_settings.index_prefix, kind, dims=384, model_id="m")
+        name = ensure_index(
+            es, es_settings.elasticsearch.index_prefix, kind, dims=384, model_id="m"
+        )
         live = es.indices.get(index=name)[name]
         assert live["mappings"]["properties"] == docs[kind]["mappings"]["properties"]
         assert live["mappings"]["dynamic"] == docs[kind]["mappings"]["dynamic"]
         assert live["mappings"]["_meta"]["kind"] == kind
         assert live["settings"]["index"]["number_of_shards"] == "1"
         assert live["aliases"] == {
-            alias_name(es_settings.index_prefix, kind): {"is_write_index": True}
+            alias_name(es_settings.elasticsearch.index_prefix, kind): {"is_write_index": True}
         }

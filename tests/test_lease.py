@@ -43,53 +43,59 @@ def holder(es, prefix: str) -> dict | None:
 
 def test_a_second_holder_is_refused_until_the_first_releases(es, settings) -> None:
     other = make_client(settings)
-    with writer_lease(es, settings.index_prefix, "reindex", ttl_s=30) as lease:
-        assert holder(es, settings.index_prefix)["owner"] == owner_id()
+    with writer_lease(es, settings.elasticsearch.index_prefix, "reindex", ttl_s=30) as lease:
+        assert holder(es, settings.elasticsearch.index_prefix)["owner"] == owner_id()
         with pytest.raises(LeaseHeld, match="reindex .* holds the writer lease"):
-            acquire(other, settings.index_prefix, "retention", ttl_s=30)
-        with writer_lease(es, settings.index_prefix, "index sync", ttl_s=30) as inner:
+            acquire(other, settings.elasticsearch.index_prefix, "retention", ttl_s=30)
+        with writer_lease(es, settings.elasticsearch.index_prefix, "index sync", ttl_s=30) as inner:
             assert inner is lease  # re-entrant within one holder
-        assert holder(es, settings.index_prefix) is not None  # the inner exit kept it
-    assert holder(es, settings.index_prefix) is None
-    release(acquire(other, settings.index_prefix, "retention", ttl_s=30))
+        assert holder(es, settings.elasticsearch.index_prefix) is not None  # the inner exit kept it
+    assert holder(es, settings.elasticsearch.index_prefix) is None
+    release(acquire(other, settings.elasticsearch.index_prefix, "retention", ttl_s=30))
 
 
 def test_a_waiting_writer_gets_the_lease_when_the_holder_finishes(es, settings) -> None:
     other = make_client(settings)
-    busy = acquire(other, settings.index_prefix, "reindex", ttl_s=30)
+    busy = acquire(other, settings.elasticsearch.index_prefix, "reindex", ttl_s=30)
     threading.Timer(1.0, release, args=(busy,)).start()
     started = time.monotonic()
-    with writer_lease(es, settings.index_prefix, "retention", ttl_s=30, wait_s=30) as lease:
+    with writer_lease(
+        es, settings.elasticsearch.index_prefix, "retention", ttl_s=30, wait_s=30
+    ) as lease:
         assert lease.operation == "retention"
         assert time.monotonic() - started >= 1.0
-    busy = acquire(other, settings.index_prefix, "reindex", ttl_s=30)
+    busy = acquire(other, settings.elasticsearch.index_prefix, "reindex", ttl_s=30)
     with pytest.raises(LeaseHeld):
-        with writer_lease(es, settings.index_prefix, "retention", ttl_s=30, wait_s=0.5):
+        with writer_lease(
+            es, settings.elasticsearch.index_prefix, "retention", ttl_s=30, wait_s=0.5
+        ):
             pass
     release(busy)
 
 
 def test_the_heartbeat_keeps_a_short_lease_alive(es, settings) -> None:
     other = make_client(settings)
-    with writer_lease(es, settings.index_prefix, "reindex", ttl_s=0.6):
+    with writer_lease(es, settings.elasticsearch.index_prefix, "reindex", ttl_s=0.6):
         time.sleep(1.5)  # more than twice the ttl: only renewals keep it
         with pytest.raises(LeaseHeld):
-            acquire(other, settings.index_prefix, "retention", ttl_s=30)
+            acquire(other, settings.elasticsearch.index_prefix, "retention", ttl_s=30)
 
 
 def test_an_expired_lease_is_taken_over_and_its_holder_notices(es, settings) -> None:
-    crashed = acquire(es, settings.index_prefix, "reindex", ttl_s=0.3)  # never renewed
+    crashed = acquire(
+        es, settings.elasticsearch.index_prefix, "reindex", ttl_s=0.3
+    )  # never renewed
     time.sleep(0.6)
     other = make_client(settings)
-    taker = acquire(other, settings.index_prefix, "retention", ttl_s=30)
-    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    taker = acquire(other, settings.elasticsearch.index_prefix, "retention", ttl_s=30)
+    assert holder(es, settings.elasticsearch.index_prefix)["operation"] == "retention"
     crashed.renew()
     with pytest.raises(LeaseLost):
         crashed.check()
     release(crashed)  # not ours any more: left alone
-    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    assert holder(es, settings.elasticsearch.index_prefix)["operation"] == "retention"
     release(taker)
-    assert holder(es, settings.index_prefix) is None
+    assert holder(es, settings.elasticsearch.index_prefix) is None
 
 
 @pytest.fixture
@@ -99,7 +105,7 @@ def live(delta_store, embedder, settings, es) -> str:
     turn_tables(delta_store, 1)
     embed_role_rows(delta_store, embedder, batch_size=8)
     sync_live(delta_store, es, settings, model_id=MODEL)
-    return alias_target(es, alias_name(settings.index_prefix, ROWS))
+    return alias_target(es, alias_name(settings.elasticsearch.index_prefix, ROWS))
 
 
 @pytest.mark.model
@@ -107,15 +113,15 @@ def test_writers_elsewhere_block_reindex_sync_and_sweep(
     delta_store, embedder, settings, es, live
 ) -> None:
     other = make_client(settings)
-    elsewhere = acquire(other, settings.index_prefix, "erase", ttl_s=30)
+    elsewhere = acquire(other, settings.elasticsearch.index_prefix, "erase", ttl_s=30)
     with pytest.raises(LeaseHeld, match="erase"):
         reindex(delta_store, es, settings, embedder)
     with pytest.raises(LeaseHeld):
         sync_live(delta_store, es, settings, model_id=MODEL)
     with pytest.raises(LeaseHeld):
         sweep(delta_store, es, settings)
-    assert alias_target(es, alias_name(settings.index_prefix, ROWS)) == live
-    assert sorted(versions(es, settings.index_prefix, ROWS)) == [1]
+    assert alias_target(es, alias_name(settings.elasticsearch.index_prefix, ROWS)) == live
+    assert sorted(versions(es, settings.elasticsearch.index_prefix, ROWS)) == [1]
     release(elsewhere)
     assert reindex(delta_store, es, settings, embedder).swaps
 
@@ -124,12 +130,12 @@ def test_writers_elsewhere_block_reindex_sync_and_sweep(
 def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
     delta_store, embedder, settings, es, live
 ) -> None:
-    short = settings.model_copy(update={"writer_lease_ttl_s": 0.3})
+    short = settings.replace(elasticsearch={"writer_lease_ttl_s": 0.3})
     other = make_client(settings)
 
     def steal(_builds: dict[str, str]) -> None:
         other.index(
-            index=lease_index(settings.index_prefix),
+            index=lease_index(settings.elasticsearch.index_prefix),
             id="writer",
             document={
                 "owner": "elsewhere:1",
@@ -143,18 +149,20 @@ def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
 
     with pytest.raises(LeaseLost):
         reindex(delta_store, es, short, embedder, before_swap=steal)
-    assert alias_target(es, alias_name(settings.index_prefix, ROWS)) == live
-    assert sorted(versions(es, settings.index_prefix, ROWS)) == [1]
-    assert holder(es, settings.index_prefix)["owner"] == "elsewhere:1"
+    assert alias_target(es, alias_name(settings.elasticsearch.index_prefix, ROWS)) == live
+    assert sorted(versions(es, settings.elasticsearch.index_prefix, ROWS)) == [1]
+    assert holder(es, settings.elasticsearch.index_prefix)["owner"] == "elsewhere:1"
 
 
 def test_the_cli_names_the_holder_and_exits_2(es, settings, tmp_path) -> None:
-    elsewhere = acquire(make_client(settings), settings.index_prefix, "reindex", ttl_s=30)
+    elsewhere = acquire(
+        make_client(settings), settings.elasticsearch.index_prefix, "reindex", ttl_s=30
+    )
     env = {
         **os.environ,
         "CTXDB_HOME": str(tmp_path),
-        "CTXDB_INDEX_PREFIX": settings.index_prefix,
-        "ELASTICSEARCH_URL": settings.elasticsearch_url,
+        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "ELASTICSEARCH_URL": settings.elasticsearch.url,
     }
     done = subprocess.run(
         [str(Path(sys.executable).parent / "ctxdb"), "retention", "run"],
@@ -172,11 +180,11 @@ def test_the_cli_names_the_holder_and_exits_2(es, settings, tmp_path) -> None:
 
 
 def test_releasing_when_elasticsearch_is_gone_leaves_the_lease_to_expire(es, settings) -> None:
-    lease = acquire(es, settings.index_prefix, "retention", ttl_s=30)
-    gone = settings.model_copy(update={"elasticsearch_url": f"http://127.0.0.1:{free_port_pair()}"})
+    lease = acquire(es, settings.elasticsearch.index_prefix, "retention", ttl_s=30)
+    gone = settings.replace(elasticsearch={"url": f"http://127.0.0.1:{free_port_pair()}"})
     lease.es = make_client(gone)
     release(lease)  # logs a warning instead of failing the operation it ends
-    assert holder(es, settings.index_prefix)["operation"] == "retention"
+    assert holder(es, settings.elasticsearch.index_prefix)["operation"] == "retention"
     lease.es = es
     release(lease)
-    assert holder(es, settings.index_prefix) is None
+    assert holder(es, settings.elasticsearch.index_prefix) is None

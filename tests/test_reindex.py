@@ -28,7 +28,10 @@ def seed(delta_store, embedder, settings, es, n: int = 8) -> None:
 
 
 def targets(es, settings) -> dict[str, str | None]:
-    return {k: alias_target(es, alias_name(settings.index_prefix, k)) for k in (ROWS, TURNS)}
+    return {
+        k: alias_target(es, alias_name(settings.elasticsearch.index_prefix, k))
+        for k in (ROWS, TURNS)
+    }
 
 
 def test_reindex_reuses_cached_embeddings_swaps_and_drops_old(delta_store, embedder, es_settings):
@@ -37,28 +40,30 @@ def test_reindex_reuses_cached_embeddings_swaps_and_drops_old(delta_store, embed
     report = reindex(delta_store, es, es_settings, embedder, min_coverage_pct=100)
     assert report.embed.embedded == 0
     assert targets(es, es_settings) == {
-        ROWS: f"{es_settings.index_prefix}-rows-v2",
-        TURNS: f"{es_settings.index_prefix}-turns-v2",
+        ROWS: f"{es_settings.elasticsearch.index_prefix}-rows-v2",
+        TURNS: f"{es_settings.elasticsearch.index_prefix}-turns-v2",
     }
     assert (report.builds[ROWS].docs, report.builds[ROWS].vectors) == (8, 8)
-    rows_alias = alias_name(es_settings.index_prefix, ROWS)
+    rows_alias = alias_name(es_settings.elasticsearch.index_prefix, ROWS)
     assert es.count(index=rows_alias)["count"] == 8
     aliases = es.indices.get_alias(name=rows_alias).body
     assert aliases == {
-        f"{es_settings.index_prefix}-rows-v2": {"aliases": {rows_alias: {"is_write_index": True}}}
+        f"{es_settings.elasticsearch.index_prefix}-rows-v2": {
+            "aliases": {rows_alias: {"is_write_index": True}}
+        }
     }
-    assert sorted(versions(es, es_settings.index_prefix, ROWS)) == [1, 2]
+    assert sorted(versions(es, es_settings.elasticsearch.index_prefix, ROWS)) == [1, 2]
     assert drop_after_grace(es, es_settings, grace_s=0) == [
-        f"{es_settings.index_prefix}-rows-v1",
-        f"{es_settings.index_prefix}-turns-v1",
+        f"{es_settings.elasticsearch.index_prefix}-rows-v1",
+        f"{es_settings.elasticsearch.index_prefix}-turns-v1",
     ]
-    assert sorted(versions(es, es_settings.index_prefix, ROWS)) == [2]
+    assert sorted(versions(es, es_settings.elasticsearch.index_prefix, ROWS)) == [2]
     # the live sync continues on the new index from the versions the build recorded
     write_rows(delta_store, role_rows(["one more answer"], start=8))
     embed_role_rows(delta_store, embedder, batch_size=8)
     live = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}
     assert (live[ROWS].index, live[ROWS].indexed, live[ROWS].full) == (
-        f"{es_settings.index_prefix}-rows-v2",
+        f"{es_settings.elasticsearch.index_prefix}-rows-v2",
         1,
         False,
     )
@@ -69,7 +74,7 @@ def test_retired_index_kept_during_grace(delta_store, embedder, es_settings):
     seed(delta_store, embedder, es_settings, es, n=2)
     reindex(delta_store, es, es_settings, embedder)
     assert drop_after_grace(es, es_settings, grace_s=3600, wait=False) == []
-    retired = f"{es_settings.index_prefix}-rows-v1"
+    retired = f"{es_settings.elasticsearch.index_prefix}-rows-v1"
     assert "retired_at" in index_meta(es, retired)
     sync_live(delta_store, es, es_settings, model_id=MODEL)  # grace from settings: 60 s
     assert es.indices.exists(index=retired)
@@ -97,7 +102,7 @@ def test_failed_reindex_leaves_aliases_untouched(delta_store, embedder, es_setti
     with pytest.raises(RuntimeError, match="power cut"):
         reindex(delta_store, es, es_settings, embedder, before_swap=crash)
     assert targets(es, es_settings) == before
-    assert sorted(versions(es, es_settings.index_prefix, ROWS)) == [1]
+    assert sorted(versions(es, es_settings.elasticsearch.index_prefix, ROWS)) == [1]
     with pytest.raises(ReindexFailed, match="coverage"):
         broken = SentenceTransformerEmbedder(batch_size=8, model_id="never-embedded")
         broken.model_name = "/nonexistent/model"
@@ -110,7 +115,7 @@ def test_interrupted_reindex_recovers(delta_store, embedder, es_settings):
     builds v2 afresh from Delta (the stale half-written document is gone)."""
     es = make_client(es_settings)
     seed(delta_store, embedder, es_settings, es, n=5)
-    prefix = es_settings.index_prefix
+    prefix = es_settings.elasticsearch.index_prefix
     abandoned = create_index(es, prefix, ROWS, 2, dims=384, model_id=MODEL, bulk_load=True)
     es.index(index=abandoned, id="half-written", document={"row_id": "half-written"})
     report = reindex(delta_store, es, es_settings, embedder)
@@ -123,7 +128,7 @@ def test_interrupted_reindex_recovers(delta_store, embedder, es_settings):
 def test_searches_during_reindex_keep_answering(delta_store, embedder, es_settings):
     es = make_client(es_settings)
     seed(delta_store, embedder, es_settings, es, n=40)
-    rows_alias = alias_name(es_settings.index_prefix, ROWS)
+    rows_alias = alias_name(es_settings.elasticsearch.index_prefix, ROWS)
     stop, answered, results, errors = threading.Event(), threading.Event(), [], []
 
     def search_loop() -> None:

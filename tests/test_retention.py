@@ -55,19 +55,21 @@ pytestmark = pytest.mark.es
 def _seed(store, es, settings, n=20, expired=5):
     rows = role_rows(n, expired=expired)
     write_derived(store, rows)
-    index_rows(es, settings.index_prefix, rows)
+    index_rows(es, settings.elasticsearch.index_prefix, rows)
     files = write_turn_files(settings.files, rows)
     return rows, files
 
 
 def test_ttl_policy_most_specific_rule_wins():
     settings = Settings(
-        retention_days=365,
-        retention_rules=[
-            RetentionRule(tenant="acme", days=30),
-            RetentionRule(tenant="acme", role="assistant", days=7),
-            RetentionRule(app="press", days=90),
-        ],
+        retention={
+            "days": 365,
+            "rules": [
+                RetentionRule(tenant="acme", days=30),
+                RetentionRule(tenant="acme", role="assistant", days=7),
+                RetentionRule(app="press", days=90),
+            ],
+        }
     )
     ts = datetime(2026, 1, 1, tzinfo=UTC)
     frame = pl.DataFrame(
@@ -103,10 +105,10 @@ def test_sweep_purges_delta_es_files_and_reports(store, es, ops_settings):
     remaining = store.read(ROLE_ROWS)
     assert remaining.height == 15 and not expired_ids & set(remaining["row_id"])
     assert store.read(ROW_EMBEDDINGS).height == 15
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(remaining["row_id"])
-    assert len(es_ids(es, ops_settings.index_prefix, TURNS)) == 15
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(remaining["row_id"])
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, TURNS)) == 15
     hits = es.search(
-        index=alias_name(ops_settings.index_prefix, ROWS),
+        index=alias_name(ops_settings.elasticsearch.index_prefix, ROWS),
         query={"terms": {"row_id": sorted(expired_ids)}},
     )
     assert hits["hits"]["total"]["value"] == 0
@@ -140,7 +142,7 @@ def test_dry_run_changes_nothing(store, es, ops_settings):
     assert report.deleted_rows[ROLE_ROWS] == 5
     assert report.es_deleted == {ROWS: 5, TURNS: 5}
     assert store.read(ROLE_ROWS).height == 20
-    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 20
     assert all(p.exists() for p in files)
 
 
@@ -148,11 +150,11 @@ def test_es_straggler_is_removed(store, es, ops_settings):
     """A document indexed after its Delta row was purged (a racing indexer) goes next sweep."""
     rows, _ = _seed(store, es, ops_settings)
     retention.sweep(store, es, ops_settings)
-    index_rows(es, ops_settings.index_prefix, rows.head(2))
-    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 17
+    index_rows(es, ops_settings.elasticsearch.index_prefix, rows.head(2))
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 17
     report = retention.sweep(store, es, ops_settings)
     assert report.es_deleted[ROWS] == 2
-    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 15
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 15
 
 
 def test_interrupted_sweep_is_finished_by_the_next_run(store, es, ops_settings, monkeypatch):
@@ -170,20 +172,22 @@ def test_interrupted_sweep_is_finished_by_the_next_run(store, es, ops_settings, 
 
     assert store.read(ROLE_ROWS).height == 15
     assert store.read(RETENTION_PENDING).height == 15  # 5 rows + 5 turns + 5 file paths
-    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 20
 
     report = retention.sweep(store, es, ops_settings)
     assert report.status == "ok"
     assert report.deleted_rows[ROLE_ROWS] == 0
     assert report.es_deleted == {ROWS: 5, TURNS: 5}
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
+        store.read(ROLE_ROWS)["row_id"]
+    )
     assert not any(p.exists() for p in files[:10])
     assert store.read(RETENTION_PENDING).height == 0
 
 
 def test_elasticsearch_down_leaves_ids_pending_until_next_run(store, es, ops_settings):
     _, files = _seed(store, es, ops_settings)
-    down = ops_settings.model_copy(update={"elasticsearch_url": "http://127.0.0.1:9"})
+    down = ops_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
 
     report = retention.sweep(store, make_client(down), down)
 
@@ -192,14 +196,16 @@ def test_elasticsearch_down_leaves_ids_pending_until_next_run(store, es, ops_set
     assert report.error
     assert store.read(ROLE_ROWS).height == 15
     assert not any(p.exists() for p in files[:10])
-    assert len(es_ids(es, ops_settings.index_prefix, ROWS)) == 20
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 20
     saved = store.read(RETENTION_REPORT).row(0, named=True)
     assert saved["status"] == "es_pending" and saved["es_pending"] == 10
 
     again = retention.sweep(store, es, ops_settings)
     assert again.status == "ok" and again.es_pending == 0
     assert again.es_deleted == {ROWS: 5, TURNS: 5}
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
+        store.read(ROLE_ROWS)["row_id"]
+    )
 
 
 def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):
@@ -207,7 +213,7 @@ def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):
     rows, _ = _seed(store, es, ops_settings)
     retention.record_pending(store, "old-run", {ROWS: [rows["row_id"][10]], TURNS: []})
     retention.sweep(store, es, ops_settings)
-    assert rows["row_id"][10] in es_ids(es, ops_settings.index_prefix, ROWS)
+    assert rows["row_id"][10] in es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)
     assert store.read(RETENTION_PENDING).height == 0
 
 
@@ -215,8 +221,8 @@ def test_cli_retention_run(store, es, ops_settings, monkeypatch):
     _seed(store, es, ops_settings)
     _register_all()
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.index_prefix)
-    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch_url)
+    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     runner = CliRunner()
 
     dry = runner.invoke(app, ["retention", "run", "--dry-run"])
@@ -251,7 +257,7 @@ def test_pipeline_rows_past_ttl_are_gone_from_delta_es_search_pull_and_catalog(
 ):
     rows, old = pipeline_data
     old_convs = old["conversation_id"].unique().to_list()
-    assert _raw_es_hits(es, ops_settings.index_prefix, old_convs) == old.height
+    assert _raw_es_hits(es, ops_settings.elasticsearch.index_prefix, old_convs) == old.height
     old_files = [
         p
         for p in Path(ops_settings.files).rglob("*")
@@ -266,7 +272,7 @@ def test_pipeline_rows_past_ttl_are_gone_from_delta_es_search_pull_and_catalog(
         left = store.read(table).filter(pl.col("conversation_id").is_in(old_convs))
         assert left.is_empty(), table
     assert store.read(ROLE_ROWS).height == rows.height - old.height
-    assert _raw_es_hits(es, ops_settings.index_prefix, old_convs) == 0
+    assert _raw_es_hits(es, ops_settings.elasticsearch.index_prefix, old_convs) == 0
     assert old_files and not any(p.exists() for p in old_files)
 
     service = SearchService(ops_settings, es)
@@ -290,7 +296,7 @@ def test_indexer_racing_the_sweep_cannot_resurrect_documents(store, es, ops_sett
     run_pipeline(store, es, ops_settings, {"old": (1, now - timedelta(days=400)), "new": (2, now)})
     expired_ids = set(store.read(ROLE_ROWS).filter(pl.col("expires_at") <= now)["row_id"])
     before_sweep = current_versions(store, SOURCES[ROWS].tables)
-    index = alias_target(es, alias_name(ops_settings.index_prefix, ROWS))
+    index = alias_target(es, alias_name(ops_settings.elasticsearch.index_prefix, ROWS))
 
     def racing_indexer_write() -> None:
         store.delete(INDEX_STATE, "kind = 'rows'")
@@ -299,20 +305,20 @@ def test_indexer_racing_the_sweep_cannot_resurrect_documents(store, es, ops_sett
             es,
             SOURCES[ROWS],
             index,
-            model_id=ops_settings.embedding_model,
+            model_id=ops_settings.embedding.model,
             versions=before_sweep,
         )
-        assert expired_ids <= es_ids(es, ops_settings.index_prefix, ROWS)
+        assert expired_ids <= es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)
 
     retention.sweep(store, es, ops_settings, vacuum_hours=168)
     live = set(store.read(ROLE_ROWS)["row_id"])
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == live
 
     racing_indexer_write()
-    sync_live(store, es, ops_settings, model_id=ops_settings.embedding_model)
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
+    sync_live(store, es, ops_settings, model_id=ops_settings.embedding.model)
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == live
 
     racing_indexer_write()
     report = retention.sweep(store, es, ops_settings, vacuum_hours=168)
     assert report.es_deleted[ROWS] == len(expired_ids)
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == live
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == live

@@ -44,10 +44,10 @@ from resources.elasticsearch import ElasticsearchResource
 def resources(ops_settings, monkeypatch):
     """Real resources over the test's Delta root and index prefix (files root via the env)."""
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch_url)
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     return {
         "delta": DeltaResource(root=ops_settings.delta_uri),
-        "es": ElasticsearchResource(index_prefix=ops_settings.index_prefix),
+        "es": ElasticsearchResource(index_prefix=ops_settings.elasticsearch.index_prefix),
     }
 
 
@@ -87,14 +87,16 @@ def test_compaction_schedule_keys_runs_by_iso_week():
 def test_scheduled_retention_run_purges_expired_rows(store, es, ops_settings, resources):
     rows = role_rows(10, expired=3)
     write_derived(store, rows)
-    index_rows(es, ops_settings.index_prefix, rows)
+    index_rows(es, ops_settings.elasticsearch.index_prefix, rows)
     request = retention_daily(build_schedule_context(scheduled_execution_time=datetime.now(UTC)))
 
     result = retention_job.execute_in_process(run_config=request.run_config, resources=resources)
 
     assert result.success
     assert store.read(ROLE_ROWS).height == 7
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
+        store.read(ROLE_ROWS)["row_id"]
+    )
     metadata = _output_metadata(result)
     assert metadata["status"].value == "ok"
     assert store.read(RETENTION_REPORT).height == 1
@@ -104,7 +106,7 @@ def test_scheduled_retention_run_purges_expired_rows(store, es, ops_settings, re
 def test_erase_job_needs_explicit_config_then_erases(store, es, ops_settings, resources):
     rows = role_rows(4, user="u1")
     write_derived(store, rows)
-    index_rows(es, ops_settings.index_prefix, rows)
+    index_rows(es, ops_settings.elasticsearch.index_prefix, rows)
 
     refused = erase_job.execute_in_process(resources=resources, raise_on_error=False)
     assert not refused.success
@@ -119,7 +121,7 @@ def test_erase_job_needs_explicit_config_then_erases(store, es, ops_settings, re
     done = erase_job.execute_in_process(run_config=config, resources=resources)
     assert done.success
     assert store.read(ROLE_ROWS).height == 0
-    assert es_ids(es, ops_settings.index_prefix, ROWS) == set()
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set()
 
     unknown = {"ops": {"erase_data": {"config": {"user_id": "ghost"}}}}
     assert erase_job.execute_in_process(run_config=unknown, resources=resources).success

@@ -110,7 +110,7 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     }
     new = lifted["c-zebra-new"].explain
     assert new.recency > lifted["c-zebra-old"].explain.recency
-    w_rec = search_env.settings.search_weight_recency
+    w_rec = search_env.settings.search.weight_recency
     assert lifted["c-zebra-new"].score == pytest.approx(
         scores["c-zebra-new"] * (1 + w_rec * new.recency)
     )
@@ -211,14 +211,16 @@ def test_degraded_semantic_arm_other_arms_answer(search_env: SearchEnv) -> None:
 def test_unreachable_elasticsearch_is_a_clear_error(search_env: SearchEnv) -> None:
     from ctxdb.index.client import make_client
 
-    settings = Settings(elasticsearch_url="http://127.0.0.1:1", elasticsearch_request_timeout=2)
+    settings = Settings(elasticsearch={"url": "http://127.0.0.1:1", "request_timeout": 2})
     service = SearchService(settings, make_client(settings), None)
     with pytest.raises(SearchUnavailable, match="unreachable at http://127.0.0.1:1"):
         service.search(search_env.alice, SearchRequest(query="openpyxl"))
 
 
 def test_missing_index_is_a_clear_error(search_env: SearchEnv) -> None:
-    settings = search_env.settings.model_copy(update={"index_prefix": "t-search-no-such-prefix"})
+    settings = search_env.settings.replace(
+        elasticsearch={"index_prefix": "t-search-no-such-prefix"}
+    )
     with pytest.raises(SearchUnavailable, match="run the indexing pipeline"):
         SearchService(settings, search_env.client, None).search(
             search_env.alice, SearchRequest(query="openpyxl")
@@ -234,7 +236,7 @@ def test_long_query_is_cut_with_a_warning(search_env: SearchEnv) -> None:
     response = search_env.service.search(
         search_env.alice, SearchRequest(query="openpyxl " + "x" * 500)
     )
-    assert len(response.query) == search_env.settings.search_query_max_chars
+    assert len(response.query) == search_env.settings.search.query_max_chars
     assert any(w.startswith("query_truncated") for w in response.warnings)
 
 

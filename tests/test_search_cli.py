@@ -28,8 +28,8 @@ def cli(env: SearchEnv, *args: str, token: str | None = None):
     s = env.settings
     environ = {
         "CTXDB_HOME": str(s.home),
-        "CTXDB_INDEX_PREFIX": s.index_prefix,
-        "ELASTICSEARCH_URL": s.elasticsearch_url,
+        "CTXDB_INDEX_PREFIX": s.elasticsearch.index_prefix,
+        "ELASTICSEARCH_URL": s.elasticsearch.url,
         "CTXDB_TOKEN": token or "",
     }
     return runner.invoke(app, list(args), env=environ)

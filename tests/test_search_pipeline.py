@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
 def test_pipeline_built_memory_is_searchable_and_reloadable(settings, query_embedder) -> None:
     generated = generate_events(users=2, conversations=10, seed=11)
-    write_sample(generated, Path(settings.landing), files_root=Path(settings.files))
+    write_sample(generated, Path(settings.landing_uri), files_root=Path(settings.files))
     store = DeltaStore(settings.delta_uri)
-    land(store, settings.landing)
+    land(store, settings.landing_uri)
     derive(store, settings)
     embed_role_rows(store, query_embedder.embedder, batch_size=32)
     client = make_client(settings)

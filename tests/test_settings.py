@@ -3,15 +3,102 @@
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import certifi
 import pytest
+from pydantic import SecretStr
 
 from ctxdb.index.client import make_client
-from ctxdb.settings import Settings, get_settings
+from ctxdb.settings import (
+    RetentionRule,
+    Settings,
+    clear_settings_cache,
+    environment_names,
+    get_settings,
+)
 
 EXTERNAL = "https://search.example.com:9243"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+
+# Every documented variable: (its group or None at the top level, field, value set, value read).
+ENVIRONMENT = {
+    "CTXDB_HOME": (None, "home", "/srv/ctxdb", Path("/srv/ctxdb")),
+    "CTXDB_DELTA_ROOT": (None, "delta_root", "s3://bucket/delta", "s3://bucket/delta"),
+    "CTXDB_DELTA_STORAGE_OPTIONS": (
+        None,
+        "delta_storage_options",
+        '{"AWS_REGION": "eu-west-1"}',
+        {"AWS_REGION": "eu-west-1"},
+    ),
+    "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
+    "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
+    "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),
+    "ELASTICSEARCH_USERNAME": ("elasticsearch", "username", "elastic", "elastic"),
+    "ELASTICSEARCH_PASSWORD": ("elasticsearch", "password", "pw", "pw"),
+    "ELASTICSEARCH_CA_CERTS": ("elasticsearch", "ca_certs", "/etc/ca.pem", "/etc/ca.pem"),
+    "CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT": ("elasticsearch", "request_timeout", "12.5", 12.5),
+    "CTXDB_INDEX_PREFIX": ("elasticsearch", "index_prefix", "acme", "acme"),
+    "CTXDB_INDEX_CHUNK_SIZE": ("elasticsearch", "chunk_size", "250", 250),
+    "CTXDB_INDEX_BULK_THREADS": ("elasticsearch", "bulk_threads", "3", 3),
+    "CTXDB_REINDEX_GRACE_S": ("elasticsearch", "reindex_grace_s", "5", 5.0),
+    "CTXDB_WRITER_LEASE_TTL_S": ("elasticsearch", "writer_lease_ttl_s", "30", 30.0),
+    "CTXDB_WRITER_LEASE_WAIT_S": ("elasticsearch", "writer_lease_wait_s", "900", 900.0),
+    "CTXDB_LANDING_URI": ("landing", "uri", "/srv/landing", "/srv/landing"),
+    "CTXDB_LANDING_THREADS": ("landing", "threads", "4", 4),
+    "CTXDB_EMBEDDING_MODEL": ("embedding", "model", "other-model", "other-model"),
+    "CTXDB_EMBEDDING_BATCH_SIZE": ("embedding", "batch_size", "32", 32),
+    "CTXDB_EMBEDDING_DIMS": ("embedding", "dims", "768", 768),
+    "CTXDB_EMBEDDING_DEVICE": ("embedding", "device", "cuda", "cuda"),
+    "CTXDB_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
+    "CTXDB_SEARCH_RRF_K": ("search", "rrf_k", "20", 20),
+    "CTXDB_SEARCH_WEIGHT_SEMANTIC": ("search", "weight_semantic", "0.9", 0.9),
+    "CTXDB_SEARCH_WEIGHT_LEXICAL": ("search", "weight_lexical", "0.4", 0.4),
+    "CTXDB_SEARCH_WEIGHT_RECENCY": ("search", "weight_recency", "0.1", 0.1),
+    "CTXDB_SEARCH_NUM_CANDIDATES": ("search", "num_candidates", "100", 100),
+    "CTXDB_SEARCH_KNN_K": ("search", "knn_k", "25", 25),
+    "CTXDB_SEARCH_OVERFETCH_ROWS": ("search", "overfetch_rows", "6", 6),
+    "CTXDB_SEARCH_MAX_PER_CONVERSATION": ("search", "max_per_conversation", "3", 3),
+    "CTXDB_SEARCH_QUERY_MAX_CHARS": ("search", "query_max_chars", "128", 128),
+    "CTXDB_SEARCH_TRIGRAM_MIN_MATCH": ("search", "trigram_min_match", "50%", "50%"),
+    "CTXDB_SEARCH_LEXICAL_MIN_MATCH": ("search", "lexical_min_match", "2", "2"),
+    "CTXDB_SEARCH_FUZZY_MIN_MATCH": ("search", "fuzzy_min_match", "3<70%", "3<70%"),
+    "CTXDB_SEARCH_SNIPPET_CHARS": ("search", "snippet_chars", "200", 200),
+    "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),
+    "CTXDB_RETENTION_RULES": (
+        "retention",
+        "rules",
+        '[{"tenant": "acme", "days": 7}]',
+        [RetentionRule(tenant="acme", days=7)],
+    ),
+    "CTXDB_RETENTION_VACUUM_HOURS": ("retention", "vacuum_hours", "24", 24),
+    "CTXDB_ERASE_VACUUM_HOURS": ("retention", "erase_vacuum_hours", "2", 2),
+    "CTXDB_COMPACTION_TARGET_MB": ("retention", "compaction_target_mb", "64", 64),
+    "CTXDB_COMPACTION_SMALL_FILE_MB": ("retention", "compaction_small_file_mb", "8", 8),
+    "CTXDB_COMPACTION_MAX_SMALL_FILES": ("retention", "compaction_max_small_files", "4", 4),
+    "CTXDB_AUTH_TOKENS_PATH": ("auth", "tokens_path", "/srv/tokens.json", Path("/srv/tokens.json")),
+    "CTXDB_AUTH_JWT_KEY": ("auth", "jwt_key", "k3y", "k3y"),
+    "CTXDB_AUTH_JWT_ALGORITHMS": ("auth", "jwt_algorithms", '["RS256"]', ["RS256"]),
+    "CTXDB_AUTH_JWT_AUDIENCE": ("auth", "jwt_audience", "ctxdb", "ctxdb"),
+    "CTXDB_AUTH_JWT_ISSUER": ("auth", "jwt_issuer", "https://idp", "https://idp"),
+    "CTXDB_AUTH_JWT_USER_CLAIM": ("auth", "jwt_user_claim", "email", "email"),
+    "CTXDB_AUTH_JWT_TENANT_CLAIM": ("auth", "jwt_tenant_claim", "org", "org"),
+    "CTXDB_TOKEN": ("auth", "cli_token", "ctx_abc", "ctx_abc"),
+    "CTXDB_ES_VERSION": ("node", "version", "9.1.0", "9.1.0"),
+    "CTXDB_ES_ZIP_SHA512": ("node", "zip_sha512", "ab" * 64, "ab" * 64),
+    "CTXDB_ES_PORT": ("node", "port", "9400", 9400),
+    "CTXDB_ES_HEAP": ("node", "heap", "2g", "2g"),
+    "CTXDB_ES_CACHE_DIR": ("node", "cache_dir", "/srv/es", Path("/srv/es")),
+    "CTXDB_ES_USER": ("node", "user", "es", "es"),
+    "CTXDB_ES_START_TIMEOUT_S": ("node", "start_timeout_s", "30", 30.0),
+    "CTXDB_ES_STOP_TIMEOUT_S": ("node", "stop_timeout_s", "10", 10.0),
+    "CTXDB_ES_DOWNLOAD_TIMEOUT_S": ("node", "download_timeout_s", "60", 60.0),
+    "CTXDB_ES_MVN": ("node", "mvn", "/opt/mvn/bin/mvn", "/opt/mvn/bin/mvn"),
+    "ES_JAVA_HOME": ("node", "es_java_home", "/opt/jdk-25", Path("/opt/jdk-25")),
+    "JAVA_HOME": ("node", "java_home", "/opt/jdk-21", Path("/opt/jdk-21")),
+    "CTXDB_JVM_DIR": ("node", "jvm_dir", "/opt/jvms", Path("/opt/jvms")),
+}
 
 
 @pytest.fixture
@@ -34,10 +121,10 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def test_defaults_point_at_the_embedded_node(clean_env: pytest.MonkeyPatch) -> None:
     settings = get_settings()
-    assert settings.elasticsearch_url == "http://127.0.0.1:9200"
+    assert settings.elasticsearch.url == "http://127.0.0.1:9200"
     assert settings.embedded
-    assert settings.es_version.startswith("9.")
-    assert settings.es_heap == "1g"
+    assert settings.node.version.startswith("9.")
+    assert settings.node.heap == "1g"
 
 
 def test_external_url_with_api_key_and_ca(clean_env: pytest.MonkeyPatch) -> None:
@@ -76,9 +163,9 @@ def test_api_key_wins_over_basic_auth(clean_env: pytest.MonkeyPatch) -> None:
 
 def test_embedded_follows_the_port(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CTXDB_ES_PORT", "9311")
-    assert get_settings().elasticsearch_url == "http://127.0.0.1:9311"
+    assert get_settings().elasticsearch.url == "http://127.0.0.1:9311"
     assert get_settings().embedded
-    assert Settings(es_port=9312).elasticsearch_url == "http://127.0.0.1:9312"
+    assert Settings(node={"port": 9312}).elasticsearch.url == "http://127.0.0.1:9312"
     clean_env.setenv("ELASTICSEARCH_URL", "http://localhost:9311/")
     assert get_settings().embedded
     clean_env.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:9200")
@@ -92,31 +179,80 @@ def test_node_settings_from_the_environment(clean_env: pytest.MonkeyPatch, tmp_p
     clean_env.setenv("CTXDB_ES_CACHE_DIR", str(tmp_path))
     clean_env.setenv("CTXDB_HOME", str(tmp_path / "state"))
     settings = get_settings()
-    assert settings.es_java_home == Path("/opt/jdk-25")
-    assert settings.java_home == Path("/opt/jdk-17")
-    assert settings.es_heap == "2g"
-    assert settings.es_cache_dir == tmp_path
+    assert settings.node.es_java_home == Path("/opt/jdk-25")
+    assert settings.node.java_home == Path("/opt/jdk-17")
+    assert settings.node.heap == "2g"
+    assert settings.node.cache_dir == tmp_path
     assert settings.delta_uri == str(tmp_path / "state" / "delta")
 
 
 def test_bad_values_are_rejected(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CTXDB_ES_PORT", "not-a-port")
-    with pytest.raises(ValueError, match="es_port"):
+    with pytest.raises(ValueError, match="NodeSettings\nport"):
         get_settings()
 
 
 def test_per_test_settings_fixture(settings: Settings, tmp_path: Path) -> None:
     assert settings.home == tmp_path
-    assert settings.index_prefix.startswith("t") and len(settings.index_prefix) == 13
+    assert (
+        settings.elasticsearch.index_prefix.startswith("t")
+        and len(settings.elasticsearch.index_prefix) == 13
+    )
     assert settings.delta_uri == str(tmp_path / "delta")
 
 
 def test_every_field_is_documented() -> None:
     """docs/configuration.md names the environment variable of every settings field."""
-    page = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
-    missing = [
-        env
-        for name, field in Settings.model_fields.items()
-        if f"`{(env := field.validation_alias or f'CTXDB_{name.upper()}')}`" not in page
-    ]
+    page = DOCS.read_text()
+    missing = [env for env in environment_names() if f"`{env}`" not in page]
     assert missing == []
+
+
+def _documented_variables() -> set[str]:
+    """The variables in the first column of the tables above the Make variables."""
+    settings_part = DOCS.read_text().split("## Make variables")[0]
+    return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", settings_part, flags=re.MULTILINE))
+
+
+def test_every_documented_variable_is_read_into_its_group(clean_env: pytest.MonkeyPatch) -> None:
+    """Each documented variable, set alone, is read back from the group it belongs to."""
+    assert set(ENVIRONMENT) == _documented_variables() == set(environment_names())
+    for env, (group, field, raw, expected) in ENVIRONMENT.items():
+        assert environment_names()[env] == (group, field)
+        clean_env.setenv(env, raw)
+        settings = get_settings()
+        value = getattr(settings if group is None else getattr(settings, group), field)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        assert value == expected, env
+        clean_env.delenv(env)
+
+
+def test_derived_paths_follow_home(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    clean_env.setenv("CTXDB_HOME", str(tmp_path))
+    settings = get_settings()
+    assert settings.delta_uri == str(tmp_path / "delta")
+    assert settings.landing_uri == str(tmp_path / "landing")
+    assert settings.files == str(tmp_path / "files")
+    assert settings.tokens_path == tmp_path / "auth" / "tokens.json"
+    clean_env.setenv("CTXDB_LANDING_URI", "/srv/landing")
+    assert get_settings().landing_uri == "/srv/landing"
+
+
+def test_settings_are_read_once_per_environment(clean_env: pytest.MonkeyPatch) -> None:
+    first = get_settings()
+    assert get_settings() is first
+    clean_env.setenv("CTXDB_SEARCH_RRF_K", "7")
+    changed = get_settings()
+    assert changed is not first and changed.search.rrf_k == 7
+    assert get_settings() is changed
+    clear_settings_cache()
+    assert get_settings() is not changed
+
+
+def test_replace_changes_only_the_named_fields(clean_env: pytest.MonkeyPatch) -> None:
+    base = Settings(search={"rrf_k": 30}, node={"heap": "2g"})
+    copy = base.replace(home=Path("/srv"), search={"knn_k": 9})
+    assert (copy.search.rrf_k, copy.search.knn_k, copy.node.heap) == (30, 9, "2g")
+    assert copy.delta_uri == "/srv/delta"
+    assert (base.search.knn_k, base.home) == (50, Settings().home)

@@ -95,7 +95,7 @@ def land_command(
 ) -> None:
     """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events)."""
     settings = get_settings()
-    stats = land(_store(settings), path or settings.landing, threads=settings.landing_threads)
+    stats = land(_store(settings), path or settings.landing_uri, threads=settings.landing.threads)
     typer.echo(json.dumps(asdict(stats), default=str))
 
 

@@ -41,11 +41,11 @@ def start() -> None:
     settings = get_settings()
     if not settings.embedded:
         version = _or_exit(lambda: check_cluster(settings))
-        typer.echo(f"using Elasticsearch {version} at {settings.elasticsearch_url} (external)")
+        typer.echo(f"using Elasticsearch {version} at {settings.elasticsearch.url} (external)")
         return
     result = _or_exit(lambda: embedded.start(settings))
     state = "already running" if result.already_running else "started"
-    typer.echo(f"Elasticsearch {settings.es_version} {state} at {result.url} (pid {result.pid})")
+    typer.echo(f"Elasticsearch {settings.node.version} {state} at {result.url} (pid {result.pid})")
 
 
 @es_app.command()
@@ -53,7 +53,7 @@ def stop() -> None:
     """Stop the embedded node cleanly."""
     settings = get_settings()
     if not settings.embedded:
-        typer.echo(f"{settings.elasticsearch_url} is an external cluster; nothing to stop")
+        typer.echo(f"{settings.elasticsearch.url} is an external cluster; nothing to stop")
         return
     stopped = _or_exit(lambda: embedded.stop(settings))
     node = embedded.EmbeddedNode.from_settings(settings)

@@ -42,9 +42,9 @@ def status(
     """Per index: alias, concrete index and version, documents, vector coverage, size, model."""
     settings = get_settings()
     try:
-        rows = all_status(make_client(settings), settings.index_prefix)
+        rows = all_status(make_client(settings), settings.elasticsearch.index_prefix)
     except ESConnectionError as exc:
-        typer.echo(f"error: Elasticsearch at {settings.elasticsearch_url} is unreachable", err=True)
+        typer.echo(f"error: Elasticsearch at {settings.elasticsearch.url} is unreachable", err=True)
         raise typer.Exit(1) from exc
     if as_json:
         for row in rows:
@@ -76,9 +76,9 @@ def reindex_command(
     """Build new index versions from Delta, verify, swap aliases atomically, drop the old ones."""
     settings = get_settings()
     embedder = SentenceTransformerEmbedder(
-        model or settings.embedding_model,
-        batch_size=settings.embedding_batch_size,
-        device=settings.embedding_device,
+        model or settings.embedding.model,
+        batch_size=settings.embedding.batch_size,
+        device=settings.embedding.device,
     )
     es = make_client(settings)
     store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
@@ -93,6 +93,6 @@ def reindex_command(
     typer.echo(
         f"embedded {report.embed.embedded} texts, {vectors} vectors indexed, {report.seconds:.1f}s"
     )
-    grace_s = settings.reindex_grace_s if grace is None else grace
+    grace_s = settings.elasticsearch.reindex_grace_s if grace is None else grace
     dropped = drop_after_grace(es, settings, grace_s=grace_s)
     typer.echo(f"dropped {', '.join(dropped) or 'nothing'}")

@@ -44,7 +44,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _principal(settings: Settings, token: str | None) -> Principal:
-    token = token or (settings.token.get_secret_value() if settings.token else None)
+    token = token or (
+        settings.auth.cli_token.get_secret_value() if settings.auth.cli_token else None
+    )
     try:
         return Authenticator(settings).authenticate(token)
     except AuthError as exc:

@@ -10,18 +10,18 @@ from ctxdb.settings import Settings
 def make_client(settings: Settings) -> Elasticsearch:
     """A client for `settings.elasticsearch_url` with optional API key, basic auth and CA bundle."""
     kwargs: dict = {
-        "request_timeout": settings.elasticsearch_request_timeout,
+        "request_timeout": settings.elasticsearch.request_timeout,
         "retry_on_timeout": True,
         "max_retries": 2,
     }
-    if settings.elasticsearch_api_key is not None:
-        kwargs["api_key"] = settings.elasticsearch_api_key.get_secret_value()
-    elif settings.elasticsearch_username:
-        password = settings.elasticsearch_password
+    if settings.elasticsearch.api_key is not None:
+        kwargs["api_key"] = settings.elasticsearch.api_key.get_secret_value()
+    elif settings.elasticsearch.username:
+        password = settings.elasticsearch.password
         kwargs["basic_auth"] = (
-            settings.elasticsearch_username,
+            settings.elasticsearch.username,
             password.get_secret_value() if password else "",
         )
-    if settings.elasticsearch_ca_certs:
-        kwargs["ca_certs"] = settings.elasticsearch_ca_certs
-    return Elasticsearch(settings.elasticsearch_url, **kwargs)
+    if settings.elasticsearch.ca_certs:
+        kwargs["ca_certs"] = settings.elasticsearch.ca_certs
+    return Elasticsearch(settings.elasticsearch.url, **kwargs)

@@ -60,7 +60,7 @@ def _quick(client: Elasticsearch) -> Elasticsearch:
 
 def _call(settings: Settings, action: str, call: Any) -> Any:
     """Run one client call, mapping transport and HTTP failures to ClusterError subclasses."""
-    url = settings.elasticsearch_url
+    url = settings.elasticsearch.url
     try:
         return call()
     except AuthenticationException as exc:
@@ -101,11 +101,11 @@ def check_cluster(settings: Settings) -> str:
     )
     versions = [node["version"] for node in info.get("nodes", {}).values()]
     if not versions:
-        raise ClusterVersionError(f"{settings.elasticsearch_url} did not report a node version")
+        raise ClusterVersionError(f"{settings.elasticsearch.url} did not report a node version")
     version = versions[0]
     if int(version.split(".")[0]) != CLIENT_MAJOR:
         raise ClusterVersionError(
-            f"{settings.elasticsearch_url} runs Elasticsearch {version}, but ctxdb's client is "
+            f"{settings.elasticsearch.url} runs Elasticsearch {version}, but ctxdb's client is "
             f"{'.'.join(map(str, client_version))}; use an Elasticsearch {CLIENT_MAJOR}.x cluster"
         )
     return version
@@ -120,7 +120,7 @@ def cluster_status(settings: Settings) -> ClusterStatus:
     count = _call(settings, "counting documents", client.count)
     heaps = [node["jvm"]["mem"] for node in stats["nodes"].values()]
     return ClusterStatus(
-        url=settings.elasticsearch_url,
+        url=settings.elasticsearch.url,
         cluster_name=health["cluster_name"],
         version=version,
         health=health["status"],

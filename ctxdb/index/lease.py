@@ -175,10 +175,10 @@ def writer_lease_for(
     """`writer_lease` with the prefix, ttl and wait of `settings`."""
     return writer_lease(
         es,
-        settings.index_prefix,
+        settings.elasticsearch.index_prefix,
         operation,
-        ttl_s=settings.writer_lease_ttl_s,
-        wait_s=settings.writer_lease_wait_s,
+        ttl_s=settings.elasticsearch.writer_lease_ttl_s,
+        wait_s=settings.elasticsearch.writer_lease_wait_s,
     )
 
 
@@ -188,10 +188,10 @@ def optional_writer_lease_for(
     """`optional_writer_lease` with the prefix, ttl and wait of `settings`."""
     return optional_writer_lease(
         es,
-        settings.index_prefix,
+        settings.elasticsearch.index_prefix,
         operation,
-        ttl_s=settings.writer_lease_ttl_s,
-        wait_s=settings.writer_lease_wait_s,
+        ttl_s=settings.elasticsearch.writer_lease_ttl_s,
+        wait_s=settings.elasticsearch.writer_lease_wait_s,
     )
 
 

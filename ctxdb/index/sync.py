@@ -33,7 +33,7 @@ def sync_live(
             return _sync_live(store, es, settings, model_id=model_id)
     except (ESConnectionError, ConnectionTimeout) as exc:
         raise ElasticsearchUnavailable(
-            f"Elasticsearch at {settings.elasticsearch_url} is unreachable: {exc}"
+            f"Elasticsearch at {settings.elasticsearch.url} is unreachable: {exc}"
         ) from exc
 
 
@@ -43,7 +43,11 @@ def _sync_live(
     reports = []
     for kind in KINDS:
         index = ensure_index(
-            es, settings.index_prefix, kind, dims=settings.embedding_dims, model_id=model_id
+            es,
+            settings.elasticsearch.index_prefix,
+            kind,
+            dims=settings.embedding.dims,
+            model_id=model_id,
         )
         if kind in SOURCES:
             reports.append(
@@ -53,11 +57,20 @@ def _sync_live(
                     SOURCES[kind],
                     index,
                     model_id=model_id,
-                    chunk_size=settings.index_chunk_size,
-                    threads=settings.index_bulk_threads,
+                    chunk_size=settings.elasticsearch.chunk_size,
+                    threads=settings.elasticsearch.bulk_threads,
                 )
             )
-        dropped = drop_retired(es, settings.index_prefix, kind, grace_s=settings.reindex_grace_s)
+        dropped = drop_retired(
+            es,
+            settings.elasticsearch.index_prefix,
+            kind,
+            grace_s=settings.elasticsearch.reindex_grace_s,
+        )
         if dropped:
-            log.info("%s: dropped retired %s", alias_name(settings.index_prefix, kind), dropped)
+            log.info(
+                "%s: dropped retired %s",
+                alias_name(settings.elasticsearch.index_prefix, kind),
+                dropped,
+            )
     return reports

@@ -121,9 +121,9 @@ def compact_all(
         compact_table(
             store,
             table,
-            target_bytes=settings.compaction_target_mb * MB,
-            small_bytes=settings.compaction_small_file_mb * MB,
-            max_small=settings.compaction_max_small_files,
+            target_bytes=settings.retention.compaction_target_mb * MB,
+            small_bytes=settings.retention.compaction_small_file_mb * MB,
+            max_small=settings.retention.compaction_max_small_files,
         )
         for table in tables
     )

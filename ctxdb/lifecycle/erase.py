@@ -173,7 +173,9 @@ def _erase(
     run_id = new_run_id("erase", started_at)
     identities = _identities(store, scope)
     rows = _matching(store, ROLE_ROWS, scope, identities, ["row_id", "text_hash"])
-    es_ids, es_error = _es_ids(es, settings.index_prefix, scope, rows, _turn_keys(store, scope))
+    es_ids, es_error = _es_ids(
+        es, settings.elasticsearch.index_prefix, scope, rows, _turn_keys(store, scope)
+    )
     paths = [p for p in storage_paths(identities, scope) if path_exists(settings.files, p)]
     sources = _source_files(store, scope, identities)
     counts = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
@@ -202,7 +204,7 @@ def _erase(
     report.es_deleted = {k: summary.es_deleted.get(k, 0) + late.get(k, 0) for k in (ROWS, TURNS)}
     report.files_removed = summary.files_removed
     report.error = summary.error or late_error or es_error
-    vacuum(store, ERASED_TABLES, settings.erase_vacuum_hours, dry_run=False)
+    vacuum(store, ERASED_TABLES, settings.retention.erase_vacuum_hours, dry_run=False)
     report.remaining = verify(store, es, settings, scope, identities, rows, paths, sources)
     if summary.es_pending or report.remaining.get("es_unreachable"):
         report.status = "es_pending"
@@ -239,7 +241,9 @@ def verify(
         return remaining
     try:
         for kind in (ROWS, TURNS):
-            remaining[f"es_{kind}"] = count_docs(es, settings.index_prefix, kind, scope.es_query())
+            remaining[f"es_{kind}"] = count_docs(
+                es, settings.elasticsearch.index_prefix, kind, scope.es_query()
+            )
     except (TransportError, ApiError) as exc:
         log.warning("erase: cannot verify Elasticsearch: %s", exc)
         remaining["es_unreachable"] = 1
@@ -302,7 +306,7 @@ def _landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str
     """The filesystem and path of a landed file (`source_file` as landing recorded it)."""
     if "://" in source:
         return pafs.FileSystem.from_uri(source)
-    root = settings.landing
+    root = settings.landing_uri
     if "://" not in root:
         local = Path(source) if Path(source).is_absolute() else Path(root).resolve() / source
         return pafs.LocalFileSystem(), str(local)
@@ -463,12 +467,12 @@ def _erase_late_docs(
         return {}, None
     try:
         ids = {
-            kind: scan_ids(es, settings.index_prefix, kind, scope.es_query())
+            kind: scan_ids(es, settings.elasticsearch.index_prefix, kind, scope.es_query())
             for kind in (ROWS, TURNS)
         }
     except (TransportError, ApiError) as exc:
         return {}, f"{type(exc).__name__}: {exc}"
     if not any(ids.values()):
         return {}, None
-    result = delete_docs(es, settings.index_prefix, ids)
+    result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
     return result.deleted, result.error

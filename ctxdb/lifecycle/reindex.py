@@ -124,11 +124,11 @@ def _reindex(
     before_swap: Callable[[dict[str, str]], None] | None,
 ) -> ReindexReport:
     started = time.monotonic()
-    prefix = settings.index_prefix
+    prefix = settings.elasticsearch.index_prefix
     report = ReindexReport(model_id=embedder.model_id, embed=EmbedReport())
     for kind in SOURCES:
         report.abandoned_dropped += drop_abandoned(es, prefix, kind)
-    report.embed = embed_role_rows(store, embedder, batch_size=settings.embedding_batch_size)
+    report.embed = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
     builds: dict[str, str] = {}
     try:
         for kind, source in SOURCES.items():
@@ -138,7 +138,7 @@ def _reindex(
                 prefix,
                 kind,
                 version,
-                dims=settings.embedding_dims,
+                dims=settings.embedding.dims,
                 model_id=embedder.model_id,
                 bulk_load=True,
             )
@@ -149,8 +149,8 @@ def _reindex(
                 source,
                 name,
                 model_id=embedder.model_id,
-                chunk_size=settings.index_chunk_size,
-                threads=settings.index_bulk_threads,
+                chunk_size=settings.elasticsearch.chunk_size,
+                threads=settings.elasticsearch.bulk_threads,
                 refresh=False,
                 versions=current_versions(store, source.tables),
             )
@@ -181,10 +181,10 @@ def drop_after_grace(
 ) -> list[str]:
     """Stamp retired versions, wait out `grace_s` (when `wait`), then delete them."""
     for kind in SOURCES:
-        drop_retired(es, settings.index_prefix, kind, grace_s=float("inf"))
+        drop_retired(es, settings.elasticsearch.index_prefix, kind, grace_s=float("inf"))
     if wait and grace_s > 0:
         time.sleep(grace_s)
     dropped: list[str] = []
     for kind in SOURCES:
-        dropped += drop_retired(es, settings.index_prefix, kind, grace_s=grace_s)
+        dropped += drop_retired(es, settings.elasticsearch.index_prefix, kind, grace_s=grace_s)
     return dropped

@@ -190,7 +190,7 @@ def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Exp
 
 
 def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
-    return cutoff - timedelta(days=settings.retention_days)
+    return cutoff - timedelta(days=settings.retention.days)
 
 
 def _expired_raw_events(
@@ -198,7 +198,7 @@ def _expired_raw_events(
 ) -> pl.DataFrame | None:
     if not {"event_id", "occurred_at"} <= set(columns_of(store, RAW_TURN_EVENTS)):
         return None
-    days = ttl_days_expr(settings.retention_rules, settings.retention_days, role_column=None)
+    days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=None)
     return (
         store.scan(RAW_TURN_EVENTS)
         .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
@@ -311,7 +311,7 @@ def execute_pending(
     if es is None:
         result = EsDeleteResult(error="no Elasticsearch client", failed=ids)
     else:
-        result = delete_docs(es, settings.index_prefix, ids)
+        result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
     paths = pending.filter(pl.col("kind") == FILES)["doc_id"].to_list()
     files_removed = remove_paths(settings.files, paths)
     failed = pl.DataFrame(
@@ -364,10 +364,10 @@ def _sweep(
     started_at = datetime.now(UTC)
     cutoff = now or started_at
     run_id = new_run_id("retention", started_at)
-    hours = settings.retention_vacuum_hours if vacuum_hours is None else vacuum_hours
+    hours = settings.retention.vacuum_hours if vacuum_hours is None else vacuum_hours
 
     expired = find_expired(store, cutoff, settings)
-    stragglers, es_error = _stragglers(es, settings.index_prefix, cutoff)
+    stragglers, es_error = _stragglers(es, settings.elasticsearch.index_prefix, cutoff)
     pending_now = expired.pending(stragglers)
     report = RetentionReport(
         run_id=run_id,

@@ -37,8 +37,8 @@ def cache_root(settings: Settings) -> Path:
     `CTXDB_ES_CACHE_DIR` wins; under root a system location the node's user can traverse;
     otherwise the user's cache directory.
     """
-    if settings.es_cache_dir is not None:
-        return settings.es_cache_dir
+    if settings.node.cache_dir is not None:
+        return settings.node.cache_dir
     if os.geteuid() == 0:
         return ROOT_CACHE
     return Path.home() / ".cache" / "ctxdb" / "elasticsearch"
@@ -54,10 +54,10 @@ def home_path(cache: Path, version: str) -> Path:
 
 def expected_sha512(settings: Settings) -> str:
     """The zip's expected checksum: `CTXDB_ES_ZIP_SHA512`, else the one pinned for the version."""
-    expected = settings.es_zip_sha512 or PINNED_SHA512.get(settings.es_version)
+    expected = settings.node.zip_sha512 or PINNED_SHA512.get(settings.node.version)
     if expected is None:
         raise ChecksumError(
-            f"no pinned SHA-512 for Elasticsearch {settings.es_version}; set CTXDB_ES_ZIP_SHA512 "
+            f"no pinned SHA-512 for Elasticsearch {settings.node.version}; set CTXDB_ES_ZIP_SHA512 "
             f"to the value Maven Central publishes, or use {', '.join(PINNED_SHA512)}"
         )
     return expected.strip().lower()
@@ -102,14 +102,14 @@ def file_lock(path: Path, timeout: float) -> Iterator[None]:
 
 def download_zip(settings: Settings, target: Path) -> None:
     """Fetch the integ-test zip with `mvn dependency:copy` (Maven's local repository caches it)."""
-    mvn = shutil.which(settings.es_mvn)
+    mvn = shutil.which(settings.node.mvn)
     if mvn is None:
         raise MavenError(
-            f"Maven executable {settings.es_mvn!r} not found; install Maven "
+            f"Maven executable {settings.node.mvn!r} not found; install Maven "
             "(apt-get install maven) or set CTXDB_ES_MVN"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    artifact = ARTIFACT.format(version=settings.es_version)
+    artifact = ARTIFACT.format(version=settings.node.version)
     command = [
         mvn,
         "-B",
@@ -126,12 +126,12 @@ def download_zip(settings: Settings, target: Path) -> None:
             command,
             capture_output=True,
             text=True,
-            timeout=settings.es_download_timeout_s,
+            timeout=settings.node.download_timeout_s,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise MavenError(
-            f"mvn did not fetch {artifact} within {settings.es_download_timeout_s:.0f} s"
+            f"mvn did not fetch {artifact} within {settings.node.download_timeout_s:.0f} s"
         ) from exc
     if done.returncode != 0 or not target.is_file():
         lines = (done.stdout + done.stderr).strip().splitlines()[-8:]
@@ -143,7 +143,7 @@ def download_zip(settings: Settings, target: Path) -> None:
 def ensure_zip(settings: Settings, cache: Path) -> Path:
     """The verified zip in `cache`, downloading it first if it is not there yet."""
     expected = expected_sha512(settings)
-    path = zip_path(cache, settings.es_version)
+    path = zip_path(cache, settings.node.version)
     if not path.is_file():
         download_zip(settings, path)
     verify_zip(path, expected)
@@ -172,9 +172,9 @@ def unpack(zip_file: Path, home: Path) -> None:
 
 def ensure_home(settings: Settings, cache: Path) -> Path:
     """The unpacked distribution home; downloads and unpacks only on the first call."""
-    home = home_path(cache, settings.es_version)
-    with file_lock(cache / ".lock", settings.es_download_timeout_s + 300):
+    home = home_path(cache, settings.node.version)
+    with file_lock(cache / ".lock", settings.node.download_timeout_s + 300):
         if not (home / "bin" / "elasticsearch").is_file():
             unpack(ensure_zip(settings, cache), home)
-            log.info("unpacked Elasticsearch %s into %s", settings.es_version, home)
+            log.info("unpacked Elasticsearch %s into %s", settings.node.version, home)
     return home

@@ -44,7 +44,7 @@ class EmbeddedNode:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> EmbeddedNode:
-        return cls(cache_root(settings), settings.es_version, settings.es_port)
+        return cls(cache_root(settings), settings.node.version, settings.node.port)
 
     @property
     def url(self) -> str:
@@ -225,7 +225,7 @@ def _hand_over(node: EmbeddedNode, settings: Settings) -> dict:
     """Under root: give the node's files to its system user; the subprocess identity to use."""
     if os.geteuid() != 0:
         return {}
-    account = ensure_system_user(settings.es_user, node.cache)
+    account = ensure_system_user(settings.node.user, node.cache)
     for directory in (node.cache, node.cache / "nodes"):
         directory.chmod(0o755)
     if node.home.stat().st_uid != account.pw_uid:
@@ -293,7 +293,7 @@ def _launch(node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadli
         "LANG": "C.UTF-8",
         "ES_JAVA_HOME": str(jdk.home),
         "ES_PATH_CONF": str(node.config_dir),
-        "ES_JAVA_OPTS": f"-Xms{settings.es_heap} -Xmx{settings.es_heap}",
+        "ES_JAVA_OPTS": f"-Xms{settings.node.heap} -Xmx{settings.node.heap}",
     }
     command = [str(home / "bin" / "elasticsearch"), "-d", "-p", str(node.pid_file)]
     user = _hand_over(node, settings)
@@ -317,7 +317,7 @@ def _launch(node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadli
         pid = running_pid(node)
         if pid:
             _kill(pid, 10.0)
-        message = f"node on {node.url} did not start within {settings.es_start_timeout_s:.0f} s"
+        message = f"node on {node.url} did not start within {settings.node.start_timeout_s:.0f} s"
         raise NodeStartError(_with_log(message, node)) from exc
     if code != 0:
         message = f"node on {node.url} died during start-up (exit {code})"
@@ -330,7 +330,7 @@ def start(settings: Settings, extra_config: Mapping[str, str] | None = None) -> 
     Concurrent starts of the same node queue on a lock: the later ones find it running.
     """
     node = EmbeddedNode.from_settings(settings)
-    wait = settings.es_download_timeout_s + 2 * settings.es_start_timeout_s
+    wait = settings.node.download_timeout_s + 2 * settings.node.start_timeout_s
     with file_lock(node.cache / "nodes" / f"{node.port}.lock", wait):
         return _start_locked(node, settings, extra_config)
 
@@ -344,7 +344,7 @@ def _start_locked(
     _check_ports(node)
     jdk = find_jdk(settings)
     home = ensure_home(settings, node.cache)
-    deadline = time.monotonic() + settings.es_start_timeout_s
+    deadline = time.monotonic() + settings.node.start_timeout_s
     prepare_instance(node, home, extra_config)
     _launch(node, home, jdk, settings, deadline)
     while time.monotonic() < deadline:
@@ -357,7 +357,9 @@ def _start_locked(
         time.sleep(0.5)
     stop(settings)
     raise NodeStartError(
-        _with_log(f"node on {node.url} not healthy after {settings.es_start_timeout_s:.0f} s", node)
+        _with_log(
+            f"node on {node.url} not healthy after {settings.node.start_timeout_s:.0f} s", node
+        )
     )
 
 
@@ -367,7 +369,7 @@ def stop(settings: Settings) -> bool:
     pid = running_pid(node)
     if pid is None:
         return False
-    _kill(pid, settings.es_stop_timeout_s)
+    _kill(pid, settings.node.stop_timeout_s)
     node.pid_file.unlink(missing_ok=True)
     log.info("stopped Elasticsearch on %s (pid %d)", node.url, pid)
     return True

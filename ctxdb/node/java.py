@@ -55,11 +55,13 @@ def probe_jdk(home: Path) -> Jdk | None:
 
 
 def _candidates(settings: Settings) -> list[tuple[str, Path]]:
-    named = [("ES_JAVA_HOME", settings.es_java_home), ("JAVA_HOME", settings.java_home)]
+    named = [("ES_JAVA_HOME", settings.node.es_java_home), ("JAVA_HOME", settings.node.java_home)]
     found = [(label, path) for label, path in named if path is not None]
-    if settings.jvm_dir.is_dir():
-        label = str(settings.jvm_dir)
-        found += [(label, path) for path in sorted(settings.jvm_dir.iterdir()) if path.is_dir()]
+    if settings.node.jvm_dir.is_dir():
+        label = str(settings.node.jvm_dir)
+        found += [
+            (label, path) for path in sorted(settings.node.jvm_dir.iterdir()) if path.is_dir()
+        ]
     return found
 
 
@@ -82,5 +84,5 @@ def find_jdk(settings: Settings, minimum: int = MIN_JAVA_MAJOR) -> Jdk:
     checked = "; ".join(seen) or "nothing"
     raise JavaNotFoundError(
         f"no JDK >= {minimum} found for Elasticsearch (checked ES_JAVA_HOME, JAVA_HOME and "
-        f"{settings.jvm_dir}: {checked}); install Java {minimum}+ or set ES_JAVA_HOME"
+        f"{settings.node.jvm_dir}: {checked}); install Java {minimum}+ or set ES_JAVA_HOME"
     )

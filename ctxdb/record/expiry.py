@@ -38,7 +38,7 @@ def expires_at_expr(
     settings: Settings, *, ts_column: str = "ts", role_column: str | None = "role"
 ) -> pl.Expr:
     """`expires_at` = `ts` + the row's TTL (derivation computes it once, the sweep obeys it)."""
-    days = ttl_days_expr(settings.retention_rules, settings.retention_days, role_column=role_column)
+    days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=role_column)
     return (pl.col(ts_column) + pl.duration(days=days)).alias("expires_at")
 
 

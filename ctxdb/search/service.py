@@ -68,7 +68,7 @@ def default_embedder(settings: Settings) -> QueryEmbedder:
     """The configured sentence-transformers model, loaded on the first query."""
     return ModelQueryEmbedder(
         SentenceTransformerEmbedder(
-            settings.embedding_model, batch_size=1, device=settings.embedding_device
+            settings.embedding.model, batch_size=1, device=settings.embedding.device
         )
     )
 
@@ -99,14 +99,14 @@ class SearchService:
         self.settings = settings
         self.client = client
         self.embedder = embedder
-        self.rows_alias = alias_name(settings.index_prefix, ROWS)
-        self.turns_alias = alias_name(settings.index_prefix, TURNS)
+        self.rows_alias = alias_name(settings.elasticsearch.index_prefix, ROWS)
+        self.turns_alias = alias_name(settings.elasticsearch.index_prefix, TURNS)
 
     def search(
         self, principal: Principal, request: SearchRequest, now: datetime | None = None
     ) -> SearchResponse:
         now = now or datetime.now(UTC)
-        with elasticsearch_errors(self.settings.elasticsearch_url):
+        with elasticsearch_errors(self.settings.elasticsearch.url):
             if request.ordinal is not None:
                 return self._nth(principal, request, now)
             if not request.query.strip():
@@ -119,7 +119,7 @@ class SearchService:
         self, principal: Principal, *, limit: int = 50, agent: str | None = None
     ) -> ConversationList:
         now = datetime.now(UTC)
-        with elasticsearch_errors(self.settings.elasticsearch_url):
+        with elasticsearch_errors(self.settings.elasticsearch.url):
             return catalog.list_conversations(
                 self.client, self.turns_alias, principal, now, limit=limit, agent=agent
             )
@@ -127,7 +127,7 @@ class SearchService:
     def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
         """A known turn from its TurnLog; NotFound unless it is the principal's and live."""
         now = datetime.now(UTC)
-        with elasticsearch_errors(self.settings.elasticsearch_url):
+        with elasticsearch_errors(self.settings.elasticsearch.url):
             docs = fetch_turns(
                 self.client, self.turns_alias, principal, [(conversation_id, turn_id)], now
             )
@@ -150,7 +150,7 @@ class SearchService:
                 doc.get("payload") or {},
                 request.snippet_targets,
                 request.query,
-                self.settings.search_snippet_chars,
+                self.settings.search.snippet_chars,
             ),
         )
 
@@ -200,27 +200,27 @@ class SearchService:
         """
         s = self.settings
         text_query, _ = split_time_hint(query)
-        wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search_max_per_conversation
-        rows = wanted_turns * s.search_overfetch_rows
+        wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search.max_per_conversation
+        rows = wanted_turns * s.search.overfetch_rows
         filt = row_filter(principal, request, now)
         bodies: dict[Arm, dict[str, Any]] = {
             "lexical": lexical_body(
-                text_query, filt, size=rows, min_match=s.search_lexical_min_match
+                text_query, filt, size=rows, min_match=s.search.lexical_min_match
             )
         }
         trigram = trigram_body(
             text_query,
             filt,
             size=rows,
-            min_match=s.search_trigram_min_match,
-            fuzzy_min_match=s.search_fuzzy_min_match,
+            min_match=s.search.trigram_min_match,
+            fuzzy_min_match=s.search.fuzzy_min_match,
         )
         if trigram is not None:
             bodies["trigram"] = trigram
         if vector is not None:
-            k = max(rows, s.search_knn_k)
+            k = max(rows, s.search.knn_k)
             bodies["semantic"] = semantic_body(
-                vector, filt, k=k, num_candidates=max(s.search_num_candidates, k)
+                vector, filt, k=k, num_candidates=max(s.search.num_candidates, k)
             )
         return bodies
 
@@ -236,7 +236,7 @@ class SearchService:
             if error and error.get("type") == "index_not_found_exception":
                 raise SearchUnavailable(
                     f"search index {self.rows_alias!r} missing at "
-                    f"{self.settings.elasticsearch_url}; run the indexing pipeline first"
+                    f"{self.settings.elasticsearch.url}; run the indexing pipeline first"
                 )
             if error:
                 raise SearchUnavailable(f"{arm} arm failed: {error.get('reason', error)}")
@@ -253,15 +253,15 @@ class SearchService:
             )
         warnings: list[str] = []
         query = request.query.strip()
-        if len(query) > s.search_query_max_chars:
-            query = query[: s.search_query_max_chars]
-            warnings.append(f"query_truncated: cut to {s.search_query_max_chars} characters")
+        if len(query) > s.search.query_max_chars:
+            query = query[: s.search.query_max_chars]
+            warnings.append(f"query_truncated: cut to {s.search.query_max_chars} characters")
         wanted = [request.weights.semantic, request.weights.lexical, request.weights.recency]
         w_sem, w_lex, w_rec = (
             w if w is not None else d
             for w, d in zip(
                 wanted,
-                (s.search_weight_semantic, s.search_weight_lexical, s.search_weight_recency),
+                (s.search.weight_semantic, s.search.weight_lexical, s.search.weight_recency),
                 strict=True,
             )
         )
@@ -271,11 +271,11 @@ class SearchService:
             ranked,
             weights=arm_weights(w_sem, w_lex),
             recency_weight=w_rec,
-            half_life_days=s.recency_half_life_days,
+            half_life_days=s.search.recency_half_life_days,
             now=now,
-            rrf_k=s.search_rrf_k,
+            rrf_k=s.search.rrf_k,
         )
-        kept = cap_per_conversation(fused, s.search_max_per_conversation, request.top_k)
+        kept = cap_per_conversation(fused, s.search.max_per_conversation, request.top_k)
         docs = fetch_turns(
             self.client,
             self.turns_alias,
@@ -291,10 +291,10 @@ class SearchService:
                 warnings.append(
                     f"turn_log_missing: {turn.conversation_id}/{turn.turn_id}; fallback snippet"
                 )
-                snippets = [fallback_snippet(best, query, s.search_snippet_chars)]
+                snippets = [fallback_snippet(best, query, s.search.snippet_chars)]
             else:
                 snippets = snippets_from_payload(
-                    doc.get("payload") or {}, request.snippet_targets, query, s.search_snippet_chars
+                    doc.get("payload") or {}, request.snippet_targets, query, s.search.snippet_chars
                 )
             hits.append(
                 SearchHit(

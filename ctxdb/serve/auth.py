@@ -121,23 +121,23 @@ class Authenticator:
             claims = jwt.decode(
                 token,
                 key,
-                algorithms=s.auth_jwt_algorithms,
-                audience=s.auth_jwt_audience,
-                issuer=s.auth_jwt_issuer,
-                options={"require": ["exp", s.auth_jwt_user_claim]},
+                algorithms=s.auth.jwt_algorithms,
+                audience=s.auth.jwt_audience,
+                issuer=s.auth.jwt_issuer,
+                options={"require": ["exp", s.auth.jwt_user_claim]},
             )
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid JWT: {exc}") from exc
-        user_id = claims.get(s.auth_jwt_user_claim)
+        user_id = claims.get(s.auth.jwt_user_claim)
         if not isinstance(user_id, str) or not user_id:
-            raise AuthError(f"JWT claim {s.auth_jwt_user_claim!r} is missing or empty")
-        tenant = claims.get(s.auth_jwt_tenant_claim)
+            raise AuthError(f"JWT claim {s.auth.jwt_user_claim!r} is missing or empty")
+        tenant = claims.get(s.auth.jwt_tenant_claim)
         return Principal(user_id=user_id, tenant=tenant if isinstance(tenant, str) else None)
 
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise AuthError("missing bearer token")
-        key = self.settings.auth_jwt_key
+        key = self.settings.auth.jwt_key
         if token.count(".") == 2 and key is not None:
             return self._verify_jwt(token, key.get_secret_value())
         return self.store.verify(token)

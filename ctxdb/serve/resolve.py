@@ -67,7 +67,7 @@ class Resolver:
     def __init__(self, settings: Settings, client: Elasticsearch) -> None:
         self.settings = settings
         self.client = client
-        self.turns_alias = alias_name(settings.index_prefix, TURNS)
+        self.turns_alias = alias_name(settings.elasticsearch.index_prefix, TURNS)
 
     def pull(
         self, principal: Principal, ref: str, conversation_id: str | None = None
@@ -80,7 +80,7 @@ class Resolver:
             raise RefError(
                 f"ref {ref!r} must name its conversation and turn (conv_<id>.turn_<id>.)"
             )
-        with elasticsearch_errors(self.settings.elasticsearch_url):
+        with elasticsearch_errors(self.settings.elasticsearch.url):
             docs = fetch_turns(
                 self.client,
                 self.turns_alias,
