@@ -20,6 +20,9 @@ from ctxdb.node import embedded
 from ctxdb.settings import Settings, clear_settings_cache, get_settings
 from ctxdb.storage.delta import DeltaStore
 
+# Support modules whose fixtures every test module sees (their helpers are imported by name).
+pytest_plugins = ["conftest_index", "conftest_ops", "conftest_search"]
+
 
 @pytest.fixture(autouse=True)
 def fresh_settings() -> Iterator[None]:

@@ -1,6 +1,7 @@
-"""Builders and the model fixture for the embedding and index tests (imported by
-tests/test_embedding*.py, tests/test_index*.py and tests/test_reindex.py). The Elasticsearch
-settings (`es_settings`, unique index prefix) and `delta_store` come from tests/conftest.py."""
+"""Builders and the model fixture for the embedding and index tests. The fixture is registered
+for every test module through `pytest_plugins` in tests/conftest.py; the builders are imported by
+name. The Elasticsearch settings (`es_settings`, unique index prefix) and `delta_store` come from
+tests/conftest.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Builders and fixtures for the retention, erasure and compaction tests (real Delta, real ES)."""
+"""Builders and fixtures for the retention, erasure and compaction tests (real Delta, real ES).
+
+The fixtures are registered through `pytest_plugins` in tests/conftest.py; builders are imported.
+"""
 
 from __future__ import annotations
 

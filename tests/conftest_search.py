@@ -1,7 +1,8 @@
 """Fixtures for the search, HTTP and resolve tests: a small two-user corpus indexed into the real
 Elasticsearch node (unique index prefix) with real all-MiniLM-L6-v2 vectors.
 
-Imported explicitly by tests/test_search*.py, tests/test_http.py and tests/test_resolve.py.
+The fixtures are registered through `pytest_plugins` in tests/conftest.py; the corpus and its
+constants are imported by name.
 """
 
 from __future__ import annotations

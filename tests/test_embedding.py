@@ -10,7 +10,7 @@ import logging
 import numpy as np
 import polars as pl
 import pytest
-from conftest_index import embedder_fixture, role_rows, write_rows  # noqa: F401
+from conftest_index import role_rows, write_rows
 
 from ctxdb.embedding.stage import (
     EmbedderUnavailable,

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest_ops import (  # noqa: F401  (fixtures)
+from conftest_ops import (
     derived,
     index_rows,
-    ops_settings,
     role_rows,
     run_pipeline,
-    store,
     write_derived,
     write_embeddings,
     write_turn_files,

@@ -1,20 +1,13 @@
 """The HTTP API through FastAPI's test client: token auth, same semantics as the Python API,
 404 for other users' conversations, turns and refs, 400 missing_query, OpenAPI."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import time
 
 import jwt
 import pytest
-from conftest_search import (  # noqa: F401
-    SearchEnv,
-    query_embedder,  # noqa: F401
-    search_env,
-)
+from conftest_search import SearchEnv
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 

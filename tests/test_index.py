@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
+from conftest_index import role_rows, turn_tables, write_rows
 
 from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
 from ctxdb.index.bulk import BulkWriteFailed, ElasticsearchUnavailable

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest_index import embedder_fixture, role_rows, turn_tables, write_rows  # noqa: F401
+from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
 
 from ctxdb.embedding.stage import embed_role_rows

@@ -1,21 +1,12 @@
 """conv:fi: ref resolution: owner-only, retained-only, no traversal, local dir and URI storage."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
-from conftest_search import (  # noqa: F401
-    APP,
-    TENANT,
-    SearchEnv,
-    query_embedder,  # noqa: F401
-    search_env,
-)
+from conftest_search import APP, TENANT, SearchEnv
 
 from ctxdb.contract.refs import RefError
 from ctxdb.search import NotFound

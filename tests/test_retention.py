@@ -8,13 +8,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest_ops import (  # noqa: F401  (fixtures)
+from conftest_ops import (
     es_ids,
     index_rows,
-    ops_settings,
     role_rows,
     run_pipeline,
-    store,
     write_derived,
     write_embeddings,
     write_turn_files,

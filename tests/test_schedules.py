@@ -5,14 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from conftest_ops import (  # noqa: F401  (fixtures)
-    es_ids,
-    index_rows,
-    ops_settings,
-    role_rows,
-    store,
-    write_derived,
-)
+from conftest_ops import es_ids, index_rows, role_rows, write_derived
 from dagster import (
     DefaultScheduleStatus,
     RunRequest,

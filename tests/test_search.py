@@ -2,20 +2,12 @@
 recency, scope, targets, expiry, catalog modes, materialization, fallback snippet, degradation and
 cross-user isolation."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest_search import (  # noqa: F401
-    NOW,
-    SearchEnv,
-    query_embedder,  # noqa: F401
-    search_env,
-)
+from conftest_search import NOW, SearchEnv
 
 from ctxdb.contract.identity import Principal
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable

@@ -1,18 +1,11 @@
 """`ctxdb search|conversations|turn|pull|tokens` through Typer's runner, as the token's user."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import json
 
 import pytest
-from conftest_search import (  # noqa: F401
-    SearchEnv,
-    query_embedder,  # noqa: F401
-    search_env,
-)
+from conftest_search import SearchEnv
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all

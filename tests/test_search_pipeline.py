@@ -1,15 +1,11 @@
 """Search over memory built by the real pipeline (generator, landing, derivation, embedding,
 indexing), then search, known-turn reconstruction and pull as the owner, and nobody else."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from conftest_search import query_embedder  # noqa: F401
 
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.stage import embed_role_rows

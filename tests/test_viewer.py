@@ -3,9 +3,6 @@ sign in, search with the explain breakdown, open a turn, download a file through
 and another user's turn URL gives the not-found page. Screenshots are kept as test artifacts
 (and refresh docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
 
-# Fixtures are imported from tests/conftest_search.py; pytest injects them by name.
-# ruff: noqa: F811
-
 from __future__ import annotations
 
 import os
@@ -18,11 +15,7 @@ from pathlib import Path
 import pytest
 import uvicorn
 from conftest_ports import free_port_pair
-from conftest_search import (  # noqa: F401
-    SearchEnv,
-    query_embedder,  # noqa: F401
-    search_env,
-)
+from conftest_search import SearchEnv
 from fastapi.testclient import TestClient
 
 from ctxdb.serve.http import create_app
