@@ -111,7 +111,7 @@ def build_memory(
     landing = Path(settings.landing_uri)
     if not any(landing.glob("events-*")):
         write_sample(generated, landing, files_root=Path(settings.files))
-    store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
+    store = DeltaStore.from_settings(settings)
     land(store, settings.landing_uri)
     derive(store, settings)
     embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)

@@ -15,6 +15,14 @@ import snowballstemmer
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MIN_WORD_LEN = 3
+# Control characters other than tab and newlines (Python re and polars' Rust regex alike).
+CONTROL_CHARS = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
+_CONTROL = re.compile(CONTROL_CHARS)
+
+
+def clean_text(text: str) -> str:
+    """Drop lone surrogates and control characters other than tab and newlines."""
+    return _CONTROL.sub(" ", text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def text_hash(text: str) -> str:

@@ -69,7 +69,7 @@ def run_job() -> None:
 
 
 def print_tables(settings: Settings) -> None:
-    store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
+    store = DeltaStore.from_settings(settings)
     typer.echo("\nDelta tables (rows):")
     for name in DEMO_TABLES:
         dt = store.table(name)

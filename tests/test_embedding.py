@@ -15,10 +15,10 @@ from conftest_index import role_rows, write_rows
 from ctxdb.embedding.stage import (
     EmbedderUnavailable,
     SentenceTransformerEmbedder,
-    clean_text,
     embed_role_rows,
 )
 from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
+from ctxdb.text import clean_text
 
 pytestmark = pytest.mark.model
 

@@ -15,7 +15,7 @@ from ctxdb.cli.app import app
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive, table_rows
 from ctxdb.sample.generate import generate_events, write_sample
-from ctxdb.settings import Settings, get_settings
+from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
@@ -40,10 +40,6 @@ TURN_RECORD_TABLES = (
     REPLAY_ARTIFACTS,
     DERIVE_STATE,
 )
-
-
-def _store(settings: Settings) -> DeltaStore:
-    return DeltaStore(settings.delta_uri, settings.delta_storage_options)
 
 
 def _parse_now(value: str | None) -> datetime:
@@ -95,7 +91,11 @@ def land_command(
 ) -> None:
     """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events)."""
     settings = get_settings()
-    stats = land(_store(settings), path or settings.landing_uri, threads=settings.landing.threads)
+    stats = land(
+        DeltaStore.from_settings(settings),
+        path or settings.landing_uri,
+        threads=settings.landing.threads,
+    )
     typer.echo(json.dumps(asdict(stats), default=str))
 
 
@@ -105,14 +105,14 @@ def derive_command(
 ) -> None:
     """Derive TurnLogs, timelines, role rows, catalog and replay artifacts incrementally."""
     settings = get_settings()
-    stats = derive(_store(settings), settings, full=full)
+    stats = derive(DeltaStore.from_settings(settings), settings, full=full)
     typer.echo(json.dumps(asdict(stats), default=str))
 
 
 @app.command()
 def tables() -> None:
     """Row count and Delta version of every turn-record table."""
-    store = _store(get_settings())
+    store = DeltaStore.from_settings(get_settings())
     rows = [
         {"table": name, "rows": table_rows(store, name), "version": store.version(name)}
         for name in TURN_RECORD_TABLES

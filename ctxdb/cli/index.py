@@ -81,7 +81,7 @@ def reindex_command(
         device=settings.embedding.device,
     )
     es = make_client(settings)
-    store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
+    store = DeltaStore.from_settings(settings)
     try:
         report = reindex(store, es, settings, embedder, min_coverage_pct=min_coverage)
     except ReindexFailed as exc:

@@ -15,17 +15,13 @@ from ctxdb.index.client import make_client
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import Scope, erase
 from ctxdb.lifecycle.retention import sweep
-from ctxdb.settings import Settings, get_settings
+from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
 
 retention_app = typer.Typer(help="Retention sweeps.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
 jobs_app = typer.Typer(help="Launch Dagster jobs of the ctxdb code location.", no_args_is_help=True)
 app.add_typer(jobs_app, name="jobs")
-
-
-def _store(settings: Settings) -> DeltaStore:
-    return DeltaStore(settings.delta_uri, settings.delta_storage_options)
 
 
 @app.command("erase")
@@ -47,7 +43,7 @@ def erase_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     settings = get_settings()
-    report = erase(_store(settings), make_client(settings), settings, scope)
+    report = erase(DeltaStore.from_settings(settings), make_client(settings), settings, scope)
     typer.echo(report.message)
     if report.found and not report.verified:
         raise typer.Exit(1)
@@ -62,7 +58,7 @@ def retention_run(
 ) -> None:
     """Purge expired rows from Delta, Elasticsearch and file storage, VACUUM and report."""
     settings = get_settings()
-    store, client = _store(settings), make_client(settings)
+    store, client = DeltaStore.from_settings(settings), make_client(settings)
     report = sweep(store, client, settings, dry_run=dry_run, vacuum_hours=vacuum_hours)
     typer.echo(json.dumps(report.as_metadata(), indent=2, default=str))
     if report.status == "es_pending":
@@ -76,7 +72,7 @@ def retention_run(
 def compact_command() -> None:
     """OPTIMIZE every Delta table; exit 1 when small files stay above the bound."""
     settings = get_settings()
-    results = compact_all(_store(settings), settings)
+    results = compact_all(DeltaStore.from_settings(settings), settings)
     for result in results:
         typer.echo(
             f"{result.table}: {result.files_before} -> {result.files_after} files "

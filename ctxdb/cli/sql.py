@@ -103,7 +103,7 @@ def sql_command(
 ) -> None:
     """Run SQL over the Delta tables (each table is a view named like the table)."""
     settings = get_settings()
-    store = DeltaStore(settings.delta_uri, settings.delta_storage_options)
+    store = DeltaStore.from_settings(settings)
     try:
         con, snapshot = connect(store, table or None, as_of=_as_of(as_of))
     except SqlError as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from ctxdb.storage.tables import (
     ROW_EMBEDDINGS,
     ROW_EMBEDDINGS_SCHEMA,
 )
+from ctxdb.text import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,6 @@ PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CHARS_PER_TOKEN_BOUND = 16
 
 
@@ -57,11 +56,6 @@ class Embedder(Protocol):
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Vectors (len(texts) x dims) for non-empty texts, truncated to the model window."""
-
-
-def clean_text(text: str) -> str:
-    """Drop lone surrogates and control characters other than tab and newlines."""
-    return _CONTROL.sub(" ", text.encode("utf-8", "replace").decode("utf-8"))
 
 
 def resolve_model_path(model_name: str) -> str:

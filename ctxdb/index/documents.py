@@ -18,12 +18,11 @@ import snowballstemmer
 
 from ctxdb.embedding.stage import OK, PENDING
 from ctxdb.index.mappings import rows_mapping, turns_mapping
-from ctxdb.text import words
+from ctxdb.text import CONTROL_CHARS, words
 
 ID = "_id"
 FINGERPRINT = "_fingerprint"
 VECTOR = "embedding"
-_CONTROL = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F]"
 _WORD = r"\w+"  # ctxdb.text.words' pattern; equal to Python's on ASCII text
 _NON_ASCII = r"[^\x00-\x7F]"
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
@@ -32,7 +31,7 @@ TURN_FIELDS = list(turns_mapping()["properties"])
 
 def _clean(column: str) -> pl.Expr:
     """Control characters other than tab and newlines become spaces."""
-    return pl.col(column).fill_null("").str.replace_all(_CONTROL, " ")
+    return pl.col(column).fill_null("").str.replace_all(CONTROL_CHARS, " ")
 
 
 def with_fingerprint(frame: pl.DataFrame) -> pl.DataFrame:

@@ -119,21 +119,15 @@ class Scope:
         return re.search(self._pattern(), line) is not None
 
 
-@dataclass
-class EraseReport:
-    """What an erasure found, removed and verified (`remaining` all zero when verified)."""
+@dataclass(kw_only=True)
+class EraseReport(RetentionReport):
+    """What an erasure found, removed and verified (`remaining` all zero when verified); its
+    `retention_report` row is the one a sweep writes, with operation `erase`."""
 
     scope: Scope
-    run_id: str
     found: bool
-    status: str
-    deleted_rows: dict[str, int] = field(default_factory=dict)
-    es_deleted: dict[str, int] = field(default_factory=dict)
-    files_removed: int = 0
     landing_lines_removed: int = 0
     remaining: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    duration_s: float = 0.0
 
     @property
     def verified(self) -> bool:
@@ -181,7 +175,17 @@ def _erase(
     counts = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
     landing = sum(_landing_lines(settings, sources, scope).values())
     found = bool(sum(counts.values()) or any(es_ids.values()) or paths or landing)
-    report = EraseReport(scope=scope, run_id=run_id, found=found, status="ok", error=es_error)
+    report = EraseReport(
+        scope=scope,
+        run_id=run_id,
+        found=found,
+        status="ok",
+        dry_run=False,
+        cutoff=started_at,
+        started_at=started_at,
+        finished_at=started_at,
+        error=es_error,
+    )
     if not found:
         log.info("erase: nothing found for the %s", scope.label)
         report.status = "not_found"
@@ -191,32 +195,19 @@ def _erase(
     tombstone(store, identities, started_at)
     report.landing_lines_removed = scrub_landing(settings, sources, scope)
     report.deleted_rows = _delete_delta(store, scope, identities, rows)
-    summary = RetentionReport(
-        run_id=run_id,
-        status="ok",
-        dry_run=False,
-        cutoff=started_at,
-        started_at=started_at,
-        finished_at=started_at,
-    )
-    finish_pending(store, es, settings, summary)
+    report.error = None  # the pending deletes' own error comes first
+    finish_pending(store, es, settings, report)
     late, late_error = _erase_late_docs(es, settings, scope)
-    report.es_deleted = {k: summary.es_deleted.get(k, 0) + late.get(k, 0) for k in (ROWS, TURNS)}
-    report.files_removed = summary.files_removed
-    report.error = summary.error or late_error or es_error
+    report.es_deleted = {k: report.es_deleted.get(k, 0) + late.get(k, 0) for k in (ROWS, TURNS)}
+    report.error = report.error or late_error or es_error
     vacuum(store, ERASED_TABLES, settings.retention.erase_vacuum_hours, dry_run=False)
     report.remaining = verify(store, es, settings, scope, identities, rows, paths, sources)
-    if summary.es_pending or report.remaining.get("es_unreachable"):
+    if report.es_pending or report.remaining.get("es_unreachable"):
         report.status = "es_pending"
     elif any(report.remaining.values()):
         report.status = "incomplete"
-    report.duration_s = time.perf_counter() - clock
-    summary.status = report.status
-    summary.deleted_rows = report.deleted_rows
-    summary.es_deleted = report.es_deleted
-    summary.finished_at = started_at + timedelta(seconds=report.duration_s)
-    summary.error = report.error
-    write_report(store, summary, "erase")
+    report.finished_at = started_at + timedelta(seconds=time.perf_counter() - clock)
+    write_report(store, report, "erase")
     log.info("erase %s: %s", run_id, report.status)
     return report
 

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
-from deltalake import write_deltalake
 
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
 from ctxdb.record.records import build_records
@@ -113,26 +112,14 @@ def write_table(
     if conversations is not None and not conversations:
         return {"inserted": 0, "updated": 0, "deleted": 0}
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
-    options = store.storage_options or None
-    dt = store.table(target.table)
-    if dt is None:
-        write_deltalake(store.uri(target.table), source, mode="append", storage_options=options)
-        return {"inserted": data.height, "updated": 0, "deleted": 0}
-    predicate = " AND ".join(f"t.{k} = s.{k}" for k in target.keys)
-    metrics = (
-        dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
-        .when_matched_update_all(predicate=target.update_when)
-        .when_not_matched_insert_all()
-        .when_not_matched_by_source_delete(
-            predicate=None if conversations is None else sql_in("t.conversation_id", conversations)
-        )
-        .execute()
+    return store.merge(
+        target.table,
+        source,
+        target.keys,
+        update_when=target.update_when,
+        delete_unmatched=True,
+        delete_when=None if conversations is None else sql_in("t.conversation_id", conversations),
     )
-    return {
-        "inserted": int(metrics.get("num_target_rows_inserted", 0)),
-        "updated": int(metrics.get("num_target_rows_updated", 0)),
-        "deleted": int(metrics.get("num_target_rows_deleted", 0)),
-    }
 
 
 def table_rows(store: DeltaStore, table: str) -> int:

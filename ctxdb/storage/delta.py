@@ -10,6 +10,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from ctxdb.settings import Settings
+
 
 @dataclass(frozen=True)
 class DeltaStore:
@@ -17,6 +19,11 @@ class DeltaStore:
 
     root: str
     storage_options: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeltaStore:
+        """The store at the configured Delta root, with its object-store options."""
+        return cls(settings.delta_uri, settings.delta_storage_options)
 
     def uri(self, table: str) -> str:
         return f"{self.root.rstrip('/')}/{table}"
@@ -78,13 +85,21 @@ class DeltaStore:
             storage_options=self.storage_options or None,
         )
 
-    def upsert(
-        self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
+    def merge(
+        self,
+        table: str,
+        source: pa.Table,
+        keys: Sequence[str],
+        *,
+        update: bool = True,
+        update_when: str | None = None,
+        delete_unmatched: bool = False,
+        delete_when: str | None = None,
     ) -> dict[str, int]:
-        """MERGE rows on `keys`: matched rows are replaced, new rows inserted, in one commit."""
-        if data.is_empty():
-            return {"inserted": 0, "updated": 0}
-        source = _to_arrow(data, schema)
+        """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
+        replaced when `update` (and `update_when` holds); with `delete_unmatched`, table rows the
+        source lacks are deleted (those matching `delete_when`, when given). The first write
+        creates the table. Returns the inserted, updated and deleted row counts."""
         dt = self.table(table)
         if dt is None:
             write_deltalake(
@@ -93,18 +108,29 @@ class DeltaStore:
                 mode="append",
                 storage_options=self.storage_options or None,
             )
-            return {"inserted": data.height, "updated": 0}
+            return {"inserted": source.num_rows, "updated": 0, "deleted": 0}
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        metrics = (
-            dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        merger = dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+        if update:
+            merger = merger.when_matched_update_all(predicate=update_when)
+        merger = merger.when_not_matched_insert_all()
+        if delete_unmatched:
+            merger = merger.when_not_matched_by_source_delete(predicate=delete_when)
+        metrics = merger.execute()
         return {
             "inserted": int(metrics.get("num_target_rows_inserted", 0)),
             "updated": int(metrics.get("num_target_rows_updated", 0)),
+            "deleted": int(metrics.get("num_target_rows_deleted", 0)),
         }
+
+    def upsert(
+        self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
+    ) -> dict[str, int]:
+        """MERGE rows on `keys`: matched rows are replaced, new rows inserted, in one commit."""
+        if data.is_empty():
+            return {"inserted": 0, "updated": 0}
+        counts = self.merge(table, _to_arrow(data, schema), keys)
+        return {"inserted": counts["inserted"], "updated": counts["updated"]}
 
     def insert_new(
         self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
@@ -112,23 +138,7 @@ class DeltaStore:
         """MERGE-insert rows whose `keys` are not present yet; existing rows are left untouched."""
         if data.is_empty():
             return 0
-        source = _to_arrow(data, schema)
-        dt = self.table(table)
-        if dt is None:
-            write_deltalake(
-                self.uri(table),
-                source,
-                mode="append",
-                storage_options=self.storage_options or None,
-            )
-            return data.height
-        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        metrics = (
-            dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
-            .when_not_matched_insert_all()
-            .execute()
-        )
-        return int(metrics.get("num_target_rows_inserted", 0))
+        return self.merge(table, _to_arrow(data, schema), keys, update=False)["inserted"]
 
     def delete(self, table: str, predicate: str) -> int:
         """DELETE rows matching a SQL predicate; returns the number of rows deleted."""
