@@ -98,6 +98,18 @@ class _Writer:
         return event
 
 
+def _pause(rng: random.Random, lo: float, hi: float) -> timedelta:
+    """A random gap of `lo`..`hi` seconds between two events."""
+    return timedelta(seconds=rng.uniform(lo, hi))
+
+
+def _turn_dir(ident: dict[str, str], turn_id: str) -> str:
+    """The turn's folder under the files root."""
+    return turn_file_path(
+        ident["tenant"], ident["app"], ident["user_id"], ident["conversation_id"], turn_id
+    )
+
+
 def _turn(
     w: _Writer,
     rng: random.Random,
@@ -110,13 +122,51 @@ def _turn(
     facts: list[Fact],
     index: int,
 ) -> datetime:
+    """Write one turn's events (user input, tool steps, files, answer, feedback); record its Fact.
+
+    The parts draw from `rng` in a fixed order, so a seed always yields the same events.
+    """
     ident = w.identity
+    ts, prompt = _prompt(w, rng, topic, turn_id, start, first)
+    ts, attachment = _attachment(w, rng, topic, turn_id, ts, files)
+    ts, followups = _followup(w, rng, topic, turn_id, ts)
+    if adapter != "minimal":
+        ts = _tool_steps(w, rng, topic, adapter, turn_id, ts)
+    ts, hosted = _hosted_file(w, rng, topic, adapter, turn_id, ts, files)
+    ts = _stream_and_citations(w, rng, topic, adapter, turn_id, ts)
+    ts, answer, error = _answer(w, rng, topic, adapter, turn_id, ts, hosted)
+    _feedback(w, rng, turn_id, ts)
+    facts.append(
+        Fact(
+            tenant=ident["tenant"],
+            app=ident["app"],
+            user_id=ident["user_id"],
+            conversation_id=ident["conversation_id"],
+            turn_id=turn_id,
+            adapter=adapter,
+            topic=topic.key,
+            turn_index=index,
+            started_at=start,
+            prompt=prompt,
+            answer="" if error else answer,
+            error=error,
+            attachment=attachment,
+            hosted_ref=hosted,
+            followups=followups,
+        )
+    )
+    return ts
+
+
+def _prompt(
+    w: _Writer, rng: random.Random, topic: Topic, turn_id: str, start: datetime, first: bool
+) -> tuple[datetime, str]:
+    """turn.started, the prompt, the conversation title (first turn) and sometimes user context."""
     ts = start
-    step = lambda lo, hi: timedelta(seconds=rng.uniform(lo, hi))  # noqa: E731
     w.emit("turn.started", ts, turn_id, {})
     prompt = rng.choice(topic.prompts)
     batch = f"{turn_id}-b0"
-    ts += step(0.1, 1)
+    ts += _pause(rng, 0.1, 1)
     w.emit(
         "user.submission",
         ts,
@@ -124,9 +174,9 @@ def _turn(
         {"text": prompt, "event_type": "prompt", "batch_id": batch, "arrived_at": _iso(ts)},
     )
     if first:
-        w.emit("conversation.title", ts + step(0.1, 0.5), turn_id, {"title": topic.title})
+        w.emit("conversation.title", ts + _pause(rng, 0.1, 0.5), turn_id, {"title": topic.title})
     if rng.random() < 0.15:
-        ts += step(0.1, 1)
+        ts += _pause(rng, 0.1, 1)
         w.emit(
             "user.context",
             ts,
@@ -140,104 +190,147 @@ def _turn(
                 "event": {"chars": rng.randint(20, 400)},
             },
         )
-    attachment = None
-    if topic.attachment and rng.random() < 0.35:
-        name, mime, text = topic.attachment
-        data = text.encode()
-        rel = f"{turn_file_path(ident['tenant'], ident['app'], ident['user_id'], ident['conversation_id'], turn_id)}/user.attachments/{name}"  # noqa: E501
-        files[rel] = data
-        ts += step(0.5, 3)
+    return ts, prompt
+
+
+def _attachment(
+    w: _Writer,
+    rng: random.Random,
+    topic: Topic,
+    turn_id: str,
+    ts: datetime,
+    files: dict[str, bytes],
+) -> tuple[datetime, str | None]:
+    """Sometimes the topic's attachment: its bytes into `files`, a user.attachment event."""
+    if not (topic.attachment and rng.random() < 0.35):
+        return ts, None
+    ident = w.identity
+    batch = f"{turn_id}-b0"
+    name, mime, text = topic.attachment
+    data = text.encode()
+    files[f"{_turn_dir(ident, turn_id)}/user.attachments/{name}"] = data
+    ts += _pause(rng, 0.5, 3)
+    w.emit(
+        "user.attachment",
+        ts,
+        turn_id,
+        {
+            "name": name,
+            "mime": mime,
+            "size": len(data),
+            "storage_ref": make_ref(
+                "fi", f"user.attachments/{name}", turn_id, ident["conversation_id"]
+            ),
+            "extracted_text": text,
+            "batch_id": batch,
+        },
+    )
+    return ts, name
+
+
+def _followup(
+    w: _Writer, rng: random.Random, topic: Topic, turn_id: str, ts: datetime
+) -> tuple[datetime, int]:
+    """Sometimes a followup or steer submitted while the turn runs; returns how many (0 or 1)."""
+    if rng.random() >= 0.3:
+        return ts, 0
+    kind = rng.choice(["followup", "followup", "steer"])
+    text = rng.choice(topic.followups if kind == "followup" else topic.steers)
+    ts += _pause(rng, 2, 20)
+    w.emit(
+        "user.submission",
+        ts,
+        turn_id,
+        {"text": text, "event_type": kind, "batch_id": f"{turn_id}-b1", "arrived_at": _iso(ts)},
+    )
+    return ts, 1
+
+
+def _tool_steps(
+    w: _Writer, rng: random.Random, topic: Topic, adapter: str, turn_id: str, ts: datetime
+) -> datetime:
+    """One to three tool steps (start, complete), with react tool call/result blocks."""
+    for n in range(rng.randint(1, 3)):
+        tool = rng.choice(["search", "code_exec", "read_file", "web_fetch"])
+        ts += _pause(rng, 0.5, 4)
         w.emit(
-            "user.attachment",
+            "chat.step",
             ts,
             turn_id,
-            {
-                "name": name,
-                "mime": mime,
-                "size": len(data),
-                "storage_ref": make_ref(
-                    "fi", f"user.attachments/{name}", turn_id, ident["conversation_id"]
-                ),
-                "extracted_text": text,
-                "batch_id": batch,
-            },
+            {"step": f"s{n}", "phase": "start", "tool": tool, "title": f"Running {tool}"},
         )
-        attachment = name
-    followups = 0
-    if rng.random() < 0.3:
-        kind = rng.choice(["followup", "followup", "steer"])
-        text = rng.choice(topic.followups if kind == "followup" else topic.steers)
-        ts += step(2, 20)
-        w.emit(
-            "user.submission",
-            ts,
-            turn_id,
-            {"text": text, "event_type": kind, "batch_id": f"{turn_id}-b1", "arrived_at": _iso(ts)},
-        )
-        followups = 1
-    if adapter != "minimal":
-        for n in range(rng.randint(1, 3)):
-            tool = rng.choice(["search", "code_exec", "read_file", "web_fetch"])
-            ts += step(0.5, 4)
+        if adapter == "react":
+            call = f"call{n}"
             w.emit(
-                "chat.step",
+                "react.block",
                 ts,
                 turn_id,
-                {"step": f"s{n}", "phase": "start", "tool": tool, "title": f"Running {tool}"},
+                {
+                    "block_type": "react.tool.call",
+                    "call_id": call,
+                    "tool": tool,
+                    "text": f"{tool}({topic.key})",
+                },
             )
-            if adapter == "react":
-                call = f"call{n}"
-                w.emit(
-                    "react.block",
-                    ts,
-                    turn_id,
-                    {
-                        "block_type": "react.tool.call",
-                        "call_id": call,
-                        "tool": tool,
-                        "text": f"{tool}({topic.key})",
-                    },
-                )
-            ts += step(1, 10)
-            w.emit(
-                "chat.step",
-                ts,
-                turn_id,
-                {"step": f"s{n}", "phase": "complete", "tool": tool, "status": "ok"},
-            )
-            if adapter == "react":
-                w.emit(
-                    "react.block",
-                    ts,
-                    turn_id,
-                    {
-                        "block_type": "react.tool.result",
-                        "call_id": f"call{n}",
-                        "tool": tool,
-                        "text": f"{tool} returned results",
-                    },
-                )
-    hosted = None
-    if topic.hosted_file and adapter in ("langgraph", "react") and rng.random() < 0.5:
-        path, mime, content = topic.hosted_file
-        data = content.encode()
-        rel = f"{turn_file_path(ident['tenant'], ident['app'], ident['user_id'], ident['conversation_id'], turn_id)}/files/{path}"  # noqa: E501
-        files[rel] = data
-        ts += step(0.5, 3)
+        ts += _pause(rng, 1, 10)
         w.emit(
-            "file.hosted",
+            "chat.step",
             ts,
             turn_id,
-            {
-                "path": path,
-                "mime": mime,
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            },
+            {"step": f"s{n}", "phase": "complete", "tool": tool, "status": "ok"},
         )
-        hosted = make_ref("fi", f"files/{path}", turn_id, ident["conversation_id"])
+        if adapter == "react":
+            w.emit(
+                "react.block",
+                ts,
+                turn_id,
+                {
+                    "block_type": "react.tool.result",
+                    "call_id": f"call{n}",
+                    "tool": tool,
+                    "text": f"{tool} returned results",
+                },
+            )
+    return ts
+
+
+def _hosted_file(
+    w: _Writer,
+    rng: random.Random,
+    topic: Topic,
+    adapter: str,
+    turn_id: str,
+    ts: datetime,
+    files: dict[str, bytes],
+) -> tuple[datetime, str | None]:
+    """Sometimes (langgraph, react) a file the agent hosts; returns its conv:fi: ref."""
+    if not (topic.hosted_file and adapter in ("langgraph", "react") and rng.random() < 0.5):
+        return ts, None
+    ident = w.identity
+    path, mime, content = topic.hosted_file
+    data = content.encode()
+    files[f"{_turn_dir(ident, turn_id)}/files/{path}"] = data
+    ts += _pause(rng, 0.5, 3)
+    w.emit(
+        "file.hosted",
+        ts,
+        turn_id,
+        {
+            "path": path,
+            "mime": mime,
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        },
+    )
+    return ts, make_ref("fi", f"files/{path}", turn_id, ident["conversation_id"])
+
+
+def _stream_and_citations(
+    w: _Writer, rng: random.Random, topic: Topic, adapter: str, turn_id: str, ts: datetime
+) -> datetime:
+    """Sometimes a langgraph stream aggregate, sometimes citations."""
     if adapter == "langgraph" and rng.random() < 0.3:
-        ts += step(0.5, 2)
+        ts += _pause(rng, 0.5, 2)
         w.emit(
             "stream.aggregate",
             ts,
@@ -251,7 +344,7 @@ def _turn(
     if adapter != "minimal" and rng.random() < 0.25:
         w.emit(
             "communicator.event",
-            ts + step(0.1, 1),
+            ts + _pause(rng, 0.1, 1),
             turn_id,
             {
                 "name": "chat.citations",
@@ -262,11 +355,24 @@ def _turn(
                 },
             },
         )
+    return ts
+
+
+def _answer(
+    w: _Writer,
+    rng: random.Random,
+    topic: Topic,
+    adapter: str,
+    turn_id: str,
+    ts: datetime,
+    hosted: str | None,
+) -> tuple[datetime, str, bool]:
+    """The answer (or an error), react summary/anchors/note, usage, turn.closed."""
     error = rng.random() < 0.05
     answer = rng.choice(topic.answers)
     if hosted:
         answer += f" The result is saved at {hosted}."
-    ts += step(2, 30)
+    ts += _pause(rng, 2, 30)
     if adapter == "react" and not error:
         w.emit(
             "react.summary",
@@ -304,8 +410,13 @@ def _turn(
         w.emit("assistant.completion", ts, turn_id, {"text": answer, **tokens})
     if adapter != "minimal":
         w.emit("communicator.event", ts, turn_id, {"name": "accounting.usage", "data": tokens})
-    ts += step(0.1, 1)
+    ts += _pause(rng, 0.1, 1)
     w.emit("turn.closed", ts, turn_id, {"status": "error" if error else "ok"})
+    return ts, answer, error
+
+
+def _feedback(w: _Writer, rng: random.Random, turn_id: str, ts: datetime) -> None:
+    """Sometimes late user feedback on the closed turn."""
     if rng.random() < 0.2:
         late = ts + timedelta(minutes=rng.uniform(1, 600))
         w.emit(
@@ -318,26 +429,6 @@ def _turn(
                 "origin": "user",
             },
         )
-    facts.append(
-        Fact(
-            tenant=ident["tenant"],
-            app=ident["app"],
-            user_id=ident["user_id"],
-            conversation_id=ident["conversation_id"],
-            turn_id=turn_id,
-            adapter=adapter,
-            topic=topic.key,
-            turn_index=index,
-            started_at=start,
-            prompt=prompt,
-            answer="" if error else answer,
-            error=error,
-            attachment=attachment,
-            hosted_ref=hosted,
-            followups=followups,
-        )
-    )
-    return ts
 
 
 def _malformed(rng: random.Random, sample: dict, count: int) -> list[str]:
