@@ -7,7 +7,6 @@ first use) and reads only the files of that snapshot, with filter and projection
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,8 +17,6 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from ctxdb.storage import tables
 from ctxdb.storage.delta import DeltaStore
-
-_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 class SqlError(ValueError):
@@ -35,14 +32,8 @@ class Snapshot:
 
 
 def known_table_names() -> list[str]:
-    """Every table name declared in `ctxdb.storage.tables` (the catalog for object stores)."""
-    return sorted(
-        {
-            value
-            for name, value in vars(tables).items()
-            if name.isupper() and isinstance(value, str) and _TABLE_NAME.fullmatch(value)
-        }
-    )
+    """Every table ctxdb writes (the catalog probed on object stores)."""
+    return sorted(tables.SCHEMAS)
 
 
 def table_names(store: DeltaStore) -> list[str]:
