@@ -95,19 +95,17 @@ def _by_batch(blocks: Sequence[Block], users: Sequence[Block]) -> dict[str, list
     return grouped
 
 
-def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
-    blocks = record.log.blocks
-    turn_tag = f"turn:{record.turn_id}"
-    projection = projection_tag(record)
-    rich = record.recording_kind == "rich"
-    users = [b for b in blocks if b.type in USER_BLOCK_TYPES]
-    contexts = _by_batch([b for b in blocks if b.type.startswith("user.context.")], users)
-    attachments = _by_batch([b for b in blocks if b.type == ATTACHMENT], users)
-    rows: list[dict[str, Any]] = []
+class _TurnRows:
+    """The role rows of one turn being built; a row's ordinal counts earlier rows of its target."""
 
-    def add(block: Block, role: str, target: str, tags: list[str], text: str, **extra: Any) -> None:
-        ordinal = sum(1 for r in rows if r["target"] == target)
-        rows.append(
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(
+        self, block: Block, role: str, target: str, tags: list[str], text: str, **extra: Any
+    ) -> None:
+        ordinal = sum(1 for r in self.rows if r["target"] == target)
+        self.rows.append(
             {
                 "role": role,
                 "target": target,
@@ -124,68 +122,21 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
             }
         )
 
-    for block in users:
-        event_type, batch = block.meta["event_type"], block.meta["batch_id"]
-        text = render_submission(
-            block,
-            contexts.get(block.path, []),
-            attachments.get(block.path, []),
-            record.conversation_id,
-        )
-        add(
-            block,
-            "user",
-            "user",
-            ["chat:user", turn_tag, projection, f"event_type:{event_type}", f"batch_id:{batch}"],
-            text,
-            event_type=event_type,
-            batch_id=batch,
-        )
+
+def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
+    """One turn's role rows: each user submission, the final answer and, for rich recordings,
+    summaries, internal notes and readable attachments; each row carries the turn's identity."""
+    blocks = record.log.blocks
+    turn_tag = f"turn:{record.turn_id}"
+    projection = projection_tag(record)
+    out = _TurnRows()
+    _user_rows(out, record, turn_tag, projection)
     final = [b for b in blocks if b.type == COMPLETION][-1]
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if record.error else [])
-    add(final, "assistant", "assistant", tags, final.text)
-    if rich:
-        for block in blocks:
-            if block.type == SUMMARY:
-                anchors = block.meta.get("anchors", {})
-                scope = block.meta.get("scope", "turn")
-                add(
-                    block,
-                    "assistant",
-                    "summary",
-                    [
-                        "chat:summary",
-                        "kind:working.summary",
-                        f"summary_scope:{scope}",
-                        turn_tag,
-                        projection,
-                    ],
-                    block.text,
-                    anchors_text="\n".join(
-                        [*anchors.get("phrases", []), *anchors.get("entities", [])]
-                    ),
-                )
-            elif block.type == NOTE:
-                add(
-                    block,
-                    "artifact",
-                    "notes",
-                    ["chat:internal_note", "kind:react.note", "visibility:internal", turn_tag],
-                    block.text,
-                    visibility="internal",
-                )
-            elif (
-                block.type == ATTACHMENT
-                and block.text
-                and block.mime.startswith(SUPPORTED_ATTACHMENT_MIME)
-            ):
-                add(
-                    block,
-                    "artifact",
-                    "attachment",
-                    ["artifact:user.attachment", turn_tag],
-                    f"{block.meta['filename']} ({block.mime})\n{block.text}",
-                )
+    out.add(final, "assistant", "assistant", tags, final.text)
+    if record.recording_kind == "rich":
+        _rich_rows(out, blocks, turn_tag, projection)
+    rows = out.rows
     for row in rows:
         row.update(
             tenant=record.tenant,
@@ -200,6 +151,74 @@ def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
             ),
         )
     return rows
+
+
+def _user_rows(out: _TurnRows, record: TurnRecord, turn_tag: str, projection: str) -> None:
+    """One row per user submission, rendered with the context and attachments of its batch."""
+    blocks = record.log.blocks
+    users = [b for b in blocks if b.type in USER_BLOCK_TYPES]
+    contexts = _by_batch([b for b in blocks if b.type.startswith("user.context.")], users)
+    attachments = _by_batch([b for b in blocks if b.type == ATTACHMENT], users)
+    for block in users:
+        event_type, batch = block.meta["event_type"], block.meta["batch_id"]
+        text = render_submission(
+            block,
+            contexts.get(block.path, []),
+            attachments.get(block.path, []),
+            record.conversation_id,
+        )
+        out.add(
+            block,
+            "user",
+            "user",
+            ["chat:user", turn_tag, projection, f"event_type:{event_type}", f"batch_id:{batch}"],
+            text,
+            event_type=event_type,
+            batch_id=batch,
+        )
+
+
+def _rich_rows(out: _TurnRows, blocks: list[Block], turn_tag: str, projection: str) -> None:
+    """Rows of a rich recording: working summaries, internal notes, readable attachments."""
+    for block in blocks:
+        if block.type == SUMMARY:
+            anchors = block.meta.get("anchors", {})
+            scope = block.meta.get("scope", "turn")
+            out.add(
+                block,
+                "assistant",
+                "summary",
+                [
+                    "chat:summary",
+                    "kind:working.summary",
+                    f"summary_scope:{scope}",
+                    turn_tag,
+                    projection,
+                ],
+                block.text,
+                anchors_text="\n".join([*anchors.get("phrases", []), *anchors.get("entities", [])]),
+            )
+        elif block.type == NOTE:
+            out.add(
+                block,
+                "artifact",
+                "notes",
+                ["chat:internal_note", "kind:react.note", "visibility:internal", turn_tag],
+                block.text,
+                visibility="internal",
+            )
+        elif (
+            block.type == ATTACHMENT
+            and block.text
+            and block.mime.startswith(SUPPORTED_ATTACHMENT_MIME)
+        ):
+            out.add(
+                block,
+                "artifact",
+                "attachment",
+                ["artifact:user.attachment", turn_tag],
+                f"{block.meta['filename']} ({block.mime})\n{block.text}",
+            )
 
 
 def trigram_column(texts: pl.Series) -> pl.Series:
