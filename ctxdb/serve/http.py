@@ -8,7 +8,7 @@ from typing import Annotated
 from urllib.parse import quote
 
 from elasticsearch import Elasticsearch
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
@@ -32,8 +32,115 @@ from ctxdb.settings import Settings
 _bearer = HTTPBearer(auto_error=False)
 
 
+def _client(request: Request) -> Elasticsearch:
+    return request.app.state.client
+
+
+def _service(request: Request) -> SearchService:
+    return request.app.state.service
+
+
+def _resolver(request: Request) -> Resolver:
+    return request.app.state.resolver
+
+
+def _principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller behind the bearer token (401 without a valid one)."""
+    authenticator: Authenticator = request.app.state.authenticator
+    try:
+        return authenticator.authenticate(credentials.credentials if credentials else None)
+    except AuthError as exc:
+        raise HTTPException(
+            status_code=401, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}
+        ) from exc
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+Service = Annotated[SearchService, Depends(_service)]
+
+health_router = APIRouter()
+search_router = APIRouter()
+files_router = APIRouter()
+
+
+@health_router.get("/healthz")
+def healthz(client: Annotated[Elasticsearch, Depends(_client)]) -> dict[str, str]:
+    """Liveness, plus whether Elasticsearch answers."""
+    try:
+        status = client.cluster.health()["status"]
+    except Exception as exc:  # report, never raise, from a health probe
+        return {"status": "degraded", "elasticsearch": f"unreachable: {type(exc).__name__}"}
+    return {"status": "ok", "elasticsearch": status}
+
+
+@search_router.post("/v1/search", response_model=SearchResponse, response_model_exclude_none=True)
+def search(request: SearchRequest, caller: Caller, service: Service) -> SearchResponse:
+    """Hybrid search, or catalog lookups (ordinal, or a window without a query)."""
+    return service.search(caller, request)
+
+
+@search_router.get("/v1/conversations", response_model=ConversationList)
+def conversations(
+    caller: Caller,
+    service: Service,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    agent: str | None = None,
+) -> ConversationList:
+    """The caller's conversations, most recent activity first."""
+    return service.conversations(caller, limit=limit, agent=agent)
+
+
+@search_router.get("/v1/conversations/{conversation_id}/turns/{turn_id}", response_model=TurnView)
+def turn(conversation_id: str, turn_id: str, caller: Caller, service: Service) -> TurnView:
+    """One known turn reconstructed from its TurnLog."""
+    return service.turn(caller, conversation_id, turn_id)
+
+
+@files_router.get(
+    "/v1/pull",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+def pull(
+    caller: Caller,
+    resolver: Annotated[Resolver, Depends(_resolver)],
+    ref: Annotated[str, Query(description="conv:fi:conv_<id>.turn_<id>.<path>")],
+    conversation_id: str | None = None,
+) -> Response:
+    """The bytes behind a conv:fi: ref, while its turn is retained."""
+    pulled = resolver.pull(caller, ref, conversation_id)
+    return Response(
+        content=pulled.data,
+        media_type=pulled.mime,
+        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(pulled.filename)}"},
+    )
+
+
 def _error(status: int, code: str, detail: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": code, "detail": detail})
+
+
+_ERRORS: dict[type[Exception], tuple[int, str]] = {
+    MissingQuery: (400, "missing_query"),
+    NotFound: (404, "not_found"),
+    RefError: (400, "invalid_ref"),
+    SearchUnavailable: (503, "search_unavailable"),
+}
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Domain errors answer as `{"error": <code>, "detail": <message>}` with their status."""
+    for error, (status, code) in _ERRORS.items():
+
+        def handler(
+            _: Request, exc: Exception, status: int = status, code: str = code
+        ) -> JSONResponse:
+            return _error(status, code, str(exc))
+
+        app.add_exception_handler(error, handler)
 
 
 def create_app(
@@ -47,91 +154,17 @@ def create_app(
     client = client or make_client(settings)
     if embedder is None and load_model:
         embedder = default_embedder(settings)
-    service = SearchService(settings, client, embedder)
-    resolver = Resolver(settings, client)
-    authenticator = Authenticator(settings)
     app = FastAPI(
         title="ctxdb conversation search",
         version="1",
         description="Hybrid conversation search (kNN + BM25 + trigram, RRF, recency lift), "
         "catalog, known-turn reads and conv:fi: ref pulls inside the caller's identity boundary.",
     )
-
-    def principal(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Principal:
-        try:
-            return authenticator.authenticate(credentials.credentials if credentials else None)
-        except AuthError as exc:
-            raise HTTPException(
-                status_code=401, detail=str(exc), headers={"WWW-Authenticate": "Bearer"}
-            ) from exc
-
-    Caller = Annotated[Principal, Depends(principal)]
-
-    @app.exception_handler(MissingQuery)
-    def _missing_query(_: Request, exc: MissingQuery) -> JSONResponse:
-        return _error(400, "missing_query", str(exc))
-
-    @app.exception_handler(NotFound)
-    def _not_found(_: Request, exc: NotFound) -> JSONResponse:
-        return _error(404, "not_found", str(exc))
-
-    @app.exception_handler(RefError)
-    def _bad_ref(_: Request, exc: RefError) -> JSONResponse:
-        return _error(400, "invalid_ref", str(exc))
-
-    @app.exception_handler(SearchUnavailable)
-    def _unavailable(_: Request, exc: SearchUnavailable) -> JSONResponse:
-        return _error(503, "search_unavailable", str(exc))
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, str]:
-        """Liveness, plus whether Elasticsearch answers."""
-        try:
-            status = client.cluster.health()["status"]
-        except Exception as exc:  # report, never raise, from a health probe
-            return {"status": "degraded", "elasticsearch": f"unreachable: {type(exc).__name__}"}
-        return {"status": "ok", "elasticsearch": status}
-
-    @app.post("/v1/search", response_model=SearchResponse, response_model_exclude_none=True)
-    def search(request: SearchRequest, caller: Caller) -> SearchResponse:
-        """Hybrid search, or catalog lookups (ordinal, or a window without a query)."""
-        return service.search(caller, request)
-
-    @app.get("/v1/conversations", response_model=ConversationList)
-    def conversations(
-        caller: Caller,
-        limit: Annotated[int, Query(ge=1, le=200)] = 50,
-        agent: str | None = None,
-    ) -> ConversationList:
-        """The caller's conversations, most recent activity first."""
-        return service.conversations(caller, limit=limit, agent=agent)
-
-    @app.get("/v1/conversations/{conversation_id}/turns/{turn_id}", response_model=TurnView)
-    def turn(conversation_id: str, turn_id: str, caller: Caller) -> TurnView:
-        """One known turn reconstructed from its TurnLog."""
-        return service.turn(caller, conversation_id, turn_id)
-
-    @app.get(
-        "/v1/pull",
-        response_class=Response,
-        responses={200: {"content": {"application/octet-stream": {}}}},
-    )
-    def pull(
-        caller: Caller,
-        ref: Annotated[str, Query(description="conv:fi:conv_<id>.turn_<id>.<path>")],
-        conversation_id: str | None = None,
-    ) -> Response:
-        """The bytes behind a conv:fi: ref, while its turn is retained."""
-        pulled = resolver.pull(caller, ref, conversation_id)
-        return Response(
-            content=pulled.data,
-            media_type=pulled.mime,
-            headers={
-                "Content-Disposition": f"attachment; filename*=UTF-8''{quote(pulled.filename)}"
-            },
-        )
-
-    app.include_router(viewer_router())
+    app.state.client = client
+    app.state.service = SearchService(settings, client, embedder)
+    app.state.resolver = Resolver(settings, client)
+    app.state.authenticator = Authenticator(settings)
+    _add_error_handlers(app)
+    for router in (health_router, search_router, files_router, viewer_router()):
+        app.include_router(router)
     return app
