@@ -27,7 +27,8 @@ import numpy as np
 import polars as pl
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.documents import index_actions
 from ctxdb.index.incremental import build_base, current_versions

@@ -22,7 +22,8 @@ import uuid
 from bench_embed_index import fill_cache, generate_rows, workspace
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import drop_after_grace, reindex

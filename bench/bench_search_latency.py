@@ -33,7 +33,7 @@ import typer
 import uvicorn
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
 from ctxdb.sample.topics import TOPICS

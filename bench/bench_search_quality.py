@@ -48,7 +48,8 @@ from typing import Annotated
 import typer
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import TURNS, alias_name
 from ctxdb.index.sync import sync_live

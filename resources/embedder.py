@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dagster import ConfigurableResource
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.settings import get_settings
 
 

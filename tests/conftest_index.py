@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 import pytest
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,

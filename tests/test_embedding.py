@@ -12,11 +12,8 @@ import polars as pl
 import pytest
 from conftest_index import role_rows, write_rows
 
-from ctxdb.embedding.stage import (
-    EmbedderUnavailable,
-    SentenceTransformerEmbedder,
-    embed_role_rows,
-)
+from ctxdb.embedding.model import EmbedderUnavailable, SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
 from ctxdb.text import clean_text
 

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.bulk import BulkWriteFailed, ElasticsearchUnavailable
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.client import make_client

@@ -8,7 +8,8 @@ import threading
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
-from ctxdb.embedding.stage import SentenceTransformerEmbedder, embed_role_rows
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.lifecycle import alias_target, create_index, index_meta, versions
 from ctxdb.index.mappings import ROWS, TURNS, alias_name

@@ -10,7 +10,7 @@ import typer
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
-from ctxdb.embedding.stage import SentenceTransformerEmbedder
+from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
 from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex

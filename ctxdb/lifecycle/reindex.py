@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from elasticsearch import Elasticsearch
 
-from ctxdb.embedding.stage import Embedder, EmbedReport, embed_role_rows
+from ctxdb.embedding.model import Embedder
+from ctxdb.embedding.stage import EmbedReport, embed_role_rows
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
 from ctxdb.index.lease import Lease, writer_lease_for
 from ctxdb.index.lifecycle import (

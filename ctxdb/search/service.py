@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
+from ctxdb.embedding.model import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
