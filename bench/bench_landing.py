@@ -20,7 +20,8 @@ from deltalake import write_deltalake
 
 from ctxdb.contract.events import MAX_EVENT_BYTES
 from ctxdb.landing import _native
-from ctxdb.landing.run import land, list_files, read_bytes
+from ctxdb.landing.files import list_files, read_bytes
+from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings

@@ -6,7 +6,7 @@ import hashlib
 
 from dagster import RunRequest, SensorEvaluationContext, SkipReason, sensor
 
-from ctxdb.landing.run import list_files, pending_files
+from ctxdb.landing.files import list_files, pending_files
 from ctxdb.settings import get_settings
 from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA
 from pipelines.jobs import memory_job

@@ -15,7 +15,7 @@ from test_events import BASE, PAYLOADS, line
 from ctxdb.contract import events
 from ctxdb.contract.events import MAX_EVENT_BYTES, EventError, parse_event
 from ctxdb.landing import _native
-from ctxdb.landing.run import parse_bytes
+from ctxdb.landing.scan import parse_bytes
 from ctxdb.sample.generate import generate_events
 
 EDGE_CASES = [
