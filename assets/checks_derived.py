@@ -1,4 +1,8 @@
-"""Asset checks of the turn record: offending conversation/turn ids go to the check metadata."""
+"""Asset checks of the turn record: offending conversation/turn ids go to the check metadata.
+
+The structural checks are blocking: when the turn record is broken (a closed turn without its
+TurnLog, a TurnLog without its rows, an orphan row), embedding and indexing do not run on it.
+"""
 
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetKey, MetadataValue, asset_check
 
@@ -19,7 +23,11 @@ def _result(outcome: CheckOutcome, severity: AssetCheckSeverity) -> AssetCheckRe
     )
 
 
-@asset_check(asset=AssetKey("turn_logs"), description="Every closed turn has exactly one TurnLog.")
+@asset_check(
+    asset=AssetKey("turn_logs"),
+    description="Every closed turn has exactly one TurnLog.",
+    blocking=True,
+)
 def one_turn_log_per_closed_turn(delta: DeltaResource) -> AssetCheckResult:
     return _result(checks.closed_turns_have_one_turn_log(delta.store()), AssetCheckSeverity.ERROR)
 
@@ -27,6 +35,7 @@ def one_turn_log_per_closed_turn(delta: DeltaResource) -> AssetCheckResult:
 @asset_check(
     asset=AssetKey("role_rows"),
     description="Every TurnLog has at least one user row and exactly one final assistant row.",
+    blocking=True,
 )
 def user_and_final_assistant_rows(delta: DeltaResource) -> AssetCheckResult:
     return _result(
@@ -34,7 +43,11 @@ def user_and_final_assistant_rows(delta: DeltaResource) -> AssetCheckResult:
     )
 
 
-@asset_check(asset=AssetKey("role_rows"), description="No role row exists without its TurnLog.")
+@asset_check(
+    asset=AssetKey("role_rows"),
+    description="No role row exists without its TurnLog.",
+    blocking=True,
+)
 def role_rows_have_turn_log(delta: DeltaResource) -> AssetCheckResult:
     return _result(checks.role_rows_have_turn_log(delta.store()), AssetCheckSeverity.ERROR)
 

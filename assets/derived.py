@@ -3,17 +3,12 @@ replay_artifacts, computed together for the conversations touched by newly lande
 
 from collections.abc import Iterator
 
-from dagster import (
-    AssetExecutionContext,
-    AssetKey,
-    AssetSpec,
-    Config,
-    MaterializeResult,
-    multi_asset,
-)
+from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, multi_asset
 
+from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.record.run import TARGETS, derive, table_rows
 from ctxdb.settings import get_settings
+from ctxdb.storage.tables import DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
 
 DESCRIPTIONS = {
@@ -33,14 +28,23 @@ class DeriveConfig(Config):
 
 @multi_asset(
     specs=[
-        AssetSpec(
-            key=AssetKey(target.table),
-            deps=[AssetKey("raw_turn_events")],
-            group_name="turn_record",
-            description=DESCRIPTIONS[target.table],
-        )
-        for target in TARGETS
+        *(
+            table_spec(
+                target.table,
+                DESCRIPTIONS[target.table],
+                group="turn_record",
+                deps=[RAW_TURN_EVENTS],
+            )
+            for target in TARGETS
+        ),
+        table_spec(
+            DERIVE_STATE,
+            "The highest landed version derived so far (the incremental watermark).",
+            group="turn_record",
+            deps=[RAW_TURN_EVENTS],
+        ),
     ],
+    pool=WRITER_POOL,
     can_subset=False,
 )
 def turn_record(
@@ -61,6 +65,7 @@ def turn_record(
         yield MaterializeResult(
             asset_key=AssetKey(target.table),
             metadata={
+                **materialization_metadata(store, target.table, written),
                 "conversations": stats.conversations,
                 "turns": stats.turns,
                 "open_turns": stats.open_turns,
@@ -71,3 +76,10 @@ def turn_record(
                 "landed_version": stats.to_version,
             },
         )
+    yield MaterializeResult(
+        asset_key=AssetKey(DERIVE_STATE),
+        metadata={
+            **materialization_metadata(store, DERIVE_STATE),
+            "landed_version": stats.to_version,
+        },
+    )

@@ -1,9 +1,13 @@
-"""Asset `raw_turn_events`: land JSONL event files into Delta (also quarantine and landed files)."""
+"""Asset `raw_turn_events`, with `quarantined_events` and `landed_files`: land JSONL files."""
 
-from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, asset
+from collections.abc import Iterator
 
+from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, multi_asset
+
+from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.landing.run import land
 from ctxdb.settings import get_settings
+from ctxdb.storage.tables import LANDED_FILES, QUARANTINED_EVENTS, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
 
 
@@ -14,22 +18,42 @@ class LandingConfig(Config):
     max_files: int | None = None
 
 
-@asset(
-    group_name="turn_record",
-    description="Raw turn events landed from JSONL files (bad lines go to quarantined_events).",
+@multi_asset(
+    specs=[
+        table_spec(
+            RAW_TURN_EVENTS,
+            "Raw turn events landed from JSONL files, once per event id.",
+            group="turn_record",
+        ),
+        table_spec(
+            QUARANTINED_EVENTS,
+            "Lines (or files) that failed the contract: reason, detail and the raw bytes.",
+            group="turn_record",
+        ),
+        table_spec(
+            LANDED_FILES,
+            "Every landed file with its size, mtime and line counts (skipped on a rerun).",
+            group="turn_record",
+        ),
+    ],
+    pool=WRITER_POOL,
+    can_subset=False,
 )
 def raw_turn_events(
     context: AssetExecutionContext, config: LandingConfig, delta: DeltaResource
-) -> MaterializeResult:
+) -> Iterator[MaterializeResult]:
     settings = get_settings()
     uri = config.path or settings.landing_uri
-    stats = land(delta.store(), uri, max_files=config.max_files, threads=settings.landing.threads)
+    store = delta.store()
+    stats = land(store, uri, max_files=config.max_files, threads=settings.landing.threads)
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "
         f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"
     )
-    return MaterializeResult(
+    yield MaterializeResult(
+        asset_key=RAW_TURN_EVENTS,
         metadata={
+            **materialization_metadata(store, RAW_TURN_EVENTS, {"inserted": stats.landed}),
             "landing": MetadataValue.text(uri),
             "files": stats.files,
             "skipped_files": stats.skipped_files,
@@ -39,5 +63,16 @@ def raw_turn_events(
             "quarantined": stats.quarantined,
             "quarantine_reasons": MetadataValue.json(stats.reasons),
             "landed_version": stats.landed_version if stats.landed_version is not None else -1,
-        }
+        },
+    )
+    yield MaterializeResult(
+        asset_key=QUARANTINED_EVENTS,
+        metadata={
+            **materialization_metadata(store, QUARANTINED_EVENTS, {"inserted": stats.quarantined}),
+            "quarantine_reasons": MetadataValue.json(stats.reasons),
+        },
+    )
+    yield MaterializeResult(
+        asset_key=LANDED_FILES,
+        metadata=materialization_metadata(store, LANDED_FILES, {"inserted": stats.files}),
     )

@@ -1,5 +1,6 @@
 """Asset `search_index`: incremental bulk indexing of rows and turns, plus its asset checks."""
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from dagster import (
@@ -8,38 +9,66 @@ from dagster import (
     AssetCheckSeverity,
     AssetExecutionContext,
     AssetKey,
+    AssetSpec,
     MaterializeResult,
-    asset,
     asset_check,
+    multi_asset,
 )
 
+from assets.specs import OWNERS, WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.status import expired_ids, vector_coverage
 from ctxdb.index.sync import sync_live
+from ctxdb.storage.tables import (
+    CONVERSATION_TIMELINES,
+    INDEX_STATE,
+    ROLE_ROWS,
+    ROW_EMBEDDINGS,
+    TURN_CATALOG,
+    TURN_LOGS,
+)
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
 
+SEARCH_INDEX = AssetKey("search_index")
 
-@asset(
-    deps=[
-        AssetKey("role_row_embeddings"),
-        AssetKey("role_rows"),
-        AssetKey("turn_logs"),
-        AssetKey("turn_catalog"),
-        AssetKey("conversation_timelines"),
+
+@multi_asset(
+    specs=[
+        AssetSpec(
+            key=SEARCH_INDEX,
+            deps=[
+                AssetKey(ROW_EMBEDDINGS),
+                AssetKey(ROLE_ROWS),
+                AssetKey(TURN_LOGS),
+                AssetKey(TURN_CATALOG),
+                AssetKey(CONVERSATION_TIMELINES),
+            ],
+            group_name="index",
+            description="Role rows and turns in Elasticsearch (versioned indices behind aliases).",
+            owners=OWNERS,
+            kinds={"elasticsearch"},
+        ),
+        table_spec(
+            INDEX_STATE,
+            "Per index version: the Delta versions last synced (the incremental watermark).",
+            group="index",
+            deps=[ROLE_ROWS, TURN_LOGS],
+        ),
     ],
-    group_name="index",
-    description="Role rows and turns in Elasticsearch (versioned indices behind aliases).",
+    pool=WRITER_POOL,
+    can_subset=False,
 )
 def search_index(
     context: AssetExecutionContext,
     delta: DeltaResource,
     es: ElasticsearchResource,
     embedder: EmbedderResource,
-) -> MaterializeResult:
-    reports = sync_live(delta.store(), es.client(), es.settings(), model_id=embedder.model_id())
+) -> Iterator[MaterializeResult]:
+    store = delta.store()
+    reports = sync_live(store, es.client(), es.settings(), model_id=embedder.model_id())
     metadata: dict[str, int | float | str | bool] = {}
     for report in reports:
         context.log.info(
@@ -49,10 +78,13 @@ def search_index(
         metadata.update(
             {f"{report.kind}_{k}": v for k, v in report.as_metadata().items() if k not in {"kind"}}
         )
-    return MaterializeResult(metadata=metadata)
+    yield MaterializeResult(asset_key=SEARCH_INDEX, metadata=metadata)
+    yield MaterializeResult(
+        asset_key=INDEX_STATE, metadata=materialization_metadata(store, INDEX_STATE)
+    )
 
 
-@asset_check(asset=search_index, description="Documents per index equal the rows/turns in Delta.")
+@asset_check(asset=SEARCH_INDEX, description="Documents per index equal the rows/turns in Delta.")
 def doc_count_matches_delta(
     context: AssetCheckExecutionContext, delta: DeltaResource, es: ElasticsearchResource
 ) -> AssetCheckResult:
@@ -62,7 +94,7 @@ def doc_count_matches_delta(
     return AssetCheckResult(passed=all(m.ok for m in mismatches), metadata=metadata)
 
 
-@asset_check(asset=search_index, description="Share of embeddable row documents with a vector.")
+@asset_check(asset=SEARCH_INDEX, description="Share of embeddable row documents with a vector.")
 def embedding_coverage(
     context: AssetCheckExecutionContext, es: ElasticsearchResource
 ) -> AssetCheckResult:
@@ -79,7 +111,7 @@ def embedding_coverage(
     )
 
 
-@asset_check(asset=search_index, description="No document is past its expires_at.")
+@asset_check(asset=SEARCH_INDEX, description="No document is past its expires_at.")
 def no_expired_documents(
     context: AssetCheckExecutionContext, es: ElasticsearchResource
 ) -> AssetCheckResult:

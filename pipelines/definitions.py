@@ -9,13 +9,14 @@ from dagster import (
 )
 
 import assets
+from assets.lifecycle import retention_tables
 from pipelines.jobs import JOBS
 from pipelines.resources import build_resources
 from pipelines.schedules import SCHEDULES
 from pipelines.sensors import SENSORS
 
 defs = Definitions(
-    assets=load_assets_from_package_module(assets),
+    assets=[*load_assets_from_package_module(assets), *retention_tables],
     asset_checks=load_asset_checks_from_package_module(assets),
     jobs=JOBS,
     schedules=SCHEDULES,

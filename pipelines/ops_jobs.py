@@ -15,6 +15,7 @@ Run config (destructive jobs take it explicitly; the schedules pass it in full):
 from datetime import UTC, datetime
 
 from dagster import (
+    AssetObservation,
     Config,
     DefaultScheduleStatus,
     DefaultSensorStatus,
@@ -32,13 +33,14 @@ from dagster import (
     sensor,
 )
 
+from assets.specs import WRITER_POOL, table_changes
 from ctxdb.index.errors import ElasticsearchSetupError
 from ctxdb.index.health import check_cluster
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import Scope, erase
 from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import get_settings
-from ctxdb.storage.tables import RETENTION_PENDING
+from ctxdb.storage.tables import PURGED_CONVERSATIONS, RETENTION_PENDING, RETENTION_REPORT, SCHEMAS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 
@@ -61,7 +63,7 @@ class CompactionConfig(Config):
     fail_on_unbounded: bool = True
 
 
-@op(tags=WRITER_TAGS)
+@op(tags=WRITER_TAGS, pool=WRITER_POOL)
 def retention_sweep(
     context: OpExecutionContext,
     config: RetentionConfig,
@@ -69,8 +71,9 @@ def retention_sweep(
     es: ElasticsearchResource,
 ) -> Output[str]:
     """Purge expired rows from Delta, Elasticsearch and storage; VACUUM; report."""
+    store = delta.store()
     report = sweep(
-        delta.store(),
+        store,
         es.client(),
         es.settings(),
         dry_run=config.dry_run,
@@ -83,10 +86,14 @@ def retention_sweep(
         context.log.warning(
             f"{report.es_pending} Elasticsearch deletes pending (retried next run): {report.error}"
         )
+    if not config.dry_run:
+        written = (RETENTION_REPORT, RETENTION_PENDING)
+        for event in table_changes(store, report.deleted_rows, written, "retention sweep"):
+            context.log_event(event)
     return Output(report.run_id, metadata=report.as_metadata())
 
 
-@op(tags=WRITER_TAGS)
+@op(tags=WRITER_TAGS, pool=WRITER_POOL)
 def erase_data(
     context: OpExecutionContext,
     config: EraseConfig,
@@ -95,8 +102,12 @@ def erase_data(
 ) -> Output[str]:
     """Erase one user or one conversation everywhere and verify nothing remains."""
     scope = erase_scope(config.user_id, config.conversation_id)
-    report = erase(delta.store(), es.client(), es.settings(), scope)
+    store = delta.store()
+    report = erase(store, es.client(), es.settings(), scope)
     context.log.info(report.message)
+    written = (RETENTION_REPORT, PURGED_CONVERSATIONS)
+    for event in table_changes(store, report.deleted_rows, written, "erasure"):
+        context.log_event(event)
     metadata = {
         "status": report.status,
         "found": report.found,
@@ -121,12 +132,16 @@ def erase_scope(user_id: str | None, conversation_id: str | None) -> Scope:
     return Scope("conversation_id", conversation_id or "")
 
 
-@op(tags=WRITER_TAGS)
+@op(tags=WRITER_TAGS, pool=WRITER_POOL)
 def compact_tables(
     context: OpExecutionContext, config: CompactionConfig, delta: DeltaResource
 ) -> Output[int]:
     """OPTIMIZE every Delta table and check small files stay bounded."""
-    results = compact_all(delta.store(), get_settings())
+    store = delta.store()
+    results = compact_all(store, get_settings())
+    for result in results:
+        if result.table in SCHEMAS:
+            context.log_event(AssetObservation(asset_key=result.table, metadata=result.as_dict()))
     metadata = {
         "tables": MetadataValue.json([r.as_dict() for r in results]),
         "files_removed": sum(r.files_removed for r in results),

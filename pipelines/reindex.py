@@ -9,9 +9,11 @@ Run config (all optional):
     (default 60).
 """
 
-from dagster import Config, OpExecutionContext, job, op
+from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 
+from assets.specs import WRITER_POOL, materialization_metadata
 from ctxdb.lifecycle.reindex import drop_after_grace, reindex
+from ctxdb.storage.tables import INDEX_STATE
 from pipelines.ops_jobs import WRITER_TAGS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
@@ -27,7 +29,7 @@ class DropConfig(Config):
     grace_period_s: float = 60.0
 
 
-@op
+@op(pool=WRITER_POOL)
 def build_verify_swap(
     context: OpExecutionContext,
     config: BuildConfig,
@@ -36,8 +38,9 @@ def build_verify_swap(
     embedder: EmbedderResource,
 ) -> list[str]:
     """Build the next version of every index from Delta, verify it, swap the aliases."""
+    store = delta.store()
     report = reindex(
-        delta.store(),
+        store,
         es.client(),
         es.settings(),
         embedder.embedder(config.model),
@@ -45,10 +48,18 @@ def build_verify_swap(
     )
     context.log.info(f"reindex done: {report.as_metadata()}")
     context.add_output_metadata(report.as_metadata())
+    context.log_event(
+        AssetMaterialization(
+            "search_index", description="reindexed from Delta", metadata=report.as_metadata()
+        )
+    )
+    context.log_event(
+        AssetMaterialization(INDEX_STATE, metadata=materialization_metadata(store, INDEX_STATE))
+    )
     return [swap.old for swap in report.swaps if swap.old]
 
 
-@op
+@op(pool=WRITER_POOL)
 def drop_retired_indices(
     context: OpExecutionContext, config: DropConfig, es: ElasticsearchResource, retired: list[str]
 ) -> list[str]:

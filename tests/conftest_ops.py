@@ -42,6 +42,8 @@ from ctxdb.storage.tables import (
     TURN_LOGS_SCHEMA,
 )
 from ctxdb.text import text_hash, trigrams
+from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
 
 
 @pytest.fixture
@@ -327,3 +329,14 @@ def es_ids(es: Elasticsearch, prefix: str, kind: str) -> set[str]:
 
 def _json(value: object) -> object:
     return value.isoformat() if isinstance(value, datetime) else value
+
+
+@pytest.fixture
+def resources(ops_settings, monkeypatch):
+    """Real resources over the test's Delta root and index prefix (files root via the env)."""
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
+    return {
+        "delta": DeltaResource(root=ops_settings.delta_uri),
+        "es": ElasticsearchResource(index_prefix=ops_settings.elasticsearch.index_prefix),
+    }

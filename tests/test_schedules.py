@@ -29,19 +29,6 @@ from pipelines.ops_jobs import (
     retention_job,
     retention_pending_sensor,
 )
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
-
-
-@pytest.fixture
-def resources(ops_settings, monkeypatch):
-    """Real resources over the test's Delta root and index prefix (files root via the env)."""
-    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
-    return {
-        "delta": DeltaResource(root=ops_settings.delta_uri),
-        "es": ElasticsearchResource(index_prefix=ops_settings.elasticsearch.index_prefix),
-    }
 
 
 def _output_metadata(result) -> dict:
