@@ -1,8 +1,8 @@
 """The one settings object every ctxdb component reads, grouped per area (environment variables).
 
 `Settings` holds the state paths and one group per area: `elasticsearch`, `landing`, `embedding`,
-`search`, `retention`, `auth`, `node`. Each group reads its own environment variables; the names
-are the flat ones ctxdb has always used (see docs/configuration.md).
+`search`, `retention`, `auth`, `node`, `claude_code`. Each group reads its own environment
+variables; the names are the flat ones ctxdb has always used (see docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -223,6 +223,21 @@ class NodeSettings(BaseSettings):
     )
 
 
+class ClaudeCodeSettings(BaseSettings):
+    """Claude Code capture: whose turns the hooks and the importer record, and where not."""
+
+    model_config = _group_config("CTXDB_CLAUDE_CODE_")
+
+    user_id: str | None = Field(
+        default=None, description="User the turns belong to (default: the OS account name)."
+    )
+    tenant: str = Field(default="local")
+    app: str = Field(default="claude-code")
+    exclude: list[str] = Field(
+        default_factory=list, description="Project folders never captured (JSON list of paths)."
+    )
+
+
 GROUPS: dict[str, type[BaseSettings]] = {
     "elasticsearch": ElasticsearchSettings,
     "landing": LandingSettings,
@@ -231,6 +246,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "retention": RetentionSettings,
     "auth": AuthSettings,
     "node": NodeSettings,
+    "claude_code": ClaudeCodeSettings,
 }
 
 
@@ -263,6 +279,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
+    claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
 
     @property
     def delta_uri(self) -> str:

@@ -1,16 +1,18 @@
 """The `ctxdb` command line: every module in this package registers its commands on `app`.
 In: arguments and the environment; out: the same operations as the Dagster jobs, plus admin tools.
+
+Importing this package loads nothing else: `main` goes straight to the Claude Code hook for
+`ctxdb capture claude-code hook` (a process per Claude Code event, which must start fast) and
+registers every command module otherwise.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 
-import typer
-
-from ctxdb.cli.app import app
-from ctxdb.index.lease import LeaseHeld, LeaseLost
+HOOK_ARGS = ["capture", "claude-code", "hook"]
 
 
 def _register_all() -> None:
@@ -20,6 +22,15 @@ def _register_all() -> None:
 
 
 def main() -> None:
+    if sys.argv[1:4] == HOOK_ARGS and "--help" not in sys.argv:
+        from ctxdb.capture.claude_code.hook import run
+
+        raise SystemExit(run(sys.argv[4:]))
+    import typer
+
+    from ctxdb.cli.app import app
+    from ctxdb.index.lease import LeaseHeld, LeaseLost
+
     _register_all()
     try:
         app()

@@ -1,0 +1,58 @@
+"""The hook's configuration file: the settings `install` resolved, read without pydantic.
+
+`ctxdb capture claude-code install` resolves the capture settings once (identity, spool folder,
+opt-outs) and writes them as JSON to `<home>/capture/claude_code/hook.json`; the installed hook
+command names that file (`--config`), so each hook process reads one small JSON file instead of
+importing the settings machinery. Standard library only (the hook imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ctxdb.capture.claude_code.turns import Identity
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """What a hook process needs: where events go, where session state lives, who owns them."""
+
+    spool: str
+    """Folder the hook publishes its JSONL files into (under the landing location)."""
+    state: str
+    """Folder of per-session state, locks and the hook's error log."""
+    tenant: str
+    app: str
+    user_id: str
+    exclude: list[str] = field(default_factory=list)
+    """Project folders (and their sub-folders) that are never captured."""
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.tenant, self.app, self.user_id)
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.state) / "hook.log"
+
+    def excludes(self, cwd: str | None) -> bool:
+        """True when `cwd` is one of the opted-out project folders or inside one."""
+        if not cwd:
+            return False
+        here = os.path.normpath(cwd)
+        return any(
+            here == (root := os.path.normpath(p)) or here.startswith(root.rstrip(os.sep) + os.sep)
+            for p in self.exclude
+        )
+
+    def dump(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> HookConfig:
+        data = json.loads(Path(path).read_text())
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})

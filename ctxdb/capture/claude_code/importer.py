@@ -1,0 +1,132 @@
+"""`ctxdb import claude-code [PATH]`: backfill Claude Code transcripts as landing files.
+
+Each transcript (`<project>/<session>.jsonl`; sub-agent files `agent-*.jsonl` are skipped, their
+lines are sidechains) goes through the same `TurnMapper` as the hook and becomes one events file,
+`<spool>/import/<project>/<session>.jsonl`, written atomically and only when its bytes changed: a
+re-import of unchanged transcripts writes nothing, a grown one rewrites its file and landing keeps
+only the new event ids. The last turn of a transcript written to within `settle_s` seconds is left
+open (the hook, or a later import, closes it).
+
+Lines that are not JSON are counted and reported, never fatal; a cut-off last line is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ctxdb.capture.claude_code import spool
+from ctxdb.capture.claude_code.transcript import read_from
+from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
+
+SETTLE_S = 300.0
+"""A transcript untouched this long is finished: its last turn is closed."""
+
+
+@dataclass
+class ImportStats:
+    """What an import read and wrote."""
+
+    files: int = 0
+    lines: int = 0
+    bad_lines: int = 0
+    truncated: int = 0
+    turns: int = 0
+    events: int = 0
+    written: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    skipped: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def find_transcripts(path: Path) -> list[Path]:
+    """The session transcripts at `path` (a file, or every `*.jsonl` below a folder)."""
+    if path.is_file():
+        return [path]
+    return sorted(
+        p
+        for p in path.rglob("*.jsonl")
+        if p.is_file() and not p.name.startswith("agent-") and "subagents" not in p.parts
+    )
+
+
+@dataclass
+class Mapped:
+    """One transcript read: its events, project folder and line counts."""
+
+    events: list[dict]
+    project: str | None
+    lines: int
+    bad: int
+    truncated: bool
+
+
+def transcript_events(
+    path: Path,
+    identity: Identity,
+    now: float | None = None,
+    settle_s: float = SETTLE_S,
+    clean: Callable[[str], str] | None = None,
+) -> Mapped:
+    """The events of one transcript (its last turn closed once the file has settled)."""
+    batch = read_from(path, 0, final=True)
+    kwargs = {"clean": clean} if clean else {}
+    mapper = TurnMapper(identity, path.stem, {}, **kwargs)
+    events = mapper.feed(batch.records)
+    settled = (now or time.time()) - path.stat().st_mtime >= settle_s
+    events += mapper.finish(settled)
+    return Mapped(events, mapper.state["project"], batch.lines, batch.bad, batch.truncated)
+
+
+def output_path(spool_dir: Path, transcript: Path) -> Path:
+    """Where the events of `transcript` land: `<spool>/import/<project>/<session>.jsonl`."""
+    project = safe_id(transcript.parent.name.lstrip("-") or "transcripts")
+    return spool_dir / "import" / project / f"{safe_id(transcript.stem)}.jsonl"
+
+
+def import_transcripts(
+    paths: list[Path],
+    spool_dir: Path,
+    identity: Identity,
+    settle_s: float = SETTLE_S,
+    clean: Callable[[str], str] | None = None,
+    excluded: Callable[[str | None], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportStats:
+    """Write the events of every transcript in `paths` under `spool_dir`, except those of
+    `excluded` projects; `progress` gets the bytes of each transcript done."""
+    stats = ImportStats()
+    now = time.time()
+    for path in paths:
+        try:
+            mapped = transcript_events(path, identity, now, settle_s, clean)
+            if excluded is not None and excluded(mapped.project):
+                stats.skipped += 1
+                continue
+            events = mapped.events
+            target = output_path(spool_dir, path)
+            changed = bool(events) and spool.write_atomic(target, spool.encode(events))
+        except OSError as exc:
+            stats.failed += 1
+            stats.problems.append(f"{path}: {exc}")
+            continue
+        finally:
+            if progress is not None:
+                progress(os.path.getsize(path) if path.exists() else 0)
+        stats.files += 1
+        stats.lines += mapped.lines
+        stats.bad_lines += mapped.bad
+        stats.truncated += int(mapped.truncated)
+        stats.turns += sum(e["type"] == "turn.closed" for e in events)
+        stats.events += len(events)
+        stats.written += int(changed)
+        stats.unchanged += int(not changed)
+        if mapped.bad:
+            stats.problems.append(f"{path}: {mapped.bad} lines are not JSON (skipped)")
+        if mapped.truncated:
+            stats.problems.append(f"{path}: last line cut off (ignored)")
+    return stats

@@ -1,0 +1,256 @@
+"""Claude Code transcripts: read `~/.claude/projects/<project>/<session>.jsonl` into records.
+
+A transcript is JSONL. Lines of `type` user | assistant carry `uuid`, `parentUuid`,
+`sessionId`, `timestamp`, `cwd`, `isSidechain`, `isMeta` and `message{role, content}`; an
+assistant message is written as one line per content block (`text`, `thinking`, `tool_use`)
+sharing `message.id`; tool results come back as user lines holding `tool_result` blocks. Other
+types (system, summary, file-history-snapshot, queue-operation, attachment, ...) carry nothing a
+turn needs and are skipped.
+
+`classify` turns one decoded line into a small `Record` the turn mapper understands; `read_from`
+reads the complete lines after a byte offset (a truncated last line is left for later, a line that
+is not JSON is counted as bad). Standard library only: the hook imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROMPT = "prompt"
+ASSISTANT = "assistant"
+TOOL_RESULT = "tool_result"
+INTERRUPT = "interrupt"
+
+_COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
+_COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOTALL)
+_NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "<local-command-caveat>")
+_INTERRUPTED = "[Request interrupted by user"
+TITLE_CHARS = 200
+
+
+@dataclass
+class ToolUse:
+    """One `tool_use` block: the call id, tool name and a one-line title from its input."""
+
+    id: str
+    name: str
+    title: str
+
+
+@dataclass
+class Record:
+    """One transcript line the turn mapper acts on.
+
+    kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output),
+    `assistant` (text blocks and tool uses of one line), `tool_result` (results of earlier tool
+    uses) or `interrupt` (the user stopped the answer).
+    """
+
+    kind: str
+    ts: str | None = None
+    uuid: str | None = None
+    session_id: str | None = None
+    cwd: str | None = None
+    text: str = ""
+    message_id: str | None = None
+    texts: list[str] = field(default_factory=list)
+    tool_uses: list[ToolUse] = field(default_factory=list)
+    results: list[tuple[str, bool]] = field(default_factory=list)
+    api_error: bool = False
+
+
+@dataclass
+class Batch:
+    """Records read from a transcript after an offset; `offset` is where the next read starts."""
+
+    records: list[Record]
+    offset: int
+    lines: int = 0
+    bad: int = 0
+    truncated: bool = False
+    bad_lines: list[int] = field(default_factory=list)
+
+
+def _text_of(content: Any) -> str:
+    """The text of a user message: a plain string, or the `text` blocks of a block list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            b.get("text", "")
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        return "\n".join(p for p in parts if p)
+    return ""
+
+
+def _command_prompt(text: str) -> str | None:
+    """`/name args` for a slash-command line (`<command-name>/review</command-name>...`)."""
+    match = _COMMAND.search(text)
+    if not match:
+        return None
+    args = _COMMAND_ARGS.search(text)
+    value = args.group("args").strip() if args else ""
+    return f"{match.group('name')} {value}".strip()
+
+
+def tool_title(name: str, tool_input: Any) -> str:
+    """A one-line title of a tool call from its input (command, path, pattern, url, query...)."""
+    title = ""
+    if isinstance(tool_input, dict):
+        for key in (
+            "description",
+            "command",
+            "file_path",
+            "notebook_path",
+            "path",
+            "pattern",
+            "url",
+            "query",
+            "prompt",
+        ):
+            value = tool_input.get(key)
+            if isinstance(value, str) and value.strip():
+                title = value
+                break
+        else:
+            title = next((v for v in tool_input.values() if isinstance(v, str) and v.strip()), "")
+    title = " ".join(title.split())
+    return title[:TITLE_CHARS] or name
+
+
+def _user_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
+    content = (line.get("message") or {}).get("content")
+    if isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):
+        results = [
+            (str(b.get("tool_use_id") or ""), bool(b.get("is_error")))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        return Record(TOOL_RESULT, results=[r for r in results if r[0]], **common)
+    text = _text_of(content).strip()
+    if not text:
+        return None
+    if text.startswith(_INTERRUPTED):
+        return Record(INTERRUPT, **common)
+    if text.startswith(_NOT_PROMPTS):
+        return None
+    if "<command-name>" in text:
+        command = _command_prompt(text)
+        if not command:
+            return None
+        text = command
+    return Record(PROMPT, text=text, **common)
+
+
+def _assistant_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
+    message = line.get("message") or {}
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(blocks, list):
+        return None
+    texts, tools = [], []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            if block["text"].strip():
+                texts.append(block["text"])
+        elif block.get("type") == "tool_use" and block.get("id"):
+            name = str(block.get("name") or "tool")
+            tools.append(ToolUse(str(block["id"]), name, tool_title(name, block.get("input"))))
+    if not texts and not tools:
+        return None
+    return Record(
+        ASSISTANT,
+        message_id=str(message.get("id") or line.get("uuid") or ""),
+        texts=texts,
+        tool_uses=tools,
+        api_error=bool(line.get("isApiErrorMessage")),
+        **common,
+    )
+
+
+def classify(line: Any) -> Record | None:
+    """The record of one decoded transcript line, or None when the line carries no turn data.
+
+    Skipped: non-objects, types other than user/assistant, meta lines (`isMeta`), sidechains
+    (sub-agents, `isSidechain`), compaction summaries (`isCompactSummary`), command output,
+    thinking blocks and empty messages.
+    """
+    if not isinstance(line, dict):
+        return None
+    kind = line.get("type")
+    if kind not in ("user", "assistant"):
+        return None
+    if line.get("isMeta") or line.get("isSidechain") or line.get("isCompactSummary"):
+        return None
+    if line.get("isVisibleInTranscriptOnly"):
+        return None
+    common = {
+        "ts": line.get("timestamp") if isinstance(line.get("timestamp"), str) else None,
+        "uuid": line.get("uuid") if isinstance(line.get("uuid"), str) else None,
+        "session_id": line.get("sessionId") if isinstance(line.get("sessionId"), str) else None,
+        "cwd": line.get("cwd") if isinstance(line.get("cwd"), str) else None,
+    }
+    if kind == "user":
+        return _user_record(line, common)
+    return _assistant_record(line, common)
+
+
+def parse_lines(data: bytes, offset: int = 0, final: bool = False) -> Batch:
+    """Records of the complete lines in `data` (bytes of a transcript read from `offset`).
+
+    A last line without a newline is left unread (the writer may still be appending to it) unless
+    `final` and it parses; one that does not parse is reported as `truncated`. A complete line
+    that is not JSON is counted in `bad` and skipped.
+    """
+    batch = Batch(records=[], offset=offset)
+    start, size = 0, len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        complete = end >= 0
+        end = end if complete else size
+        raw = data[start:end]
+        decoded: Any = None
+        bad = False
+        if raw.strip():
+            try:
+                decoded = json.loads(raw)
+            except ValueError:
+                bad = True
+        if not complete and (bad or not final):
+            batch.truncated = bad
+            break
+        if raw.strip():
+            batch.lines += 1
+            if bad:
+                batch.bad += 1
+                batch.bad_lines.append(batch.lines)
+            else:
+                record = classify(decoded)
+                if record is not None:
+                    batch.records.append(record)
+        start = end + 1
+        batch.offset = offset + min(start, size)
+    return batch
+
+
+def read_from(path: Path, offset: int = 0, final: bool = False) -> Batch:
+    """The records of `path` after byte `offset` (see `parse_lines`); a shrunk file is re-read
+    from the start."""
+    with open(path, "rb") as file:
+        file.seek(0, 2)
+        size = file.tell()
+        if offset > size:
+            offset = 0
+        file.seek(offset)
+        data = file.read()
+    return parse_lines(data, offset, final)

@@ -1,0 +1,331 @@
+"""Claude Code turns as contract events: one state machine for the hook and the importer.
+
+Mapping (docs/capture.md): conversation = Claude Code session; a turn = a real user prompt
+through the last assistant text before the next prompt; each tool use = one `chat.step`;
+thinking is never recorded; the project directory (the session's first `cwd`) is the `agent`, so
+search can be scoped per project.
+
+Ids are derived from the transcript, never from the clock: `turn_id` is the prompt line's
+`uuid`, event ids are `cc-<turn_id>-start|prompt|answer|close` and `cc-<tool_use_id>` for a step.
+The hook (`hook.py`) and the importer (`importer.py`) feed the same records through the same
+`TurnMapper`, so a turn captured live and the same turn imported later carry the same event ids,
+and landing keeps one copy.
+
+A prompt becomes a turn when the assistant starts answering it (a prompt that got no answer, such
+as a blocked prompt or a local command, is not a turn). The mapper's state is a JSON-ready dict:
+the hook keeps it on disk between invocations. Standard library only (the hook imports it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ctxdb.capture.claude_code.transcript import ASSISTANT, INTERRUPT, PROMPT, TOOL_RESULT, Record
+
+ADAPTER = "claude_code"
+SCHEMA_VERSION = 1
+MAX_EVENT_BYTES = 256 * 1024
+"""`ctxdb.contract.events.MAX_EVENT_BYTES`, repeated so the hook never imports pydantic (a test
+keeps the two equal)."""
+SUBMISSION_CHARS = 100_000
+COMPLETION_CHARS = 200_000
+TITLE_CHARS = 1_024
+NAME_CHARS = 128
+TRUNCATED = " [truncated]"
+
+_REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
+_NOT_IDENT = re.compile(r"[^A-Za-z0-9_\-@.:+]+")
+_NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the captured turns belong to: tenant, app and user (see docs/capture.md)."""
+
+    tenant: str
+    app: str
+    user_id: str
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha1("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def safe_id(raw: str) -> str:
+    """`raw` when it is a valid conversation/turn/event id, else a stable `x<sha1>` of it."""
+    return raw if _REF_ID.match(raw) else "x" + _digest(raw)[:32]
+
+
+def ident(raw: str, default: str = "unknown") -> str:
+    """A tenant/app/agent/user value the contract accepts (`/`, spaces... become `-`)."""
+    value = _NOT_IDENT.sub("-", raw).lstrip("-_@.:+")[:128]
+    return value or default
+
+
+def agent_for_project(path: str | None) -> str:
+    """The agent id of a project directory: its path with separators as `-`
+    (`/home/ann/src/shop` -> `home-ann-src-shop`); long paths keep their tail behind a hash."""
+    if not path:
+        return "unknown-project"
+    slug = _NOT_SLUG.sub("-", path).strip("-.")
+    slug = re.sub(r"^[^A-Za-z0-9]+", "", slug) or "root"
+    if len(slug) > 128:
+        slug = f"{_digest(path)[:8]}-{slug[-119:].lstrip('-._')}"
+    return slug
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def timestamp(value: str | None, fallback: str | None = None) -> str:
+    """`value` when it is an ISO-8601 time with a zone (a naive one is taken as UTC), else
+    `fallback`, else now."""
+    if value:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return value if parsed.tzinfo else parsed.replace(tzinfo=UTC).isoformat()
+    return fallback or utc_now()
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+
+
+def fit(event: dict[str, Any], key: str) -> dict[str, Any]:
+    """`event` with `payload[key]` cut until its JSON line fits `MAX_EVENT_BYTES`."""
+    size = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    while size > MAX_EVENT_BYTES:
+        text = event["payload"][key]
+        keep = max(0, int(len(text) * (MAX_EVENT_BYTES - 1024) / size) - len(TRUNCATED))
+        event["payload"][key] = text[:keep] + TRUNCATED
+        size = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    return event
+
+
+def _no_change(text: str) -> str:
+    return text
+
+
+class TurnMapper:
+    """Feeds transcript records (and hook calls) through one session's turns; returns events.
+
+    `state` (JSON-ready, kept by the caller) holds the project directory, the prompt waiting for
+    an answer (`candidate`) and the open turn (ids, last answer text, tool uses without a result,
+    steps already written). `clean` is applied to every text before it is written (the privacy
+    filter).
+    """
+
+    def __init__(
+        self,
+        identity: Identity,
+        session_id: str,
+        state: dict[str, Any] | None = None,
+        clean: Callable[[str], str] = _no_change,
+    ) -> None:
+        self.identity = identity
+        self.session_id = session_id
+        self.state: dict[str, Any] = state if state is not None else {}
+        self.state.setdefault("project", None)
+        self.state.setdefault("candidate", None)
+        self.state.setdefault("turn", None)
+        self.clean = clean
+
+    @property
+    def turn(self) -> dict[str, Any] | None:
+        return self.state["turn"]
+
+    @property
+    def candidate(self) -> dict[str, Any] | None:
+        return self.state["candidate"]
+
+    def feed(self, records: Iterable[Record]) -> list[dict[str, Any]]:
+        """Events for `records` read from the session's transcript, in order."""
+        events: list[dict[str, Any]] = []
+        for record in records:
+            if self.state["project"] is None and record.cwd:
+                self.state["project"] = record.cwd
+            if record.kind == PROMPT:
+                events += self.close()
+                self.state["candidate"] = {
+                    "uuid": record.uuid,
+                    "session_id": record.session_id,
+                    "text": record.text,
+                    "ts": timestamp(record.ts),
+                    "cwd": record.cwd,
+                }
+            elif record.kind == INTERRUPT:
+                if self.turn is not None:
+                    self.turn["interrupted"] = True
+                    self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
+                else:
+                    self.state["candidate"] = None
+            elif record.kind == TOOL_RESULT and self.turn is not None:
+                events += self._results(record)
+            elif record.kind == ASSISTANT:
+                events += self._answer(record)
+        return events
+
+    def _results(self, record: Record) -> list[dict[str, Any]]:
+        turn = self.turn
+        assert turn is not None
+        ts = timestamp(record.ts, turn["last_ts"])
+        turn["last_ts"] = ts
+        events = []
+        for tool_use_id, is_error in record.results:
+            pending = turn["pending"].pop(tool_use_id, None)
+            if pending is not None:
+                name, title, _ = pending
+                status = "error" if is_error else "ok"
+                events += self._step(tool_use_id, name, title, ts, status)
+        return events
+
+    def _answer(self, record: Record) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        if self.turn is None:
+            if self.candidate is None:
+                return events
+            events += self.start()
+        turn = self.turn
+        assert turn is not None
+        ts = timestamp(record.ts, turn["last_ts"])
+        turn["last_ts"] = ts
+        if record.texts:
+            text = "\n\n".join(record.texts)
+            if record.message_id and record.message_id == turn["message_id"] and turn["text"]:
+                text = f"{turn['text']}\n\n{text}"
+            turn.update(text=text, text_ts=ts, message_id=record.message_id)
+            turn["error"] = record.api_error
+        for tool in record.tool_uses:
+            if tool.id not in turn["steps"]:
+                turn["pending"][tool.id] = [tool.name, tool.title, ts]
+        return events
+
+    def start(self) -> list[dict[str, Any]]:
+        """Open the turn of the waiting prompt: `turn.started` and `user.submission`."""
+        candidate = self.candidate
+        if candidate is None or self.turn is not None:
+            return []
+        session = candidate.get("session_id") or self.session_id
+        uuid = candidate.get("uuid") or _digest(session, candidate["ts"], candidate["text"])
+        turn_id = safe_id(uuid)
+        return self._open(turn_id, safe_id(session), candidate["text"], candidate["ts"])
+
+    def start_fallback(self, prompt: str, ts: str) -> list[dict[str, Any]]:
+        """Open a turn from a hook payload alone (no transcript to read): ids from the session,
+        the prompt and its time, so an import of the same session cannot match them."""
+        turn_id = "h" + _digest(self.session_id, ts, prompt)[:32]
+        return self._open(turn_id, safe_id(self.session_id), prompt, ts)
+
+    def _open(self, turn_id: str, conversation_id: str, text: str, ts: str) -> list[dict[str, Any]]:
+        cwd = self.candidate.get("cwd") if self.candidate else None
+        self.state["candidate"] = None
+        self.state["turn"] = {
+            "turn_id": turn_id,
+            "conversation_id": conversation_id,
+            "agent": agent_for_project(self.state["project"] or cwd),
+            "last_ts": ts,
+            "text": "",
+            "text_ts": None,
+            "message_id": None,
+            "error": False,
+            "interrupted": False,
+            "pending": {},
+            "steps": [],
+        }
+        prompt = {"text": _cut(self.clean(text), SUBMISSION_CHARS), "event_type": "prompt"}
+        prompt["arrived_at"] = ts
+        return [
+            self._event("turn.started", "start", ts, {}),
+            fit(self._event("user.submission", "prompt", ts, prompt), "text"),
+        ]
+
+    def hook_step(
+        self, tool_use_id: str, name: str, title: str, ts: str, ok: bool = True
+    ) -> list[dict[str, Any]]:
+        """The step of a tool call reported by a hook (PostToolUse) in the open turn."""
+        if self.turn is None:
+            return []
+        self.turn["pending"].pop(tool_use_id, None)
+        return self._step(tool_use_id, name, title, ts, "ok" if ok else "error")
+
+    def _step(self, tool_use_id: str, name: str, title: str, ts: str, status: str) -> list[dict]:
+        turn = self.turn
+        assert turn is not None
+        if tool_use_id in turn["steps"]:
+            return []
+        turn["steps"].append(tool_use_id)
+        payload = {
+            "step": tool_use_id[:NAME_CHARS],
+            "phase": "complete" if status == "ok" else "error",
+            "tool": name[:NAME_CHARS],
+            "status": status,
+            "title": _cut(self.clean(title), TITLE_CHARS),
+        }
+        return [self._event("chat.step", safe_id(tool_use_id), ts, payload, step=True)]
+
+    def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
+        """Close the open turn: steps of tool uses that never returned (`interrupted`), the
+        completion (`text` when given, e.g. the Stop hook's `last_assistant_message`, else the
+        last assistant text read) and `turn.closed` (ok | cancelled after an interrupt | error)."""
+        turn = self.turn
+        if turn is None:
+            return []
+        events: list[dict[str, Any]] = []
+        for tool_use_id, (name, title, tool_ts) in list(turn["pending"].items()):
+            events += self._step(tool_use_id, name, title, tool_ts, "interrupted")
+        turn["pending"] = {}
+        answer = text or turn["text"]
+        error = bool(turn["error"]) and not text
+        close_ts = timestamp(ts, turn["last_ts"]) if ts else turn["last_ts"]
+        if answer:
+            payload = {"text": _cut(self.clean(answer), COMPLETION_CHARS), "error": error}
+            if error:
+                payload["error_type"] = "api_error"
+            answer_ts = close_ts if text else (turn["text_ts"] or close_ts)
+            completion = self._event("assistant.completion", "answer", answer_ts, payload)
+            events.append(fit(completion, "text"))
+        closed: dict[str, Any] = {"status": "ok"}
+        if turn["interrupted"]:
+            closed = {"status": "cancelled", "error_type": "interrupted"}
+        elif error or not answer:
+            closed = {"status": "error", "error_type": "api_error" if error else "no_answer"}
+        events.append(self._event("turn.closed", "close", close_ts, closed))
+        self.state["turn"] = None
+        return events
+
+    def finish(self, settled: bool) -> list[dict[str, Any]]:
+        """End of a transcript read by the importer: the last turn is closed only when the
+        transcript has `settled` (no longer written to); a prompt never answered is dropped."""
+        self.state["candidate"] = None
+        return self.close() if settled else []
+
+    def _event(
+        self, kind: str, suffix: str, ts: str, payload: dict[str, Any], step: bool = False
+    ) -> dict[str, Any]:
+        turn = self.turn
+        assert turn is not None
+        event_id = f"cc-{suffix}" if step else f"cc-{turn['turn_id']}-{suffix}"
+        return {
+            "event_id": event_id if len(event_id) <= 128 else "cc-" + _digest(event_id)[:32],
+            "schema_version": SCHEMA_VERSION,
+            "type": kind,
+            "occurred_at": ts,
+            "tenant": self.identity.tenant,
+            "app": self.identity.app,
+            "agent": turn["agent"],
+            "adapter": ADAPTER,
+            "user_id": self.identity.user_id,
+            "conversation_id": turn["conversation_id"],
+            "turn_id": turn["turn_id"],
+            "payload": payload,
+        }

@@ -1,0 +1,146 @@
+"""`ctxdb capture claude-code hook|install|uninstall|project` and `ctxdb import claude-code`.
+
+`ctxdb capture claude-code hook` is also served by a fast path in `ctxdb.cli.main` that skips
+loading the other commands (a hook runs once per Claude Code event and must start fast).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ctxdb.capture.claude_code import hook as cc_hook
+from ctxdb.capture.claude_code.importer import SETTLE_S, find_transcripts, import_transcripts
+from ctxdb.capture.claude_code.install import (
+    InstallError,
+    config_path,
+    hook_config,
+    install,
+    uninstall,
+)
+from ctxdb.capture.claude_code.turns import agent_for_project
+from ctxdb.cli.app import app
+from ctxdb.settings import get_settings
+
+capture_app = typer.Typer(help="Capture agents' turns as they happen.", no_args_is_help=True)
+app.add_typer(capture_app, name="capture")
+claude_app = typer.Typer(
+    help="Claude Code: hooks that record every turn of every session.", no_args_is_help=True
+)
+capture_app.add_typer(claude_app, name="claude-code")
+import_app = typer.Typer(help="Backfill turns from agents' own transcripts.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+ProjectOption = Annotated[
+    Path | None,
+    typer.Option("--project", help="Project folder: edits DIR/.claude/settings.local.json."),
+]
+UserOption = Annotated[
+    bool, typer.Option("--user", help="Every project: edits ~/.claude/settings.json.")
+]
+
+
+def _where(project: Path | None, user: bool) -> tuple[Path | None, bool]:
+    if project is not None and user:
+        typer.echo("error: give --project DIR or --user, not both", err=True)
+        raise typer.Exit(2)
+    return project, user
+
+
+@claude_app.command("hook")
+def hook_command(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Hook config written by install.")
+    ] = None,
+) -> None:
+    """Read one Claude Code hook payload on stdin and record it (always exits 0, prints nothing)."""
+    raise typer.Exit(cc_hook.run(["--config", str(config)] if config else []))
+
+
+@claude_app.command("install")
+def install_command(project: ProjectOption = None, user: UserOption = False) -> None:
+    """Add the capture hooks to Claude Code's settings (idempotent, keeps other settings)."""
+    project, user = _where(project, user)
+    settings = get_settings()
+    try:
+        change = install(settings, project, user)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    config = hook_config(settings)
+    state = "added to" if change.changed else "already in"
+    typer.echo(f"ctxdb hooks {state} {change.path}")
+    typer.echo(f"turns are recorded as user {config.user_id!r} (tenant {config.tenant!r})")
+    typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
+
+
+@claude_app.command("uninstall")
+def uninstall_command(project: ProjectOption = None, user: UserOption = False) -> None:
+    """Remove exactly the ctxdb hooks from Claude Code's settings."""
+    project, user = _where(project, user)
+    try:
+        change = uninstall(project, user)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if change.changed:
+        typer.echo(f"removed {change.entries} ctxdb hooks from {change.path}")
+    else:
+        typer.echo(f"no ctxdb hooks in {change.path}")
+
+
+@claude_app.command("project")
+def project_command(
+    folder: Annotated[Path | None, typer.Argument(help="Project folder (default: here).")] = None,
+) -> None:
+    """Print the agent id a project's turns are recorded under (for `ctxdb search --agent`)."""
+    typer.echo(agent_for_project(str((folder or Path.cwd()).absolute())))
+
+
+@import_app.command("claude-code")
+def import_claude_code(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A transcript or a folder of them (default: ~/.claude/projects)."),
+    ] = None,
+    settle_s: Annotated[
+        float,
+        typer.Option(help="A transcript untouched this many seconds is finished (last turn)."),
+    ] = SETTLE_S,
+) -> None:
+    """Backfill Claude Code transcripts as landing files (re-imports add nothing new)."""
+    source = path or Path.home() / ".claude" / "projects"
+    if not source.exists():
+        typer.echo(f"error: {source} does not exist", err=True)
+        raise typer.Exit(2)
+    settings = get_settings()
+    try:
+        config = hook_config(settings)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    spool_dir = Path(config.spool).parent
+    transcripts = find_transcripts(source)
+    total = sum(p.stat().st_size for p in transcripts)
+    with typer.progressbar(length=total, label="importing", file=sys.stderr) as bar:
+        stats = import_transcripts(
+            transcripts,
+            spool_dir,
+            config.identity,
+            settle_s=settle_s,
+            excluded=config.excludes,
+            progress=bar.update,
+        )
+    typer.echo(
+        f"{stats.files} transcripts, {stats.lines} lines ({stats.bad_lines} not JSON, "
+        f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
+        f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
+        + (f"; {stats.skipped} excluded" if stats.skipped else "")
+    )
+    for problem in stats.problems[:20]:
+        typer.echo(f"  {problem}", err=True)
+    if len(stats.problems) > 20:
+        typer.echo(f"  ... and {len(stats.problems) - 20} more", err=True)

@@ -1,0 +1,202 @@
+"""Claude Code transcripts and hook payloads for the capture tests, in the documented shapes.
+
+Transcript lines follow the public descriptions of `~/.claude/projects/<project>/<session>.jsonl`
+(neilberkman/ccrider research/schema.md, simonw/claude-code-transcripts, elct9620/cc-langfuse
+docs/transcript.md): user | assistant | system | summary | file-history-snapshot lines with
+`uuid`, `parentUuid`, `sessionId`, `timestamp`, `cwd`, `gitBranch`, `isSidechain`, `isMeta`,
+`message{role, content}`; one assistant line per content block sharing `message.id`; tool results
+as user lines with `tool_result` blocks (plus `toolUseResult`). Hook payloads follow
+code.claude.com/docs/en/hooks (common fields session_id, transcript_path, cwd, hook_event_name).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Session:
+    """A Claude Code session being written: transcript lines and the hook payloads they imply."""
+
+    path: Path
+    cwd: str
+    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    start: datetime = field(default_factory=lambda: datetime(2026, 11, 20, 9, 0, tzinfo=UTC))
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    _parent: str | None = None
+    _clock: int = 0
+    _msg: int = 0
+    _tool: int = 0
+
+    def _ts(self) -> str:
+        self._clock += 1
+        moment = self.start + timedelta(seconds=self._clock)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def _line(self, kind: str, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        line_uuid = str(uuid.uuid4())
+        line = {
+            "parentUuid": self._parent,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": self.cwd,
+            "sessionId": self.session_id,
+            "version": "2.0.29",
+            "gitBranch": "main",
+            "type": kind,
+            "message": message,
+            "uuid": line_uuid,
+            "timestamp": self._ts(),
+            **extra,
+        }
+        if not extra.get("isSidechain"):
+            self._parent = line_uuid
+        self.lines.append(line)
+        return line
+
+    def prompt(self, text: str) -> str:
+        """A real user prompt; returns its uuid (the turn id)."""
+        return self._line("user", {"role": "user", "content": text})["uuid"]
+
+    def prompt_with_image(self, text: str) -> str:
+        content = [
+            {"type": "text", "text": text},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}},
+        ]
+        return self._line("user", {"role": "user", "content": content})["uuid"]
+
+    def _assistant(self, block: dict[str, Any], msg_id: str) -> dict[str, Any]:
+        message = {
+            "model": "claude-sonnet-4-5-20250929",
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "content": [block],
+            "stop_reason": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+        return self._line("assistant", message, requestId=f"req_{msg_id}")
+
+    def new_message(self) -> str:
+        self._msg += 1
+        return f"msg_{self.session_id[:8]}_{self._msg:04d}"
+
+    def thinking(self, text: str, msg_id: str) -> None:
+        self._assistant({"type": "thinking", "thinking": text, "signature": "sig"}, msg_id)
+
+    def text(self, text: str, msg_id: str | None = None) -> str:
+        msg_id = msg_id or self.new_message()
+        self._assistant({"type": "text", "text": text}, msg_id)
+        return msg_id
+
+    def tool_use(self, name: str, tool_input: dict[str, Any], msg_id: str) -> str:
+        self._tool += 1
+        tool_id = f"toolu_{self.session_id[:8]}{self._tool:04d}"
+        block = {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}
+        self._assistant(block, msg_id)
+        return tool_id
+
+    def tool_result(self, tool_id: str, output: str, is_error: bool = False) -> None:
+        block = {"tool_use_id": tool_id, "type": "tool_result", "content": output}
+        if is_error:
+            block["is_error"] = True
+        result = {"stdout": output, "stderr": "", "interrupted": False, "isImage": False}
+        self._line("user", {"role": "user", "content": [block]}, toolUseResult=result)
+
+    def meta(self, text: str) -> None:
+        self._line("user", {"role": "user", "content": text}, isMeta=True)
+
+    def command(self, name: str, args: str = "") -> str:
+        text = (
+            f"<command-message>{name.lstrip('/')} is running…</command-message>\n"
+            f"<command-name>{name}</command-name>\n<command-args>{args}</command-args>"
+        )
+        return self._line("user", {"role": "user", "content": text})["uuid"]
+
+    def local_output(self, text: str) -> None:
+        content = f"<local-command-stdout>{text}</local-command-stdout>"
+        self._line("user", {"role": "user", "content": content})
+
+    def interrupt(self) -> None:
+        content = [{"type": "text", "text": "[Request interrupted by user]"}]
+        self._line("user", {"role": "user", "content": content})
+
+    def sidechain_text(self, text: str) -> None:
+        message = {"id": "msg_side", "type": "message", "role": "assistant", "content": []}
+        message["content"] = [{"type": "text", "text": text}]
+        self._line("assistant", message, isSidechain=True)
+
+    def extras(self) -> None:
+        """Lines of the other documented types, which carry nothing a turn needs."""
+        self.lines.append({"type": "summary", "summary": "Fixing the CI", "leafUuid": self._parent})
+        self.lines.append(
+            {
+                "type": "file-history-snapshot",
+                "messageId": self._parent,
+                "isSnapshotUpdate": False,
+                "snapshot": {"messageId": self._parent, "trackedFileBackups": {}},
+            }
+        )
+        self.lines.append(
+            {
+                "type": "system",
+                "subtype": "local_command",
+                "content": "<command-name>/cost</command-name>",
+                "level": "info",
+                "isMeta": False,
+                "uuid": str(uuid.uuid4()),
+                "timestamp": self._ts(),
+                "sessionId": self.session_id,
+                "cwd": self.cwd,
+            }
+        )
+        self.lines.append({"type": "some-future-type", "value": 1})
+
+    def write(self, upto: int | None = None) -> Path:
+        """Write the transcript (the first `upto` lines) as Claude Code does: one JSON a line."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = "".join(json.dumps(line) + "\n" for line in self.lines[:upto])
+        self.path.write_text(body)
+        return self.path
+
+    def payload(self, event: str, **fields: Any) -> dict[str, Any]:
+        """A hook payload of this session."""
+        return {
+            "session_id": self.session_id,
+            "transcript_path": str(self.path),
+            "cwd": self.cwd,
+            "permission_mode": "default",
+            "hook_event_name": event,
+            **fields,
+        }
+
+
+def coding_session(path: Path, cwd: str, topic: str = "flaky") -> tuple[Session, list[str]]:
+    """A two-turn session: a debugging turn with tool uses and thinking, then a follow-up."""
+    session = Session(path=path, cwd=cwd)
+    first = session.prompt(
+        f"the {topic} test_upload_retries fails on CI with ConnectionResetError, fix it"
+    )
+    msg = session.new_message()
+    session.thinking("Secret chain of thought about sockets.", msg)
+    session.text("Let me look at the test first.", msg)
+    read = session.tool_use("Read", {"file_path": f"{cwd}/tests/test_upload.py"}, msg)
+    session.tool_result(read, "def test_upload_retries(): ...")
+    msg = session.new_message()
+    bash = session.tool_use("Bash", {"command": "pytest -x", "description": "Run tests"}, msg)
+    session.tool_result(bash, "1 failed", is_error=True)
+    session.text(
+        "The retry loop reuses a closed connection; I now open a fresh session per attempt and "
+        "the upload retries test passes."
+    )
+    second = session.prompt("also add a changelog entry")
+    msg = session.new_message()
+    edit = session.tool_use("Edit", {"file_path": f"{cwd}/CHANGELOG.md"}, msg)
+    session.tool_result(edit, "ok")
+    session.text("Added a changelog entry under Fixed.")
+    return session, [first, second]
