@@ -7,16 +7,22 @@ docs/transcript.md): user | assistant | system | summary | file-history-snapshot
 `message{role, content}`; one assistant line per content block sharing `message.id`; tool results
 as user lines with `tool_result` blocks (plus `toolUseResult`). Hook payloads follow
 code.claude.com/docs/en/hooks (common fields session_id, transcript_path, cwd, hook_event_name).
+`installed_command`, `run_hook` and `play` install the hooks and replay a session through the real
+hook process, the way Claude Code runs it.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from ctxdb.capture.claude_code.install import install
+from ctxdb.settings import Settings
 
 
 @dataclass
@@ -200,3 +206,79 @@ def coding_session(path: Path, cwd: str, topic: str = "flaky") -> tuple[Session,
     session.tool_result(edit, "ok")
     session.text("Added a changelog entry under Fixed.")
     return session, [first, second]
+
+
+def installed_command(settings: Settings, project: Path) -> str:
+    """Install into the project and return the hook command Claude Code would run."""
+    install(settings, project=project)
+    data = json.loads((project / ".claude" / "settings.local.json").read_text())
+    commands = {
+        h["command"] for groups in data["hooks"].values() for g in groups for h in g["hooks"]
+    }
+    assert len(commands) == 1
+    return commands.pop()
+
+
+def run_hook(command: str, payload: dict | bytes) -> None:
+    """Run the hook as Claude Code does (a shell command, payload on stdin): exit 0, no output."""
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    done = subprocess.run(command, shell=True, input=data, capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def play(session: Session, command: str, answers: dict[str, str]) -> None:
+    """Replay the session's transcript as Claude Code writes it, firing the hooks on the way:
+    UserPromptSubmit before its prompt line is written, PostToolUse after each tool that succeeded
+    (a failed one fires PostToolUseFailure, which ctxdb does not register), Stop once the answer
+    is written (with `last_assistant_message`), SessionEnd at the end."""
+    prompt_turn = None
+    for i, line in enumerate(session.lines):
+        content = line.get("message", {}).get("content")
+        if line.get("type") == "user" and isinstance(content, str) and not line.get("isMeta"):
+            if prompt_turn is not None:
+                session.write(i)
+                run_hook(
+                    command, session.payload("Stop", last_assistant_message=answers[prompt_turn])
+                )
+            session.write(i)
+            run_hook(command, session.payload("UserPromptSubmit", prompt=content))
+            prompt_turn = line["uuid"]
+        if line.get("type") == "user" and isinstance(content, list):
+            block = content[0]
+            if block.get("type") == "tool_result" and not block.get("is_error"):
+                session.write(i)  # PostToolUse runs before the result line is written
+                tool = next(
+                    b
+                    for earlier in session.lines[:i]
+                    for b in earlier.get("message", {}).get("content", [])
+                    if isinstance(b, dict) and b.get("id") == block["tool_use_id"]
+                )
+                run_hook(
+                    command,
+                    session.payload(
+                        "PostToolUse",
+                        tool_name=tool["name"],
+                        tool_input=tool["input"],
+                        tool_response={"stdout": block["content"]},
+                        tool_use_id=tool["id"],
+                    ),
+                )
+    session.write()
+    run_hook(command, session.payload("Stop", last_assistant_message=answers[prompt_turn]))
+    run_hook(command, session.payload("SessionEnd", reason="prompt_input_exit"))
+
+
+def final_answers(session: Session) -> dict[str, str]:
+    """Per prompt uuid, the last assistant text before the next prompt (the Stop hook's
+    `last_assistant_message`)."""
+    answers: dict[str, str] = {}
+    current = None
+    for line in session.lines:
+        content = line.get("message", {}).get("content")
+        if line.get("type") == "user" and isinstance(content, str) and not line.get("isMeta"):
+            current = line["uuid"]
+        elif line.get("type") == "assistant" and current and not line.get("isSidechain"):
+            texts = [b["text"] for b in content if b.get("type") == "text"]
+            if texts:
+                answers[current] = texts[-1]
+    return answers

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from claude_code_sessions import Session, coding_session
+from claude_code_sessions import (
+    Session,
+    coding_session,
+    final_answers,
+    installed_command,
+    play,
+    run_hook,
+)
 from typer.testing import CliRunner
 
 from ctxdb.capture.claude_code.config import HookConfig
@@ -42,75 +49,8 @@ def capture(tmp_path: Path) -> Settings:
     return Settings(home=tmp_path / "home", claude_code={"user_id": "ann"})
 
 
-def installed_command(settings: Settings, project: Path) -> str:
-    """Install into the project and return the hook command Claude Code would run."""
-    install(settings, project=project)
-    data = json.loads((project / ".claude" / "settings.local.json").read_text())
-    commands = {
-        h["command"] for groups in data["hooks"].values() for g in groups for h in g["hooks"]
-    }
-    assert len(commands) == 1
-    return commands.pop()
-
-
-def run_hook(command: str, payload: dict | bytes) -> None:
-    """Run the hook as Claude Code does (a shell command, payload on stdin): exit 0, no output."""
-    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    done = subprocess.run(command, shell=True, input=data, capture_output=True, timeout=60)
-    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-
-
-def play(session: Session, command: str, answers: dict[str, str]) -> None:
-    """Replay the session's transcript as Claude Code writes it, firing the hooks on the way:
-    UserPromptSubmit before its prompt line is written, PostToolUse after each tool that succeeded
-    (a failed one fires PostToolUseFailure, which ctxdb does not register), Stop once the answer
-    is written (with `last_assistant_message`), SessionEnd at the end."""
-    prompt_turn = None
-    for i, line in enumerate(session.lines):
-        content = line.get("message", {}).get("content")
-        if line.get("type") == "user" and isinstance(content, str) and not line.get("isMeta"):
-            if prompt_turn is not None:
-                session.write(i)
-                run_hook(
-                    command, session.payload("Stop", last_assistant_message=answers[prompt_turn])
-                )
-            session.write(i)
-            run_hook(command, session.payload("UserPromptSubmit", prompt=content))
-            prompt_turn = line["uuid"]
-        if line.get("type") == "user" and isinstance(content, list):
-            block = content[0]
-            if block.get("type") == "tool_result" and not block.get("is_error"):
-                session.write(i)  # PostToolUse runs before the result line is written
-                tool = next(
-                    b
-                    for earlier in session.lines[:i]
-                    for b in earlier.get("message", {}).get("content", [])
-                    if isinstance(b, dict) and b.get("id") == block["tool_use_id"]
-                )
-                run_hook(
-                    command,
-                    session.payload(
-                        "PostToolUse",
-                        tool_name=tool["name"],
-                        tool_input=tool["input"],
-                        tool_response={"stdout": block["content"]},
-                        tool_use_id=tool["id"],
-                    ),
-                )
-    session.write()
-    run_hook(command, session.payload("Stop", last_assistant_message=answers[prompt_turn]))
-    run_hook(command, session.payload("SessionEnd", reason="prompt_input_exit"))
-
-
 def landed_events(settings: Settings) -> pl.DataFrame:
     return DeltaStore(settings.delta_uri).read(RAW_TURN_EVENTS, RAW_EVENTS_SCHEMA)
-
-
-ANSWERS = {
-    0: "The retry loop reuses a closed connection; I now open a fresh session per attempt and the "
-    "upload retries test passes.",
-    1: "Added a changelog entry under Fixed.",
-}
 
 
 def test_hooks_then_import_land_each_turn_once(capture: Settings, tmp_path: Path) -> None:
@@ -118,7 +58,7 @@ def test_hooks_then_import_land_each_turn_once(capture: Settings, tmp_path: Path
     command = installed_command(capture, project)
     transcripts = tmp_path / "claude" / "projects" / "-tmp-shop"
     session, turn_ids = coding_session(transcripts / "s1.jsonl", str(project))
-    play(session, command, {turn_ids[i]: text for i, text in ANSWERS.items()})
+    play(session, command, final_answers(session))
 
     config = hook_config(capture)
     assert not list(Path(config.spool).glob("*.part"))
