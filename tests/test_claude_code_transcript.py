@@ -159,3 +159,19 @@ def test_project_agents_and_identities() -> None:
     )
     assert ident("DOMAIN\\ann smith") == "DOMAIN-ann-smith"
     assert ident("") == "unknown"
+
+
+def test_private_spans_never_reach_an_event(tmp_path: Path) -> None:
+    session = Session(tmp_path / "s.jsonl", CWD)
+    session.prompt("deploy with token <private>ghp_SECRET1</private> to staging")
+    msg = session.new_message()
+    tool = session.tool_use(
+        "Bash", {"command": "export T=<PRIVATE>ghp_SECRET2</PRIVATE> && ./d"}, msg
+    )
+    session.tool_result(tool, "ok")
+    session.text("Deployed; the token <private>ghp_SECRET3 was never closed")
+    events = mapped(session)
+    assert "SECRET" not in json.dumps(events)
+    assert events[1]["payload"]["text"] == "deploy with token  to staging"
+    assert events[2]["payload"]["title"] == "export T= && ./d"
+    assert events[-2]["payload"]["text"] == "Deployed; the token "

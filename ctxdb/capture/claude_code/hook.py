@@ -167,7 +167,7 @@ def _config_path(argv: Sequence[str]) -> Path | None:
 def _setup_log(config: HookConfig | None) -> None:
     path = config.log_path if config else Path.home() / ".ctxdb-claude-code-hook.log"
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = logging.FileHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
     log.setLevel(logging.INFO)

@@ -42,6 +42,7 @@ TRUNCATED = " [truncated]"
 _REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_\-@.:+]+")
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
+_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,9 @@ def fit(event: dict[str, Any], key: str) -> dict[str, Any]:
     return event
 
 
-def _no_change(text: str) -> str:
-    return text
+def strip_private(text: str) -> str:
+    """`text` without its `<private>...</private>` spans (an unclosed one runs to the end)."""
+    return _PRIVATE.sub("", text) if "<" in text else text
 
 
 class TurnMapper:
@@ -121,8 +123,8 @@ class TurnMapper:
 
     `state` (JSON-ready, kept by the caller) holds the project directory, the prompt waiting for
     an answer (`candidate`) and the open turn (ids, last answer text, tool uses without a result,
-    steps already written). `clean` is applied to every text before it is written (the privacy
-    filter).
+    steps already written). `clean` is applied to every text before it is written (by default
+    `strip_private`).
     """
 
     def __init__(
@@ -130,7 +132,7 @@ class TurnMapper:
         identity: Identity,
         session_id: str,
         state: dict[str, Any] | None = None,
-        clean: Callable[[str], str] = _no_change,
+        clean: Callable[[str], str] = strip_private,
     ) -> None:
         self.identity = identity
         self.session_id = session_id
