@@ -1,0 +1,109 @@
+"""The Dagster UI serves the code location: the webserver starts on the project's Definitions and
+its asset graph shows the ctxdb tables, in a real headless Chromium. The screenshot is kept as a
+test artifact (and refreshes docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest_ports import free_port_pair
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+    ),
+]
+
+
+def _wait_http(url: str, process: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "dagster-webserver exited during start-up"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def _dismiss_prompt(driver) -> None:
+    """Close the UI's one-time newsletter prompt, which opens a few seconds after the first page."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    skip = (By.XPATH, "//button[normalize-space()='Skip']")
+    try:
+        WebDriverWait(driver, 8, poll_frequency=0.25).until(lambda d: d.find_elements(*skip))
+    except TimeoutException:
+        return
+    driver.find_element(*skip).click()
+    WebDriverWait(driver, 10).until(lambda d: not d.find_elements(*skip))
+
+
+def test_asset_graph_shows_every_stage(tmp_path: Path) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    port = free_port_pair()
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    webserver = Path(sys.executable).with_name("dagster-webserver")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "CTXDB_HOME": str(tmp_path / "var")}
+    process = subprocess.Popen(
+        [str(webserver), "-h", "127.0.0.1", "-p", str(port)],  # location from pyproject
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1800,1300",
+    ):
+        options.add_argument(argument)
+    driver = None
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/server_info", process)
+        driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+        groups = {
+            "turn_record": ("raw_turn_events", "quarantined_events", "turn_logs", "role_rows"),
+            "index": ("role_row_embeddings", "embeddings", "search_index", "index_state"),
+        }
+        for group, wanted in groups.items():
+            driver.get(f"http://127.0.0.1:{port}/locations/ctxdb/asset-groups/{group}/lineage")
+            WebDriverWait(driver, 120, poll_frequency=0.5).until(
+                lambda d, wanted=wanted: all(name in d.page_source for name in wanted)
+            )
+            _dismiss_prompt(driver)
+            time.sleep(2)  # let the graph finish its layout before the picture
+            shot = tmp_path / f"dagster-{group}.png"
+            driver.save_screenshot(str(shot))
+            assert shot.stat().st_size > 0
+            if os.environ.get("CTXDB_UPDATE_SCREENSHOTS") == "1":
+                shutil.copy(shot, ROOT / "docs" / "images" / shot.name)
+    finally:
+        if driver is not None:
+            driver.quit()
+        process.terminate()
+        process.wait(30)
