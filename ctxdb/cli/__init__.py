@@ -8,14 +8,15 @@ registers every command module otherwise.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import sys
 
 HOOK_ARGS = ["capture", "claude-code", "hook"]
 
 
 def _register_all() -> None:
+    import importlib
+    import pkgutil
+
     for module in pkgutil.iter_modules(__path__):
         if module.name != "app":
             importlib.import_module(f"{__name__}.{module.name}")

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from ctxdb.capture.claude_code.turns import Identity
 
 
-@dataclass(frozen=True)
-class HookConfig:
+class HookConfig(NamedTuple):
     """What a hook process needs: where events go, where session state lives, who owns them."""
 
     spool: str
@@ -27,7 +26,7 @@ class HookConfig:
     tenant: str
     app: str
     user_id: str
-    exclude: list[str] = field(default_factory=list)
+    exclude: tuple[str, ...] = ()
     """Project folders (and their sub-folders) that are never captured."""
 
     @property
@@ -50,9 +49,10 @@ class HookConfig:
 
     def dump(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        path.write_text(json.dumps(self._asdict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> HookConfig:
         data = json.loads(Path(path).read_text())
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls._fields if k in data}
+        return cls(**{**fields, "exclude": tuple(fields.get("exclude", ()))})

@@ -65,7 +65,7 @@ def hook_config(settings: Settings) -> HookConfig:
         tenant=capture.tenant,
         app=capture.app,
         user_id=ident(capture.user_id) if capture.user_id else os_user(),
-        exclude=[str(Path(p).expanduser().absolute()) for p in capture.exclude],
+        exclude=tuple(str(Path(p).expanduser().absolute()) for p in capture.exclude),
     )
 
 

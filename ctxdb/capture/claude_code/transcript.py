@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 PROMPT = "prompt"
 ASSISTANT = "assistant"
@@ -32,8 +31,7 @@ _INTERRUPTED = "[Request interrupted by user"
 TITLE_CHARS = 200
 
 
-@dataclass
-class ToolUse:
+class ToolUse(NamedTuple):
     """One `tool_use` block: the call id, tool name and a one-line title from its input."""
 
     id: str
@@ -41,38 +39,63 @@ class ToolUse:
     title: str
 
 
-@dataclass
 class Record:
     """One transcript line the turn mapper acts on.
 
     kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output),
     `assistant` (text blocks and tool uses of one line), `tool_result` (results of earlier tool
-    uses) or `interrupt` (the user stopped the answer).
+    uses: `(tool_use_id, is_error)`) or `interrupt` (the user stopped the answer).
     """
 
-    kind: str
-    ts: str | None = None
-    uuid: str | None = None
-    session_id: str | None = None
-    cwd: str | None = None
-    text: str = ""
-    message_id: str | None = None
-    texts: list[str] = field(default_factory=list)
-    tool_uses: list[ToolUse] = field(default_factory=list)
-    results: list[tuple[str, bool]] = field(default_factory=list)
-    api_error: bool = False
+    __slots__ = (
+        "kind",
+        "ts",
+        "uuid",
+        "session_id",
+        "cwd",
+        "text",
+        "message_id",
+        "texts",
+        "tool_uses",
+        "results",
+        "api_error",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        ts: str | None = None,
+        uuid: str | None = None,
+        session_id: str | None = None,
+        cwd: str | None = None,
+        text: str = "",
+        message_id: str | None = None,
+        texts: list[str] | None = None,
+        tool_uses: list[ToolUse] | None = None,
+        results: list[tuple[str, bool]] | None = None,
+        api_error: bool = False,
+    ) -> None:
+        self.kind, self.ts, self.uuid, self.session_id, self.cwd = kind, ts, uuid, session_id, cwd
+        self.text, self.message_id, self.api_error = text, message_id, api_error
+        self.texts = texts or []
+        self.tool_uses = tool_uses or []
+        self.results = results or []
 
 
-@dataclass
 class Batch:
-    """Records read from a transcript after an offset; `offset` is where the next read starts."""
+    """Records read from a transcript after an offset; `offset` is where the next read starts,
+    `lines` counts non-blank complete lines, `bad` those that are not JSON (`bad_lines`: their
+    1-based numbers), `truncated` says the last line was cut off."""
 
-    records: list[Record]
-    offset: int
-    lines: int = 0
-    bad: int = 0
-    truncated: bool = False
-    bad_lines: list[int] = field(default_factory=list)
+    __slots__ = ("records", "offset", "lines", "bad", "truncated", "bad_lines")
+
+    def __init__(self, records: list[Record], offset: int) -> None:
+        self.records = records
+        self.offset = offset
+        self.lines = 0
+        self.bad = 0
+        self.truncated = False
+        self.bad_lines: list[int] = []
 
 
 def _text_of(content: Any) -> str:

@@ -18,13 +18,11 @@ the hook keeps it on disk between invocations. Standard library only (the hook i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ctxdb.capture.claude_code.transcript import ASSISTANT, INTERRUPT, PROMPT, TOOL_RESULT, Record
 
@@ -45,8 +43,7 @@ _NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
 _PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(NamedTuple):
     """Who the captured turns belong to: tenant, app and user (see docs/capture.md)."""
 
     tenant: str
@@ -55,6 +52,8 @@ class Identity:
 
 
 def _digest(*parts: str) -> str:
+    import hashlib  # only for fallback ids: loading OpenSSL costs every hook process a few ms
+
     return hashlib.sha1("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
