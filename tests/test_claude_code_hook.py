@@ -153,6 +153,40 @@ def test_without_a_transcript_the_hook_still_records_the_turn(
     assert "no transcript" in log
 
 
+def test_a_session_killed_mid_turn_is_closed_by_its_next_hook(
+    capture: Settings, tmp_path: Path
+) -> None:
+    project = tmp_path / "shop"
+    command = installed_command(capture, project)
+    session = Session(tmp_path / "t" / "s.jsonl", str(project))
+    cut = session.prompt("bump every dependency")
+    msg = session.new_message()
+    session.text("Bumping them one by one.", msg)
+    first = session.tool_use("Bash", {"command": "uv lock -P httpx"}, msg)
+    session.write()
+    run_hook(command, session.payload("PostToolUse", tool_name="Bash", tool_use_id=first))
+    session.tool_result(first, "ok")
+    session.tool_use("Bash", {"command": "uv lock -P pydantic"}, session.new_message())
+    session.write()  # ... and here Claude Code is killed: no Stop, no SessionEnd
+    spool_dir = Path(hook_config(capture).spool)
+    assert [p.suffix for p in spool_dir.iterdir()] == [".part"]
+
+    session.prompt("where were we?")  # the session is resumed
+    run_hook(command, session.payload("UserPromptSubmit", prompt="where were we?"))
+    land(DeltaStore(capture.delta_uri), capture.landing_uri)
+    events = landed_events(capture).filter(pl.col("turn_id") == cut)
+    assert events["type"].to_list() == [
+        "turn.started",
+        "user.submission",
+        "chat.step",
+        "chat.step",
+        "assistant.completion",
+        "turn.closed",
+    ]
+    closed = json.loads(events["payload"][-1])
+    assert closed == {"status": "cancelled", "error_type": "interrupted"}
+
+
 @pytest.mark.parametrize(
     ("payload", "cause"),
     [

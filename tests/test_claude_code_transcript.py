@@ -175,3 +175,16 @@ def test_private_spans_never_reach_an_event(tmp_path: Path) -> None:
     assert events[1]["payload"]["text"] == "deploy with token  to staging"
     assert events[2]["payload"]["title"] == "export T= && ./d"
     assert events[-2]["payload"]["text"] == "Deployed; the token "
+
+
+def test_a_turn_cut_off_in_a_tool_call_is_cancelled(tmp_path: Path) -> None:
+    session = Session(tmp_path / "s.jsonl", CWD)
+    cut = session.prompt("run the migration")
+    msg = session.new_message()
+    session.text("Running it now.", msg)
+    session.tool_use("Bash", {"command": "alembic upgrade head"}, msg)
+    session.prompt("are you there?")  # Claude Code was killed and resumed
+    session.text("Yes.")
+    turns = by_turn(mapped(session))
+    assert turns[cut][-1]["payload"] == {"status": "cancelled", "error_type": "interrupted"}
+    assert turns[cut][-2]["payload"]["text"] == "Running it now."

@@ -277,11 +277,13 @@ class TurnMapper:
     def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
         """Close the open turn: steps of tool uses that never returned (`interrupted`), the
         completion (`text` when given, e.g. the Stop hook's `last_assistant_message`, else the
-        last assistant text read) and `turn.closed` (ok | cancelled after an interrupt | error)."""
+        last assistant text read) and `turn.closed` (ok; cancelled after an interrupt or with a tool
+        call still unanswered, e.g. Claude Code was killed; error)."""
         turn = self.turn
         if turn is None:
             return []
         events: list[dict[str, Any]] = []
+        cut_off = bool(turn["pending"])
         for tool_use_id, (name, title, tool_ts) in list(turn["pending"].items()):
             events += self._step(tool_use_id, name, title, tool_ts, "interrupted")
         turn["pending"] = {}
@@ -296,7 +298,7 @@ class TurnMapper:
             completion = self._event("assistant.completion", "answer", answer_ts, payload)
             events.append(fit(completion, "text"))
         closed: dict[str, Any] = {"status": "ok"}
-        if turn["interrupted"]:
+        if turn["interrupted"] or cut_off:
             closed = {"status": "cancelled", "error_type": "interrupted"}
         elif error or not answer:
             closed = {"status": "error", "error_type": "api_error" if error else "no_answer"}
