@@ -1,7 +1,7 @@
 """The one settings object every ctxdb component reads, grouped per area (environment variables).
 
 `Settings` holds the state paths and one group per area: `elasticsearch`, `landing`, `embedding`,
-`search`, `retention`, `auth`, `node`, `claude_code`. Each group reads its own environment
+`search`, `retention`, `auth`, `http`, `node`, `claude_code`. Each group reads its own environment
 variables; the names are the flat ones ctxdb has always used (see docs/configuration.md).
 """
 
@@ -191,6 +191,19 @@ class AuthSettings(BaseSettings):
     )
 
 
+class HttpSettings(BaseSettings):
+    """Limits of the HTTP API (`ctxdb serve`)."""
+
+    model_config = _group_config("CTXDB_HTTP_")
+
+    max_body_bytes: int = Field(
+        default=1_048_576, gt=0, description="Largest request body; larger answers 413."
+    )
+    max_query_bytes: int = Field(
+        default=8_192, gt=0, description="Longest query string; longer answers 414."
+    )
+
+
 class NodeSettings(BaseSettings):
     """The embedded Elasticsearch node: its distribution, JVM, port and process limits."""
 
@@ -245,6 +258,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "search": SearchSettings,
     "retention": RetentionSettings,
     "auth": AuthSettings,
+    "http": HttpSettings,
     "node": NodeSettings,
     "claude_code": ClaudeCodeSettings,
 }
@@ -278,6 +292,7 @@ class Settings(BaseSettings):
     search: SearchSettings = Field(default_factory=SearchSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
     claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
 

@@ -89,6 +89,8 @@ ENVIRONMENT = {
     "CTXDB_AUTH_JWT_USER_CLAIM": ("auth", "jwt_user_claim", "email", "email"),
     "CTXDB_AUTH_JWT_TENANT_CLAIM": ("auth", "jwt_tenant_claim", "org", "org"),
     "CTXDB_TOKEN": ("auth", "cli_token", "ctx_abc", "ctx_abc"),
+    "CTXDB_HTTP_MAX_BODY_BYTES": ("http", "max_body_bytes", "2048", 2048),
+    "CTXDB_HTTP_MAX_QUERY_BYTES": ("http", "max_query_bytes", "1024", 1024),
     "CTXDB_ES_VERSION": ("node", "version", "9.1.0", "9.1.0"),
     "CTXDB_ES_ZIP_SHA512": ("node", "zip_sha512", "ab" * 64, "ab" * 64),
     "CTXDB_ES_PORT": ("node", "port", "9400", 9400),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
+
+from ctxdb.contract.events import Ident, RefId
 
 Scope = Literal["conversation", "user", "agent"]
 Target = Literal["user", "assistant", "summary", "notes", "attachment"]
@@ -49,12 +51,18 @@ class SearchRequest(BaseModel):
     query: str = Field(default="", description="Free text; cut to the configured length.")
     scope: Scope = "user"
     targets: list[Target] = Field(default_factory=lambda: list(DEFAULT_TARGETS))
-    conversation_id: str | None = Field(
+    conversation_id: RefId | None = Field(
         default=None, description="Required for scope=conversation."
     )
-    agent: str | None = Field(default=None, description="Required for scope=agent; else a filter.")
-    since: datetime | None = Field(default=None, description="Window start (inclusive).")
-    until: datetime | None = Field(default=None, description="Window end (inclusive).")
+    agent: Ident | None = Field(
+        default=None, description="Required for scope=agent; else a filter."
+    )
+    since: datetime | None = Field(
+        default=None, description="Window start (inclusive); without a UTC offset it is UTC."
+    )
+    until: datetime | None = Field(
+        default=None, description="Window end (inclusive); without a UTC offset it is UTC."
+    )
     ordinal: int | None = Field(
         default=None, description="Catalog lookup: 1 = first turn, n = n-th, -1 = last, -n."
     )
@@ -65,6 +73,22 @@ class SearchRequest(BaseModel):
     snippets: list[Target] | None = Field(
         default=None, description="Snippet targets to materialize; default: the search targets."
     )
+
+    @field_validator("query")
+    @classmethod
+    def _query_is_unicode(cls, value: str) -> str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("query must be valid Unicode (it holds a lone surrogate)") from None
+        return value
+
+    @field_validator("since", "until")
+    @classmethod
+    def _naive_is_utc(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
 
     @field_validator("targets")
     @classmethod

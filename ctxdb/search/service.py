@@ -159,7 +159,9 @@ class SearchService:
         found = catalog.nth_turn(
             self.client, self.turns_alias, principal, request.conversation_id, request.ordinal, now
         )
-        warnings = [] if found else [f"no turn at ordinal {request.ordinal}"]
+        request, warnings = self._cut_query(request)
+        if not found:
+            warnings.append(f"no turn at ordinal {request.ordinal}")
         hits = [self._catalog_hit(doc, request, position) for position, doc in found]
         return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
 
@@ -167,8 +169,17 @@ class SearchService:
         self, principal: Principal, request: SearchRequest, now: datetime
     ) -> SearchResponse:
         docs = catalog.window_turns(self.client, self.turns_alias, principal, request, now)
+        request, warnings = self._cut_query(request)
         hits = [self._catalog_hit(doc, request) for doc in docs]
-        return SearchResponse(mode="catalog", query=request.query, hits=hits)
+        return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
+
+    def _cut_query(self, request: SearchRequest) -> tuple[SearchRequest, list[str]]:
+        """The request with its query cut to the configured length (a catalog answer echoes it)."""
+        limit = self.settings.search.query_max_chars
+        if len(request.query) <= limit:
+            return request, []
+        cut = request.model_copy(update={"query": request.query[:limit]})
+        return cut, [f"query_truncated: cut to {limit} characters"]
 
     def _embed(self, query: str, warnings: list[str]) -> list[float] | None:
         if self.embedder is None:

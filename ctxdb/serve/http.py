@@ -4,14 +4,17 @@ Every endpoint except /healthz needs `Authorization: Bearer <token>`; the token'
 every query. Another user's conversation, turn or ref answers 404 exactly like a missing one.
 """
 
+import logging
 from typing import Annotated
 from urllib.parse import quote
 
 from elasticsearch import Elasticsearch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ctxdb.contract.events import REF_MAX_CHARS, Ident, RefId
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
@@ -25,9 +28,12 @@ from ctxdb.search.models import (
 )
 from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
 from ctxdb.serve.auth import Authenticator, AuthError, Principal
+from ctxdb.serve.guards import RequestGuard, error_body, validation_handler
 from ctxdb.serve.resolve import Resolver
 from ctxdb.serve.viewer import viewer_router
 from ctxdb.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -87,14 +93,19 @@ def conversations(
     caller: Caller,
     service: Service,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    agent: str | None = None,
+    agent: Annotated[Ident | None, Query()] = None,
 ) -> ConversationList:
     """The caller's conversations, most recent activity first."""
     return service.conversations(caller, limit=limit, agent=agent)
 
 
 @search_router.get("/v1/conversations/{conversation_id}/turns/{turn_id}", response_model=TurnView)
-def turn(conversation_id: str, turn_id: str, caller: Caller, service: Service) -> TurnView:
+def turn(
+    conversation_id: Annotated[RefId, Path()],
+    turn_id: Annotated[RefId, Path()],
+    caller: Caller,
+    service: Service,
+) -> TurnView:
     """One known turn reconstructed from its TurnLog."""
     return service.turn(caller, conversation_id, turn_id)
 
@@ -107,8 +118,10 @@ def turn(conversation_id: str, turn_id: str, caller: Caller, service: Service) -
 def pull(
     caller: Caller,
     resolver: Annotated[Resolver, Depends(_resolver)],
-    ref: Annotated[str, Query(description="conv:fi:conv_<id>.turn_<id>.<path>")],
-    conversation_id: str | None = None,
+    ref: Annotated[
+        str, Query(max_length=REF_MAX_CHARS, description="conv:fi:conv_<id>.turn_<id>.<path>")
+    ],
+    conversation_id: Annotated[RefId | None, Query()] = None,
 ) -> Response:
     """The bytes behind a conv:fi: ref, while its turn is retained."""
     pulled = resolver.pull(caller, ref, conversation_id)
@@ -120,14 +133,19 @@ def pull(
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": code, "detail": detail})
+    return JSONResponse(status_code=status, content=error_body(code, detail))
+
+
+def _unavailable(_: Request, exc: Exception) -> JSONResponse:
+    """503 without the cluster's URL or raw error: those go to the server log."""
+    log.warning("search unavailable: %s", exc)
+    return _error(503, "search_unavailable", "search is unavailable; the server log has the cause")
 
 
 _ERRORS: dict[type[Exception], tuple[int, str]] = {
     MissingQuery: (400, "missing_query"),
     NotFound: (404, "not_found"),
     RefError: (400, "invalid_ref"),
-    SearchUnavailable: (503, "search_unavailable"),
 }
 
 
@@ -141,6 +159,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             return _error(status, code, str(exc))
 
         app.add_exception_handler(error, handler)
+    app.add_exception_handler(SearchUnavailable, _unavailable)
+    app.add_exception_handler(RequestValidationError, validation_handler)
 
 
 def create_app(
@@ -167,4 +187,9 @@ def create_app(
     _add_error_handlers(app)
     for router in (health_router, search_router, files_router, viewer_router()):
         app.include_router(router)
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=settings.http.max_body_bytes,
+        max_query_bytes=settings.http.max_query_bytes,
+    )
     return app

@@ -11,6 +11,7 @@ pyarrow.fs understands (s3://, gs://, abfs://, file://).
 
 from __future__ import annotations
 
+import logging
 import mimetypes
 import posixpath
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from ctxdb.search.models import NotFound
 from ctxdb.search.service import elasticsearch_errors
 from ctxdb.settings import Settings
 from ctxdb.storage.files import turn_file_path
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,23 @@ def safe_join(base: str, *parts: str) -> str:
     for part in parts:
         if part.startswith("/") or "\\" in part or ".." in part.split("/"):
             raise RefError(f"unsafe path segment {part!r}")
+        if any(ord(char) < 0x20 for char in part):
+            raise RefError("path has a control character (NUL, newline, ...)")
     joined = posixpath.normpath(posixpath.join(base, *parts))
     if not joined.startswith(base.rstrip("/") + "/"):
         raise RefError(f"path escapes the file storage root: {'/'.join(parts)!r}")
     return joined
+
+
+def _read_file(fs: pafs.FileSystem, path: str, turn_dir: Path) -> bytes | None:
+    """The bytes at `path`, None when it is not a file; a local symlink must stay in `turn_dir`."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        if not Path(path).resolve().is_relative_to(turn_dir):
+            raise RefError("ref resolves outside its turn directory")
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return stream.read()
 
 
 class Resolver:
@@ -96,15 +112,13 @@ class Resolver:
             doc["tenant"], doc["app"], doc["user_id"], parsed.conversation_id, parsed.turn_id
         )
         path = safe_join(base, turn_dir, parsed.path)
-        if isinstance(fs, pafs.LocalFileSystem):
-            real = Path(path).resolve()
-            if not real.is_relative_to(Path(base) / turn_dir):
-                raise RefError(f"ref {ref!r} resolves outside its turn directory")
-        info = fs.get_file_info(path)
-        if info.type != pafs.FileType.File:
+        try:
+            data = _read_file(fs, path, Path(base) / turn_dir)
+        except (OSError, RuntimeError) as exc:  # name too long, symlink loop, unreadable
+            log.info("ref %r not readable: %s", ref, exc)
+            raise NotFound(f"ref {ref!r} not found") from exc
+        if data is None:
             raise NotFound(f"ref {ref!r} not found")
-        with fs.open_input_stream(path) as stream:
-            data = stream.read()
         filename = posixpath.basename(parsed.path)
         mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
         return PulledFile(ref=str(parsed), filename=filename, mime=mime, data=data)
