@@ -1,8 +1,9 @@
 """The one settings object every ctxdb component reads, grouped per area (environment variables).
 
 `Settings` holds the state paths and one group per area: `elasticsearch`, `landing`, `embedding`,
-`search`, `retention`, `auth`, `http`, `node`, `claude_code`. Each group reads its own environment
-variables; the names are the flat ones ctxdb has always used (see docs/configuration.md).
+`search`, `retention`, `auth`, `http`, `mcp`, `node`, `claude_code`. Each group reads its own
+environment variables; the names are the flat ones ctxdb has always used (see
+docs/configuration.md).
 """
 
 from __future__ import annotations
@@ -204,6 +205,24 @@ class HttpSettings(BaseSettings):
     )
 
 
+class McpSettings(BaseSettings):
+    """The MCP server (`ctxdb mcp`, `/mcp` in `ctxdb serve`): output bounds, the stdio token."""
+
+    model_config = _group_config("CTXDB_MCP_")
+
+    result_chars: int = Field(
+        default=1500,
+        ge=100,
+        description="Characters of text per result (a hit's snippet, a message, a window turn).",
+    )
+    inline_file_bytes: int = Field(
+        default=65_536, ge=0, description="Largest text file read_file returns inline."
+    )
+    token_file: Path | None = Field(
+        default=None, description="File holding the token `ctxdb mcp` runs as (after CTXDB_TOKEN)."
+    )
+
+
 class NodeSettings(BaseSettings):
     """The embedded Elasticsearch node: its distribution, JVM, port and process limits."""
 
@@ -259,6 +278,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "retention": RetentionSettings,
     "auth": AuthSettings,
     "http": HttpSettings,
+    "mcp": McpSettings,
     "node": NodeSettings,
     "claude_code": ClaudeCodeSettings,
 }
@@ -293,6 +313,7 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     http: HttpSettings = Field(default_factory=HttpSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
     claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
 

@@ -19,6 +19,7 @@ from ctxdb.search.models import (
     ConversationSummary,
     NotFound,
     SearchRequest,
+    SearchUnavailable,
 )
 
 TURN_ORDER_ASC = [{"started_at": "asc"}, {"turn_id": "asc"}]
@@ -137,3 +138,88 @@ def list_conversations(
             )
         )
     return ConversationList(conversations=out)
+
+
+def _before(sort_key: list[Any]) -> dict[str, Any]:
+    """Turns ordered before the turn with `sort_key` ([started_at millis, turn id])."""
+    started, turn_id = sort_key
+    return {
+        "bool": {
+            "should": [
+                {"range": {"started_at": {"lt": started, "format": "epoch_millis"}}},
+                {
+                    "bool": {
+                        "filter": [
+                            {
+                                "range": {
+                                    "started_at": {
+                                        "gte": started,
+                                        "lte": started,
+                                        "format": "epoch_millis",
+                                    }
+                                }
+                            },
+                            {"range": {"turn_id": {"lt": turn_id}}},
+                        ]
+                    }
+                },
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def turns_around(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    conversation_id: str,
+    turn_id: str,
+    now: datetime,
+    *,
+    before: int = 2,
+    after: int = 2,
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """(position of the turn, live turns in the conversation, [turn docs]) for the window of
+    `before` turns before and `after` turns after one of the principal's turns, oldest first.
+    NotFound when the turn is not a live turn of the principal."""
+    filters = turn_filter(principal, now, conversation_id)
+    found = client.search(
+        index=alias,
+        query={"bool": {"filter": [*filters, {"term": {"turn_id": turn_id}}]}},
+        sort=TURN_ORDER_ASC,
+        size=1,
+    )["hits"]["hits"]
+    if not found:
+        raise NotFound(f"turn {conversation_id}/{turn_id} not found")
+    key = found[0]["sort"]
+    searches: list[dict[str, Any]] = []
+    for order, size in ((TURN_ORDER_DESC, before), (TURN_ORDER_ASC, after)):
+        searches += [
+            {"index": alias},
+            {
+                "query": {"bool": {"filter": filters}},
+                "sort": order,
+                "search_after": key,
+                "size": size,
+            },
+        ]
+    searches += [
+        {"index": alias},
+        {
+            "query": {"bool": {"filter": [*filters, _before(key)]}},
+            "size": 0,
+            "track_total_hits": True,
+        },
+        {"index": alias},
+        {"query": {"bool": {"filter": filters}}, "size": 0, "track_total_hits": True},
+    ]
+    earlier, later, preceding, total = client.msearch(searches=searches)["responses"]
+    for response in (earlier, later, preceding, total):
+        if "error" in response:
+            reason = response["error"].get("reason", response["error"])
+            raise SearchUnavailable(f"turn window failed: {reason}")
+    docs = [h["_source"] for h in reversed(earlier["hits"]["hits"])]
+    docs += [found[0]["_source"]] + [h["_source"] for h in later["hits"]["hits"]]
+    position = preceding["hits"]["total"]["value"] + 1
+    return position, total["hits"]["total"]["value"], docs

@@ -29,6 +29,7 @@ from ctxdb.search.models import (
 from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
 from ctxdb.serve.auth import Authenticator, AuthError, Principal
 from ctxdb.serve.guards import RequestGuard, error_body, validation_handler
+from ctxdb.serve.mcp import mcp_router
 from ctxdb.serve.resolve import Resolver
 from ctxdb.serve.viewer import viewer_router
 from ctxdb.settings import Settings
@@ -187,6 +188,7 @@ def create_app(
     _add_error_handlers(app)
     for router in (health_router, search_router, files_router, viewer_router()):
         app.include_router(router)
+    app.include_router(mcp_router(app, settings))
     app.add_middleware(
         RequestGuard,
         max_body_bytes=settings.http.max_body_bytes,
