@@ -45,7 +45,13 @@ def raw_turn_events(
     settings = get_settings()
     uri = config.path or settings.landing_uri
     store = delta.store()
-    stats = land(store, uri, max_files=config.max_files, threads=settings.landing.threads)
+    stats = land(
+        store,
+        uri,
+        max_files=config.max_files,
+        threads=settings.landing.threads,
+        scanner=settings.landing.scanner,
+    )
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "
         f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"

@@ -1,5 +1,6 @@
-"""Benchmark landing and derivation (issue 3): events/s, landing vs a plain Arrow->Delta append,
-and the cost of an incremental run that adds 1% new events. Not a test: run it by hand.
+"""Benchmark landing and derivation (issues 3, 17): events/s, landing vs a plain Arrow->Delta
+append with each line scanner (native and pure Python, same files), and the cost of an
+incremental run that adds 1% new events. Not a test: run it by hand.
 
     .venv/bin/python bench/bench_landing.py --events 1000000 --out /tmp/ctxdb-bench
 """
@@ -19,9 +20,10 @@ from pathlib import Path
 from deltalake import write_deltalake
 
 from ctxdb.contract.events import MAX_EVENT_BYTES
-from ctxdb.landing import _native
+from ctxdb.landing import mirror
 from ctxdb.landing.files import list_files, read_bytes
 from ctxdb.landing.run import land
+from ctxdb.landing.scan import _native
 from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
@@ -51,18 +53,67 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def landing_floors(paths: list[str], threads: int) -> dict[str, float]:
+def landing_floors(paths: list[str], threads: int, scanners: list[str]) -> dict[str, float]:
     """Seconds for the parts of landing no implementation can skip, measured on the same files:
-    reading (and gunzipping) them, and the native contract check of every line (nothing kept
-    beyond the scanner's own buffers)."""
+    reading (and gunzipping) them, and each scanner's contract check of every line (the native
+    one keeping nothing beyond its own buffers, the Python one building its accepted rows)."""
     start = time.perf_counter()
     files = [read_bytes(path) for path in paths]
-    read_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for data in files:
-        _native.scan_events(data, MAX_EVENT_BYTES, threads)
-    scan_s = time.perf_counter() - start
-    return {"floor_read_s": round(read_s, 2), "floor_native_scan_s": round(scan_s, 2)}
+    floors = {"floor_read_s": round(time.perf_counter() - start, 2)}
+    checks = {
+        "native": lambda data: _native.scan_events(data, MAX_EVENT_BYTES, threads),
+        "python": lambda data: mirror.scan(data, MAX_EVENT_BYTES),
+    }
+    for scanner in scanners:
+        start = time.perf_counter()
+        for data in files:
+            checks[scanner](data)
+        floors[f"floor_{scanner}_scan_s"] = round(time.perf_counter() - start, 2)
+    return floors
+
+
+def derive_and_increment(
+    args: argparse.Namespace,
+    store: DeltaStore,
+    settings: Settings,
+    now: datetime,
+    conversations: int,
+    t_land: float,
+    cpu_land: float,
+) -> dict:
+    """Derivation of the landed events, then 1% more events landed and derived incrementally."""
+    derived, t_derive = timed(derive, store, settings, now=now)
+    cpu_derive = CPU["derive"]
+    landing = args.out / "landing"
+    extra = generate_events(
+        users=max(1, conversations // 20),
+        conversations=max(1, round(conversations * args.increment)),
+        seed=2,
+        now=now + timedelta(hours=1),
+    )
+    write_sample(extra, landing / "increment", per_file=100_000)
+    extra_landed, t_land_inc = timed(
+        land, store, str(landing), now=now + timedelta(hours=1), threads=args.threads
+    )
+    extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
+    full = t_land + t_derive
+    incremental = t_land_inc + t_derive_inc
+    return {
+        "derive_s": round(t_derive, 2),
+        "derive_events_per_s": round(derived.events / t_derive),
+        "derive_cpu_s": round(cpu_derive, 2),
+        "turns": derived.turns,
+        "conversations": derived.conversations,
+        "increment_events": extra_landed.landed,
+        "increment_land_s": round(t_land_inc, 2),
+        "increment_derive_s": round(t_derive_inc, 2),
+        "increment_conversations": extra_derived.conversations,
+        "increment_cost_vs_full": round(incremental / full, 4),
+        "increment_cost_vs_full_cpu": round(
+            (CPU["land"] + CPU["derive"] - cpu_derive) / (cpu_land + cpu_derive), 4
+        ),
+        "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
+    }
 
 
 def main() -> None:
@@ -74,6 +125,12 @@ def main() -> None:
         "--threads", type=int, default=0, help="Landing validation threads (0: one per core)."
     )
     parser.add_argument("--plain-repeats", type=int, default=3, help="Plain appends (median).")
+    parser.add_argument(
+        "--scanners",
+        default="native,python",
+        help="Line scanners to land with, each into its own table (the first one is derived).",
+    )
+    parser.add_argument("--no-derive", action="store_true", help="Measure landing only.")
     parser.add_argument("--json", type=Path, help="Also write the report here.")
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
@@ -94,11 +151,22 @@ def main() -> None:
     # Python's cyclic GC during landing would walk them (the plain append allocates no objects).
     del generated
     gc.collect()
-    store = DeltaStore(str(args.out / "delta"))
     settings = Settings(home=args.out)
-
-    landed, t_land = timed(land, store, str(landing), now=now, threads=args.threads)
-    cpu_land = CPU["land"]
+    scanners = args.scanners.split(",")
+    report: dict = {
+        "events_generated": events_generated,
+        "lines": lines,
+        "generate_s": round(t_gen, 2),
+        "write_jsonl_s": round(t_write, 2),
+    }
+    landings = {}
+    for scanner in scanners:
+        store = DeltaStore(str(args.out / f"delta-{scanner}"))
+        landed, t_land = timed(
+            land, store, str(landing), now=now, threads=args.threads, scanner=scanner
+        )
+        landings[scanner] = (store, landed, t_land, CPU.pop("land"))
+    store, landed, t_land, cpu_land = landings[scanners[0]]
     rows = store.table(RAW_TURN_EVENTS).to_pyarrow_table().cast(RAW_EVENTS_SCHEMA)
     plain_runs = [
         timed(write_deltalake, str(args.out / f"plain_append_{n}"), rows, mode="append")[1]
@@ -106,57 +174,33 @@ def main() -> None:
     ]
     t_plain = statistics.median(plain_runs)
     cpu_plain = CPU["write_deltalake"] / args.plain_repeats
-    floors = landing_floors([f.path for f in list_files(str(landing))], args.threads)
-    derived, t_derive = timed(derive, store, settings, now=now)
-    cpu_derive = CPU["derive"]
-
-    extra = generate_events(
-        users=max(1, conversations // 20),
-        conversations=max(1, round(conversations * args.increment)),
-        seed=2,
-        now=now + timedelta(hours=1),
-    )
-    write_sample(extra, args.out / "landing" / "increment", per_file=100_000)
-    extra_landed, t_land_inc = timed(
-        land, store, str(landing), now=now + timedelta(hours=1), threads=args.threads
-    )
-    extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
-
-    full = t_land + t_derive
-    incremental = t_land_inc + t_derive_inc
-    report = {
-        "events_generated": events_generated,
-        "lines": lines,
-        "generate_s": round(t_gen, 2),
-        "write_jsonl_s": round(t_write, 2),
-        "landed": landed.landed,
-        "duplicates": landed.duplicates,
-        "quarantined": landed.quarantined,
-        "land_s": round(t_land, 2),
-        "land_events_per_s": round(lines / t_land),
+    report |= {
         "plain_append_s": round(t_plain, 2),
         "plain_append_runs_s": [round(t, 2) for t in plain_runs],
         "plain_append_rows_per_s": round(rows.num_rows / t_plain),
-        "landing_vs_plain_append": round((lines / t_land) / (rows.num_rows / t_plain), 3),
-        "land_cpu_s": round(cpu_land, 2),
         "plain_append_cpu_s": round(cpu_plain, 2),
-        "landing_vs_plain_append_cpu": round((lines / cpu_land) / (rows.num_rows / cpu_plain), 3),
-        **floors,
-        "derive_s": round(t_derive, 2),
-        "derive_events_per_s": round(derived.events / t_derive),
-        "derive_cpu_s": round(cpu_derive, 2),
-        "turns": derived.turns,
-        "conversations": derived.conversations,
-        "increment_events": extra_landed.landed,
-        "increment_land_s": round(t_land_inc, 2),
-        "increment_derive_s": round(t_derive_inc, 2),
-        "increment_conversations": extra_derived.conversations,
-        "increment_cost_vs_full": round(incremental / full, 4),
-        "increment_cost_vs_full_cpu": round(
-            (CPU["land"] - cpu_land + CPU["derive"] - cpu_derive) / (cpu_land + cpu_derive), 4
-        ),
-        "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
     }
+    for scanner, (_, stats, seconds, cpu) in landings.items():
+        report[f"landing_{scanner}"] = {
+            "landed": stats.landed,
+            "duplicates": stats.duplicates,
+            "quarantined": stats.quarantined,
+            "land_s": round(seconds, 2),
+            "land_events_per_s": round(lines / seconds),
+            "land_cpu_s": round(cpu, 2),
+            "landing_vs_plain_append": round((lines / seconds) / (rows.num_rows / t_plain), 3),
+            "landing_vs_plain_append_cpu": round((lines / cpu) / (rows.num_rows / cpu_plain), 3),
+        }
+    if len(landings) > 1:
+        tables = [s.table(RAW_TURN_EVENTS).to_pyarrow_table() for s, *_ in landings.values()]
+        keys = [("line_number", "ascending"), ("source_file", "ascending")]
+        sorted_tables = [t.drop(["ingested_at"]).sort_by(keys) for t in tables]
+        report["scanners_land_equal_rows"] = all(
+            t.equals(sorted_tables[0]) for t in sorted_tables[1:]
+        )
+    report |= landing_floors([f.path for f in list_files(str(landing))], args.threads, scanners)
+    if not args.no_derive:
+        report |= derive_and_increment(args, store, settings, now, conversations, t_land, cpu_land)
     text = json.dumps(report, indent=2)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

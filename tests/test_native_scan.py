@@ -14,9 +14,10 @@ from test_events import BASE, PAYLOADS, line
 
 from ctxdb.contract import events
 from ctxdb.contract.events import MAX_EVENT_BYTES, EventError, parse_event
-from ctxdb.landing import _native
-from ctxdb.landing.scan import parse_bytes
+from ctxdb.landing.scan import _native, parse_bytes
 from ctxdb.sample.generate import generate_events
+
+pytestmark = pytest.mark.skipif(_native is None, reason="the native scanner is not built here")
 
 EDGE_CASES = [
     line(occurred_at="2026-11-30T10:00:00.123456789+05:30"),

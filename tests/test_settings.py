@@ -51,6 +51,7 @@ ENVIRONMENT = {
     "CTXDB_CLAUDE_CODE_EXCLUDE": ("claude_code", "exclude", '["/srv/secret"]', ["/srv/secret"]),
     "CTXDB_LANDING_URI": ("landing", "uri", "/srv/landing", "/srv/landing"),
     "CTXDB_LANDING_THREADS": ("landing", "threads", "4", 4),
+    "CTXDB_LANDING_SCANNER": ("landing", "scanner", "python", "python"),
     "CTXDB_EMBEDDING_MODEL": ("embedding", "model", "other-model", "other-model"),
     "CTXDB_EMBEDDING_BATCH_SIZE": ("embedding", "batch_size", "32", 32),
     "CTXDB_EMBEDDING_DIMS": ("embedding", "dims", "768", 768),

@@ -95,6 +95,7 @@ def land_command(
         DeltaStore.from_settings(settings),
         path or settings.landing_uri,
         threads=settings.landing.threads,
+        scanner=settings.landing.scanner,
     )
     typer.echo(json.dumps(asdict(stats), default=str))
 

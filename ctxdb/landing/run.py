@@ -1,16 +1,16 @@
 """Landing: JSONL files (plain or gzip) -> `raw_turn_events`, with every bad line quarantined.
 
 Parsing is pure (`parse_bytes`): each line becomes either a validated event row or a quarantine
-row with its reason; the native scanner (`_native`) checks every line and only the lines it
-does not accept go through the pydantic contract. `land` adds the I/O: it lists the landing
-directory or object-store prefix, skips files already landed (same path, size and mtime), and
-lands the rest in waves. For each wave it drops event ids already present (counted as
-duplicates), quarantines events for conversations owned by another identity or already purged,
-and commits quarantine -> events -> landed files in a background thread while the next wave is
-parsed. Each commit is atomic and each step idempotent, so a run killed between two commits is
-completed by the next run.
+row with its reason; a scanner (the native one when built, else the pure-Python mirror) checks
+every line and only the lines it does not accept go through the pydantic contract. `land` adds
+the I/O: it lists the landing directory or object-store prefix, skips files already landed (same
+path, size and mtime), and lands the rest in waves. For each wave it drops event ids already
+present (counted as duplicates), quarantines events for conversations owned by another identity or
+already purged, and commits quarantine -> events -> landed files in a background thread while
+the next wave is parsed. Each commit is atomic and each step idempotent, so a run killed between
+two commits is completed by the next run.
 
-This module runs the landing; `files` lists and reads the files, `scan` parses them (native
+This module runs the landing; `files` lists and reads the files, `scan` parses them (a
 scanner, then the contract), `waves` checks and commits each wave, `quarantine` turns refused
 events into quarantine rows.
 """
@@ -59,8 +59,10 @@ def land(
     now: datetime | None = None,
     max_files: int | None = None,
     threads: int = 0,
+    scanner: str = "auto",
 ) -> LandingStats:
-    """Land every pending file under `uri` into `raw_turn_events` (see module docstring)."""
+    """Land every pending file under `uri` into `raw_turn_events` (see module docstring);
+    `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`)."""
     now = now or datetime.now(UTC)
     files = list_files(uri)
     landed = store.read(LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"])
@@ -74,7 +76,7 @@ def land(
     earlier = EarlierWaves()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="landing-commit") as committer:
         pending = None
-        for group in waves(parse_files(todo, now, threads), WAVE_ROWS):
+        for group in waves(parse_files(todo, now, threads, scanner), WAVE_ROWS):
             wave = prepare(store, before, group, earlier, now)
             earlier.add(wave.accepted)
             stats.lines += sum(p.events.height + p.quarantine.height for p in wave.parsed)

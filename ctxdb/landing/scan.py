@@ -1,6 +1,8 @@
-"""Parsing landing bytes into event rows and quarantine rows: the native scanner (`_native`, a
-Rust mirror of the contract) validates every line and hands back Arrow string views; the lines it
-does not accept go through the pydantic contract, which accepts them or names the reason."""
+"""Parsing landing bytes into event rows and quarantine rows. A scanner validates every line
+against a mirror of the contract: the native one (`_native`, Rust, every core, Arrow string views
+into the bytes) when it is built, else the pure-Python one (`mirror`, msgspec and polars). The
+lines a scanner does not accept go through the pydantic contract, which accepts them or names the
+reason. Both scanners land the same rows (`tests/test_landing_scanners.py`)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from ctxdb.contract.events import (
     EventError,
     parse_event,
 )
-from ctxdb.landing import _native
+from ctxdb.landing import mirror
 from ctxdb.landing.files import LandingFile, prefetched
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
@@ -27,6 +29,12 @@ from ctxdb.storage.tables import (
 
 log = logging.getLogger(__name__)
 
+try:
+    from ctxdb.landing import _native
+except ImportError:  # built only where cargo was present at install
+    _native = None
+
+SCANNERS = ("auto", "native", "python")
 
 EVENT_COLUMNS = [
     f.name for f in RAW_EVENTS_SCHEMA if f.name not in ("ingested_at", "landed_version")
@@ -44,20 +52,37 @@ class Parsed:
     quarantine: pl.DataFrame
 
 
-def parse_bytes(data: bytes, source_file: str, now: datetime, threads: int = 0) -> Parsed:
+def scanner_in_use(scanner: str = "auto") -> str:
+    """The scanner that `scanner` (a `CTXDB_LANDING_SCANNER` value) runs: `native` or `python`;
+    `auto` takes the native one when it is built."""
+    if scanner not in SCANNERS:
+        raise ValueError(f"landing scanner must be one of {', '.join(SCANNERS)}: {scanner!r}")
+    if scanner == "native" and _native is None:
+        raise RuntimeError("the native landing scanner is not built (install ctxdb with cargo)")
+    if scanner == "auto":
+        return "python" if _native is None else "native"
+    return scanner
+
+
+def parse_bytes(
+    data: bytes, source_file: str, now: datetime, threads: int = 0, scanner: str = "auto"
+) -> Parsed:
     """Validate each line of `data`; blank lines are skipped, every other line lands or is
     quarantined.
 
-    The native scanner (`_native`, a Rust mirror of the contract run on `threads` threads)
-    validates every line and returns the accepted envelopes as Arrow buffers. Each line it does
-    not accept goes through the pydantic contract, which accepts it or names the reason. The
-    payload column is the payload's JSON text as written.
+    The scanner (`scanner_in_use(scanner)`; the native one runs on `threads` threads) validates
+    every line; each line it does not accept goes through the pydantic contract, which accepts it
+    or names the reason. The payload column is the payload's JSON text as written.
     """
-    scan = _native.scan_events(data, MAX_EVENT_BYTES, threads)
+    if scanner_in_use(scanner) == "native":
+        scan = _native.scan_events(data, MAX_EVENT_BYTES, threads)
+        events = _scanned_frame(data, scan)
+        rejected = [(number, data[start:end]) for number, start, end in scan["rejected"]]
+    else:
+        events, rejected = mirror.scan(data, MAX_EVENT_BYTES)
     slow: dict[str, list] = {name: [] for name in [*ENVELOPE_COLUMNS, "line_number", "raw"]}
     bad: dict[str, list] = {"line_number": [], "raw_line": [], "reason": [], "detail": []}
-    for number, start, end in scan["rejected"]:
-        line = data[start:end]
+    for number, line in rejected:
         try:
             event = parse_event(line)
         except EventError as exc:
@@ -70,7 +95,6 @@ def parse_bytes(data: bytes, source_file: str, now: datetime, threads: int = 0) 
             slow[name].append(getattr(event, name))
         slow["line_number"].append(number)
         slow["raw"].append(_text(line))
-    events = _scanned_frame(data, scan)
     if slow["line_number"]:
         events = pl.concat([events, _contract_frame(slow)]).sort("line_number")
     events = events.with_columns(
@@ -119,13 +143,14 @@ def _contract_frame(slow: dict[str, list]) -> pl.DataFrame:
 
 
 def parse_files(
-    files: Sequence[LandingFile], now: datetime, threads: int = 0
+    files: Sequence[LandingFile], now: datetime, threads: int = 0, scanner: str = "auto"
 ) -> Iterator[tuple[LandingFile, Parsed]]:
-    """Each file with its parse, in order, validated on `threads` threads (0: one per core)
-    while the next file is read; each parsed file is logged (long landings report as they go)."""
+    """Each file with its parse, in order, validated by `scanner` (the native one on `threads`
+    threads, 0: one per core) while the next file is read; each parsed file is logged (long
+    landings report as they go)."""
     paths = [f.path for f in files]
     for number, (file, data) in enumerate(zip(files, prefetched(paths), strict=True), start=1):
-        parsed = parse_bytes(data, file.path, now, threads)
+        parsed = parse_bytes(data, file.path, now, threads, scanner)
         log.info(
             "parsed %s (%d/%d): %d valid, %d quarantined",
             file.path,
