@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -87,6 +87,10 @@ class LandingSettings(BaseSettings):
     uri: str | None = Field(default=None, description="Where JSONL event files land.")
     threads: int = Field(
         default=0, ge=0, description="Threads that validate landing lines (0: one per core)."
+    )
+    scanner: Literal["auto", "native", "python"] = Field(
+        default="auto",
+        description="Line scanner: the native one when built (auto), or forced native/python.",
     )
 
 
