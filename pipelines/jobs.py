@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
+from pipelines.failures import FAILURE_HOOKS
 from pipelines.ops_jobs import OPS_JOBS, WRITER_TAGS
 from pipelines.reindex import reindex_job
 
@@ -12,6 +13,7 @@ memory_job = define_asset_job(
     selection=AssetSelection.all(),
     description="Land new events, derive the turn record, embed and index: the main job.",
     tags=WRITER_TAGS,
+    hooks=FAILURE_HOOKS,
 )
 
 JOBS: list = [memory_job, reindex_job, *OPS_JOBS]

@@ -41,6 +41,7 @@ from ctxdb.lifecycle.erase import Scope, erase
 from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import get_settings
 from ctxdb.storage.tables import PURGED_CONVERSATIONS, RETENTION_PENDING, RETENTION_REPORT, SCHEMAS
+from pipelines.failures import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 
@@ -156,17 +157,29 @@ def compact_tables(
     return Output(len(results), metadata=metadata)
 
 
-@job(tags=WRITER_TAGS, description="Daily retention sweep: Delta DELETE + VACUUM, ES deletes.")
+@job(
+    tags=WRITER_TAGS,
+    hooks=FAILURE_HOOKS,
+    description="Daily retention sweep: Delta DELETE + VACUUM, ES deletes.",
+)
 def retention_job() -> None:
     retention_sweep()
 
 
-@job(tags=WRITER_TAGS, description="Erase one user or conversation everywhere (config required).")
+@job(
+    tags=WRITER_TAGS,
+    hooks=FAILURE_HOOKS,
+    description="Erase one user or conversation everywhere (config required).",
+)
 def erase_job() -> None:
     erase_data()
 
 
-@job(tags=WRITER_TAGS, description="Weekly OPTIMIZE of every Delta table with a small-file check.")
+@job(
+    tags=WRITER_TAGS,
+    hooks=FAILURE_HOOKS,
+    description="Weekly OPTIMIZE of every Delta table with a small-file check.",
+)
 def compaction_job() -> None:
     compact_tables()
 

@@ -14,6 +14,7 @@ from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 from assets.specs import WRITER_POOL, materialization_metadata
 from ctxdb.lifecycle.reindex import drop_after_grace, reindex
 from ctxdb.storage.tables import INDEX_STATE
+from pipelines.failures import FAILURE_HOOKS
 from pipelines.ops_jobs import WRITER_TAGS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
@@ -70,6 +71,10 @@ def drop_retired_indices(
     return dropped
 
 
-@job(description="Zero-downtime reindex from Delta with an atomic alias swap.", tags=WRITER_TAGS)
+@job(
+    description="Zero-downtime reindex from Delta with an atomic alias swap.",
+    tags=WRITER_TAGS,
+    hooks=FAILURE_HOOKS,
+)
 def reindex_job() -> None:
     drop_retired_indices(build_verify_swap())

@@ -22,19 +22,25 @@ def _register_all() -> None:
             importlib.import_module(f"{__name__}.{module.name}")
 
 
-def main() -> None:
-    if sys.argv[1:4] == HOOK_ARGS and "--help" not in sys.argv:
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI on `argv` (default: the process's arguments); an uncaught error becomes one
+    line on stderr (`error: ...`) and exit status 1 (2 when another writer holds the lease)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:3] == HOOK_ARGS and "--help" not in args:
         from ctxdb.capture.claude_code.hook import run
 
-        raise SystemExit(run(sys.argv[4:]))
+        raise SystemExit(run(args[3:]))
+    import logging
+
     import typer
 
     from ctxdb.cli.app import app
-    from ctxdb.index.lease import LeaseHeld, LeaseLost
+    from ctxdb.cli.errors import describe, exit_status
 
     _register_all()
     try:
-        app()
-    except (LeaseHeld, LeaseLost) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
+        app(args=args, prog_name="ctxdb")
+    except Exception as exc:
+        logging.getLogger("ctxdb.cli").debug("ctxdb %s failed", args, exc_info=True)
+        typer.echo(f"error: {describe(exc)}", err=True)
+        raise SystemExit(exit_status(exc)) from None

@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from ctxdb.cli.app import app
+from ctxdb.cli.errors import describe
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
@@ -169,7 +170,7 @@ def search(
             explain=explain,
         )
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {describe(exc)}", err=True)
         raise typer.Exit(2) from exc
     response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
     typer.echo(

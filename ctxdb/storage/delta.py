@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -11,6 +13,9 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from ctxdb.settings import Settings
+from ctxdb.storage.errors import StorageError, os_errno
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,26 @@ class DeltaStore:
     def uri(self, table: str) -> str:
         return f"{self.root.rstrip('/')}/{table}"
 
+    @contextmanager
+    def guarded(self, table: str, action: str = "write") -> Iterator[None]:
+        """Raise an operating-system failure inside the block (disk full, read-only directory) as
+        a one-line `StorageError` naming the table; other errors pass unchanged."""
+        try:
+            yield
+        except StorageError:
+            raise
+        except Exception as exc:
+            code = os_errno(exc)
+            if code is None:
+                raise
+            log.debug("%s of %s failed: %s", action, table, exc)
+            raise StorageError(table, self.uri(table), action, code) from None
+
     def table(self, table: str) -> DeltaTable | None:
         """The Delta table, or None when it has never been written."""
         try:
-            return DeltaTable(self.uri(table), storage_options=self.storage_options or None)
+            with self.guarded(table, "open"):
+                return DeltaTable(self.uri(table), storage_options=self.storage_options or None)
         except TableNotFoundError:
             return None
 
@@ -68,22 +89,24 @@ class DeltaStore:
         """Append rows in one atomic commit; returns the number of rows written."""
         if data.is_empty():
             return 0
-        write_deltalake(
-            self.uri(table),
-            _to_arrow(data, schema),
-            mode="append",
-            storage_options=self.storage_options or None,
-        )
+        with self.guarded(table):
+            write_deltalake(
+                self.uri(table),
+                _to_arrow(data, schema),
+                mode="append",
+                storage_options=self.storage_options or None,
+            )
         return data.height
 
     def overwrite(self, table: str, data: pl.DataFrame, schema: pa.Schema | None = None) -> None:
-        write_deltalake(
-            self.uri(table),
-            _to_arrow(data, schema),
-            mode="overwrite",
-            schema_mode="overwrite",
-            storage_options=self.storage_options or None,
-        )
+        with self.guarded(table):
+            write_deltalake(
+                self.uri(table),
+                _to_arrow(data, schema),
+                mode="overwrite",
+                schema_mode="overwrite",
+                storage_options=self.storage_options or None,
+            )
 
     def merge(
         self,
@@ -102,12 +125,13 @@ class DeltaStore:
         creates the table. Returns the inserted, updated and deleted row counts."""
         dt = self.table(table)
         if dt is None:
-            write_deltalake(
-                self.uri(table),
-                source,
-                mode="append",
-                storage_options=self.storage_options or None,
-            )
+            with self.guarded(table):
+                write_deltalake(
+                    self.uri(table),
+                    source,
+                    mode="append",
+                    storage_options=self.storage_options or None,
+                )
             return {"inserted": source.num_rows, "updated": 0, "deleted": 0}
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         merger = dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
@@ -116,7 +140,8 @@ class DeltaStore:
         merger = merger.when_not_matched_insert_all()
         if delete_unmatched:
             merger = merger.when_not_matched_by_source_delete(predicate=delete_when)
-        metrics = merger.execute()
+        with self.guarded(table):
+            metrics = merger.execute()
         return {
             "inserted": int(metrics.get("num_target_rows_inserted", 0)),
             "updated": int(metrics.get("num_target_rows_updated", 0)),
@@ -145,7 +170,8 @@ class DeltaStore:
         dt = self.table(table)
         if dt is None:
             return 0
-        return int(dt.delete(predicate).get("num_deleted_rows", 0))
+        with self.guarded(table, "delete from"):
+            return int(dt.delete(predicate).get("num_deleted_rows", 0))
 
 
 def _to_arrow(data: pl.DataFrame, schema: pa.Schema | None) -> pa.Table:

@@ -1,0 +1,47 @@
+"""Storage failures in one line: which table, what was being done, and the cause.
+
+delta-rs reports a full or read-only disk as a long `DeltaError`/`OSError` chain ending in
+`... (os error 28)`; `StorageError` keeps only the table, the action and the operating system's
+reason, so the CLI and the job logs can show one line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+_REASONS = {
+    errno.ENOSPC: "disk full (no space left on device)",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied (read-only directory?)",
+    errno.EPERM: "operation not permitted",
+}
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+class StorageError(OSError):
+    """A Delta table could not be written or read because of its storage (disk, permissions)."""
+
+    def __init__(self, table: str, uri: str, action: str, code: int) -> None:
+        super().__init__(code, reason(code))
+        self.table = table
+        self.uri = uri
+        self.action = action
+
+    def __str__(self) -> str:
+        return f"cannot {self.action} table {self.table} at {self.uri}: {self.strerror}"
+
+
+def reason(code: int) -> str:
+    """A short cause for an errno."""
+    return _REASONS.get(code) or os.strerror(code).lower()
+
+
+def os_errno(exc: BaseException) -> int | None:
+    """The operating-system error behind `exc` (an OSError, or delta-rs' `(os error N)`)."""
+    if isinstance(exc, OSError) and exc.errno:
+        return exc.errno
+    found = _OS_ERROR.search(str(exc))
+    return int(found.group(1)) if found else None
