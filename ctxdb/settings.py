@@ -44,7 +44,21 @@ class ElasticsearchSettings(BaseSettings):
     password: SecretStr | None = None
     ca_certs: str | None = None
     request_timeout: float = Field(
-        default=30.0, validation_alias="CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT"
+        default=30.0,
+        gt=0,
+        validation_alias="CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT",
+        description="Seconds the client waits for any one response.",
+    )
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        validation_alias="CTXDB_ELASTICSEARCH_MAX_RETRIES",
+        description="Retries of a request that failed to connect (or timed out, see below).",
+    )
+    retry_on_timeout: bool = Field(
+        default=False,
+        validation_alias="CTXDB_ELASTICSEARCH_RETRY_ON_TIMEOUT",
+        description="Retry a timed-out request too (each retry waits the timeout again).",
     )
     index_prefix: str = Field(
         default="ctxdb",
@@ -59,6 +73,18 @@ class ElasticsearchSettings(BaseSettings):
         ge=1,
         validation_alias="CTXDB_INDEX_BULK_THREADS",
         description="Bulk requests in flight.",
+    )
+    bulk_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias="CTXDB_INDEX_BULK_TIMEOUT_S",
+        description="Seconds one bulk request may take (client wait and server-side timeout).",
+    )
+    bulk_max_retries: int = Field(
+        default=3,
+        ge=0,
+        validation_alias="CTXDB_INDEX_BULK_MAX_RETRIES",
+        description="Retries of documents rejected for load (429), backing off 1, 2, 4 ... s.",
     )
     reindex_grace_s: float = Field(
         default=60.0,

@@ -4,6 +4,10 @@ Chunks go out on a small thread pool (requests in flight while the next chunk is
 `streaming_bulk` retries rejected-for-load (429) items of each chunk with backoff; every other
 failed item is collected with its id, status and reason, and the whole write fails loudly once
 the stream is done (so good documents are written and nothing is lost silently).
+
+Every bulk request waits at most `timeout_s` (client side, and as the server-side `timeout`), so a
+node that stops answering (a frozen or overloaded JVM) fails the write with
+`ElasticsearchUnavailable` after that time instead of hanging.
 """
 
 from __future__ import annotations
@@ -56,20 +60,28 @@ def _reason(result: dict[str, Any]) -> str:
     return str(error or result.get("result"))
 
 
+MAX_BACKOFF_S = 30
+"""Longest wait between two retries of documents rejected for load."""
+
+
 def _send_chunk(
-    es: Elasticsearch, chunk: list[dict[str, Any]], max_retries: int
+    es: Elasticsearch, chunk: list[dict[str, Any]], max_retries: int, timeout_s: float | None
 ) -> list[tuple[bool, dict[str, Any]]]:
     """One bulk request (429s retried with backoff); results per action."""
+    client = es if timeout_s is None else es.options(request_timeout=timeout_s)
+    server = {} if timeout_s is None else {"timeout": f"{max(int(timeout_s), 1)}s"}
     return list(
         helpers.streaming_bulk(
-            es,
+            client,
             chunk,
             chunk_size=len(chunk),
             max_chunk_bytes=1 << 30,
             max_retries=max_retries,
             initial_backoff=1,
+            max_backoff=MAX_BACKOFF_S,
             raise_on_error=False,
             raise_on_exception=True,
+            **server,
         )
     )
 
@@ -80,6 +92,7 @@ def _results(
     chunk_size: int,
     max_retries: int,
     threads: int,
+    timeout_s: float | None,
 ) -> Iterator[tuple[bool, dict[str, Any]]]:
     """Send chunks of `actions`, up to `threads` requests in flight, results in order.
 
@@ -90,7 +103,7 @@ def _results(
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bulk") as pool:
         in_flight: deque[Future] = deque()
         while chunk := list(islice(iterator, chunk_size)):
-            in_flight.append(pool.submit(_send_chunk, es, chunk, max_retries))
+            in_flight.append(pool.submit(_send_chunk, es, chunk, max_retries, timeout_s))
             if len(in_flight) > threads:
                 yield from in_flight.popleft().result()
         while in_flight:
@@ -104,12 +117,14 @@ def bulk_write(
     chunk_size: int = 500,
     max_retries: int = 3,
     threads: int = 2,
+    timeout_s: float | None = None,
     raise_on_failure: bool = True,
 ) -> BulkReport:
-    """Stream index/delete actions; deleting a missing document is not a failure."""
+    """Stream index/delete actions; deleting a missing document is not a failure. Each bulk
+    request waits at most `timeout_s` (default: the client's request timeout)."""
     report = BulkReport()
     try:
-        for ok, item in _results(es, actions, chunk_size, max_retries, max(threads, 1)):
+        for ok, item in _results(es, actions, chunk_size, max_retries, max(threads, 1), timeout_s):
             op, result = next(iter(item.items()))
             if op == "delete" and result.get("status") == 404:
                 report.not_found += 1
@@ -126,7 +141,13 @@ def bulk_write(
                         "reason": _reason(result),
                     }
                 )
-    except (ESConnectionError, ConnectionTimeout) as exc:
+    except ConnectionTimeout as exc:
+        waited = f"{timeout_s:g} s" if timeout_s is not None else "the request timeout"
+        raise ElasticsearchUnavailable(
+            f"Elasticsearch did not answer a bulk request within {waited}; nothing was marked "
+            "indexed, rerun to catch up"
+        ) from exc
+    except ESConnectionError as exc:
         raise ElasticsearchUnavailable(
             f"Elasticsearch is unreachable ({exc}); nothing was marked indexed, rerun to catch up"
         ) from exc

@@ -8,11 +8,13 @@ from ctxdb.settings import Settings
 
 
 def make_client(settings: Settings) -> Elasticsearch:
-    """A client for `settings.elasticsearch_url` with optional API key, basic auth and CA bundle."""
+    """A client for the configured URL with optional API key, basic auth and CA bundle; every
+    request waits at most `request_timeout` seconds (times 1 + `max_retries` when
+    `retry_on_timeout` is set)."""
     kwargs: dict = {
         "request_timeout": settings.elasticsearch.request_timeout,
-        "retry_on_timeout": True,
-        "max_retries": 2,
+        "retry_on_timeout": settings.elasticsearch.retry_on_timeout,
+        "max_retries": settings.elasticsearch.max_retries,
     }
     if settings.elasticsearch.api_key is not None:
         kwargs["api_key"] = settings.elasticsearch.api_key.get_secret_value()

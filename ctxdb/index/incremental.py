@@ -141,6 +141,8 @@ def sync_index(
     model_id: str,
     chunk_size: int = 500,
     threads: int = 2,
+    timeout_s: float | None = None,
+    max_retries: int = 3,
     refresh: bool = True,
     versions: Versions | None = None,
 ) -> SyncReport:
@@ -174,6 +176,8 @@ def sync_index(
         ),
         chunk_size=chunk_size,
         threads=threads,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
     )
     if refresh:
         es.indices.refresh(index=index)

@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 WRITER = "writer"
 POLL_S = 2.0
 """How often a waiting writer tries the lease again."""
+KEEP_TIMEOUT_S = 10.0
+"""Longest wait for a renewal or a release (no retries): a writer failing on an unresponsive
+node is not held up by its lease, which expires by itself."""
 MAPPING = {
     "dynamic": "strict",
     "properties": {
@@ -78,7 +81,7 @@ class Lease:
     def renew(self) -> None:
         """Push the expiry `ttl_s` ahead, conditional on still holding the lease."""
         try:
-            response = self.es.index(
+            response = _bounded(self.es).index(
                 index=self.index,
                 id=self.name,
                 document=_document(self.owner, self.operation, self.ttl_s, self.acquired_at),
@@ -269,7 +272,7 @@ def acquire(
 def release(lease: Lease) -> None:
     """Give the lease back (a lease already lost or gone is left alone)."""
     try:
-        lease.es.delete(
+        _bounded(lease.es).delete(
             index=lease.index,
             id=lease.name,
             if_seq_no=lease.seq_no,
@@ -279,6 +282,10 @@ def release(lease: Lease) -> None:
         log.warning("the %s lease was no longer ours to release", lease.name)
     except (TransportError, ApiError) as exc:
         log.warning("could not release the %s lease (%s); it expires by itself", lease.name, exc)
+
+
+def _bounded(es: Elasticsearch) -> Elasticsearch:
+    return es.options(request_timeout=KEEP_TIMEOUT_S, max_retries=0, retry_on_timeout=False)
 
 
 def _heartbeat(lease: Lease, stop: threading.Event) -> None:

@@ -59,6 +59,8 @@ def _sync_live(
                     model_id=model_id,
                     chunk_size=settings.elasticsearch.chunk_size,
                     threads=settings.elasticsearch.bulk_threads,
+                    timeout_s=settings.elasticsearch.bulk_timeout_s,
+                    max_retries=settings.elasticsearch.bulk_max_retries,
                 )
             )
         dropped = drop_retired(

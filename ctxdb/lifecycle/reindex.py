@@ -152,6 +152,8 @@ def _reindex(
                 model_id=embedder.model_id,
                 chunk_size=settings.elasticsearch.chunk_size,
                 threads=settings.elasticsearch.bulk_threads,
+                timeout_s=settings.elasticsearch.bulk_timeout_s,
+                max_retries=settings.elasticsearch.bulk_max_retries,
                 refresh=False,
                 versions=current_versions(store, source.tables),
             )

@@ -1,0 +1,119 @@
+"""Issue 12, finding 14: every wait on Elasticsearch is bounded by a documented setting, so a
+frozen node (SIGSTOP) fails the index writer with a clear error instead of hanging for minutes, and
+a rerun after the node thaws converges.
+
+The node here is a second embedded node on a free port (the shared one is never paused).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from conftest_index import role_rows, turn_tables, write_rows
+from conftest_ports import free_port_pair
+
+import ctxdb.index.bulk as bulk_module
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.bulk import ElasticsearchUnavailable
+from ctxdb.index.checks import count_mismatches
+from ctxdb.index.client import make_client
+from ctxdb.index.health import check_cluster
+from ctxdb.index.sync import sync_live
+from ctxdb.node import distribution, embedded
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+
+pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
+
+MODEL = "all-MiniLM-L6-v2"
+
+
+@dataclass
+class Node:
+    settings: Settings
+    pid: int
+
+
+@pytest.fixture(scope="module")
+def node(es_base_settings: Settings) -> Iterator[Node]:
+    port = free_port_pair()
+    settings = Settings(
+        elasticsearch={"url": f"http://127.0.0.1:{port}"},
+        node={
+            "port": port,
+            "heap": "512m",
+            "cache_dir": distribution.cache_root(es_base_settings),
+            "version": es_base_settings.node.version,
+        },
+    )
+    started = embedded.start(settings)
+    yield Node(settings, started.pid)
+    os.kill(started.pid, signal.SIGCONT)
+    embedded.stop(settings)
+    shutil.rmtree(embedded.EmbeddedNode.from_settings(settings).instance, ignore_errors=True)
+
+
+def test_finding_14_client_applies_the_configured_bounds() -> None:
+    settings = Settings(
+        elasticsearch={"request_timeout": 7.5, "max_retries": 1, "retry_on_timeout": False}
+    )
+    es = make_client(settings)
+    assert (es._request_timeout, es._max_retries, es._retry_on_timeout) == (7.5, 1, False)
+    assert Settings().elasticsearch.retry_on_timeout is False  # a frozen node is not waited twice
+
+
+def test_finding_14_frozen_node_fails_the_writer_and_a_rerun_converges(
+    node: Node,
+    delta_store: DeltaStore,
+    embedder,
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = node.settings.replace(
+        home=tmp_path,
+        elasticsearch={
+            "index_prefix": "frozen",
+            "request_timeout": 3.0,
+            "bulk_timeout_s": 3.0,
+            "chunk_size": 4,
+            # the frozen writer cannot release its lease: the rerun waits for it to expire
+            "writer_lease_ttl_s": 6.0,
+            "writer_lease_wait_s": 60.0,
+        },
+    )
+    write_rows(delta_store, role_rows([f"answer about frozen topic {i}" for i in range(12)]))
+    turn_tables(delta_store, 3)
+    embed_role_rows(delta_store, embedder, batch_size=16)
+
+    send_chunk = bulk_module._send_chunk
+    frozen: list[int] = []
+
+    def freeze_then_send(es, chunk, max_retries, timeout_s):
+        """The node freezes (SIGSTOP) as the first bulk request goes out: mid-bulk."""
+        if not frozen:
+            os.kill(node.pid, signal.SIGSTOP)
+            frozen.append(node.pid)
+        assert timeout_s == 3.0  # the bulk timeout setting reaches every bulk request
+        return send_chunk(es, chunk, max_retries, timeout_s)
+
+    monkeypatch.setattr(bulk_module, "_send_chunk", freeze_then_send)
+    es = make_client(settings)
+    try:
+        with pytest.raises(
+            ElasticsearchUnavailable, match="did not answer a bulk request within 3 s"
+        ):
+            sync_live(delta_store, es, settings, model_id=MODEL)
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    assert frozen
+
+    monkeypatch.setattr(bulk_module, "_send_chunk", send_chunk)
+    check_cluster(settings)
+    sync_live(delta_store, es, settings, model_id=MODEL)
+    mismatches = count_mismatches(delta_store, es, "frozen")
+    assert mismatches and all(check.ok for check in mismatches), mismatches
