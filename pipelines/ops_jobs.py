@@ -39,7 +39,6 @@ from ctxdb.index.health import check_cluster
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import Scope, erase
 from ctxdb.lifecycle.retention import sweep
-from ctxdb.settings import get_settings
 from ctxdb.storage.tables import PURGED_CONVERSATIONS, RETENTION_PENDING, RETENTION_REPORT, SCHEMAS
 from pipelines.failures import FAILURE_HOOKS
 from resources.delta import DeltaResource
@@ -135,11 +134,14 @@ def erase_scope(user_id: str | None, conversation_id: str | None) -> Scope:
 
 @op(tags=WRITER_TAGS, pool=WRITER_POOL)
 def compact_tables(
-    context: OpExecutionContext, config: CompactionConfig, delta: DeltaResource
+    context: OpExecutionContext,
+    config: CompactionConfig,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
 ) -> Output[int]:
-    """OPTIMIZE every Delta table and check small files stay bounded."""
+    """OPTIMIZE every Delta table and check small files stay bounded (under the writer lease)."""
     store = delta.store()
-    results = compact_all(store, get_settings())
+    results = compact_all(store, es.client(), es.settings())
     for result in results:
         if result.table in SCHEMAS:
             context.log_event(AssetObservation(asset_key=result.table, metadata=result.as_dict()))

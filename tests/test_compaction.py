@@ -24,7 +24,7 @@ def test_compaction_merges_small_files_and_keeps_rows(tmp_path: Path):
     before = _many_commits(store)
     settings = Settings(home=tmp_path)
 
-    results = compact_all(store, settings)
+    results = compact_all(store, None, settings)
 
     assert [r.table for r in results] == [ROLE_ROWS]  # missing tables are skipped
     result = results[0]

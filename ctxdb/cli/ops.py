@@ -72,7 +72,7 @@ def retention_run(
 def compact_command() -> None:
     """OPTIMIZE every Delta table; exit 1 when small files stay above the bound."""
     settings = get_settings()
-    results = compact_all(DeltaStore.from_settings(settings), settings)
+    results = compact_all(DeltaStore.from_settings(settings), make_client(settings), settings)
     for result in results:
         typer.echo(
             f"{result.table}: {result.files_before} -> {result.files_after} files "

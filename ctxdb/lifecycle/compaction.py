@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 from deltalake import DeltaTable
+from elasticsearch import Elasticsearch
 
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -96,7 +98,8 @@ def compact_table(
     if dt is None:
         return None
     before = file_stats(dt, small_bytes)
-    metrics = dt.optimize.compact(target_size=target_bytes)
+    with store.guarded(table, "compact"):
+        metrics = dt.optimize.compact(target_size=target_bytes)
     after = file_stats(store.table(table), small_bytes)
     result = TableCompaction(
         table=table,
@@ -114,19 +117,24 @@ def compact_table(
 
 
 def compact_all(
-    store: DeltaStore, settings: Settings, tables: tuple[str, ...] = ALL_TABLES
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    tables: tuple[str, ...] = ALL_TABLES,
 ) -> list[TableCompaction]:
-    """OPTIMIZE every existing table with the configured target and small-file bound."""
-    results = (
-        compact_table(
-            store,
-            table,
-            target_bytes=settings.retention.compaction_target_mb * MB,
-            small_bytes=settings.retention.compaction_small_file_mb * MB,
-            max_small=settings.retention.compaction_max_small_files,
-        )
-        for table in tables
-    )
+    """OPTIMIZE every existing table with the configured target and small-file bound, holding
+    the writer lease while Elasticsearch answers (`LeaseHeld` while another writer runs)."""
+    with optional_writer_lease_for(es, settings, "compaction"):
+        results = [
+            compact_table(
+                store,
+                table,
+                target_bytes=settings.retention.compaction_target_mb * MB,
+                small_bytes=settings.retention.compaction_small_file_mb * MB,
+                max_small=settings.retention.compaction_max_small_files,
+            )
+            for table in tables
+        ]
     return [r for r in results if r is not None]
 
 
