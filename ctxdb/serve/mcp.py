@@ -597,10 +597,12 @@ def mcp_router(app: FastAPI, settings: Settings) -> APIRouter:
     state = app.state
     tools = MemoryTools(settings, state.service, state.resolver, request_principal)
     server = build_server(tools, BearerVerifier(state.authenticator))
-    # Every request must carry a bearer token the verifier accepts, which a rebinding page
-    # cannot send; the HTTP API has no Host allowlist either, so none is set here.
+    # Tools answer once (no progress stream), so a POST answers with plain JSON, not an SSE
+    # stream. Every request must carry a bearer token the verifier accepts, which a rebinding
+    # page cannot send; the HTTP API has no Host allowlist either, so none is set here.
     endpoint = server.streamable_http_app(
         streamable_http_path="/mcp",
+        json_response=True,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 
