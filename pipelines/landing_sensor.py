@@ -1,21 +1,83 @@
-"""Sensor: start the main job when new or changed JSONL files appear under the landing location."""
+"""Sensor: start the main job when new or changed JSONL files appear under the landing location.
+
+The cursor (JSON) remembers the pending files' digest, how many runs were requested for it and
+the last run key. A run is requested when the pending files change, or again (next attempt, a new
+run key) when the run requested for the same files failed or was canceled, so an outage is caught
+up without waiting for a new file. While the last requested run is queued or running, nothing is
+requested: that run lands whatever is pending when it starts.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import asdict, dataclass
 
-from dagster import RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import (
+    DagsterRunStatus,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SkipReason,
+    sensor,
+)
 
-from ctxdb.landing.files import list_files, pending_files
+from ctxdb.landing.files import LandingFile, list_files, pending_files
 from ctxdb.settings import get_settings
 from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA
 from pipelines.jobs import memory_job
 from resources.delta import DeltaResource
 
+RUN_KEY_TAG = "dagster/run_key"
+IN_FLIGHT = {
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.MANAGED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.SUSPENDED,
+    DagsterRunStatus.CANCELING,
+}
+RETRY = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """What the sensor requested last: for which pending files, which attempt, which run key."""
+
+    digest: str = ""
+    attempt: int = 0
+    run_key: str = ""
+
+    @classmethod
+    def parse(cls, text: str | None) -> Cursor:
+        """The cursor from its JSON (a cursor of the old format, a bare digest, starts over)."""
+        try:
+            return cls(**json.loads(text or "{}"))
+        except (ValueError, TypeError):
+            return cls()
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def digest(files: list[LandingFile]) -> str:
+    """A short hash of the pending files (path, size, mtime)."""
+    text = "\n".join(f"{f.path}\0{f.size}\0{f.mtime}" for f in files)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunStatus | None:
+    """Status of the newest run launched with `run_key` (None when there is none)."""
+    if not run_key:
+        return None
+    runs = context.instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: run_key}), limit=1)
+    return runs[0].status if runs else None
+
 
 @sensor(job=memory_job, minimum_interval_seconds=30, description="New landing files -> main job.")
 def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
-    """Run key = hash of the pending files (path, size, mtime), also kept as the cursor."""
+    """One run per set of pending files, requested again while its runs fail."""
     uri = get_settings().landing_uri
     landed = delta.store().read(
         LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"]
@@ -23,14 +85,20 @@ def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     pending = pending_files(list_files(uri), landed)
     if not pending:
         return SkipReason(f"no new files under {uri}")
-    digest = hashlib.sha256(
-        "\n".join(f"{f.path}\0{f.size}\0{f.mtime}" for f in pending).encode()
-    ).hexdigest()[:16]
-    if digest == context.cursor:
+    cursor = Cursor.parse(context.cursor)
+    status = last_status(context, cursor.run_key)
+    if status in IN_FLIGHT:
+        return SkipReason(f"run {cursor.run_key} is {status.value}; it lands what is pending")
+    current = digest(pending)
+    if current == cursor.digest and status not in RETRY:
         return SkipReason("pending files already requested")
-    context.update_cursor(digest)
+    attempt = cursor.attempt + 1 if current == cursor.digest else 1
+    request = Cursor(current, attempt, f"landing-{current}-{attempt}")
+    context.update_cursor(request.dumps())
+    if attempt > 1:
+        context.log.info(f"run {cursor.run_key} ended {status.value}; requesting attempt {attempt}")
     return RunRequest(
-        run_key=f"landing-{digest}",
+        run_key=request.run_key,
         run_config={"ops": {"raw_turn_events": {"config": {"path": uri}}}},
-        tags={"ctxdb/landing_files": str(len(pending))},
+        tags={"ctxdb/landing_files": str(len(pending)), "ctxdb/landing_attempt": str(attempt)},
     )

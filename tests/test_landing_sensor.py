@@ -1,0 +1,133 @@
+"""Issue 12, finding 9: the landing sensor through `build_sensor_context` on a real Dagster
+instance, real landing files and the real `landed_files` table: new files are requested once, a
+failed run is requested again under a new run key, and nothing is requested while a run is in
+flight."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_sensor_context,
+)
+
+from ctxdb.landing.run import land
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.storage.delta import DeltaStore
+from pipelines.landing_sensor import RUN_KEY_TAG, Cursor, landing_sensor
+from resources.delta import DeltaResource
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+class Sensor:
+    """Evaluates the sensor as the daemon would: each tick starts from the last tick's cursor."""
+
+    def __init__(self, instance: DagsterInstance, store: DeltaStore) -> None:
+        self.instance = instance
+        self.resources = {"delta": DeltaResource(root=store.root)}
+        self.cursor: str | None = None
+
+    def tick(self) -> RunRequest | SkipReason:
+        with build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources=self.resources
+        ) as context:
+            result = landing_sensor(context)
+            self.cursor = context.cursor
+        return result
+
+    def launch(self, request: RunRequest, status: DagsterRunStatus) -> DagsterRun:
+        """The run the daemon would create for `request`, in `status`."""
+        run = DagsterRun(
+            job_name="memory_job",
+            run_id=str(uuid.uuid4()),
+            tags={RUN_KEY_TAG: request.run_key, **request.tags},
+            status=status,
+        )
+        return self.instance.add_run(run)
+
+
+@pytest.fixture
+def landing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
+    return tmp_path / "landing"
+
+
+@pytest.fixture
+def sensor(tmp_path: Path) -> Iterator[Sensor]:
+    with DagsterInstance.ephemeral() as instance:
+        yield Sensor(instance, DeltaStore(str(tmp_path / "delta")))
+
+
+def add_file(landing: Path, name: str, seed: int) -> None:
+    generated = generate_events(users=1, conversations=1, seed=seed, now=NOW, days=2)
+    write_sample(generated, landing / name, files_root=landing.parent / "files", per_file=500)
+
+
+def test_finding_9_new_files_are_requested_once(sensor: Sensor, landing: Path) -> None:
+    assert isinstance(sensor.tick(), SkipReason)
+    add_file(landing, "a", seed=1)
+    first = sensor.tick()
+    assert isinstance(first, RunRequest)
+    assert first.run_key == f"landing-{Cursor.parse(sensor.cursor).digest}-1"
+    assert first.run_config == {"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}}
+    again = sensor.tick()
+    assert isinstance(again, SkipReason) and "already requested" in again.skip_message
+
+
+def test_finding_9_a_failed_run_is_requested_again(
+    sensor: Sensor, landing: Path, tmp_path: Path
+) -> None:
+    add_file(landing, "a", seed=1)
+    first = sensor.tick()
+    run = sensor.launch(first, DagsterRunStatus.STARTED)
+    sensor.instance.report_run_failed(run, "Elasticsearch was down")
+
+    retry = sensor.tick()
+    assert isinstance(retry, RunRequest), retry
+    assert retry.run_key != first.run_key  # Dagster would drop a request under a used key
+    assert retry.run_key.endswith("-2") and retry.tags["ctxdb/landing_attempt"] == "2"
+    canceled = sensor.launch(retry, DagsterRunStatus.CANCELED)
+    third = sensor.tick()
+    assert isinstance(third, RunRequest) and third.run_key.endswith("-3"), canceled
+
+    # the third attempt lands the files: nothing is pending, nothing is requested
+    land(DeltaStore(str(tmp_path / "delta")), str(landing))
+    sensor.launch(third, DagsterRunStatus.SUCCESS)
+    assert isinstance(sensor.tick(), SkipReason)
+    add_file(landing, "b", seed=2)
+    fresh = sensor.tick()
+    assert isinstance(fresh, RunRequest) and fresh.run_key.endswith("-1")
+
+
+@pytest.mark.parametrize("status", [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])
+def test_finding_9_nothing_is_requested_while_a_run_is_in_flight(
+    sensor: Sensor, landing: Path, status: DagsterRunStatus
+) -> None:
+    add_file(landing, "a", seed=1)
+    first = sensor.tick()
+    run = sensor.launch(first, status)
+    add_file(landing, "b", seed=2)  # new files while the run is queued or running
+    waiting = sensor.tick()
+    assert isinstance(waiting, SkipReason) and status.value in waiting.skip_message
+    assert Cursor.parse(sensor.cursor).run_key == first.run_key
+
+    sensor.instance.report_run_failed(run, "killed")
+    after = sensor.tick()
+    assert isinstance(after, RunRequest)
+    assert after.run_key.endswith("-1") and after.run_key != first.run_key  # the new file set
+
+
+def test_finding_9_an_old_cursor_starts_over(sensor: Sensor, landing: Path) -> None:
+    sensor.cursor = "0123456789abcdef"  # the former cursor format: a bare digest
+    add_file(landing, "a", seed=1)
+    assert isinstance(sensor.tick(), RunRequest)
