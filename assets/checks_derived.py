@@ -58,3 +58,11 @@ def role_rows_have_turn_log(delta: DeltaResource) -> AssetCheckResult:
 )
 def quarantine_count(delta: DeltaResource) -> AssetCheckResult:
     return _result(checks.quarantine_report(delta.store()), AssetCheckSeverity.WARN)
+
+
+@asset_check(
+    asset=AssetKey("quarantined_files"),
+    description="Landing files that could not be read at all, by reason (reported, not a failure).",
+)
+def quarantined_files_count(delta: DeltaResource) -> AssetCheckResult:
+    return _result(checks.quarantined_files_report(delta.store()), AssetCheckSeverity.WARN)

@@ -7,7 +7,12 @@ from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataVa
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.landing.run import land
 from ctxdb.settings import get_settings
-from ctxdb.storage.tables import LANDED_FILES, QUARANTINED_EVENTS, RAW_TURN_EVENTS
+from ctxdb.storage.tables import (
+    LANDED_FILES,
+    QUARANTINED_EVENTS,
+    QUARANTINED_FILES,
+    RAW_TURN_EVENTS,
+)
 from resources.delta import DeltaResource
 
 
@@ -33,6 +38,11 @@ class LandingConfig(Config):
         table_spec(
             LANDED_FILES,
             "Every landed file with its size, mtime and line counts (skipped on a rerun).",
+            group="turn_record",
+        ),
+        table_spec(
+            QUARANTINED_FILES,
+            "Files that could not be read at all (a truncated gzip): reason, size, first bytes.",
             group="turn_record",
         ),
     ],
@@ -69,6 +79,7 @@ def raw_turn_events(
             "quarantined": stats.quarantined,
             "quarantine_reasons": MetadataValue.json(stats.reasons),
             "landed_version": stats.landed_version if stats.landed_version is not None else -1,
+            "quarantined_files": stats.quarantined_files,
         },
     )
     yield MaterializeResult(
@@ -81,4 +92,10 @@ def raw_turn_events(
     yield MaterializeResult(
         asset_key=LANDED_FILES,
         metadata=materialization_metadata(store, LANDED_FILES, {"inserted": stats.files}),
+    )
+    yield MaterializeResult(
+        asset_key=QUARANTINED_FILES,
+        metadata=materialization_metadata(
+            store, QUARANTINED_FILES, {"inserted": stats.quarantined_files}
+        ),
     )

@@ -105,7 +105,7 @@ def test_submission_arrival_time_is_utc_and_defaults_apply() -> None:
         (line(schema_version=2), "unsupported_schema_version"),
         (line(surprise=1), "unknown_field"),
         (line(adapter="autogen"), "invalid_field"),
-        (line(type="user.submission", payload={"text": 42}), "invalid_field"),
+        (line(type="user.submission", payload={"text": 42}), "wrong_type"),
         (
             line(type="user.submission", payload={"text": "x", "event_type": "shout"}),
             "invalid_field",
@@ -124,7 +124,7 @@ def test_submission_arrival_time_is_utc_and_defaults_apply() -> None:
         (line(type="react.summary", payload={"text": "s" * 24_001}), "invalid_field"),
         (
             line(type="chat.step", payload={"step": "s", "phase": "start", "x": 1, "tool": 3}),
-            "invalid_field",
+            "wrong_type",
         ),
     ],
 )

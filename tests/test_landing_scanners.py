@@ -111,9 +111,26 @@ def test_the_same_files_land_identically_through_both_scanners(tmp_path: Path) -
             # A line only the contract takes lands with its payload re-serialized by polars; the
             # two scanners take different such lines among the edge cases, so compare values.
             native, python = (f.with_columns(_json("payload")) for f in (native, python))
+        if table == QUARANTINED_EVENTS:
+            # Refused events (a re-used id, another owner) are quarantined re-serialized, with
+            # the payload each scanner landed: compare them as values too.
+            native, python = (f.with_columns(_refused_json("raw_line")) for f in (native, python))
         assert native.equals(python), table
     reasons = stores["python"].read(QUARANTINED_EVENTS)["reason"].unique().sort().to_list()
     assert {"malformed_json", "unsafe_id", "naive_timestamp", "oversize"} <= set(reasons)
+
+
+def _refused_json(column: str) -> pl.Expr:
+    def normal(text: str) -> str:
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(event, dict) and isinstance(event.get("payload"), str):
+            event["payload"] = json.loads(event["payload"])
+        return json.dumps(event, sort_keys=True)
+
+    return pl.col(column).map_elements(normal, return_dtype=pl.String)
 
 
 def _json(column: str) -> pl.Expr:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -87,6 +87,26 @@ EDGE_CASES = [
     line(type="communicator.event", payload={"name": "chat.other"}),
     line(type="stream.aggregate", payload={"marker": "tool", "name": "n", "chunks": [1]}),
     line(type="stream.aggregate", payload={"marker": "tool", "name": "n", "chunks_num": -1}),
+    # Strict types (finding 6): no value is coerced from another JSON type.
+    line(type="assistant.completion", payload={"text": "x", "tokens_in": "5"}),
+    line(type="assistant.completion", payload={"text": "x", "tokens_out": 5.0}),
+    line(type="assistant.completion", payload={"text": "x", "error": 1}),
+    line(type="stream.aggregate", payload={"marker": "tool", "name": "n", "chunks_num": "2"}),
+    line(type="user.attachment", payload={**PAYLOADS["user.attachment"], "size": "3"}),
+    line(type="file.hosted", payload={**PAYLOADS["file.hosted"], "size": 10.0}),
+    line(type="user.submission", payload={"text": "x", "arrived_at": 1764496800}),
+    line(type="user.submission", payload={"text": 5}),
+    # The timestamp range (finding 7): [1970-01-01, 2200-01-01) UTC, offsets included.
+    line(occurred_at="9999-12-31T23:59:59Z"),
+    line(occurred_at="1969-12-31T23:59:59.999999Z"),
+    line(occurred_at="1970-01-01T00:30:00+01:00"),
+    line(occurred_at="1970-01-01T01:00:00+01:00"),
+    line(occurred_at="1970-01-01T00:00:00Z"),
+    line(occurred_at="2199-12-31T23:59:59.999999Z"),
+    line(occurred_at="2199-12-31T23:30:00-01:00"),
+    line(occurred_at="2200-01-01T00:00:00Z"),
+    line(type="user.submission", payload={"text": "x", "arrived_at": "2200-01-01T00:00:00Z"}),
+    line(type="user.submission", payload={"text": "x", "arrived_at": "1969-07-20T20:17:00Z"}),
     json.dumps({**BASE, "payload": None}),
     json.dumps({**BASE, "payload": "{}"}),
     json.dumps({**BASE, "extra": 1}),
@@ -185,6 +205,23 @@ def test_the_mirror_limits_are_the_contract_limits() -> None:
         "ANCHOR_MAX_CHARS",
     ):
         assert getattr(_native, name) == getattr(events, name), name
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert epoch + timedelta(microseconds=_native.EARLIEST_MICROS) == events.EARLIEST
+    assert epoch + timedelta(microseconds=_native.LATEST_MICROS) == events.LATEST
+
+
+def test_the_mirror_takes_the_ends_of_the_timestamp_range_and_nothing_past_them() -> None:
+    assert _agree(line(occurred_at="1970-01-01T00:00:00Z"))
+    assert _agree(line(occurred_at="1970-01-01T01:00:00+01:00"))
+    assert _agree(line(occurred_at="2199-12-31T23:59:59.999999Z"))
+    for outside in (
+        "1969-12-31T23:59:59.999999Z",
+        "2199-12-31T23:30:00-01:00",
+        "2200-01-01T00:00:00Z",
+    ):
+        assert not _agree(line(occurred_at=outside))
+        with pytest.raises(EventError, match="timestamp_out_of_range"):
+            parse_event(line(occurred_at=outside))
 
 
 def _mutations(seed: int, count: int) -> list[str]:

@@ -1,9 +1,11 @@
 """The raw turn event contract: one JSON object per line, validated before it lands.
 
 Every event carries the same envelope (ids, identity, adapter, UTC timestamp) and a `payload`
-whose model is chosen by `type` (docs/events.md). Validation is strict where a mistake would
-corrupt the record: ids must be safe inside `conv:` refs, timestamps must carry a zone, payload
-limits follow the reference.
+whose model is chosen by `type` (docs/events.md). Validation is strict everywhere: no value is
+coerced from another JSON type (`"5"` is not an integer, `1` is not a boolean, a number is not a
+timestamp), since the raw payload is stored as written and derivation reads it back as typed.
+Ids must be safe inside `conv:` refs, timestamps must carry a zone and lie in
+[`EARLIEST`, `LATEST`), payload limits follow the reference.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
+from pydantic_core import PydanticCustomError, to_json
 
 SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 256 * 1024
@@ -43,11 +46,26 @@ Ident = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-@.:+
 """Tenant, app, agent and user ids: no `/`, `\\` or whitespace (they become storage path parts)."""
 
 
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(2200, 1, 1, tzinfo=UTC)
+"""Timestamps lie in [EARLIEST, LATEST): every derived date (plus retention) stays inside what
+Delta, polars and Elasticsearch represent."""
 
 
-UtcDatetime = Annotated[AwareDatetime, AfterValidator(_utc)]
+def utc_in_range(value: datetime) -> datetime:
+    """The instant in UTC, refused outside [EARLIEST, LATEST)."""
+    value = value.astimezone(UTC)
+    if not EARLIEST <= value < LATEST:
+        raise PydanticCustomError(
+            "timestamp_out_of_range",
+            "timestamp must be from 1970-01-01 up to (not including) 2200-01-01 UTC",
+        )
+    return value
+
+
+UtcDatetime = Annotated[AwareDatetime, AfterValidator(utc_in_range)]
+SchemaVersion = Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION)]
+"""The one schema version (an int field: strict `Literal[1]` still takes `1.0` and `true`)."""
 
 
 def _relative_path(value: str) -> str:
@@ -70,9 +88,9 @@ RefText = Annotated[str, StringConstraints(min_length=1, max_length=REF_MAX_CHAR
 
 
 class Payload(BaseModel):
-    """Base of every payload model: unknown keys are kept out, types are checked."""
+    """Base of every payload model: unknown keys are kept out, types are checked strictly."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
 class TurnStarted(Payload):
@@ -220,10 +238,10 @@ RICH_EVENT_TYPES = frozenset({"react.summary", "react.anchors", "react.note", "r
 class Envelope(BaseModel):
     """Fields every event carries; `payload` is validated by the model registered for `type`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     event_id: RefId
-    schema_version: Literal[1]
+    schema_version: SchemaVersion
     type: str
     occurred_at: UtcDatetime
     tenant: Ident
@@ -260,6 +278,31 @@ class EventError(ValueError):
         self.detail = detail
 
 
+WRONG_TYPE_ERRORS = frozenset(
+    {
+        "bool_type",
+        "datetime_type",
+        "dict_type",
+        "float_type",
+        "int_type",
+        "list_type",
+        "model_attributes_type",
+        "model_type",
+        "string_type",
+    }
+)
+"""Pydantic error types of a value of another JSON type (strict mode: never coerced)."""
+JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+    type(None): "null",
+}
+
+
 def _reason(error: ValidationError) -> EventError:
     first = error.errors(include_url=False)[0]
     kind = first["type"]
@@ -277,6 +320,8 @@ def _reason(error: ValidationError) -> EventError:
         return EventError("missing_field", loc)
     if kind == "timezone_aware":
         return EventError("naive_timestamp", loc)
+    if kind == "timestamp_out_of_range":
+        return EventError("timestamp_out_of_range", f"{loc}: {first['msg']}")
     if kind == "string_pattern_mismatch" and loc.split(".")[-1] in {
         "event_id",
         "conversation_id",
@@ -289,8 +334,11 @@ def _reason(error: ValidationError) -> EventError:
         "user_id",
     }:
         return EventError("unsafe_id", f"{loc}: {first['msg']}")
-    if kind == "literal_error" and loc == "schema_version":
+    if loc == "schema_version":
         return EventError("unsupported_schema_version", first["msg"])
+    if kind in WRONG_TYPE_ERRORS:
+        got = JSON_TYPES.get(type(first["input"]), type(first["input"]).__name__)
+        return EventError("wrong_type", f"{loc}: {first['msg']}, got a JSON {got}")
     if kind == "extra_forbidden":
         return EventError("unknown_field", loc)
     return EventError("invalid_field", f"{loc}: {first['msg']}")
@@ -308,7 +356,8 @@ def parse_event(line: str | bytes) -> Any:
 
 
 def make_event(**fields: Any) -> dict[str, Any]:
-    """A raw event dict (as written to JSONL) validated through the contract; used by generators."""
+    """A raw event dict (as written to JSONL) validated through the contract as its JSON line
+    (datetimes written in ISO form); used by generators."""
     event = {"schema_version": SCHEMA_VERSION, **fields}
-    model = _ADAPTER.validate_python(event)
+    model = _ADAPTER.validate_json(to_json(event))
     return model.model_dump(mode="json")

@@ -1,5 +1,8 @@
 """Landing files: listing JSONL files (plain or gzip) under a directory or object-store prefix,
-reading them in one piece (zlib-ng gunzip) ahead of the parser, and telling which are pending."""
+reading them in one piece (zlib-ng gunzip) ahead of the parser, and telling which are pending.
+
+A file that cannot be read is not an error of the run: reading it gives an `Unreadable` (why,
+and its first bytes), which landing quarantines as a file while the other files land."""
 
 from __future__ import annotations
 
@@ -11,12 +14,16 @@ from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow.fs as pafs
-from zlib_ng import gzip_ng
+from zlib_ng import gzip_ng, zlib_ng
 
 log = logging.getLogger(__name__)
 
 
 SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz")
+HEAD_BYTES = 64
+"""How many leading bytes of an unreadable file its quarantine row keeps."""
+CORRUPT_GZIP = "corrupt_gzip"
+UNREADABLE_FILE = "unreadable_file"
 
 
 @dataclass(frozen=True)
@@ -62,32 +69,67 @@ def _display(uri: str, base: str, path: str) -> str:
     return f"{scheme}://{path}"
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A landing file whose content could not be read: `reason` is `corrupt_gzip` (the bytes are
+    bad: the file stays quarantined until it changes) or `unreadable_file` (reading failed: it is
+    tried again by the next run); `head` holds its first bytes when they could be read."""
+
+    reason: str
+    detail: str
+    head: bytes = b""
+
+
 def read_bytes(path: str) -> bytes:
     """The content of one landing file, gunzipped (zlib-ng) when it starts with gzip's magic."""
+    data = _read_raw(path)
+    return gzip_ng.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def read_landing_file(path: str) -> bytes | Unreadable:
+    """`read_bytes`, or why the file cannot be read (a truncated or corrupt gzip member, an I/O
+    error); never raises for one bad file."""
+    try:
+        data = _read_raw(path)
+    except OSError as exc:
+        log.warning("cannot read landing file %s: %s", path, exc)
+        return Unreadable(UNREADABLE_FILE, f"{type(exc).__name__}: {exc}")
+    if data[:2] != b"\x1f\x8b":
+        return data
+    try:
+        return gzip_ng.decompress(data)
+    except (EOFError, OSError, zlib_ng.error) as exc:
+        log.warning("landing file %s is not a valid gzip file: %s", path, exc)
+        return Unreadable(CORRUPT_GZIP, f"{type(exc).__name__}: {exc}", data[:HEAD_BYTES])
+
+
+def _read_raw(path: str) -> bytes:
     fs, real = filesystem(path)
     # A random-access file reads in one piece; an input stream would also gunzip `.gz` names
     # itself, with the slower zlib.
     with fs.open_input_file(real) as file:
-        data = file.read()
-    return gzip_ng.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        return file.read()
 
 
-def prefetched(paths: Sequence[str]) -> Iterator[bytes]:
-    """The content of each file in order, the next file read (and gunzipped, which releases the
-    GIL) in a background thread while the caller parses the current one."""
+def prefetched(paths: Sequence[str]) -> Iterator[bytes | Unreadable]:
+    """The content of each file in order (or why it cannot be read), the next file read (and
+    gunzipped, which releases the GIL) in a background thread while the caller parses the
+    current one."""
     with ThreadPoolExecutor(max_workers=1) as reader:
-        ahead = reader.submit(read_bytes, paths[0]) if paths else None
+        ahead = reader.submit(read_landing_file, paths[0]) if paths else None
         for index in range(len(paths)):
             data = ahead.result()
             if index + 1 < len(paths):
-                ahead = reader.submit(read_bytes, paths[index + 1])
+                ahead = reader.submit(read_landing_file, paths[index + 1])
             yield data
 
 
-def pending_files(files: Sequence[LandingFile], landed: pl.DataFrame) -> list[LandingFile]:
-    """Files not landed yet (a file counts as landed while its path, size and mtime match)."""
+def pending_files(files: Sequence[LandingFile], *done: pl.DataFrame) -> list[LandingFile]:
+    """Files not landed yet: a file counts as done while its path, size and mtime match a row of
+    one of `done` (landed files, and files quarantined for bad bytes)."""
     seen = {
         (row["source_file"], row["size"], row["mtime"])
-        for row in landed.select("source_file", "size", "mtime").iter_rows(named=True)
+        for frame in done
+        for row in frame.select("source_file", "size", "mtime").iter_rows(named=True)
     }
     return [f for f in files if (f.path, f.size, f.mtime) not in seen]

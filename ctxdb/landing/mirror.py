@@ -43,7 +43,8 @@ datetime range); any other form goes to the contract."""
 UTC_CONVERSIONS = frozenset(
     m.func for m in get_args(events.UtcDatetime)[1:] if isinstance(m, AfterValidator)
 )
-"""The contract's `UtcDatetime` conversion, which polars does for envelope timestamps."""
+"""The contract's `UtcDatetime` check (to UTC, inside [`EARLIEST`, `LATEST`)), which polars does
+for envelope timestamps (`_timestamp` and the range rule)."""
 
 Check = Callable[[Any], Any]
 
@@ -210,7 +211,11 @@ class EnvelopeMirror:
             overrides[name] = str
             if info.annotation is AwareDatetime and not meta and set(checks) <= UTC_CONVERSIONS:
                 self.timestamps.append(name)
-                self.rules.append(pl.col(name).is_not_null())
+                self.rules.append(
+                    pl.col(name)
+                    .is_between(events.EARLIEST, events.LATEST, closed="left")
+                    .fill_null(False)
+                )
             elif info.annotation is str and not checks and not {"ge", "gt", "le", "lt"} & set(meta):
                 self.rules.append(_string_rule(pl.col(name), meta))
             else:

@@ -1,18 +1,23 @@
-"""Events that validated but cannot land: ownership and purge refusals become quarantine rows
-(the event re-serialized), appended once per (source_file, line_number)."""
+"""Events that validated but cannot land: ownership and purge refusals and re-used event ids
+become quarantine rows (the event re-serialized), appended once per (source_file, line_number);
+files that cannot be read at all become `quarantined_files` rows."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 import polars as pl
 
+from ctxdb.landing.files import CORRUPT_GZIP, LandingFile, Unreadable
 from ctxdb.landing.scan import EVENT_COLUMNS
-from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
     QUARANTINE_SCHEMA,
     QUARANTINED_EVENTS,
+    QUARANTINED_FILES,
+    QUARANTINED_FILES_SCHEMA,
 )
 
 log = logging.getLogger(__name__)
@@ -92,3 +97,51 @@ def insert_quarantine(store: DeltaStore, rows: pl.DataFrame) -> int:
         )
         rows = rows.join(present, on=["source_file", "line_number"], how="anti")
     return store.append(QUARANTINED_EVENTS, rows, QUARANTINE_SCHEMA)
+
+
+FILE_KEY = ["source_file", "size", "mtime", "reason"]
+
+
+def insert_quarantined_files(
+    store: DeltaStore, files: Sequence[tuple[LandingFile, Unreadable]], now: datetime
+) -> int:
+    """Record files that could not be read (once per path, size, mtime and reason)."""
+    if not files:
+        return 0
+    rows = pl.DataFrame(
+        {
+            "source_file": [f.path for f, _ in files],
+            "size": [f.size for f, _ in files],
+            "mtime": [f.mtime for f, _ in files],
+            "reason": [u.reason for _, u in files],
+            "detail": [u.detail for _, u in files],
+            "head": [u.head for _, u in files],
+            "quarantined_at": [now] * len(files),
+        },
+        schema=pl.from_arrow(QUARANTINED_FILES_SCHEMA.empty_table()).schema,
+    )
+    present = store.read(QUARANTINED_FILES, QUARANTINED_FILES_SCHEMA, columns=FILE_KEY)
+    rows = rows.join(present, on=FILE_KEY, how="anti", nulls_equal=True)
+    for row in rows.iter_rows(named=True):
+        log.warning(
+            "quarantined file %s (%s): %s", row["source_file"], row["reason"], row["detail"]
+        )
+    return store.append(QUARANTINED_FILES, rows, QUARANTINED_FILES_SCHEMA)
+
+
+def clear_quarantined_files(store: DeltaStore, paths: Sequence[str]) -> int:
+    """Remove the quarantine rows of files that have now landed."""
+    if not paths or not store.exists(QUARANTINED_FILES):
+        return 0
+    present = store.read(QUARANTINED_FILES, QUARANTINED_FILES_SCHEMA, columns=["source_file"])
+    landed = [p for p in dict.fromkeys(paths) if p in set(present["source_file"].to_list())]
+    if not landed:
+        return 0
+    return store.delete(QUARANTINED_FILES, sql_in("source_file", landed))
+
+
+def bad_bytes_files(store: DeltaStore) -> pl.DataFrame:
+    """Files quarantined for their bytes (`corrupt_gzip`): not read again until they change."""
+    return store.read(QUARANTINED_FILES, QUARANTINED_FILES_SCHEMA).filter(
+        pl.col("reason") == CORRUPT_GZIP
+    )

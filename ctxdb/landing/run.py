@@ -4,11 +4,14 @@ Parsing is pure (`parse_bytes`): each line becomes either a validated event row 
 row with its reason; a scanner (the native one when built, else the pure-Python mirror) checks
 every line and only the lines it does not accept go through the pydantic contract. `land` adds
 the I/O: it lists the landing directory or object-store prefix, skips files already landed (same
-path, size and mtime), and lands the rest in waves. For each wave it drops event ids already
-present (counted as duplicates), quarantines events for conversations owned by another identity or
-already purged, and commits quarantine -> events -> landed files in a background thread while
-the next wave is parsed. Each commit is atomic and each step idempotent, so a run killed between
-two commits is completed by the next run.
+path, size and mtime), and lands the rest in waves. A file that cannot be read (a truncated gzip,
+an I/O error) is quarantined as a file and the others land. A UTF-8 byte order mark at the start
+of a file is dropped. For each wave it drops event ids already present (counted as duplicates;
+an id re-used with another owner or other content is quarantined as `event_id_conflict`),
+quarantines events for conversations owned by another identity or already purged, and commits
+quarantine -> events -> landed files in a background thread while the next wave is parsed. Each
+commit is atomic and each step idempotent, so a run killed between two commits is completed by
+the next run.
 
 This module runs the landing; `files` lists and reads the files, `scan` parses them (a
 scanner, then the contract), `waves` checks and commits each wave, `quarantine` turns refused
@@ -22,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ctxdb.landing.files import list_files, pending_files
+from ctxdb.landing.files import LandingFile, list_files, pending_files
+from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.landing.scan import parse_files
 from ctxdb.landing.waves import EarlierWaves, commit, prepare, waves
 from ctxdb.storage.delta import DeltaStore
@@ -45,6 +49,7 @@ class LandingStats:
     quarantined: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     landed_version: int | None = None
+    quarantined_files: int = 0
 
 
 WAVE_ROWS = 150_000
@@ -65,8 +70,7 @@ def land(
     `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`)."""
     now = now or datetime.now(UTC)
     files = list_files(uri)
-    landed = store.read(LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"])
-    todo = pending_files(files, landed)
+    todo = files_to_land(store, files)
     stats = LandingStats(skipped_files=len(files) - len(todo))
     todo = todo[:max_files] if max_files else todo
     stats.files = len(todo)
@@ -82,6 +86,7 @@ def land(
             stats.lines += sum(p.events.height + p.quarantine.height for p in wave.parsed)
             stats.duplicates += wave.duplicates.height
             stats.quarantined += wave.quarantine.height
+            stats.quarantined_files += sum(p.unreadable is not None for p in wave.parsed)
             for reason, count in wave.quarantine.group_by("reason").len().iter_rows():
                 stats.reasons[reason] = stats.reasons.get(reason, 0) + count
             if pending is not None:
@@ -96,6 +101,12 @@ def land(
         stats.quarantined,
     )
     return stats
+
+
+def files_to_land(store: DeltaStore, files: list[LandingFile]) -> list[LandingFile]:
+    """The files among `files` to land: not landed, nor quarantined for bad bytes, as they are."""
+    landed = store.read(LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"])
+    return pending_files(files, landed, bad_bytes_files(store))
 
 
 def _count(stats: LandingStats, committed: tuple[int, int]) -> None:

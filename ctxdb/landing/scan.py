@@ -22,7 +22,7 @@ from ctxdb.contract.events import (
     parse_event,
 )
 from ctxdb.landing import mirror
-from ctxdb.landing.files import LandingFile, prefetched
+from ctxdb.landing.files import LandingFile, Unreadable, prefetched
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
 )
@@ -44,12 +44,18 @@ SCANNED_STRINGS = [c for c in ENVELOPE_COLUMNS if c != "occurred_at"] + ["payloa
 """String columns the native scanner returns as Arrow string views."""
 
 
+BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark some editors write at the start of a file; not part of line 1."""
+
+
 @dataclass
 class Parsed:
-    """Valid event rows and quarantine rows parsed from some lines."""
+    """Valid event rows and quarantine rows parsed from some lines; `unreadable` when the file
+    could not be read at all (then both frames are empty)."""
 
     events: pl.DataFrame
     quarantine: pl.DataFrame
+    unreadable: Unreadable | None = None
 
 
 def scanner_in_use(scanner: str = "auto") -> str:
@@ -68,12 +74,14 @@ def parse_bytes(
     data: bytes, source_file: str, now: datetime, threads: int = 0, scanner: str = "auto"
 ) -> Parsed:
     """Validate each line of `data`; blank lines are skipped, every other line lands or is
-    quarantined.
+    quarantined. A UTF-8 byte order mark at the start of `data` is dropped.
 
     The scanner (`scanner_in_use(scanner)`; the native one runs on `threads` threads) validates
     every line; each line it does not accept goes through the pydantic contract, which accepts it
     or names the reason. The payload column is the payload's JSON text as written.
     """
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
     if scanner_in_use(scanner) == "native":
         scan = _native.scan_events(data, MAX_EVENT_BYTES, threads)
         events = _scanned_frame(data, scan)
@@ -150,6 +158,10 @@ def parse_files(
     landings report as they go)."""
     paths = [f.path for f in files]
     for number, (file, data) in enumerate(zip(files, prefetched(paths), strict=True), start=1):
+        if isinstance(data, Unreadable):
+            empty = parse_bytes(b"", file.path, now, threads, scanner)
+            yield file, Parsed(empty.events, empty.quarantine, unreadable=data)
+            continue
         parsed = parse_bytes(data, file.path, now, threads, scanner)
         log.info(
             "parsed %s (%d/%d): %d valid, %d quarantined",

@@ -1,9 +1,10 @@
 """Landing in waves: parsed files grouped into waves, each checked against landed events and
-earlier waves (duplicate ids, conversation owners), then committed quarantine -> events -> landed
-files."""
+earlier waves (duplicate ids, re-used ids, conversation owners), then committed quarantine ->
+events -> landed files."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -12,10 +13,13 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
+from ctxdb.contract.events import ENVELOPE_COLUMNS
 from ctxdb.landing.files import LandingFile
 from ctxdb.landing.quarantine import (
     OWNER,
+    clear_quarantined_files,
     insert_quarantine,
+    insert_quarantined_files,
     rejected_to_quarantine,
     split_conflicts,
 )
@@ -61,9 +65,9 @@ class Wave:
 
 @dataclass
 class EarlierWaves:
-    """Events accepted by earlier waves of this run, which may not be committed yet: per wave
-    the sorted hashes of their ids (and the ids) for duplicate checks, and each conversation's
-    first owner."""
+    """Events accepted by earlier waves of this run: per wave the sorted hashes of their ids (and
+    the ids) for duplicate checks, each conversation's first owner, and the events of the latest
+    wave (its commit may still be running; earlier waves are read back from the table)."""
 
     hashes: list[np.ndarray] = field(default_factory=list)
     ids: list[pl.DataFrame] = field(default_factory=list)
@@ -72,8 +76,10 @@ class EarlierWaves:
             schema={"conversation_id": pl.String, **dict.fromkeys(OWNER, pl.String)}
         )
     )
+    latest: pl.DataFrame | None = None
 
     def add(self, events: pl.DataFrame) -> None:
+        self.latest = events
         if events.is_empty():
             return
         ids = events.select(pl.col("event_id").hash().alias("hash"), "event_id")
@@ -111,20 +117,25 @@ def prepare(
     are checked from memory."""
     parsed = [p for _, p in group]
     events = pl.concat([p.events for p in parsed])
-    fresh, duplicates = drop_known(store, before, events, earlier)
+    fresh, dropped = drop_known(store, before, events, earlier)
+    duplicates, reused = split_reused_ids(store, events, dropped, earlier)
     owners = pl.concat([_owners(store, before, fresh), earlier.owners])
-    accepted, rejected = split_conflicts(
+    accepted, refused = split_conflicts(
         fresh, owners, purged_among(store, fresh["conversation_id"])
     )
+    rejected = pl.concat([refused, reused])
     quarantine = pl.concat([*(p.quarantine for p in parsed), rejected_to_quarantine(rejected, now)])
     return Wave([f for f, _ in group], parsed, accepted, quarantine, duplicates, rejected)
 
 
 def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
     """Commit one wave: quarantine, then events, then its landed files (each atomic and
-    idempotent, so a run killed between them is completed by the next run). Returns the events
-    written and the `raw_turn_events` version they landed as."""
+    idempotent, so a run killed between them is completed by the next run); unreadable files
+    go to `quarantined_files` instead of `landed_files`. Returns the events written and the
+    `raw_turn_events` version they landed as."""
     insert_quarantine(store, wave.quarantine)
+    unreadable = [(f, p.unreadable) for f, p in zip(wave.files, wave.parsed, strict=True)]
+    insert_quarantined_files(store, [(f, u) for f, u in unreadable if u is not None], now)
     version = store.version(RAW_TURN_EVENTS)
     version = 0 if version is None else version + 1
     rows = wave.accepted.with_columns(
@@ -137,6 +148,7 @@ def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
         landed_files_frame(wave.files, wave.parsed, wave.duplicates, wave.rejected, now),
         LANDED_FILES_SCHEMA,
     )
+    clear_quarantined_files(store, [f.path for f, u in unreadable if u is None])
     log.info(
         "committed %d files: %d events as raw_turn_events version %d, %d quarantined",
         len(wave.files),
@@ -171,6 +183,80 @@ def drop_known(
     if keep.all():
         return events, events.clear()
     return events.filter(keep), events.filter(~keep)
+
+
+CONTENT = [c for c in ENVELOPE_COLUMNS if c != "event_id"] + ["payload"]
+"""What an event id stands for: a dropped event whose id first came with other values here is a
+re-used id (a conflict, quarantined), not a duplicate."""
+REUSED_ID = "event_id_conflict"
+
+
+def split_reused_ids(
+    store: DeltaStore, events: pl.DataFrame, dropped: pl.DataFrame, earlier: EarlierWaves
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split the events `drop_known` dropped into duplicates (the same event again) and re-used
+    ids (`reason`/`detail` set): another owner or other content than the event that first came
+    with the id (landed, accepted by an earlier wave, or earlier in this batch). Payloads are
+    compared as JSON values, so a re-serialized copy is a duplicate."""
+    none = pl.lit(None, dtype=pl.String)
+    if dropped.is_empty():
+        return dropped, dropped.with_columns(none.alias("reason"), none.alias("detail"))
+    first = _first_holders(store, events, dropped, earlier)
+    joined = dropped.with_row_index("_row").join(
+        first, on="event_id", how="left", suffix="_first", maintain_order="left"
+    )
+    differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_first")) for c in CONTENT])
+    rows: list[int] = []
+    details: list[str] = []
+    for row in joined.filter(differs).iter_rows(named=True):
+        fields = [c for c in CONTENT if not _same(c, row[c], row[f"{c}_first"])]
+        if not fields:
+            continue
+        owner = [c for c in fields if c in OWNER]
+        what = "another owner" if owner else "other " + ", ".join(fields)
+        rows.append(row["_row"])
+        details.append(f"event_id {row['event_id']} was first landed with {what}")
+    reused = pl.Series("_row", rows, dtype=pl.UInt32)
+    marked = dropped.with_row_index("_row")
+    conflicts = (
+        marked.join(
+            pl.DataFrame({"_row": reused, "detail": details}), on="_row", maintain_order="left"
+        )
+        .with_columns(pl.lit(REUSED_ID).alias("reason"))
+        .select(*dropped.columns, "reason", "detail")
+    )
+    return marked.filter(~pl.col("_row").is_in(reused.implode())).drop("_row"), conflicts
+
+
+def _first_holders(
+    store: DeltaStore, events: pl.DataFrame, dropped: pl.DataFrame, earlier: EarlierWaves
+) -> pl.DataFrame:
+    """For each id in `dropped`, the content of the event that first came with it: landed (the
+    table as committed so far: before this run and earlier waves), in the latest wave (its commit
+    may be running), else the first of this batch."""
+    ids = dropped["event_id"].unique().implode()
+    columns = ["event_id", *CONTENT]
+    found = [events.filter(pl.col("event_id").is_in(ids)).select(columns)]
+    if earlier.latest is not None:
+        found.insert(0, earlier.latest.filter(pl.col("event_id").is_in(ids)).select(columns))
+    if store.exists(RAW_TURN_EVENTS):
+        landed = (
+            store.scan(RAW_TURN_EVENTS)
+            .filter(pl.col("event_id").is_in(ids))
+            .sort("landed_version", "source_file", "line_number")
+            .select(columns)
+            .collect()
+        )
+        found.insert(0, landed)
+    return pl.concat(found).unique("event_id", keep="first", maintain_order=True)
+
+
+def _same(column: str, value: object, first: object) -> bool:
+    if value == first:
+        return True
+    if column != "payload" or value is None or first is None:
+        return False
+    return json.loads(value) == json.loads(first)
 
 
 def first_distinct(values: pl.Series) -> pl.Series:
@@ -222,6 +308,8 @@ def landed_files_frame(
     rej = dict(rejected.group_by("source_file").len().iter_rows())
     rows = []
     for f, p in zip(files, parsed, strict=True):
+        if p.unreadable is not None:
+            continue
         quarantined = p.quarantine.height + rej.get(f.path, 0)
         rows.append(
             {

@@ -9,6 +9,7 @@ import polars as pl
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     QUARANTINED_EVENTS,
+    QUARANTINED_FILES,
     RAW_TURN_EVENTS,
     ROLE_ROWS,
     TURN_LOGS,
@@ -97,3 +98,16 @@ def quarantine_report(store: DeltaStore) -> CheckOutcome:
     counts = store.scan(QUARANTINED_EVENTS).group_by("reason").len().collect()
     details = {reason: int(n) for reason, n in counts.iter_rows()}
     return CheckOutcome(passed=True, count=sum(details.values()), details=details)
+
+
+def quarantined_files_report(store: DeltaStore) -> CheckOutcome:
+    """Landing files that could not be read, by reason, with their paths (reported, not a
+    failure: the other files landed)."""
+    if not store.exists(QUARANTINED_FILES):
+        return CheckOutcome(passed=True, count=0)
+    files = store.read(QUARANTINED_FILES).sort("source_file")
+    details = {reason: int(n) for reason, n in files.group_by("reason").len().iter_rows()}
+    offenders = [f"{row[0]}: {row[1]}" for row in files.select("source_file", "detail").rows()]
+    return CheckOutcome(
+        passed=True, count=files.height, offenders=offenders[:SAMPLE], details=details
+    )

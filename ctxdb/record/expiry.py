@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import polars as pl
 
 from ctxdb.settings import RetentionRule, Settings
+
+LATEST_EXPIRY = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+"""The latest `expires_at` written: Elasticsearch's date format reads four-digit years only, so a
+longer TTL means "never" and is clamped here."""
+MAX_TTL_DAYS = 3_650_000
+"""TTLs are cut to 10,000 years before they are added, so `ts + ttl` never overflows."""
 
 
 def ttl_days_expr(
@@ -37,9 +44,11 @@ def ttl_days_expr(
 def expires_at_expr(
     settings: Settings, *, ts_column: str = "ts", role_column: str | None = "role"
 ) -> pl.Expr:
-    """`expires_at` = `ts` + the row's TTL (derivation computes it once, the sweep obeys it)."""
+    """`expires_at` = `ts` + the row's TTL, at most `LATEST_EXPIRY` (derivation computes it once,
+    the sweep obeys it)."""
     days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=role_column)
-    return (pl.col(ts_column) + pl.duration(days=days)).alias("expires_at")
+    expires = pl.col(ts_column) + pl.duration(days=days.clip(upper_bound=MAX_TTL_DAYS))
+    return pl.min_horizontal(expires, pl.lit(LATEST_EXPIRY)).alias("expires_at")
 
 
 def _specificity(rule: RetentionRule) -> int:

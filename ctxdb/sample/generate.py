@@ -449,7 +449,7 @@ def _malformed(rng: random.Random, sample: dict, count: int) -> list[str]:
         elif kind == 4:
             event["conversation_id"] = "conv.with/dots"
         elif kind == 5:
-            event["payload"] = {"text": 42}
+            event["payload"] = {"text": "x", "event_type": "shout"}
             event["type"] = "user.submission"
         else:
             event["type"] = "user.submission"

@@ -166,6 +166,24 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
+QUARANTINED_FILES = "quarantined_files"
+
+# Landing files that could not be read as a whole (a truncated or corrupt gzip, an I/O error):
+# one row per (file, size, mtime, reason). A `corrupt_gzip` file is not read again until its size
+# or mtime changes; an `unreadable_file` is tried again by every run. Rows of a file are removed
+# once it lands.
+QUARANTINED_FILES_SCHEMA = pa.schema(
+    [
+        pa.field("source_file", pa.string(), nullable=False),
+        pa.field("size", pa.int64(), nullable=False),
+        pa.field("mtime", TS),
+        pa.field("reason", pa.string(), nullable=False),  # corrupt_gzip | unreadable_file
+        pa.field("detail", pa.string(), nullable=False),
+        pa.field("head", pa.binary(), nullable=False),  # the first bytes (up to 64)
+        pa.field("quarantined_at", TS, nullable=False),
+    ]
+)
+
 # Every landing file already read (never re-read while its size and mtime are unchanged).
 LANDED_FILES_SCHEMA = pa.schema(
     [
@@ -269,6 +287,40 @@ DERIVE_STATE_SCHEMA = pa.schema(
     ]
 )
 
+DERIVE_FAILURES = "derive_failures"
+
+# Conversations whose derivation raised: the error, and the newest landed version it was tried
+# at. The conversation's derived rows stay as they were; the rest are derived. A later run that
+# derives the conversation (a new event for it) or an erasure of it removes the row.
+DERIVE_FAILURES_SCHEMA = pa.schema(
+    [
+        *IDENTITY[:2],
+        pa.field("user_id", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string(), nullable=False),
+        pa.field("error_type", pa.string(), nullable=False),
+        pa.field("error", pa.string(), nullable=False),
+        pa.field("landed_version", pa.int64(), nullable=False),
+        pa.field("failed_at", TS, nullable=False),
+    ]
+)
+
+INDEX_FAILURES = "index_failures"
+
+# Documents Elasticsearch rejected (a mapping or parsing error: the document itself is bad), one
+# row per (index kind, document id); the sync goes on and records them here. A later sync that
+# writes or deletes the document (its source rows changed or were erased) removes the row.
+INDEX_FAILURES_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.string(), nullable=False),  # rows | turns
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("index_name", pa.string(), nullable=False),
+        pa.field("conversation_id", pa.string()),
+        pa.field("status", pa.int32(), nullable=False),
+        pa.field("error", pa.string(), nullable=False),
+        pa.field("failed_at", TS, nullable=False),
+    ]
+)
+
 # Conversations erased on purpose: later events for them are quarantined, never re-derived.
 # Only a SHA-256 of the conversation id is kept, so an erasure leaves no identifier behind.
 PURGED_CONVERSATIONS_SCHEMA = pa.schema(
@@ -296,4 +348,5 @@ SCHEMAS: dict[str, pa.Schema] = {
     RETENTION_PENDING: RETENTION_PENDING_SCHEMA,
     RETENTION_REPORT: RETENTION_REPORT_SCHEMA,
     PURGED_CONVERSATIONS: PURGED_CONVERSATIONS_SCHEMA,
+    QUARANTINED_FILES: QUARANTINED_FILES_SCHEMA,
 }
