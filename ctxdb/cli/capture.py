@@ -1,4 +1,5 @@
 """`ctxdb capture claude-code hook|install|uninstall|project` and `ctxdb import claude-code`.
+Install also registers the `ctxdb mcp` server (`.mcp.json`, see capture/claude_code/mcp.py).
 
 `ctxdb capture claude-code hook` is also served by a fast path in `ctxdb.cli.main` that skips
 loading the other commands (a hook runs once per Claude Code event and must start fast).
@@ -13,6 +14,7 @@ from typing import Annotated
 import typer
 
 from ctxdb.capture.claude_code import hook as cc_hook
+from ctxdb.capture.claude_code import mcp
 from ctxdb.capture.claude_code.importer import SETTLE_S, find_transcripts, import_transcripts
 from ctxdb.capture.claude_code.install import (
     InstallError,
@@ -75,6 +77,18 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
     typer.echo(f"ctxdb hooks {state} {change.path}")
     typer.echo(f"turns are recorded as user {config.user_id!r} (tenant {config.tenant!r})")
     typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
+    if user:
+        typer.echo(
+            f"MCP server (search your memory), for every project: {mcp.add_command(settings)}"
+        )
+        return
+    try:
+        server = mcp.register(settings, project)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    state = "added to" if server.changed else "already in"
+    typer.echo(f"ctxdb MCP server {state} {server.path} (runs as {config.user_id!r})")
 
 
 @claude_app.command("uninstall")
@@ -90,6 +104,16 @@ def uninstall_command(project: ProjectOption = None, user: UserOption = False) -
         typer.echo(f"removed {change.entries} ctxdb hooks from {change.path}")
     else:
         typer.echo(f"no ctxdb hooks in {change.path}")
+    if user:
+        typer.echo("MCP server: `claude mcp remove --scope user ctxdb` removes it")
+        return
+    try:
+        server = mcp.unregister(project)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if server.changed:
+        typer.echo(f"removed the ctxdb MCP server from {server.path}")
 
 
 @claude_app.command("project")
