@@ -6,10 +6,11 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.record.run import TARGETS, derive, table_rows
-from ctxdb.settings import get_settings
 from ctxdb.storage.tables import DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
 
 DESCRIPTIONS = {
     "turn_logs": "One TurnLog per closed turn (payload + accounting), recording state monotonic.",
@@ -48,10 +49,20 @@ class DeriveConfig(Config):
     can_subset=False,
 )
 def turn_record(
-    context: AssetExecutionContext, config: DeriveConfig, delta: DeltaResource
+    context: AssetExecutionContext,
+    config: DeriveConfig,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
+    """Derive under the writer lease (held while Elasticsearch answers), wherever the run starts."""
     store = delta.store()
-    stats = derive(store, get_settings(), full=config.full)
+    settings = es.settings()
+    stats = derive(
+        store,
+        settings,
+        full=config.full,
+        writer=optional_writer_lease_for(es.client(), settings, "derivation"),
+    )
     if stats.to_version > stats.from_version:
         context.log.info(
             f"derived {stats.turns} closed turns of {stats.conversations} conversations "

@@ -5,8 +5,8 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.landing.run import land
-from ctxdb.settings import get_settings
 from ctxdb.storage.tables import (
     LANDED_FILES,
     QUARANTINED_EVENTS,
@@ -14,6 +14,7 @@ from ctxdb.storage.tables import (
     RAW_TURN_EVENTS,
 )
 from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
 
 
 class LandingConfig(Config):
@@ -50,9 +51,13 @@ class LandingConfig(Config):
     can_subset=False,
 )
 def raw_turn_events(
-    context: AssetExecutionContext, config: LandingConfig, delta: DeltaResource
+    context: AssetExecutionContext,
+    config: LandingConfig,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
-    settings = get_settings()
+    """Land under the writer lease (held while Elasticsearch answers), wherever the run starts."""
+    settings = es.settings()
     uri = config.path or settings.landing_uri
     store = delta.store()
     stats = land(
@@ -61,6 +66,7 @@ def raw_turn_events(
         max_files=config.max_files,
         threads=settings.landing.threads,
         scanner=settings.landing.scanner,
+        writer=optional_writer_lease_for(es.client(), settings, "landing"),
     )
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "

@@ -21,6 +21,7 @@ from assets.derived import turn_record
 from assets.embeddings import role_row_embeddings
 from assets.landing import raw_turn_events
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     RAW_TURN_EVENTS,
@@ -33,6 +34,7 @@ from ctxdb.storage.tables import (
 from pipelines.definitions import defs
 from pipelines.ops_jobs import retention_job
 from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
 
 TURN_RECORD = [
@@ -82,11 +84,14 @@ def _sample(tmp_path: Path) -> Path:
 
 
 def test_materializations_carry_row_counts_and_changes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = _sample(tmp_path)
-    resources = {"delta": DeltaResource(root=str(tmp_path / "delta"))}
+    resources = {
+        "delta": DeltaResource(root=str(tmp_path / "delta")),
+        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
+    }
     config = {"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}}
     result = materialize(TURN_RECORD, resources=resources, run_config=config)
     store = DeltaStore(str(tmp_path / "delta"))
@@ -113,13 +118,14 @@ def test_materializations_carry_row_counts_and_changes(
 
 @pytest.mark.model
 def test_a_broken_turn_record_blocks_embedding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = _sample(tmp_path)
     store = DeltaStore(str(tmp_path / "delta"))
     resources = {
         "delta": DeltaResource(root=str(tmp_path / "delta")),
+        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
         "embedder": EmbedderResource(batch_size=8),
     }
     config = {"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}}

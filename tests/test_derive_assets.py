@@ -17,9 +17,11 @@ from assets.checks_derived import (
 from assets.derived import turn_record
 from assets.landing import raw_turn_events
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
 from resources.delta import DeltaResource
+from resources.elasticsearch import ElasticsearchResource
 
 ASSETS = [
     raw_turn_events,
@@ -31,10 +33,13 @@ ASSETS = [
 ]
 
 
-def _run(tmp_path: Path, landing: Path):
+def _run(tmp_path: Path, landing: Path, settings: Settings):
     return materialize(
         ASSETS,
-        resources={"delta": DeltaResource(root=str(tmp_path / "delta"))},
+        resources={
+            "delta": DeltaResource(root=str(tmp_path / "delta")),
+            "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
+        },
         run_config={"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}},
     )
 
@@ -47,12 +52,12 @@ def _metadata(result, key: str) -> dict:
 
 
 def test_materializing_lands_derives_and_passes_every_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     generated = generate_events(users=2, conversations=8, seed=3, now=NOW, malformed_ratio=0.02)
     write_sample(generated, tmp_path / "landing")
-    result = _run(tmp_path, tmp_path / "landing")
+    result = _run(tmp_path, tmp_path / "landing", settings)
     assert result.success
     landing = _metadata(result, "raw_turn_events")
     assert landing["landed"].value == len({e["event_id"] for e in generated.events})
@@ -64,7 +69,7 @@ def test_materializing_lands_derives_and_passes_every_check(
     assert _metadata(result, "role_rows")["rows"].value == store.read(ROLE_ROWS).height
     assert store.read(TURN_LOGS).height == len(generated.facts)
 
-    again = _run(tmp_path, tmp_path / "landing")
+    again = _run(tmp_path, tmp_path / "landing", settings)
     assert _metadata(again, "raw_turn_events")["landed"].value == 0
     assert _metadata(again, "role_rows")["conversations"].value == 0
     assert store.read(TURN_LOGS).height == len(generated.facts)

@@ -12,6 +12,8 @@ import polars as pl
 import typer
 
 from ctxdb.cli.app import app
+from ctxdb.index.client import make_client
+from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive, table_rows
 from ctxdb.sample.generate import generate_events, write_sample
@@ -89,14 +91,17 @@ def generate(
 def land_command(
     path: Annotated[str | None, typer.Option(help="Landing dir or URI (default settings).")] = None,
 ) -> None:
-    """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events)."""
+    """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events), under
+    the writer lease."""
     settings = get_settings()
-    stats = land(
-        DeltaStore.from_settings(settings),
-        path or settings.landing_uri,
-        threads=settings.landing.threads,
-        scanner=settings.landing.scanner,
-    )
+    with make_client(settings) as es:
+        stats = land(
+            DeltaStore.from_settings(settings),
+            path or settings.landing_uri,
+            threads=settings.landing.threads,
+            scanner=settings.landing.scanner,
+            writer=optional_writer_lease_for(es, settings, "landing"),
+        )
     typer.echo(json.dumps(asdict(stats), default=str))
 
 
@@ -104,9 +109,16 @@ def land_command(
 def derive_command(
     full: Annotated[bool, typer.Option(help="Recompute every conversation.")] = False,
 ) -> None:
-    """Derive TurnLogs, timelines, role rows, catalog and replay artifacts incrementally."""
+    """Derive TurnLogs, timelines, role rows, catalog and replay artifacts incrementally, under
+    the writer lease."""
     settings = get_settings()
-    stats = derive(DeltaStore.from_settings(settings), settings, full=full)
+    with make_client(settings) as es:
+        stats = derive(
+            DeltaStore.from_settings(settings),
+            settings,
+            full=full,
+            writer=optional_writer_lease_for(es, settings, "derivation"),
+        )
     typer.echo(json.dumps(asdict(stats), default=str))
 
 

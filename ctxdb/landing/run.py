@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -65,10 +66,27 @@ def land(
     max_files: int | None = None,
     threads: int = 0,
     scanner: str = "auto",
+    writer: AbstractContextManager[object] | None = None,
 ) -> LandingStats:
     """Land every pending file under `uri` into `raw_turn_events` (see module docstring);
-    `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`)."""
-    now = now or datetime.now(UTC)
+    `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`).
+
+    `writer` is held around the whole run, from listing the pending files to the last commit:
+    the CLI and the Dagster asset pass the writer lease (`ctxdb.index.lease`), so two landings
+    (or a landing and any other writer) never run at once on the same store; two landings
+    overlapping would each land the files neither had recorded yet."""
+    with writer or nullcontext():
+        return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner)
+
+
+def _land(
+    store: DeltaStore,
+    uri: str,
+    now: datetime,
+    max_files: int | None,
+    threads: int,
+    scanner: str,
+) -> LandingStats:
     files = list_files(uri)
     todo = files_to_land(store, files)
     stats = LandingStats(skipped_files=len(files) - len(todo))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -130,10 +131,22 @@ def table_rows(store: DeltaStore, table: str) -> int:
 
 
 def derive(
-    store: DeltaStore, settings: Settings, now: datetime | None = None, full: bool = False
+    store: DeltaStore,
+    settings: Settings,
+    now: datetime | None = None,
+    full: bool = False,
+    writer: AbstractContextManager[object] | None = None,
 ) -> DeriveStats:
-    """Derive every conversation touched since the last run (all of them when `full`)."""
-    now = now or datetime.now(UTC)
+    """Derive every conversation touched since the last run (all of them when `full`).
+
+    `writer` is held around the whole run: the CLI and the Dagster asset pass the writer lease
+    (`ctxdb.index.lease`), so two derivations never run at once on the same store (each would
+    otherwise insert the same new rows)."""
+    with writer or nullcontext():
+        return _derive(store, settings, now or datetime.now(UTC), full)
+
+
+def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) -> DeriveStats:
     dt = store.table(RAW_TURN_EVENTS)
     if dt is None:
         return DeriveStats()
