@@ -1,8 +1,8 @@
 """The one settings object every ctxdb component reads, grouped per area (environment variables).
 
 `Settings` holds the state paths and one group per area: `elasticsearch`, `landing`, `embedding`,
-`search`, `retention`, `auth`, `http`, `mcp`, `node`, `claude_code`. Each group reads its own
-environment variables; the names are the flat ones ctxdb has always used (see
+`search`, `retention`, `auth`, `http`, `mcp`, `node`, `claude_code`, `capture`. Each group reads
+its own environment variables; the names are the flat ones ctxdb has always used (see
 docs/configuration.md).
 """
 
@@ -300,6 +300,37 @@ class ClaudeCodeSettings(BaseSettings):
     )
 
 
+class CaptureSettings(BaseSettings):
+    """The recorder SDK (`ctxdb.capture`): on or off, its checks, queue and spool files."""
+
+    model_config = _group_config("CTXDB_CAPTURE_")
+
+    enabled: bool = Field(default=True, description="Record turns at all (false: a no-op).")
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Project folders (JSON list) whose hosts never record, sub-folders included.",
+    )
+    invalid: Literal["raise", "log"] = Field(
+        default="raise", description="An event the contract refuses: raise into the host or log."
+    )
+    io_errors: Literal["log", "raise"] = Field(
+        default="log", description="A failed spool write: log it, or raise at the host's next call."
+    )
+    queue_size: int = Field(
+        default=10_000, ge=1, description="Events waiting for the writer; beyond, they are dropped."
+    )
+    rotate_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1, description="A spool file is published at this size."
+    )
+    rotate_age_s: float = Field(
+        default=60.0, gt=0, description="A spool file is published at this age (seconds)."
+    )
+    spool_dir: Path | None = Field(
+        default=None,
+        description="Local spool for an object-store landing; default <home>/capture/spool.",
+    )
+
+
 GROUPS: dict[str, type[BaseSettings]] = {
     "elasticsearch": ElasticsearchSettings,
     "landing": LandingSettings,
@@ -311,6 +342,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "mcp": McpSettings,
     "node": NodeSettings,
     "claude_code": ClaudeCodeSettings,
+    "capture": CaptureSettings,
 }
 
 
@@ -346,6 +378,7 @@ class Settings(BaseSettings):
     mcp: McpSettings = Field(default_factory=McpSettings)
     node: NodeSettings = Field(default_factory=NodeSettings)
     claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
 
     @property
     def delta_uri(self) -> str:

@@ -1,0 +1,40 @@
+"""Publishing spool files to an object-store landing (s3://, gs://, az://, file://).
+
+A sealed spool file is copied to the same relative path under the landing prefix, then removed
+locally. An object store makes an object visible only once it is whole; on a local file system
+(`file://`) the copy is written as `*.part` and renamed, so landing never reads half a file. A
+failed upload leaves the sealed file in the spool, and the next publish (or the next start)
+uploads it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from ctxdb.capture.spool import Publisher
+
+
+def uploader(root: Path, uri: str) -> Publisher:
+    """A publisher copying files under the spool `root` to the same paths under `uri`."""
+    fs, base = pafs.FileSystem.from_uri(uri)
+    local = isinstance(fs, pafs.LocalFileSystem)
+
+    def publish(sealed: Path) -> None:
+        target = f"{base.rstrip('/')}/{sealed.relative_to(root).as_posix()}"
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        try:
+            data = sealed.read_bytes()
+        except FileNotFoundError:  # uploaded meanwhile by another writer of this spool
+            return
+        written = f"{target}.part" if local else target
+        with fs.open_output_stream(written) as out:
+            out.write(data)
+        if local:
+            fs.move(written, target)
+        with contextlib.suppress(FileNotFoundError):
+            sealed.unlink()
+
+    return publish
