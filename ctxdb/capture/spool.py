@@ -279,18 +279,15 @@ def _recover_writer(directory: Path, name: str, done: Recovered) -> None:
             last_seen[key] = max(last_seen.get(key, ""), event["occurred_at"], key=_instant)
             if event["type"] == "turn.closed":
                 closed.add(key)
-    cancels = [
-        _cancel_event(base, last_seen.get(key, base["at"]))
-        for key, base in turns.items()
-        if key not in closed
-    ]
+    still_open = [key for key in turns if key not in closed]
+    cancels = [_cancel_event(turns[k], last_seen.get(k, turns[k]["at"])) for k in still_open]
     if cancels:
         target = parts[-1] if parts else directory / f"{name}-recovered{PART}"
         _append_whole_lines(target, cancels)
         parts = parts if parts else [target]
     for part in parts:
         done.published.append(seal(part))
-    done.cancelled += [(e["conversation_id"], e["turn_id"]) for e in cancels]
+    done.cancelled += still_open
     if cancels:
         log.warning("capture: closed %d turn(s) of dead writer %s as cancelled", len(cancels), name)
     with contextlib.suppress(FileNotFoundError):
