@@ -66,3 +66,11 @@ def quarantine_count(delta: DeltaResource) -> AssetCheckResult:
 )
 def quarantined_files_count(delta: DeltaResource) -> AssetCheckResult:
     return _result(checks.quarantined_files_report(delta.store()), AssetCheckSeverity.WARN)
+
+
+@asset_check(
+    asset=AssetKey("derive_failures"),
+    description="Conversations whose derivation raised (left as they were; the rest derived).",
+)
+def derive_failures_count(delta: DeltaResource) -> AssetCheckResult:
+    return _result(checks.derive_failures_report(delta.store()), AssetCheckSeverity.WARN)

@@ -8,7 +8,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.record.run import TARGETS, derive, table_rows
-from ctxdb.storage.tables import DERIVE_STATE, RAW_TURN_EVENTS
+from ctxdb.storage.tables import DERIVE_FAILURES, DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 
@@ -44,6 +44,12 @@ class DeriveConfig(Config):
             group="turn_record",
             deps=[RAW_TURN_EVENTS],
         ),
+        table_spec(
+            DERIVE_FAILURES,
+            "Conversations whose derivation raised: the error; the rest are derived.",
+            group="turn_record",
+            deps=[RAW_TURN_EVENTS],
+        ),
     ],
     pool=WRITER_POOL,
     can_subset=False,
@@ -71,6 +77,11 @@ def turn_record(
         )
     else:
         context.log.info(f"nothing landed after version {stats.from_version}: nothing to derive")
+    if stats.failed:
+        context.log.warning(
+            f"{stats.failed} conversations failed to derive and were left as they were "
+            "(see derive_failures)"
+        )
     for target in TARGETS:
         written = stats.written.get(target.table, {})
         yield MaterializeResult(
@@ -93,4 +104,8 @@ def turn_record(
             **materialization_metadata(store, DERIVE_STATE),
             "landed_version": stats.to_version,
         },
+    )
+    yield MaterializeResult(
+        asset_key=AssetKey(DERIVE_FAILURES),
+        metadata={**materialization_metadata(store, DERIVE_FAILURES), "failed": stats.failed},
     )

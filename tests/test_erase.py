@@ -123,6 +123,8 @@ def _es_count(es, prefix: str, kind: str, field: str, value: str) -> int:
 
 def _rows_for(store, table: str, field: str, value: str) -> int:
     frame = store.read(table)
+    if not frame.columns:  # never written
+        return 0
     if field in frame.columns:
         return frame.filter(pl.col(field) == value).height
     return frame.filter(pl.col("raw_line").str.contains(f'"{value}"')).height

@@ -53,6 +53,7 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.files import conversation_file_path
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
+    DERIVE_FAILURES,
     EMBEDDINGS,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
@@ -66,7 +67,7 @@ from ctxdb.storage.tables import (
 
 log = logging.getLogger(__name__)
 
-# Tables holding a user's or a conversation's content.
+# Tables holding a user's or a conversation's content (or errors about it).
 CONTENT_TABLES = (
     RAW_TURN_EVENTS,
     QUARANTINED_EVENTS,
@@ -75,6 +76,7 @@ CONTENT_TABLES = (
     ROLE_ROWS,
     TURN_CATALOG,
     REPLAY_ARTIFACTS,
+    DERIVE_FAILURES,
 )
 ERASED_TABLES = (*CONTENT_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
 IDENTITY = ["tenant", "app", "user_id", "conversation_id"]

@@ -8,6 +8,7 @@ import polars as pl
 
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
+    DERIVE_FAILURES,
     QUARANTINED_EVENTS,
     QUARANTINED_FILES,
     RAW_TURN_EVENTS,
@@ -41,7 +42,8 @@ def _ids(frame: pl.DataFrame) -> list[str]:
 
 
 def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:
-    """Every closed turn (not purged) has exactly one TurnLog."""
+    """Every closed turn (not purged, nor of a conversation whose derivation failed: those are
+    reported by `derive_failures_report`) has exactly one TurnLog."""
     closed_all = (
         _scan(store, RAW_TURN_EVENTS, [*TURN, "type"])
         .filter(pl.col("type") == "turn.closed")
@@ -50,7 +52,12 @@ def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:
         .collect()
     )
     purged = purged_among(store, closed_all["conversation_id"])
-    closed = closed_all.lazy().join(purged.lazy(), on="conversation_id", how="anti")
+    failed = _scan(store, DERIVE_FAILURES, ["conversation_id"])
+    closed = (
+        closed_all.lazy()
+        .join(purged.lazy(), on="conversation_id", how="anti")
+        .join(failed, on="conversation_id", how="anti")
+    )
     logs = _scan(store, TURN_LOGS, TURN).group_by(TURN).len()
     missing = closed.join(logs, on=TURN, how="anti").collect()
     doubled = logs.filter(pl.col("len") > 1).collect()
@@ -110,4 +117,23 @@ def quarantined_files_report(store: DeltaStore) -> CheckOutcome:
     offenders = [f"{row[0]}: {row[1]}" for row in files.select("source_file", "detail").rows()]
     return CheckOutcome(
         passed=True, count=files.height, offenders=offenders[:SAMPLE], details=details
+    )
+
+
+def derive_failures_report(store: DeltaStore) -> CheckOutcome:
+    """Conversations whose derivation failed, by error type (fails the non-blocking check: each
+    is left as it was until a new event or an erasure clears it)."""
+    if not store.exists(DERIVE_FAILURES):
+        return CheckOutcome(passed=True, count=0)
+    failures = store.read(DERIVE_FAILURES).sort("conversation_id")
+    details = {kind: int(n) for kind, n in failures.group_by("error_type").len().iter_rows()}
+    offenders = [
+        f"{row[0]}: {row[1]}: {row[2]}"
+        for row in failures.select("conversation_id", "error_type", "error").rows()
+    ]
+    return CheckOutcome(
+        passed=failures.is_empty(),
+        count=failures.height,
+        offenders=offenders[:SAMPLE],
+        details=details,
     )

@@ -8,6 +8,9 @@
    rows of the touched conversations that the recompute no longer produces are deleted.
 4. Only then does `derive_state` advance. A run that dies before step 4 leaves the state behind,
    so the next run recomputes the same conversations and converges to the same tables.
+
+A conversation whose derivation raises is recorded in `derive_failures` and left as it was; the
+others are derived (`ctxdb.record.failures`). Deriving it later (a new event) clears the entry.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
+from ctxdb.record.failures import clear_failures, failure_rows, isolate, record_failures
 from ctxdb.record.records import build_records
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore, sql_in
@@ -81,6 +85,7 @@ class DeriveStats:
     from_version: int = -1
     to_version: int = -1
     written: dict[str, dict[str, int]] = field(default_factory=dict)
+    failed: int = 0
 
 
 def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Derived:
@@ -98,6 +103,17 @@ def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Deriv
     return Derived(tables=tables, turns=len(records), open_turns=all_turns - len(records))
 
 
+def combine(parts: Sequence[Derived]) -> Derived:
+    """The derived tables of several disjoint sets of conversations, as one."""
+    if len(parts) == 1:
+        return parts[0]
+    return Derived(
+        tables={name: pl.concat([p.tables[name] for p in parts]) for name in parts[0].tables},
+        turns=sum(p.turns for p in parts),
+        open_turns=sum(p.open_turns for p in parts),
+    )
+
+
 def last_derived_version(store: DeltaStore) -> int:
     """The highest raw `landed_version` already derived (-1 before the first run)."""
     state = store.read(DERIVE_STATE, DERIVE_STATE_SCHEMA)
@@ -106,12 +122,21 @@ def last_derived_version(store: DeltaStore) -> int:
 
 
 def write_table(
-    store: DeltaStore, target: Target, data: pl.DataFrame, conversations: Sequence[str] | None
+    store: DeltaStore,
+    target: Target,
+    data: pl.DataFrame,
+    conversations: Sequence[str] | None,
+    keep: Sequence[str] = (),
 ) -> dict[str, int]:
     """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds
-    (`conversations=None`: `data` is the whole table, so every row it lacks is deleted)."""
+    (`conversations=None`: `data` is the whole table, so every row it lacks is deleted, except
+    those of the conversations in `keep`, whose derivation failed)."""
     if conversations is not None and not conversations:
         return {"inserted": 0, "updated": 0, "deleted": 0}
+    if conversations is not None:
+        delete_when = sql_in("t.conversation_id", conversations)
+    else:
+        delete_when = f"NOT ({sql_in('t.conversation_id', keep)})" if keep else None
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
     return store.merge(
         target.table,
@@ -119,7 +144,7 @@ def write_table(
         target.keys,
         update_when=target.update_when,
         delete_unmatched=True,
-        delete_when=None if conversations is None else sql_in("t.conversation_id", conversations),
+        delete_when=delete_when,
     )
 
 
@@ -172,12 +197,18 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     raw = scan.filter(
         pl.col("conversation_id").is_in(touched["conversation_id"].implode())
     ).collect()
-    derived = derive_tables(raw, settings, now)
+    parts, failures = isolate(raw, lambda events: derive_tables(events, settings, now))
+    derived = combine(parts or [derive_tables(raw.clear(), settings, now)])
+    failed = [f.conversation_id for f in failures]
+    done = [c for c in conversations if c not in set(failed)]
     for target in TARGETS:
         stats.written[target.table] = write_table(
-            store, target, derived.tables[target.table], None if full else conversations
+            store, target, derived.tables[target.table], None if full else done, keep=failed
         )
-    stats.conversations = len(conversations)
+    record_failures(store, failure_rows(raw, failures, now))
+    clear_failures(store, done)
+    stats.conversations = len(done)
+    stats.failed = len(failed)
     stats.events = raw.height
     stats.turns = derived.turns
     stats.open_turns = derived.open_turns
@@ -196,10 +227,11 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
         DERIVE_STATE_SCHEMA,
     )
     log.info(
-        "derived %d turns of %d conversations (landed versions %d..%d)",
+        "derived %d turns of %d conversations (landed versions %d..%d), %d failed",
         stats.turns,
         stats.conversations,
         since + 1,
         stats.to_version,
+        stats.failed,
     )
     return stats
