@@ -11,8 +11,10 @@ from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
 from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
+from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
@@ -96,3 +98,25 @@ def reindex_command(
     grace_s = settings.elasticsearch.reindex_grace_s if grace is None else grace
     dropped = drop_after_grace(es, settings, grace_s=grace_s)
     typer.echo(f"dropped {', '.join(dropped) or 'nothing'}")
+
+
+@index_app.command("sync")
+def sync_command(
+    embed: Annotated[
+        bool, typer.Option("--embed/--no-embed", help="Embed new or changed role rows first.")
+    ] = True,
+) -> None:
+    """Embed new role rows, then sync the live indices with Delta (as memory_job's assets do)."""
+    settings = get_settings()
+    store = DeltaStore.from_settings(settings)
+    if embed:
+        embedder = SentenceTransformerEmbedder(
+            settings.embedding.model,
+            batch_size=settings.embedding.batch_size,
+            device=settings.embedding.device,
+        )
+        report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
+        typer.echo(json.dumps({"embedding": report.as_metadata()}, default=str))
+    es = make_client(settings)
+    for synced in sync_live(store, es, settings, model_id=settings.embedding.model):
+        typer.echo(json.dumps({"index": synced.as_metadata()}, default=str))

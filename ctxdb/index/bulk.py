@@ -23,6 +23,8 @@ from typing import Any
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
 
+from ctxdb.storage.faults import reached
+
 log = logging.getLogger(__name__)
 
 
@@ -70,7 +72,7 @@ def _send_chunk(
     """One bulk request (429s retried with backoff); results per action."""
     client = es if timeout_s is None else es.options(request_timeout=timeout_s)
     server = {} if timeout_s is None else {"timeout": f"{max(int(timeout_s), 1)}s"}
-    return list(
+    results = list(
         helpers.streaming_bulk(
             client,
             chunk,
@@ -84,6 +86,8 @@ def _send_chunk(
             **server,
         )
     )
+    reached("es:bulk")
+    return results
 
 
 def _results(

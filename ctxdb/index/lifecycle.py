@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from elasticsearch import Elasticsearch, NotFoundError
 
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
+from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:
             actions.append({"remove": {"index": swap.old, "alias": swap.alias, "must_exist": True}})
         actions.append({"add": {"index": swap.new, "alias": swap.alias, "is_write_index": True}})
     es.indices.update_aliases(actions=actions)
+    reached("es:alias_swap")
     for swap in swaps:
         log.info("alias %s: %s -> %s", swap.alias, swap.old, swap.new)
 

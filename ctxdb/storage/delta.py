@@ -14,6 +14,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from ctxdb.settings import Settings
 from ctxdb.storage.errors import StorageError, os_errno
+from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,8 @@ class DeltaStore:
     @contextmanager
     def guarded(self, table: str, action: str = "write") -> Iterator[None]:
         """Raise an operating-system failure inside the block (disk full, read-only directory) as
-        a one-line `StorageError` naming the table; other errors pass unchanged."""
+        a one-line `StorageError` naming the table; other errors pass unchanged. A block that
+        commits (any action but "open") is the commit point `delta:<table>` (see `faults`)."""
         try:
             yield
         except StorageError:
@@ -47,6 +49,8 @@ class DeltaStore:
                 raise
             log.debug("%s of %s failed: %s", action, table, exc)
             raise StorageError(table, self.uri(table), action, code) from None
+        if action != "open":
+            reached(f"delta:{table}")
 
     def table(self, table: str) -> DeltaTable | None:
         """The Delta table, or None when it has never been written."""

@@ -1,0 +1,31 @@
+"""Crash points for the fault-injection tests: SIGKILL this process right after a named commit.
+
+With `CTXDB_FAULT_KILL_AFTER=<point>[#<n>]` in the environment, the n-th (default: first) time
+the process passes `<point>` it kills itself with SIGKILL: no `finally`, no lease release, no
+flush, as a crash or the OOM killer would stop it. Points: `delta:<table>` after each Delta
+commit to that table (every `DeltaStore` write), `es:bulk` after each bulk request Elasticsearch
+answered, `es:alias_swap` after a reindex's alias swap. Unset (always, outside the tests in
+tests/test_faults.py), `reached` only reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+ENV = "CTXDB_FAULT_KILL_AFTER"
+_passed: Counter[str] = Counter()
+
+
+def reached(point: str) -> None:
+    """Mark that the process just passed `point` (and die there when told to)."""
+    target = os.environ.get(ENV)
+    if not target:
+        return
+    name, _, nth = target.partition("#")
+    if name != point:
+        return
+    _passed[point] += 1
+    if _passed[point] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
