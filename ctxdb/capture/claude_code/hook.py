@@ -107,6 +107,17 @@ def _open_turn(mapper: TurnMapper, state: dict[str, Any], readable: bool) -> lis
     return []
 
 
+def _payload_step(mapper: TurnMapper, payload: dict[str, Any], now: str) -> list[dict]:
+    """The step of a PostToolUse payload, when there is no transcript to take it from. With a
+    transcript the step comes from its tool result (time and status), exactly as an import takes
+    it, so a session captured by hooks and imported later lands each event once."""
+    name = str(payload.get("tool_name") or "tool")
+    tool_use_id = payload.get("tool_use_id")
+    if not isinstance(tool_use_id, str) or not tool_use_id:
+        tool_use_id = f"{name}-{now}"
+    return mapper.hook_step(tool_use_id, name, tool_title(name, payload.get("tool_input")), now)
+
+
 def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) -> list[dict]:
     """Apply one hook payload to its session; return the events written (published on close)."""
     event = payload.get("hook_event_name")
@@ -132,17 +143,15 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
             state["prompt"] = {"text": prompt, "ts": now} if isinstance(prompt, str) else None
         elif event == "PostToolUse":
             events += _open_turn(mapper, state, readable)
-            name = str(payload.get("tool_name") or "tool")
-            tool_use_id = payload.get("tool_use_id")
-            if not isinstance(tool_use_id, str) or not tool_use_id:
-                tool_use_id = f"{name}-{now}"
-            events += mapper.hook_step(
-                tool_use_id, name, tool_title(name, payload.get("tool_input")), now
-            )
+            if not readable:
+                events += _payload_step(mapper, payload, now)
         elif event == "Stop":
             events += _open_turn(mapper, state, readable)
             answer = payload.get("last_assistant_message")
-            events += mapper.close(now, answer if isinstance(answer, str) else None)
+            if readable and mapper.turn is not None and mapper.turn["text"]:
+                events += mapper.close()  # the transcript's answer and times, as an import reads
+            else:
+                events += mapper.close(now, answer if isinstance(answer, str) else None)
         else:
             events += mapper.close(now)
         part = Path(config.spool) / f"{key}-{state['seq']:06d}.jsonl.part"
