@@ -1,19 +1,20 @@
 """The recorder's background writer: a bounded queue drained by one thread into the spool.
 
-The host's thread only validates an event and puts its line on the queue (never waiting: a full
-queue drops the event and counts it). The writer thread first recovers what dead writers left
-(`spool.recover`), then appends lines in batches, fsyncs when a turn closes, and publishes the
-part file when it is due. A failed write (folder not writable, disk full) keeps the batch and
-tries again with a growing pause; while it fails, further events wait in memory up to the queue's
-size, and later ones are dropped (counted, logged).
+The host's thread only validates an event and appends its line to a deque (no lock, never
+waiting: a full queue drops the event and counts it), waking the writer when it sleeps. The
+writer thread first recovers what dead writers left (`spool.recover`), then appends lines in
+batches, fsyncs when a turn closes, and publishes the part file when it is due. A failed write
+(folder not writable, disk full) keeps the batch and tries again with a growing pause; while it
+fails, further events wait in memory up to the queue's size, and later ones are dropped (counted,
+logged).
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ from ctxdb.capture.spool import Publisher, Recovered, Spool, TurnKey, recover
 
 log = logging.getLogger(__name__)
 
-BATCH = 4096
-"""Queue items the writer takes per write."""
+BATCH = 512
+"""Queue items the writer takes per write (a short stretch of Python: the host's thread waits for
+the GIL at most that long)."""
 MAX_RETRY_S = 30.0
 DROP_LOG_S = 10.0
 """At most one log line per this many seconds about dropped events."""
@@ -75,8 +77,9 @@ class Writer:
         self.spool = spool
         self.root = root
         self.publish = publish
-        self.queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self.queue: deque[Any] = deque()
         self.capacity = queue_size
+        self._wake = threading.Event()
         self.retry_s = retry_s
         self.stats = WriterStats()
         self.error: OSError | None = None
@@ -94,30 +97,27 @@ class Writer:
 
     def put(self, line: Line) -> bool:
         """Queue `line` without waiting; False (counted as dropped) when the queue is full."""
-        try:
-            self.queue.put_nowait(line)
-            return True
-        except queue.Full:
+        if len(self.queue) >= self.capacity:
             self._dropped(1)
             return False
+        self.queue.append(line)
+        if not self._wake.is_set():
+            self._wake.set()
+        return True
 
     def flush(self, timeout: float | None) -> bool:
         """Wait until every line queued so far is written; False on timeout or a failed write."""
         marker = Flush()
-        try:
-            self.queue.put(marker, timeout=timeout)
-        except queue.Full:
-            return False
+        self.queue.append(marker)
+        self._wake.set()
         return marker.done.wait(timeout) and marker.ok
 
     def stop(self, timeout: float | None) -> bool:
         """Write what is queued, publish the part file, release the lock; False on timeout."""
         if not self._thread.is_alive():
             return True
-        try:
-            self.queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            return False
+        self.queue.append(_STOP)
+        self._wake.set()
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -180,12 +180,15 @@ class Writer:
 
     def _batch(self, timeout: float) -> list[Any]:
         """The queued items (up to `BATCH`), waiting at most `timeout` seconds for the first."""
+        if not self.queue:
+            self._wake.wait(timeout)
+        self._wake.clear()
         items: list[Any] = []
+        popleft = self.queue.popleft
         try:
-            items.append(self.queue.get(timeout=timeout))
             while len(items) < BATCH:
-                items.append(self.queue.get_nowait())
-        except queue.Empty:
+                items.append(popleft())
+        except IndexError:
             pass
         return items
 
