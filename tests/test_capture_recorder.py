@@ -29,6 +29,8 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
+    ROLE_ROWS,
+    ROLE_ROWS_SCHEMA,
     TURN_LOGS,
     TURN_LOGS_SCHEMA,
 )
@@ -424,3 +426,29 @@ def test_explicit_ids_and_times_make_a_replay_land_nothing_new(tmp_path: Path) -
     assert first.landed == 4
     assert (again.landed, again.duplicates, again.quarantined) == (0, 4, 0)
     assert events.height == 4
+
+
+def test_the_react_example_of_the_docs_makes_summary_anchor_and_note_rows(tmp_path: Path) -> None:
+    """docs/capture.md's ReAct example, run as written: its turn is rich and derives a summary
+    row carrying the anchors and an internal notes row."""
+    page = (ROOT / "docs" / "capture.md").read_text()
+    section = page.split("### ReAct agents (rich turns)", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    settings = Settings(home=tmp_path)
+    namespace: dict = {"Recorder": Recorder, "settings": settings}
+    exec(example, namespace)
+    namespace["rec"].close()
+
+    store = DeltaStore(settings.delta_uri)
+    assert land(store, settings.landing_uri).quarantined == 0
+    derive(store, settings)
+    rows = store.read(ROLE_ROWS, ROLE_ROWS_SCHEMA)
+    summary = rows.filter(pl.col("target") == "summary").row(0, named=True)
+    assert summary["text"].startswith("Nightly export timeouts")
+    assert "lock wait" in summary["anchors_text"] and "backup job" in summary["anchors_text"]
+    notes = rows.filter(pl.col("target") == "notes")
+    assert notes.select("text", "visibility").rows() == [
+        ("User owns the exporter service, not the backup job.", "internal")
+    ]
+    logs = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
+    assert logs["recording_kind"].to_list() == ["rich"]
