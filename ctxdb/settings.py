@@ -217,6 +217,13 @@ class AuthSettings(BaseSettings):
     jwt_issuer: str | None = Field(default=None)
     jwt_user_claim: str = Field(default="sub")
     jwt_tenant_claim: str = Field(default="tenant")
+    require_tenant: bool = Field(
+        default=True,
+        description="Every principal needs a tenant: a JWT without a usable tenant claim or a "
+        "stored token without one is a 401, and `ctxdb tokens issue` needs --tenant "
+        "(false: one-tenant deployments; a principal without tenant sees its user id in every "
+        "tenant).",
+    )
     cli_token: SecretStr | None = Field(
         default=None, validation_alias="CTXDB_TOKEN", description="Bearer token the CLI runs as."
     )

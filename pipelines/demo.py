@@ -47,8 +47,9 @@ DEMO_TABLES = (
 )
 
 
-def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> str:
-    """Write the sample once; returns the user with the most conversations (the demo principal)."""
+def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> tuple[str, str]:
+    """Write the sample once; returns the (tenant, user) with the most conversations (the demo
+    principal)."""
     generated = generate_events(users=users, conversations=conversations, seed=SAMPLE_SEED)
     landing = Path(settings.landing_uri)
     if not any(landing.glob("events-*.jsonl*")):
@@ -58,7 +59,9 @@ def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> 
         )
     else:
         typer.echo(f"sample already in {landing}; landing only what is new")
-    owners = Counter(e["user_id"] for e in generated.events if e["type"] == "turn.started")
+    owners = Counter(
+        (e["tenant"], e["user_id"]) for e in generated.events if e["type"] == "turn.started"
+    )
     return owners.most_common(1)[0][0]
 
 
@@ -86,7 +89,7 @@ def print_index(settings: Settings) -> None:
         )
 
 
-def demo_principal(settings: Settings, user_id: str) -> Principal:
+def demo_principal(settings: Settings, tenant: str, user_id: str) -> Principal:
     """Authenticate as the demo user with a token kept beside the token store (issued once)."""
     token_file = settings.tokens_path.with_name(f"demo-{user_id}.token")
     if token_file.exists():
@@ -94,14 +97,14 @@ def demo_principal(settings: Settings, user_id: str) -> Principal:
             return Authenticator(settings).authenticate(token_file.read_text().strip())
         except AuthError:
             pass
-    token = TokenStore(settings.tokens_path).issue(user_id, label="make run")
+    token = TokenStore(settings.tokens_path).issue(user_id, tenant=tenant, label="make run")
     token_file.write_text(token)
     typer.echo(f"issued a search token for {user_id} in {token_file}")
     return Authenticator(settings).authenticate(token)
 
 
-def search_demo(settings: Settings, user_id: str) -> None:
-    principal = demo_principal(settings, user_id)
+def search_demo(settings: Settings, tenant: str, user_id: str) -> None:
+    principal = demo_principal(settings, tenant, user_id)
     service = SearchService(settings, make_client(settings), default_embedder(settings))
     for query in DEMO_QUERIES:
         typer.echo(f"\n$ ctxdb search {query!r}   (as {principal.user_id})")
@@ -117,11 +120,11 @@ def main() -> None:
     console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[console])
     settings = get_settings()
-    user_id = land_sample(settings)
+    tenant, user_id = land_sample(settings)
     run_job()
     print_tables(settings)
     print_index(settings)
-    search_demo(settings, user_id)
+    search_demo(settings, tenant, user_id)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
+from pathlib import Path
 
 import jwt
 import pytest
 
-from ctxdb.serve.auth import Authenticator, AuthError, TokenStore
+from ctxdb.serve.auth import BAD_TOKEN, Authenticator, AuthError, TokenStore
 from ctxdb.settings import Settings
 
 
@@ -31,7 +33,7 @@ def test_two_tokens_for_two_users_do_not_mix(tmp_path) -> None:
     assert store.verify(alice).user_id == "alice"
     assert store.verify(bob).user_id == "bob"
     alice_id, bob_secret = alice.split("_")[1], bob.split("_", 2)[2]
-    with pytest.raises(AuthError, match="invalid token"):
+    with pytest.raises(AuthError, match=BAD_TOKEN):
         store.verify(f"ctxdb_{alice_id}_{bob_secret}")
 
 
@@ -116,3 +118,113 @@ def test_unsigned_jwt_is_rejected(tmp_path) -> None:
     token = jwt.encode(_claims(), None, algorithm="none")
     with pytest.raises(AuthError):
         Authenticator(_jwt_settings(tmp_path)).authenticate(token)
+
+
+def _token_settings(tmp_path, **auth) -> Settings:
+    return Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json", **auth})
+
+
+def test_finding_22_every_bad_local_token_gets_the_same_401_message(tmp_path) -> None:
+    """A wrong secret for a known token id, an unknown id, a revoked token and a malformed one
+    all answer one message, so the reply does not tell whether a token id exists."""
+    store = TokenStore(tmp_path / "tokens.json")
+    alice, revoked = store.issue("alice", tenant="t1"), store.issue("bob", tenant="t1")
+    store.revoke(revoked.split("_")[1])
+    known_id = alice.split("_")[1]
+    authenticator = Authenticator(_token_settings(tmp_path))
+    bad = {
+        "wrong secret, known id": f"ctxdb_{known_id}_{'x' * 43}",
+        "unknown id": f"ctxdb_{'0' * 16}_{'x' * 43}",
+        "revoked": revoked,
+        "malformed": "ctxdb_nosecret",
+    }
+    messages = set()
+    for token in bad.values():
+        with pytest.raises(AuthError) as refused:
+            authenticator.authenticate(token)
+        messages.add(str(refused.value))
+    assert messages == {BAD_TOKEN}
+
+
+@pytest.mark.parametrize(
+    "tenant", ["<missing>", "", "   ", None, ["t1"], {"id": "t1"}, 7], ids=repr
+)
+def test_finding_2_jwt_without_a_usable_tenant_claim_is_401(tmp_path, tenant) -> None:
+    settings = _jwt_settings(tmp_path)
+    claims = {k: v for k, v in _claims(tenant=tenant).items() if v != "<missing>"}
+    token = jwt.encode(claims, settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
+    with pytest.raises(AuthError, match="'tenant' is missing or not a tenant id"):
+        Authenticator(settings).authenticate(token)
+
+
+def test_finding_2_jwt_without_tenant_only_where_tenants_are_not_required(tmp_path) -> None:
+    settings = _jwt_settings(tmp_path)
+    one_tenant = settings.replace(auth={"require_tenant": False})
+    key = settings.auth.jwt_key.get_secret_value()
+    missing = jwt.encode({k: v for k, v in _claims().items() if k != "tenant"}, key, "HS256")
+    principal = Authenticator(one_tenant).authenticate(missing)
+    assert (principal.user_id, principal.tenant) == ("carol", None)
+    with pytest.raises(AuthError, match="not a tenant id"):  # malformed is never dropped
+        Authenticator(one_tenant).authenticate(jwt.encode(_claims(tenant=["t1"]), key, "HS256"))
+
+
+def test_finding_2_stored_token_without_tenant_is_401(tmp_path) -> None:
+    store = TokenStore(tmp_path / "tokens.json")
+    tenantless, scoped = store.issue("alice"), store.issue("alice", tenant="t1")
+    with pytest.raises(AuthError, match="token has no tenant"):
+        Authenticator(_token_settings(tmp_path)).authenticate(tenantless)
+    assert Authenticator(_token_settings(tmp_path)).authenticate(scoped).tenant == "t1"
+    one_tenant = _token_settings(tmp_path, require_tenant=False)
+    assert Authenticator(one_tenant).authenticate(tenantless).tenant is None
+    with pytest.raises(ValueError, match="blank"):
+        store.issue("alice", tenant=" ")
+
+
+WORKERS, PER_WORKER = 6, 15
+
+
+def _issue_many(path: str, start, out) -> None:
+    store = TokenStore(Path(path))
+    start.wait()
+    out.put([store.issue(f"user{i}", tenant="t1") for i in range(PER_WORKER)])
+
+
+def _revoke_all(path: str, token_ids: list[str], start, out) -> None:
+    store = TokenStore(Path(path))
+    start.wait()
+    out.put([store.revoke(token_id) for token_id in token_ids])
+
+
+def test_finding_5_concurrent_issue_and_revoke_lose_nothing(tmp_path) -> None:
+    """Six processes issue tokens while a seventh revokes earlier ones, all released at once:
+    every issued token verifies, every revocation holds, the store parses and no temporary file
+    is left (the old unlocked read-modify-write through one shared temp file lost tokens,
+    undid revocations and could tear the file)."""
+    path = tmp_path / "tokens.json"
+    store = TokenStore(path)
+    earlier = [store.issue(f"old{i}", tenant="t1") for i in range(PER_WORKER)]
+    context = multiprocessing.get_context("fork")
+    start, out = context.Barrier(WORKERS + 1), context.Queue()
+    workers = [
+        context.Process(target=_issue_many, args=(str(path), start, out)) for _ in range(WORKERS)
+    ]
+    ids = [token.split("_")[1] for token in earlier]
+    workers.append(context.Process(target=_revoke_all, args=(str(path), ids, start, out)))
+    for worker in workers:
+        worker.start()
+    for worker in workers:  # each result is a few KB: it fits the queue's pipe before join
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0] * len(workers)
+    results = [out.get(timeout=10) for _ in workers]
+    issued = [token for result in results for token in result if isinstance(token, str)]
+    assert len(issued) == WORKERS * PER_WORKER
+    assert [r for r in results if not isinstance(r[0], str)] == [[True] * PER_WORKER]
+    stored = json.loads(path.read_text())["tokens"]
+    assert len(stored) == len(earlier) + len(issued)
+    for token in issued:
+        assert store.verify(token).tenant == "t1"
+    for token in earlier:
+        with pytest.raises(AuthError):
+            store.verify(token)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.json", "tokens.json.lock"]
+    assert path.stat().st_mode & 0o077 == 0

@@ -170,7 +170,7 @@ def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     ("args", "expected"),
     [
         (["search", "x", "--no-semantic", "--token", "ctxdb_0000_secret"], "unknown or revoked"),
-        (["search", "x", "--no-semantic", "--token", "not-a-token"], "malformed token"),
+        (["search", "x", "--no-semantic", "--token", "not-a-token"], "unknown or revoked"),
         (
             ["search", "--since", "2026-02-01", "--until", "2026-01-01T00:00:00Z"],
             "since must not be after until",

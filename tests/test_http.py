@@ -172,3 +172,20 @@ def test_jwt_principal(search_env: SearchEnv) -> None:
         ).status_code
         == 401
     )
+
+
+def test_finding_2_jwt_without_tenant_claim_is_401(search_env: SearchEnv) -> None:
+    """Without a tenant the identity filter would match bob's user id in every tenant."""
+    key = "jwt-test-key-0123456789-abcdefghij"
+    settings = search_env.settings.replace(
+        auth={"jwt_key": SecretStr(key), "jwt_algorithms": ["HS256"]}
+    )
+    client = TestClient(create_app(settings, search_env.client, load_model=False))
+    exp = int(time.time()) + 60
+    for tenant in ({}, {"tenant": ""}, {"tenant": None}, {"tenant": ["t1"]}, {"tenant": {}}):
+        token = jwt.encode({"sub": "bob", "exp": exp, **tenant}, key, algorithm="HS256")
+        response = client.post(
+            "/v1/search", json={"query": "payroll"}, headers={"Authorization": f"Bearer {token}"}
+        )
+        assert response.status_code == 401, tenant
+        assert "'tenant' is missing or not a tenant id" in response.json()["detail"]

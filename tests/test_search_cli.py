@@ -106,7 +106,9 @@ def test_pull_writes_the_owners_bytes_only(search_env: SearchEnv, tmp_path) -> N
 
 
 def test_tokens_issue_and_revoke(search_env: SearchEnv) -> None:
-    issued = cli(search_env, "tokens", "issue", "--user", "carol")
+    tenantless = cli(search_env, "tokens", "issue", "--user", "carol")
+    assert tenantless.exit_code == 2 and "--tenant is required" in tenantless.output
+    issued = cli(search_env, "tokens", "issue", "--user", "carol", "--tenant", "t1")
     token = issued.output.strip()
     assert issued.exit_code == 0 and token.startswith("ctxdb_")
     listing = cli(search_env, "conversations", "--json", token=token)

@@ -101,6 +101,7 @@ ENVIRONMENT = {
     "CTXDB_AUTH_JWT_ISSUER": ("auth", "jwt_issuer", "https://idp", "https://idp"),
     "CTXDB_AUTH_JWT_USER_CLAIM": ("auth", "jwt_user_claim", "email", "email"),
     "CTXDB_AUTH_JWT_TENANT_CLAIM": ("auth", "jwt_tenant_claim", "org", "org"),
+    "CTXDB_AUTH_REQUIRE_TENANT": ("auth", "require_tenant", "false", False),
     "CTXDB_TOKEN": ("auth", "cli_token", "ctx_abc", "ctx_abc"),
     "CTXDB_HTTP_MAX_BODY_BYTES": ("http", "max_body_bytes", "2048", 2048),
     "CTXDB_HTTP_MAX_QUERY_BYTES": ("http", "max_query_bytes", "1024", 1024),

@@ -254,11 +254,17 @@ def serve(
 @tokens_app.command("issue")
 def tokens_issue(
     user: Annotated[str, typer.Option("--user", help="User id the token acts as.")],
-    tenant: Annotated[str | None, typer.Option()] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option(help="Tenant the token acts in (unless CTXDB_AUTH_REQUIRE_TENANT=false)."),
+    ] = None,
     label: Annotated[str | None, typer.Option()] = None,
 ) -> None:
-    """Issue a bearer token for a user; printed once, stored only as a salted hash."""
+    """Issue a bearer token for a user (and tenant); printed once, stored only as a salted hash."""
     settings = get_settings()
+    if tenant is None and settings.auth.require_tenant:
+        typer.echo("error: --tenant is required (CTXDB_AUTH_REQUIRE_TENANT is on)", err=True)
+        raise typer.Exit(2)
     typer.echo(TokenStore(settings.tokens_path).issue(user, tenant=tenant, label=label))
 
 

@@ -2,17 +2,27 @@
 
 Tokens issued by the local store look like `ctxdb_<id>_<secret>`; only `sha256(salt || secret)`
 is stored (the secret is 32 random bytes, so a fast hash is enough; comparison is constant-time).
-A token with two dots is treated as a JWT when a verification key is configured.
+Issuing and revoking hold an exclusive `fcntl` lock on `<store>.lock` around the read-modify-write
+and replace the store atomically through a unique temporary file, so concurrent CLI runs neither
+lose tokens nor undo revocations, and a reader never sees a half-written file. Every failure of a
+local token answers the same message, so the reply does not tell a known token id from an unknown
+one. A token with two dots is treated as a JWT when a verification key is configured. With
+`CTXDB_AUTH_REQUIRE_TENANT` (the default) every principal needs a tenant: a JWT without a usable
+tenant claim and a stored token issued without one are refused.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
 import logging
 import os
 import secrets
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +35,9 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "ctxdb"
+BAD_TOKEN = "invalid, unknown or revoked token"
+"""The one answer for every local token that does not verify (malformed, unknown id, wrong
+secret, revoked): the reply never tells which."""
 
 
 class AuthError(PermissionError):
@@ -58,23 +71,50 @@ class TokenStore:
         raw = json.loads(self.path.read_text())
         return {t["token_id"]: StoredToken.model_validate(t) for t in raw.get("tokens", [])}
 
-    def _save(self, tokens: dict[str, StoredToken]) -> None:
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the store's exclusive lock (`<store>.lock`, released when the fd closes)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
+        lock = self.path.with_name(self.path.name + ".lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _save(self, tokens: dict[str, StoredToken]) -> None:
+        """Write the store to a unique temporary file (mode 600), fsync it, and rename it over
+        the store: readers see the old file or the new one, never a torn one."""
         body = {"tokens": [t.model_dump(mode="json") for t in tokens.values()]}
-        tmp.write_text(json.dumps(body, indent=2))
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.path)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(body, indent=2))
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _update(self, change: Callable[[dict[str, StoredToken]], None]) -> None:
+        """Apply `change` to the stored tokens under the lock (read, change, atomic replace)."""
+        with self._locked():
+            tokens = self._load()
+            change(tokens)
+            self._save(tokens)
 
     def issue(self, user_id: str, tenant: str | None = None, label: str | None = None) -> str:
         """Create a token for `user_id`; returns the plaintext token (shown once, never stored)."""
         if not user_id:
             raise ValueError("user_id must not be empty")
-        tokens = self._load()
+        if tenant is not None and not tenant.strip():
+            raise ValueError("tenant must not be blank")
         token_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
-        tokens[token_id] = StoredToken(
+        stored = StoredToken(
             token_id=token_id,
             user_id=user_id,
             tenant=tenant,
@@ -83,28 +123,33 @@ class TokenStore:
             label=label,
             created_at=datetime.now(UTC),
         )
-        self._save(tokens)
+        self._update(lambda tokens: tokens.__setitem__(token_id, stored))
         return f"{TOKEN_PREFIX}_{token_id}_{secret}"
 
     def revoke(self, token_id: str) -> bool:
-        tokens = self._load()
-        if token_id not in tokens:
-            return False
-        tokens[token_id].revoked = True
-        self._save(tokens)
-        return True
+        """Mark a token revoked; False when the store has no such token."""
+        found: list[str] = []
+
+        def mark(tokens: dict[str, StoredToken]) -> None:
+            if token_id in tokens:
+                tokens[token_id].revoked = True
+                found.append(token_id)
+
+        self._update(mark)
+        return bool(found)
 
     def verify(self, token: str) -> Principal:
-        """The principal of a valid, unrevoked token; AuthError otherwise."""
+        """The principal of a valid, unrevoked token; AuthError (always `BAD_TOKEN`) otherwise."""
         prefix, _, rest = token.partition("_")
         token_id, _, secret = rest.partition("_")
         if prefix != TOKEN_PREFIX or not token_id or not secret:
-            raise AuthError("malformed token")
+            raise AuthError(BAD_TOKEN)
         stored = self._load().get(token_id)
-        if stored is None or stored.revoked:
-            raise AuthError("unknown or revoked token")
-        if not hmac.compare_digest(stored.digest, _digest(stored.salt, secret)):
-            raise AuthError("invalid token")
+        if stored is None:
+            _digest("00", secret)  # the same work as a known id, so timing does not tell either
+            raise AuthError(BAD_TOKEN)
+        if not hmac.compare_digest(stored.digest, _digest(stored.salt, secret)) or stored.revoked:
+            raise AuthError(BAD_TOKEN)
         return Principal(user_id=stored.user_id, tenant=stored.tenant, token_id=token_id)
 
 
@@ -132,12 +177,21 @@ class Authenticator:
         if not isinstance(user_id, str) or not user_id:
             raise AuthError(f"JWT claim {s.auth.jwt_user_claim!r} is missing or empty")
         tenant = claims.get(s.auth.jwt_tenant_claim)
-        return Principal(user_id=user_id, tenant=tenant if isinstance(tenant, str) else None)
+        if tenant is None and not s.auth.require_tenant:
+            return Principal(user_id=user_id)
+        if not isinstance(tenant, str) or not tenant.strip():
+            raise AuthError(f"JWT claim {s.auth.jwt_tenant_claim!r} is missing or not a tenant id")
+        return Principal(user_id=user_id, tenant=tenant)
 
     def authenticate(self, token: str | None) -> Principal:
+        """The principal of a bearer token (JWT or local token); AuthError when it is missing,
+        does not verify, or has no tenant while tenants are required."""
         if not token:
             raise AuthError("missing bearer token")
         key = self.settings.auth.jwt_key
         if token.count(".") == 2 and key is not None:
             return self._verify_jwt(token, key.get_secret_value())
-        return self.store.verify(token)
+        principal = self.store.verify(token)
+        if self.settings.auth.require_tenant and not principal.tenant:
+            raise AuthError("token has no tenant (issue a new one with --tenant)")
+        return principal
