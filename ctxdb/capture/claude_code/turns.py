@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from ctxdb.capture.claude_code.transcript import ASSISTANT, INTERRUPT, PROMPT, TOOL_RESULT, Record
+from ctxdb.capture.private import strip_private
 
 ADAPTER = "claude_code"
 SCHEMA_VERSION = 1
@@ -40,7 +41,6 @@ TRUNCATED = " [truncated]"
 _REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_\-@.:+]+")
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
-_PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE)
 
 
 class Identity(NamedTuple):
@@ -110,11 +110,6 @@ def fit(event: dict[str, Any], key: str) -> dict[str, Any]:
         event["payload"][key] = text[:keep] + TRUNCATED
         size = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return event
-
-
-def strip_private(text: str) -> str:
-    """`text` without its `<private>...</private>` spans (an unclosed one runs to the end)."""
-    return _PRIVATE.sub("", text) if "<" in text else text
 
 
 class TurnMapper:
