@@ -11,17 +11,20 @@ from dagster import (
     AssetKey,
     AssetSpec,
     MaterializeResult,
+    MetadataValue,
     asset_check,
     multi_asset,
 )
 
 from assets.specs import OWNERS, WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.index.checks import count_mismatches
+from ctxdb.index.failures import failures_report
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.status import expired_ids, vector_coverage
 from ctxdb.index.sync import sync_live
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
+    INDEX_FAILURES,
     INDEX_STATE,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
@@ -57,6 +60,12 @@ SEARCH_INDEX = AssetKey("search_index")
             group="index",
             deps=[ROLE_ROWS, TURN_LOGS],
         ),
+        table_spec(
+            INDEX_FAILURES,
+            "Documents Elasticsearch rejected as bad (the sync went on): id, owner, error.",
+            group="index",
+            deps=[ROLE_ROWS, TURN_LOGS],
+        ),
     ],
     pool=WRITER_POOL,
     can_subset=False,
@@ -78,9 +87,20 @@ def search_index(
         metadata.update(
             {f"{report.kind}_{k}": v for k, v in report.as_metadata().items() if k not in {"kind"}}
         )
+        if report.rejected:
+            context.log.warning(
+                f"{report.index}: {report.rejected} documents rejected (see index_failures)"
+            )
     yield MaterializeResult(asset_key=SEARCH_INDEX, metadata=metadata)
     yield MaterializeResult(
         asset_key=INDEX_STATE, metadata=materialization_metadata(store, INDEX_STATE)
+    )
+    yield MaterializeResult(
+        asset_key=INDEX_FAILURES,
+        metadata={
+            **materialization_metadata(store, INDEX_FAILURES),
+            "rejected": sum(r.rejected for r in reports),
+        },
     )
 
 
@@ -124,3 +144,22 @@ def no_expired_documents(
         metadata[f"{kind}_expired"] = n
         metadata[f"{kind}_expired_ids"] = ", ".join(ids)
     return AssetCheckResult(passed=total == 0, severity=AssetCheckSeverity.WARN, metadata=metadata)
+
+
+@asset_check(
+    asset=AssetKey(INDEX_FAILURES),
+    description="Documents Elasticsearch rejected, by index kind (the sync went on without them).",
+)
+def index_failures_count(
+    context: AssetCheckExecutionContext, delta: DeltaResource
+) -> AssetCheckResult:
+    outcome = failures_report(delta.store())
+    return AssetCheckResult(
+        passed=outcome["count"] == 0,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "count": outcome["count"],
+            "by_kind": MetadataValue.json(outcome["by_kind"]),
+            "offenders": MetadataValue.json(outcome["offenders"]),
+        },
+    )

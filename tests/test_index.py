@@ -11,13 +11,13 @@ from conftest_index import role_rows, turn_tables, write_rows
 
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.bulk import BulkWriteFailed, ElasticsearchUnavailable
+from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, turn_doc_id
 from ctxdb.index.status import all_status, expired_ids
 from ctxdb.index.sync import sync_live
-from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS
+from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, INDEX_FAILURES, ROLE_ROWS
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 
@@ -156,8 +156,9 @@ def test_empty_long_and_control_character_texts(delta_store, embedder, es_settin
     assert (status.with_vector, status.embeddable, status.coverage_pct) == (2, 2, 100.0)
 
 
-def test_rejected_documents_are_reported_and_retried(delta_store, embedder, es_settings):
-    """A wrong-dims vector in the cache makes the real node reject that one document."""
+def test_rejected_documents_are_recorded_and_the_sync_goes_on(delta_store, embedder, es_settings):
+    """A wrong-dims vector in the cache makes the real node reject that one document (issue 12:
+    recorded in index_failures, the others indexed, the state advanced)."""
     es = make_client(es_settings)
     write_rows(delta_store, role_rows(["good row", "corrupted row", "another good row"]))
     embed_role_rows(delta_store, embedder, batch_size=8)
@@ -173,15 +174,22 @@ def test_rejected_documents_are_reported_and_retried(delta_store, embedder, es_s
         ),
         EMBEDDINGS_SCHEMA,
     )
-    with pytest.raises(BulkWriteFailed) as failed:
-        sync_live(delta_store, es, es_settings, model_id=MODEL)
-    assert [f["id"] for f in failed.value.failures] == ["c1-r1"]
-    assert "different number of dimensions" in failed.value.failures[0]["reason"]
-    assert failed.value.report.indexed == 2
-    es.indices.refresh(index=rows_alias(es_settings))
+    report = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
+    assert (report.indexed, report.rejected) == (2, 1)
+    failure = delta_store.read(INDEX_FAILURES).row(0, named=True)
+    assert (failure["kind"], failure["doc_id"], failure["status"]) == (ROWS, "c1-r1", 400)
+    assert "different number of dimensions" in failure["error"]
     assert es.count(index=rows_alias(es_settings))["count"] == 2
-    with pytest.raises(BulkWriteFailed):  # state not advanced: the next run tries again
-        sync_live(delta_store, es, es_settings, model_id=MODEL)
+    again = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
+    assert again.skipped  # the state advanced past the rejected document
+
+    corrected = role_rows(["corrected row"], start=1)  # a new event re-derived the row
+    write_rows(delta_store, corrected)
+    embed_role_rows(delta_store, embedder, batch_size=8)  # its text changed: a new vector
+    fixed = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
+    assert (fixed.indexed, fixed.rejected) == (1, 0)
+    assert delta_store.read(INDEX_FAILURES).is_empty()
+    assert es.count(index=rows_alias(es_settings))["count"] == 3
 
 
 def test_elasticsearch_down_fails_clearly_and_next_run_catches_up(

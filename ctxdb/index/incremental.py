@@ -20,14 +20,21 @@ from itertools import chain
 
 import polars as pl
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.index.bulk import BulkReport, bulk_write
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
+from ctxdb.index.failures import settle
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
 log = logging.getLogger(__name__)
+
+OLD_VERSION_GONE: tuple[type[Exception], ...] = (FileNotFoundError, DeltaError)
+"""What reading a version that is no longer there raises: its data files were vacuumed
+(`FileNotFoundError`) or its log entries cleaned up (`DeltaError`). Only these fall back to a full
+sync; any other error is a fault and is raised."""
 
 Versions = dict[str, int | None]
 
@@ -57,6 +64,7 @@ class SyncReport:
     vectors: int = 0
     indexed: int = 0
     deleted: int = 0
+    rejected: int = 0
     seconds: float = 0.0
 
     def as_metadata(self) -> dict[str, str | int | float | bool]:
@@ -161,9 +169,14 @@ def sync_index(
     if state is not None:
         try:
             old = build_base(store, source, state, model_id)
-        except Exception as exc:  # an old version vacuumed away: fall back to a full sync
+        except OLD_VERSION_GONE as exc:
             log.warning(
-                "cannot read %s at %s (%s); full sync of %s", source.kind, state, exc, index
+                "cannot read %s at %s (%s: %s); full sync of %s",
+                source.kind,
+                state,
+                type(exc).__name__,
+                exc,
+                index,
             )
     report.full = old is None
     changed, gone = plan_changes(new, old, indexed_ids(es, index) if old is None else None)
@@ -178,7 +191,9 @@ def sync_index(
         threads=threads,
         timeout_s=timeout_s,
         max_retries=max_retries,
+        raise_on_failure=False,
     )
+    report.rejected = settle(store, source.kind, index, bulk, docs, gone)
     if refresh:
         es.indices.refresh(index=index)
     write_state(store, index, uuid, source.kind, target, docs=new.height)

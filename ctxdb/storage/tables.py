@@ -306,14 +306,18 @@ DERIVE_FAILURES_SCHEMA = pa.schema(
 
 INDEX_FAILURES = "index_failures"
 
-# Documents Elasticsearch rejected (a mapping or parsing error: the document itself is bad), one
-# row per (index kind, document id); the sync goes on and records them here. A later sync that
-# writes or deletes the document (its source rows changed or were erased) removes the row.
+# Documents Elasticsearch rejected (a 400: a mapping or parsing error, the document itself is
+# bad), one row per (index kind, document id); the sync goes on and records them here. A later
+# sync that writes or deletes the document (its source rows changed, were erased or expired) or an
+# erasure removes the row.
 INDEX_FAILURES_SCHEMA = pa.schema(
     [
         pa.field("kind", pa.string(), nullable=False),  # rows | turns
         pa.field("doc_id", pa.string(), nullable=False),
         pa.field("index_name", pa.string(), nullable=False),
+        pa.field("tenant", pa.string()),
+        pa.field("app", pa.string()),
+        pa.field("user_id", pa.string()),
         pa.field("conversation_id", pa.string()),
         pa.field("status", pa.int32(), nullable=False),
         pa.field("error", pa.string(), nullable=False),
@@ -350,4 +354,5 @@ SCHEMAS: dict[str, pa.Schema] = {
     PURGED_CONVERSATIONS: PURGED_CONVERSATIONS_SCHEMA,
     QUARANTINED_FILES: QUARANTINED_FILES_SCHEMA,
     DERIVE_FAILURES: DERIVE_FAILURES_SCHEMA,
+    INDEX_FAILURES: INDEX_FAILURES_SCHEMA,
 }
