@@ -169,6 +169,8 @@ def test_invalid_events_are_raised_or_logged_never_written(
     with pytest.raises(InvalidEventError, match="already closed"):
         turn.completion("too late")
     rec.close()
+    with pytest.raises(InvalidEventError, match="the recorder is already closed"):
+        rec.turn(user_id="ann", conversation_id="c3")
 
     logging_rec = recorder(tmp_path / "landing2", invalid="log")
     with caplog.at_level(logging.WARNING, logger="ctxdb.capture.recorder"):
@@ -177,7 +179,7 @@ def test_invalid_events_are_raised_or_logged_never_written(
             assert turn.completion("fine") is not None
     logging_rec.close()
     assert "chat.step refused: invalid_field" in caplog.text
-    assert (rec.stats.invalid, logging_rec.stats.invalid) == (5, 1)
+    assert (rec.stats.invalid, logging_rec.stats.invalid) == (6, 1)
     stats, events = landed(tmp_path, tmp_path / "delta")
     assert stats.quarantined == 0
     assert sorted(events["type"]) == sorted(
@@ -286,13 +288,16 @@ def test_an_asyncio_host_records_turns_and_a_cancelled_task_closes_its_turn(
                 turn.submission("hello")
                 turn.completion("hi")
 
+            started = asyncio.Event()
+
             async def slow_turn() -> None:
                 async with rec.turn(user_id="u1", conversation_id="c1", turn_id="t-cut") as turn:
                     turn.submission("a long question")
+                    started.set()
                     await asyncio.sleep(60)
 
             task = asyncio.create_task(slow_turn())
-            await asyncio.sleep(0.05)
+            await started.wait()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -330,6 +335,7 @@ HOST = textwrap.dedent(
 
     rec = Recorder(sys.argv[1], tenant="acme", app="chat", agent="helper", rotate_bytes=1000)
     turn = rec.turn(user_id="u1", conversation_id="c1", turn_id="t-open")
+    rec.turn(user_id="u1", conversation_id="c2", turn_id="t-quiet")  # known only to the journal
     with rec.turn(user_id="u1", conversation_id="c1", turn_id="t-done") as done:
         done.submission("a turn that finished")
         done.completion("done")
@@ -366,7 +372,7 @@ def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_pat
     restarted = recorder(landing)
     assert restarted.flush()
     restarted.close()
-    assert restarted.stats.recovered_turns == 1
+    assert restarted.stats.recovered_turns == 2
     assert spooled(landing, ".jsonl.part") == [] and spooled(landing, ".lock") == []
 
     stats, events = landed(landing, tmp_path / "delta")
@@ -382,6 +388,11 @@ def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_pat
     assert closing["event_id"] == cancel_event_id("c1", "t-open")
     assert json.loads(closing["payload"]) == {"status": "cancelled", "error_type": "host_crashed"}
     assert events.filter(pl.col("turn_id") == "t-done").height == 4
+    quiet = events.filter(pl.col("turn_id") == "t-quiet").sort("occurred_at", "line_number")
+    assert quiet["type"].to_list() == ["turn.started", "turn.closed"]
+    derive(DeltaStore(str(tmp_path / "delta")), Settings(home=tmp_path))
+    logs = DeltaStore(str(tmp_path / "delta")).read(TURN_LOGS, TURN_LOGS_SCHEMA)
+    assert sorted(logs["turn_id"]) == ["t-done", "t-open", "t-quiet"]
 
     again = recorder(landing)  # a second start finds nothing left to recover
     assert again.flush()

@@ -177,6 +177,7 @@ class Recorder:
         self._open: dict[TurnKey, Turn] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._stopped = False
         self._writer: Writer | None = None
         if not enabled:
             return
@@ -266,6 +267,7 @@ class Recorder:
             still_open = list(self._open.values())
         for turn in still_open:
             turn.close("cancelled", error_type="recorder_closed")
+        self._stopped = True
         if self._writer is not None:
             if not self._writer.stop(timeout):
                 log.error("capture: the writer did not finish within %s s", timeout)
@@ -611,9 +613,9 @@ class Turn:
         if not recorder.enabled:
             return None
         recorder._check_io()
-        if self.closed and not closes:
-            error = EventError("invalid_field", f"turn {self.turn_id} is already closed")
-            recorder._refuse(event_type, error)
+        if recorder._stopped or (self.closed and not closes):
+            closed = "the recorder" if recorder._stopped else f"turn {self.turn_id}"
+            recorder._refuse(event_type, EventError("invalid_field", f"{closed} is already closed"))
             return None
         limit = LIMITS.get(event_type)
         if limit is not None and isinstance(payload.get(limit[0]), str):
