@@ -463,3 +463,20 @@ def test_the_react_example_of_the_docs_makes_summary_anchor_and_note_rows(tmp_pa
     ]
     logs = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
     assert logs["recording_kind"].to_list() == ["rich"]
+
+
+def test_a_part_file_is_published_by_age_while_the_recorder_runs(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    rec = recorder(landing, rotate_age_s=0.3)
+    turn = rec.turn(user_id="u1", conversation_id="c1")
+    turn.submission("a turn still open when its file is published")
+    assert rec.flush()
+    deadline = time.monotonic() + 30
+    while not spooled(landing, ".jsonl") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(spooled(landing, ".jsonl")) == 1 and spooled(landing, ".jsonl.part") == []
+    turn.close()
+    rec.close()
+    stats, events = landed(landing, tmp_path / "delta")
+    assert stats.files == 2 and events["type"].to_list()[-1] == "turn.closed"
+    assert spooled(landing, ".open") == [] and spooled(landing, ".lock") == []
