@@ -22,9 +22,9 @@ from dagster import (
     sensor,
 )
 
-from ctxdb.landing.files import LandingFile, list_files, pending_files
+from ctxdb.landing.files import LandingFile, list_files
+from ctxdb.landing.run import files_to_land
 from ctxdb.settings import get_settings
-from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA
 from pipelines.jobs import memory_job
 from resources.delta import DeltaResource
 
@@ -79,10 +79,7 @@ def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunSta
 def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     """One run per set of pending files, requested again while its runs fail."""
     uri = get_settings().landing_uri
-    landed = delta.store().read(
-        LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"]
-    )
-    pending = pending_files(list_files(uri), landed)
+    pending = files_to_land(delta.store(), list_files(uri))
     if not pending:
         return SkipReason(f"no new files under {uri}")
     cursor = Cursor.parse(context.cursor)

@@ -16,6 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
+from dagster import DagsterInstance, RunRequest, SkipReason
+from test_landing_sensor import Sensor
 
 from ctxdb.landing import files as landing_files
 from ctxdb.landing import scan
@@ -209,3 +211,19 @@ def test_finding_23_a_reused_event_id_is_quarantined_as_a_conflict(
     assert json.loads(payload) == {"text": "hello"}
     files = store.read(LANDED_FILES).filter(pl.col("source_file").str.ends_with("b.jsonl"))
     assert files.select("landed", "duplicates", "quarantined").row(0) == (1, 1, 3)
+
+
+def test_finding_8_a_quarantined_file_is_not_pending_for_the_sensor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
+    landing = tmp_path / "landing"
+    broken = _gzip(landing / "b.jsonl.gz", _turn("c-b"))
+    broken.write_bytes(broken.read_bytes()[:20])
+    store = DeltaStore(str(tmp_path / "delta"))
+    with DagsterInstance.ephemeral() as instance:
+        sensor = Sensor(instance, store)
+        assert isinstance(sensor.tick(), RunRequest)
+        land(store, str(landing), now=NOW)  # the requested run quarantines the file
+        skipped = sensor.tick()
+    assert isinstance(skipped, SkipReason) and "no new files" in str(skipped.skip_message)
