@@ -1,4 +1,5 @@
-"""`ctxdb index status|reindex`: inspect the search indices and rebuild them without downtime."""
+"""`ctxdb index status|verify|reindex`: inspect the search indices, compare every document id with
+Delta, and rebuild them without downtime."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from elasticsearch import ConnectionError as ESConnectionError
 from ctxdb.cli.app import app
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.checks import verify_ids
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
 from ctxdb.index.sync import sync_live
@@ -19,7 +21,7 @@ from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
 
-index_app = typer.Typer(help="Search indices: status and reindex.", no_args_is_help=True)
+index_app = typer.Typer(help="Search indices: status, verify and reindex.", no_args_is_help=True)
 app.add_typer(index_app, name="index")
 
 
@@ -65,6 +67,25 @@ def status(
             f"{row.alias:<24} {row.index or '(none)':<28} {row.version or '-':>3} {row.docs:>9} "
             f"{coverage:>18} {_size(row.size_bytes):>10}  {row.model_id or '-'}"
         )
+
+
+@index_app.command()
+def verify(
+    sample: Annotated[int, typer.Option(help="Differing ids shown per index.")] = 20,
+) -> None:
+    """Compare every document id of each live index with Delta (reads whole tables and scrolls
+    every document); exits 1 when an id is missing or extra."""
+    settings = get_settings()
+    checks = verify_ids(
+        DeltaStore.from_settings(settings),
+        make_client(settings),
+        settings.elasticsearch.index_prefix,
+        sample=sample,
+    )
+    for check in checks:
+        typer.echo(json.dumps({"kind": check.kind, "ok": check.ok, **check.as_metadata()}))
+    if not all(check.ok for check in checks):
+        raise typer.Exit(1)
 
 
 @index_app.command("reindex")

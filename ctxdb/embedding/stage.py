@@ -3,6 +3,13 @@
 Identical texts are embedded once per model; a failed batch is retried row by row; rows whose
 embedding failed (or whose model could not load) keep a status and are retried on a later run,
 while their text stays indexable lexically. Empty texts are never sent to the model.
+
+Each run reads only what changed: the `role_rows` version it covered and the number of rows it
+left to retry are committed per model as watermarks in `role_row_embeddings`' Delta log. The next
+run reads the role rows changed since (`ctxdb.storage.changes`: the change data feed, or the files
+the log added and removed), plus the rows left to retry, and the statuses of just those rows; a
+run with nothing new reads no rows at all. Without a watermark (first run, another model) or when
+the older changes can no longer be read, it reads every role row.
 """
 
 from __future__ import annotations
@@ -17,6 +24,13 @@ import polars as pl
 
 from ctxdb.embedding.cache import cached_hashes, embed_texts
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
+from ctxdb.storage.changes import (
+    ChangesUnavailable,
+    row_count,
+    set_watermarks,
+    table_changes,
+    watermark,
+)
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
 
@@ -26,6 +40,17 @@ OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
+ROW_COLUMNS = ["row_id", "text", "text_hash"]
+
+
+def covered_mark(model_id: str) -> str:
+    """Watermark id: the `role_rows` version whose rows all have a status for `model_id`."""
+    return f"ctxdb.embedding/{model_id}"
+
+
+def retry_mark(model_id: str) -> str:
+    """Watermark id: how many rows the last run for `model_id` left pending or failed."""
+    return f"ctxdb.embedding.retry/{model_id}"
 
 
 @dataclass
@@ -93,11 +118,14 @@ def embed_role_rows(
     role rows that no longer exist are deleted.
     """
     started = time.monotonic()
-    rows = store.read(ROLE_ROWS, ROLE_ROWS_SCHEMA, columns=["row_id", "text", "text_hash"])
-    statuses = store.read(ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA)
-    report = EmbedReport(total_rows=rows.height)
-    _drop_orphan_statuses(store, statuses, rows)
-
+    version = store.version(ROLE_ROWS)
+    since = watermark(store, ROW_EMBEDDINGS, covered_mark(embedder.model_id))
+    retry = watermark(store, ROW_EMBEDDINGS, retry_mark(embedder.model_id)) or 0
+    report = EmbedReport(total_rows=row_count(store, ROLE_ROWS))
+    if version is None or (since == version and retry == 0):
+        report.seconds = time.monotonic() - started
+        return report
+    rows, statuses = _candidates(store, embedder.model_id, since, version, retry)
     todo = (
         rows_needing_embedding(rows, statuses, embedder.model_id)
         .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
@@ -105,6 +133,7 @@ def embed_role_rows(
     )
     report.to_process = todo.height
     if todo.is_empty():
+        _commit_marks(store, embedder.model_id, version, report)
         report.seconds = time.monotonic() - started
         return report
 
@@ -154,11 +183,68 @@ def embed_role_rows(
             )
         )
     store.upsert(ROW_EMBEDDINGS, pl.concat(frames), keys=["row_id"], schema=ROW_EMBEDDINGS_SCHEMA)
+    _commit_marks(store, embedder.model_id, version, report)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _drop_orphan_statuses(store: DeltaStore, statuses: pl.DataFrame, rows: pl.DataFrame) -> None:
-    gone = statuses.join(rows.select("row_id"), on="row_id", how="anti").get_column("row_id")
+def _candidates(
+    store: DeltaStore, model_id: str, since: int | None, version: int, retry: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(role rows that may need embedding, their statuses): the rows changed since the covered
+    version plus, when the last run left some, the rows without a final status; every row when
+    there is no watermark or the changes cannot be read. Statuses of deleted rows are dropped."""
+    if since is not None:
+        try:
+            changes = table_changes(store, ROLE_ROWS, since, version, columns=ROW_COLUMNS)
+        except ChangesUnavailable as exc:
+            log.warning("role_rows changes since version %d unreadable (%s): full pass", since, exc)
+        else:
+            new, old = changes.changed()
+            _drop_statuses(store, old.join(new, on="row_id", how="anti"))
+            if retry:
+                new = pl.concat([new, _unfinished(store, model_id)]).unique("row_id")
+            return new, _statuses_of(store, new.get_column("row_id"))
+    rows = store.read(ROLE_ROWS, ROLE_ROWS_SCHEMA, columns=ROW_COLUMNS)
+    statuses = store.read(ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA)
+    _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
+    return rows, statuses
+
+
+def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
+    """Role rows whose status for `model_id` is not final (pending or failed)."""
+    if not store.exists(ROW_EMBEDDINGS):
+        return pl.from_arrow(ROLE_ROWS_SCHEMA.empty_table()).select(ROW_COLUMNS)
+    ids = (
+        store.scan(ROW_EMBEDDINGS)
+        .filter((pl.col("model_id") == model_id) & ~pl.col("embedding_status").is_in([OK, SKIPPED]))
+        .select("row_id")
+        .collect()
+        .get_column("row_id")
+    )
+    return (
+        store.scan(ROLE_ROWS)
+        .filter(pl.col("row_id").is_in(ids.implode()))
+        .select(ROW_COLUMNS)
+        .collect()
+    )
+
+
+def _statuses_of(store: DeltaStore, row_ids: pl.Series) -> pl.DataFrame:
+    if row_ids.is_empty() or not store.exists(ROW_EMBEDDINGS):
+        return pl.from_arrow(ROW_EMBEDDINGS_SCHEMA.empty_table())
+    return store.scan(ROW_EMBEDDINGS).filter(pl.col("row_id").is_in(row_ids.implode())).collect()
+
+
+def _commit_marks(store: DeltaStore, model_id: str, version: int, report: EmbedReport) -> None:
+    """Record that every row of `role_rows` at `version` has a status for `model_id`, and how
+    many of them the next run must retry."""
+    marks = {covered_mark(model_id): version, retry_mark(model_id): report.failed + report.pending}
+    set_watermarks(store, ROW_EMBEDDINGS, marks, ROW_EMBEDDINGS_SCHEMA)
+
+
+def _drop_statuses(store: DeltaStore, rows: pl.DataFrame) -> None:
+    """Delete the statuses of `rows` (role rows that no longer exist)."""
+    gone = rows.get_column("row_id").unique()
     for start in range(0, gone.len(), 1000):
         store.delete(ROW_EMBEDDINGS, sql_in("row_id", gone.slice(start, 1000).to_list()))

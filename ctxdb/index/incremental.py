@@ -1,11 +1,13 @@
 """Incremental sync of Delta tables into one concrete index, tracked by source table versions.
 
 Each concrete index has a row in the `index_state` Delta table with the versions of its source
-tables it was last synced from. A run whose sources have the same versions does nothing. Otherwise
-documents are built at the old and the new versions, diffed by content fingerprint, and only
-changed documents are indexed; documents whose rows disappeared are deleted. When the old version
-can no longer be read (vacuumed) or there is no state, every document is indexed and ids found in
-the index but not in Delta are deleted.
+tables it was last synced from and its document count. A run whose sources have the same versions
+does nothing. Otherwise only the documents in scope of a change are built, at the old and the new
+versions (`ctxdb.index.changed`: from the files the Delta log added and removed in between, plus
+the unchanged rows sharing a changed scope value), diffed by content fingerprint, and only changed
+documents are indexed; documents whose rows disappeared are deleted. When the old version can no
+longer be read (vacuumed) or there is no state, every document is indexed and ids found in the
+index but not in Delta are deleted.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from deltalake.exceptions import DeltaError
 from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.index.bulk import BulkReport, bulk_write
+from ctxdb.index.changed import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.failures import settle
+from ctxdb.storage.changes import ChangesUnavailable
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
@@ -50,6 +54,11 @@ class Source:
     schemas: Mapping[str, pa.Schema]
     json_columns: tuple[str, ...] = ()
     finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+    scope: tuple[str, ...] = ()
+    """Columns of every source table such that a document depends only on the rows sharing its
+    scope value (see `ctxdb.index.changed`)."""
+    unique_scope: bool = False
+    """Whether every source table holds at most one row per scope value."""
 
 
 @dataclass
@@ -89,20 +98,31 @@ def build_base(
     return source.base(frames, model_id)
 
 
+def _bases(
+    store: DeltaStore, source: Source, old: Versions, new: Versions, model_id: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(new, old) base frames: only the documents in scope of a change when the source declares
+    a scope, else every document at both versions."""
+    if source.scope:
+        return changed_bases(store, source, old, new, model_id)
+    return build_base(store, source, new, model_id), build_base(store, source, old, model_id)
+
+
 def index_uuid(es: Elasticsearch, index: str) -> str:
     return es.indices.get_settings(index=index, name="index.uuid")[index]["settings"]["index"][
         "uuid"
     ]
 
 
-def read_state(store: DeltaStore, index: str, uuid: str) -> Versions | None:
-    """Source versions `index` was last synced from (None if never, or if it was recreated)."""
+def read_state(store: DeltaStore, index: str, uuid: str) -> tuple[Versions, int] | None:
+    """Source versions `index` was last synced from and its document count then (None if
+    never, or if it was recreated)."""
     state = store.read(INDEX_STATE, INDEX_STATE_SCHEMA).filter(
         (pl.col("index_name") == index) & (pl.col("index_uuid") == uuid)
     )
     if state.is_empty():
         return None
-    return json.loads(state.get_column("source_versions")[0])
+    return json.loads(state.get_column("source_versions")[0]), state.get_column("docs")[0]
 
 
 def write_state(
@@ -159,17 +179,16 @@ def sync_index(
     report = SyncReport(kind=source.kind, index=index)
     target = versions or current_versions(store, source.tables)
     uuid = index_uuid(es, index)
-    state = read_state(store, index, uuid)
+    state, docs_before = read_state(store, index, uuid) or (None, 0)
     if state == target:
         report.skipped = True
         report.seconds = time.monotonic() - started
         return report
-    new = build_base(store, source, target, model_id)
     old = None
     if state is not None:
         try:
-            old = build_base(store, source, state, model_id)
-        except OLD_VERSION_GONE as exc:
+            new, old = _bases(store, source, state, target, model_id)
+        except (ChangesUnavailable, *OLD_VERSION_GONE) as exc:
             log.warning(
                 "cannot read %s at %s (%s: %s); full sync of %s",
                 source.kind,
@@ -178,8 +197,15 @@ def sync_index(
                 exc,
                 index,
             )
+    if old is None:
+        new = build_base(store, source, target, model_id)
     report.full = old is None
     changed, gone = plan_changes(new, old, indexed_ids(es, index) if old is None else None)
+    if old is None:
+        docs_after = new.height
+    else:
+        added = changed.join(old.select(ID), on=ID, how="anti").height
+        docs_after = docs_before + added - gone.len()
     docs = source.complete(store, changed, model_id)
     bulk: BulkReport = bulk_write(
         es,
@@ -196,8 +222,8 @@ def sync_index(
     report.rejected = settle(store, source.kind, index, bulk, docs, gone)
     if refresh:
         es.indices.refresh(index=index)
-    write_state(store, index, uuid, source.kind, target, docs=new.height)
-    report.docs, report.indexed, report.deleted = new.height, bulk.indexed, bulk.deleted
+    write_state(store, index, uuid, source.kind, target, docs=docs_after)
+    report.docs, report.indexed, report.deleted = docs_after, bulk.indexed, bulk.deleted
     if "embedding" in docs.columns:
         report.vectors = docs.get_column("embedding").is_not_null().sum()
     report.seconds = time.monotonic() - started

@@ -42,6 +42,8 @@ ROWS_SOURCE = Source(
     complete=_rows_complete,
     finish=with_stems,
     schemas={ROLE_ROWS: ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS: ROW_EMBEDDINGS_SCHEMA},
+    scope=("row_id",),
+    unique_scope=True,
 )
 
 
@@ -64,6 +66,7 @@ TURNS_SOURCE = Source(
         CONVERSATION_TIMELINES: TIMELINES_SCHEMA,
     },
     json_columns=("payload",),
+    scope=("tenant", "app", "agent", "user_id", "conversation_id"),
 )
 
 SOURCES: dict[str, Source] = {ROWS: ROWS_SOURCE, TURNS: TURNS_SOURCE}

@@ -14,6 +14,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from ctxdb.settings import Settings
 from ctxdb.storage.errors import StorageError, os_errno
+from ctxdb.storage.tables import table_properties
 from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ class DeltaStore:
                 _to_arrow(data, schema),
                 mode="append",
                 storage_options=self.storage_options or None,
+                configuration=table_properties(table),
             )
         return data.height
 
@@ -110,6 +112,7 @@ class DeltaStore:
                 mode="overwrite",
                 schema_mode="overwrite",
                 storage_options=self.storage_options or None,
+                configuration=table_properties(table),
             )
 
     def merge(
@@ -135,6 +138,7 @@ class DeltaStore:
                     source,
                     mode="append",
                     storage_options=self.storage_options or None,
+                    configuration=table_properties(table),
                 )
             return {"inserted": source.num_rows, "updated": 0, "deleted": 0}
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)

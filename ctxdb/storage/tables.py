@@ -334,6 +334,19 @@ PURGED_CONVERSATIONS_SCHEMA = pa.schema(
     ]
 )
 
+CHANGE_FEED_PROPERTY = "delta.enableChangeDataFeed"
+CHANGE_FEED = frozenset(
+    {ROLE_ROWS, ROW_EMBEDDINGS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES}
+)
+"""Tables created with Delta's change data feed on: the embedding stage and the index sync read
+what changed since their watermark from it (`ctxdb.storage.changes`)."""
+
+
+def table_properties(table: str) -> dict[str, str] | None:
+    """Delta table properties `table` is created with."""
+    return {CHANGE_FEED_PROPERTY: "true"} if table in CHANGE_FEED else None
+
+
 # Every table ctxdb writes, with its Arrow schema: the catalog that Dagster's asset declarations,
 # `ctxdb sql` and the docs are checked against. A new table is added here.
 SCHEMAS: dict[str, pa.Schema] = {
