@@ -117,8 +117,8 @@ def prepare(
     are checked from memory."""
     parsed = [p for _, p in group]
     events = pl.concat([p.events for p in parsed])
-    fresh, dropped = drop_known(store, before, events, earlier)
-    duplicates, reused = split_reused_ids(store, events, dropped, earlier)
+    fresh, dropped, landed_lines = drop_known(store, before, events, earlier)
+    duplicates, reused = split_reused_ids(store, events, dropped, landed_lines, earlier)
     owners = pl.concat([_owners(store, before, fresh), earlier.owners])
     accepted, refused = split_conflicts(
         fresh, owners, purged_among(store, fresh["conversation_id"])
@@ -161,71 +161,82 @@ def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
 
 def drop_known(
     store: DeltaStore, before: int | None, events: pl.DataFrame, earlier: EarlierWaves
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Split off events whose id is already landed, accepted by an earlier wave of this run, or
-    repeated earlier in this batch.
+    repeated earlier in this batch; also returns where the landed ones came from (`LINE`).
 
-    The test runs on the id column alone; the wide frame is filtered only when something drops.
+    The test runs on the id column alone (the line columns are read for the matching rows only);
+    the wide frame is filtered only when something drops.
     """
     ids = events["event_id"]
     keep = first_distinct(ids)
+    known = pl.DataFrame(schema={c: events.schema[c] for c in LINE})
     if before is not None and not events.is_empty():
         known = (
             store.scan(RAW_TURN_EVENTS, before)
-            .select("event_id")
+            .select(LINE)
             .filter(pl.col("event_id").is_in(ids.implode()))
             .collect()
+            .cast({c: events.schema[c] for c in LINE})
         )
         if not known.is_empty():
             keep = keep & ~ids.is_in(known["event_id"].implode())
     if earlier.hashes:
         keep = keep & ~earlier.contains(ids)
     if keep.all():
-        return events, events.clear()
-    return events.filter(keep), events.filter(~keep)
+        return events, events.clear(), known
+    return events.filter(keep), events.filter(~keep), known
 
 
 CONTENT = [c for c in ENVELOPE_COLUMNS if c != "event_id"] + ["payload"]
 """What an event id stands for: a dropped event whose id first came with other values here is a
 re-used id (a conflict, quarantined), not a duplicate."""
 REUSED_ID = "event_id_conflict"
+LINE = ["event_id", "source_file", "line_number"]
 
 
 def split_reused_ids(
-    store: DeltaStore, events: pl.DataFrame, dropped: pl.DataFrame, earlier: EarlierWaves
+    store: DeltaStore,
+    events: pl.DataFrame,
+    dropped: pl.DataFrame,
+    landed_lines: pl.DataFrame,
+    earlier: EarlierWaves,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split the events `drop_known` dropped into duplicates (the same event again) and re-used
     ids (`reason`/`detail` set): another owner or other content than the event that first came
     with the id (landed, accepted by an earlier wave, or earlier in this batch). Payloads are
-    compared as JSON values, so a re-serialized copy is a duplicate."""
-    none = pl.lit(None, dtype=pl.String)
-    if dropped.is_empty():
-        return dropped, dropped.with_columns(none.alias("reason"), none.alias("detail"))
-    first = _first_holders(store, events, dropped, earlier)
-    joined = dropped.with_row_index("_row").join(
-        first, on="event_id", how="left", suffix="_first", maintain_order="left"
-    )
-    differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_first")) for c in CONTENT])
+    compared as JSON values, so a re-serialized copy is a duplicate.
+
+    An event landed from the same file and line (`landed_lines`: a run re-reading files after a
+    crash) is the same line: only the other dropped events are compared, so a rerun does not
+    read back every landed payload."""
+    marked = dropped.with_row_index("_row")
+    candidates = marked.join(landed_lines, on=LINE, how="anti")
     rows: list[int] = []
     details: list[str] = []
-    for row in joined.filter(differs).iter_rows(named=True):
-        fields = [c for c in CONTENT if not _same(c, row[c], row[f"{c}_first"])]
-        if not fields:
-            continue
-        owner = [c for c in fields if c in OWNER]
-        what = "another owner" if owner else "other " + ", ".join(fields)
-        rows.append(row["_row"])
-        details.append(f"event_id {row['event_id']} was first landed with {what}")
-    reused = pl.Series("_row", rows, dtype=pl.UInt32)
-    marked = dropped.with_row_index("_row")
-    conflicts = (
-        marked.join(
-            pl.DataFrame({"_row": reused, "detail": details}), on="_row", maintain_order="left"
+    if not candidates.is_empty():
+        first = _first_holders(store, events, candidates, earlier)
+        joined = candidates.join(
+            first, on="event_id", how="left", suffix="_first", maintain_order="left"
         )
+        differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_first")) for c in CONTENT])
+        for row in joined.filter(differs).iter_rows(named=True):
+            fields = [c for c in CONTENT if not _same(c, row[c], row[f"{c}_first"])]
+            if not fields:
+                continue
+            owner = [c for c in fields if c in OWNER]
+            what = "another owner" if owner else "other " + ", ".join(fields)
+            rows.append(row["_row"])
+            details.append(f"event_id {row['event_id']} was first landed with {what}")
+    reused = pl.DataFrame(
+        {"_row": rows, "detail": details}, schema={"_row": pl.UInt32, "detail": pl.String}
+    )
+    conflicts = (
+        marked.join(reused, on="_row", maintain_order="left")
         .with_columns(pl.lit(REUSED_ID).alias("reason"))
         .select(*dropped.columns, "reason", "detail")
     )
-    return marked.filter(~pl.col("_row").is_in(reused.implode())).drop("_row"), conflicts
+    return marked.join(reused, on="_row", how="anti").drop("_row"), conflicts
 
 
 def _first_holders(
