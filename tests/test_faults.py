@@ -111,6 +111,9 @@ VOLATILE = {
     ROW_EMBEDDINGS: ["updated_at", "attempts", "error"],
     RETENTION_PENDING: ["run_id", "recorded_at"],
     PURGED_CONVERSATIONS: ["purged_at"],
+    "quarantined_files": ["quarantined_at", "mtime"],
+    "derive_failures": ["landed_version", "failed_at"],
+    "index_failures": ["index_name", "failed_at"],
 }
 # Keys that are unique in a clean build.
 KEYS = {
