@@ -92,7 +92,7 @@ def test_asset_graph_shows_every_stage(tmp_path: Path) -> None:
         }
         for group, wanted in groups.items():
             driver.get(f"http://127.0.0.1:{port}/locations/ctxdb/asset-groups/{group}/lineage")
-            WebDriverWait(driver, 120, poll_frequency=0.5).until(
+            WebDriverWait(driver, 300, poll_frequency=0.5).until(
                 lambda d, wanted=wanted: all(name in d.page_source for name in wanted)
             )
             _dismiss_prompt(driver)

@@ -104,8 +104,11 @@ def test_finding_14_frozen_node_fails_the_writer_and_a_rerun_converges(
     monkeypatch.setattr(bulk_module, "_send_chunk", freeze_then_send)
     es = make_client(settings)
     try:
+        # Either way the writer fails with one bounded, clear error: the bulk request times out,
+        # or (a loaded machine opening a fresh connection) the connect to the frozen node does.
         with pytest.raises(
-            ElasticsearchUnavailable, match="did not answer a bulk request within 3 s"
+            ElasticsearchUnavailable,
+            match="did not answer a bulk request within 3 s|unreachable: Connection timed out",
         ):
             sync_live(delta_store, es, settings, model_id=MODEL)
     finally:
