@@ -2,7 +2,12 @@
 materializations, schemas and row counts show in Dagster beside the rest of the memory."""
 
 from assets.specs import table_spec
-from ctxdb.storage.tables import PURGED_CONVERSATIONS, RETENTION_PENDING, RETENTION_REPORT
+from ctxdb.storage.tables import (
+    LIFECYCLE_JOURNAL,
+    PURGED_CONVERSATIONS,
+    RETENTION_PENDING,
+    RETENTION_REPORT,
+)
 
 retention_tables = [
     table_spec(
@@ -13,6 +18,11 @@ retention_tables = [
     table_spec(
         RETENTION_REPORT,
         "One row per retention sweep or erasure: what was deleted, vacuumed and verified.",
+        group="lifecycle",
+    ),
+    table_spec(
+        LIFECYCLE_JOURNAL,
+        "What an unfinished retention sweep or erasure set out to remove (resumed from here).",
         group="lifecycle",
     ),
     table_spec(

@@ -21,6 +21,7 @@ from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
+from ctxdb.storage import delta as delta_module
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.files import turn_file_path
 from ctxdb.storage.tables import (
@@ -35,6 +36,7 @@ from ctxdb.storage.tables import (
     ROLE_ROWS_SCHEMA,
     ROW_EMBEDDINGS,
     ROW_EMBEDDINGS_SCHEMA,
+    SCHEMAS,
     TIMELINES_SCHEMA,
     TURN_CATALOG,
     TURN_CATALOG_SCHEMA,
@@ -340,3 +342,37 @@ def resources(ops_settings, monkeypatch):
         "delta": DeltaResource(root=ops_settings.delta_uri),
         "es": ElasticsearchResource(index_prefix=ops_settings.elasticsearch.index_prefix),
     }
+
+
+class SimulatedCrash(RuntimeError):
+    """Stands in for the process being killed right after a commit."""
+
+
+def crash_after_commit(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
+    """Raise SimulatedCrash the first time the process passes the commit point `point` (e.g.
+    `delta:role_rows`, see ctxdb.storage.faults): the commit is done and nothing after it runs,
+    a deterministic, in-process stand-in for a SIGKILL right after that commit."""
+
+    fired: list[str] = []
+
+    def reached(name: str) -> None:
+        if name == point and not fired:
+            fired.append(name)
+            raise SimulatedCrash(f"simulated crash right after {point}")
+
+    monkeypatch.setattr(delta_module, "reached", reached)
+
+
+def table_rows(store: DeltaStore, table: str, volatile: set[str]) -> list[str]:
+    """The rows of `table` as sorted canonical JSON, without the `volatile` columns."""
+    frame = store.read(table, SCHEMAS.get(table))
+    frame = frame.drop([c for c in frame.columns if c in volatile])
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in frame.to_dicts())
+
+
+def assert_same_tables(
+    store: DeltaStore, clean: DeltaStore, skip: set[str], volatile: set[str]
+) -> None:
+    """Every table but `skip` holds the same rows in `store` as in `clean`."""
+    for table in sorted(set(SCHEMAS) - skip):
+        assert table_rows(store, table, volatile) == table_rows(clean, table, volatile), table

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 import pytest
 from conftest_ops import (
+    SimulatedCrash,
+    assert_same_tables,
+    crash_after_commit,
     es_ids,
     index_rows,
     role_rows,
@@ -33,10 +37,12 @@ from ctxdb.record.expiry import expires_at_expr
 from ctxdb.search.models import NotFound, SearchRequest
 from ctxdb.search.service import SearchService
 from ctxdb.settings import RetentionRule, Settings
+from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,
     INDEX_STATE,
+    LIFECYCLE_JOURNAL,
     RAW_TURN_EVENTS,
     REPLAY_ARTIFACTS,
     RETENTION_PENDING,
@@ -174,7 +180,8 @@ def test_interrupted_sweep_is_finished_by_the_next_run(store, es, ops_settings, 
 
     report = retention.sweep(store, es, ops_settings)
     assert report.status == "ok"
-    assert report.deleted_rows[ROLE_ROWS] == 0
+    assert report.run_id == store.read(RETENTION_REPORT)["run_id"][0]  # resumed, same run
+    assert report.deleted_rows[ROLE_ROWS] == 5  # deleted by the interrupted attempt
     assert report.es_deleted == {ROWS: 5, TURNS: 5}
     assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
         store.read(ROLE_ROWS)["row_id"]
@@ -320,3 +327,71 @@ def test_indexer_racing_the_sweep_cannot_resurrect_documents(store, es, ops_sett
     report = retention.sweep(store, es, ops_settings, vacuum_hours=168)
     assert report.es_deleted[ROWS] == len(expired_ids)
     assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == live
+
+
+def _clean_copy(tmp_path: Path, settings: Settings) -> tuple[DeltaStore, Settings]:
+    """A copy of the test's Delta tables and files under another home, for a clean run."""
+    clean = settings.replace(home=tmp_path / "clean")
+    shutil.copytree(settings.delta_uri, clean.delta_uri)
+    shutil.copytree(settings.files, clean.files)
+    return DeltaStore(clean.delta_uri), clean
+
+
+def test_finding_15_and_16_a_resumed_sweep_counts_and_cleans_what_the_first_attempt_purged(
+    store, es, ops_settings, tmp_path, monkeypatch
+):
+    """Finding 15: killed after its role_rows DELETE, the resumed sweep reported `role_rows: 0`.
+    Finding 16: the purged rows' embedding statuses stayed. The crash is simulated right after
+    the role_rows commit; the resumed run must leave the tables a clean run leaves and report
+    the same counts."""
+    rows, _ = _seed(store, es, ops_settings)
+    write_embeddings(store, rows)
+    clean_store, clean_settings = _clean_copy(tmp_path, ops_settings)
+
+    crash_after_commit(monkeypatch, "delta:role_rows")
+    with pytest.raises(SimulatedCrash):
+        retention.sweep(store, es, ops_settings)
+    assert store.read(ROLE_ROWS).height == 15
+    assert store.read(ROW_EMBEDDINGS).height == 20  # the statuses were not reached
+    assert store.read(LIFECYCLE_JOURNAL).height == 1  # the run is recorded as unfinished
+
+    resumed = retention.sweep(store, es, ops_settings)
+    clean = retention.sweep(clean_store, None, clean_settings)
+
+    assert resumed.status == "ok" and clean.status == "es_pending"  # the clean run had no ES
+    assert resumed.deleted_rows == clean.deleted_rows
+    assert resumed.deleted_rows[ROLE_ROWS] == resumed.deleted_rows[ROW_EMBEDDINGS] == 5
+    assert set(store.read(ROW_EMBEDDINGS)["row_id"]) == set(store.read(ROLE_ROWS)["row_id"])
+    assert store.read(LIFECYCLE_JOURNAL).is_empty()
+    saved = store.read(RETENTION_REPORT)
+    assert saved.height == 1 and json.loads(saved["deleted_rows"][0])[ROLE_ROWS] == 5
+    assert_same_tables(
+        store,
+        clean_store,
+        skip={RETENTION_PENDING, RETENTION_REPORT},
+        volatile={"recorded_at", "run_id"},
+    )
+    assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
+        store.read(ROLE_ROWS)["row_id"]
+    )
+
+
+def test_finding_16_statuses_of_rows_purged_while_elasticsearch_was_down_go_next_run(
+    store, es, ops_settings, tmp_path, monkeypatch
+):
+    """A crash right after the role_rows DELETE of a sweep that could not reach Elasticsearch:
+    the pending ids are all that is left of the purged rows, and the next run (Elasticsearch
+    back) removes their statuses and documents."""
+    rows, _ = _seed(store, es, ops_settings)
+    write_embeddings(store, rows)
+    down = ops_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
+    crash_after_commit(monkeypatch, "delta:role_rows")
+    with pytest.raises(SimulatedCrash):
+        retention.sweep(store, make_client(down), down)
+
+    report = retention.sweep(store, es, ops_settings)
+
+    assert report.status == "ok"
+    assert report.deleted_rows[ROW_EMBEDDINGS] == 5
+    assert store.read(ROW_EMBEDDINGS).height == 15
+    assert len(es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS)) == 15

@@ -1,8 +1,10 @@
 """Physical deletion primitives shared by the retention sweep and erasure.
 
-Delta rows are deleted by predicate or by key (MERGE ... WHEN MATCHED DELETE), Elasticsearch
-documents by id through `elasticsearch.helpers.streaming_bulk` (the embedded node has no
-delete_by_query), and conversation files through `pyarrow.fs` (local paths and object stores).
+Delta rows are deleted by predicate or by key (MERGE ... WHEN MATCHED DELETE), each commit
+tagged with the deleting run's id so that `deleted_by` can count a run's deletes from the tables'
+history (an interrupted attempt's included); Elasticsearch documents by id through
+`elasticsearch.helpers.streaming_bulk` (the embedded node has no delete_by_query), and
+conversation files through `pyarrow.fs` (local paths and object stores).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+from deltalake import CommitProperties
 from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch.helpers import scan, streaming_bulk
 from pyarrow import fs as pafs
@@ -25,6 +28,8 @@ from ctxdb.storage.delta import DeltaStore
 log = logging.getLogger(__name__)
 
 BULK_CHUNK = 1000
+RUN_ID_KEY = "ctxdb.run_id"
+"""Commit metadata key naming the retention sweep or erasure that made a Delta delete."""
 
 
 def sql_ts(ts: datetime) -> str:
@@ -38,19 +43,66 @@ def columns_of(store: DeltaStore, table: str) -> list[str]:
     return [] if dt is None else list(pa.schema(dt.schema().to_arrow()).names)
 
 
-def delete_keys(store: DeltaStore, table: str, keys: pl.DataFrame) -> int:
-    """Delete the rows whose key columns match a row of `keys` (one MERGE commit)."""
+def run_tag(run_id: str | None) -> CommitProperties | None:
+    """Commit properties naming `run_id` in the commit's metadata (None: untagged)."""
+    return None if run_id is None else CommitProperties(custom_metadata={RUN_ID_KEY: run_id})
+
+
+def delete_where(store: DeltaStore, table: str, predicate: str, run_id: str | None = None) -> int:
+    """DELETE the rows matching a SQL predicate in one commit tagged with `run_id`."""
+    dt = store.table(table)
+    if dt is None:
+        return 0
+    with store.guarded(table, "delete from"):
+        metrics = dt.delete(predicate, commit_properties=run_tag(run_id))
+    return int(metrics.get("num_deleted_rows", 0))
+
+
+def delete_keys(
+    store: DeltaStore, table: str, keys: pl.DataFrame, run_id: str | None = None
+) -> int:
+    """Delete the rows whose key columns match a row of `keys` (one MERGE commit tagged with
+    `run_id`)."""
     dt = store.table(table)
     if dt is None or keys.is_empty():
         return 0
     source = keys.unique().to_arrow()
     predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys.columns)
-    metrics = (
-        dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
-        .when_matched_delete()
-        .execute()
-    )
+    merger = dt.merge(
+        source,
+        predicate=predicate,
+        source_alias="s",
+        target_alias="t",
+        commit_properties=run_tag(run_id),
+    ).when_matched_delete()
+    with store.guarded(table, "delete from"):
+        metrics = merger.execute()
     return int(metrics.get("num_target_rows_deleted", 0))
+
+
+def deleted_by(
+    store: DeltaStore, tables: Iterable[str], run_id: str, since: dict[str, int | None]
+) -> dict[str, int]:
+    """Rows each existing table lost to commits tagged with `run_id` after version `since[table]`
+    (every commit when the table did not exist then): what the run deleted over all its
+    attempts, read from the Delta log."""
+    counts: dict[str, int] = {}
+    for table in tables:
+        dt = store.table(table)
+        if dt is None:
+            continue
+        start = since.get(table)
+        newer = dt.version() - start if start is not None else None
+        counts[table] = 0
+        if newer == 0:
+            continue
+        for commit in dt.history(newer):
+            if commit.get(RUN_ID_KEY) != run_id:
+                continue
+            metrics = commit.get("operationMetrics") or {}
+            deleted = metrics.get("num_deleted_rows", metrics.get("num_target_rows_deleted", 0))
+            counts[table] += int(deleted)
+    return counts
 
 
 def vacuum(store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool) -> dict[str, int]:
@@ -152,6 +204,21 @@ def _delete_actions(indices: Sequence[str], doc_ids: Sequence[str]) -> Iterator[
     for doc_id in doc_ids:
         for index in indices:
             yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+
+
+def scan_sources(
+    es: Elasticsearch, prefix: str, kind: str, query: dict, fields: Sequence[str]
+) -> pl.DataFrame:
+    """`fields` of every document of `kind` (all index versions) matching `query`."""
+    schema = dict.fromkeys(fields, pl.String)
+    indices = kind_indices(es, prefix, kind)
+    if not indices:
+        return pl.DataFrame(schema=schema)
+    hits = scan(
+        es, index=",".join(indices), query={"query": query, "_source": list(fields)}, size=1000
+    )
+    found = [{f: hit["_source"].get(f) for f in fields} for hit in hits]
+    return pl.DataFrame(found, schema=schema)
 
 
 def scan_ids(es: Elasticsearch, prefix: str, kind: str, query: dict) -> list[str]:

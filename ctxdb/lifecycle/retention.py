@@ -3,12 +3,17 @@
 Sweep order (each step idempotent, so a run killed anywhere is finished by the next one):
 
 1. find expired rows in Delta (`expires_at <= cutoff`) and expired stragglers in Elasticsearch;
-2. record the Elasticsearch ids and storage paths to remove in `retention_pending`;
-3. DELETE the expired rows from Delta (role rows first, then their embedding statuses, TurnLogs,
-   catalog, timelines, replay artifacts) and prune embedding-cache entries no row references;
+2. record the run in `lifecycle_journal` (a killed run is resumed under the same run id) and the
+   Elasticsearch ids and storage paths to remove in `retention_pending`;
+3. DELETE the expired rows from Delta (role rows first, then TurnLogs, catalog, timelines, replay
+   artifacts, then the embedding statuses of every pending row id whose role row is gone, so the
+   statuses of rows an interrupted attempt purged go too) and prune embedding-cache entries no
+   row references; every delete commit carries the run id;
 4. bulk-delete every pending Elasticsearch id (404 = already gone) and remove pending files;
 5. clear the pending entries that were confirmed; Elasticsearch failures stay pending;
-6. VACUUM with the configured window and append a `retention_report` row.
+6. VACUUM with the configured window, append a `retention_report` row whose deleted counts are
+   read from the tables' history for the run id (an interrupted attempt's deletes included), and
+   close the journal entry.
 
 Delta is purged before Elasticsearch so the indexer, which reads Delta, cannot re-index a row the
 sweep is removing (see docs/operations.md for the full ordering argument).
@@ -29,11 +34,15 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.lifecycle import journal
+from ctxdb.lifecycle.journal import JournalRun
 from ctxdb.lifecycle.purge import (
     EsDeleteResult,
     columns_of,
     delete_docs,
     delete_keys,
+    delete_where,
+    deleted_by,
     remove_paths,
     scan_ids,
     sql_ts,
@@ -72,7 +81,10 @@ SWEPT_TABLES = (
     EMBEDDINGS,
     RETENTION_PENDING,
 )
+# Tables the sweep deletes rows from (its report counts these).
+PURGED_TABLES = (*EXPIRING_TABLES, RAW_TURN_EVENTS, QUARANTINED_EVENTS, ROW_EMBEDDINGS, EMBEDDINGS)
 FILES = "files"
+OPERATION = "retention"
 
 
 @dataclass
@@ -239,27 +251,40 @@ def read_pending(store: DeltaStore) -> pl.DataFrame:
 
 
 def purge_expired(
-    store: DeltaStore, expired: Expired, started_at: datetime, settings: Settings
+    store: DeltaStore,
+    expired: Expired,
+    started_at: datetime,
+    settings: Settings,
+    run_id: str | None = None,
 ) -> dict[str, int]:
-    """DELETE the expired rows from every expiring table and their dependants."""
+    """DELETE the expired rows from every expiring table and their dependants (commits tagged
+    with `run_id`); returns the rows this call deleted per table."""
     deleted: dict[str, int] = {}
     for table in EXPIRING_TABLES:
         if table in expired.counts:
-            deleted[table] = store.delete(table, f"expires_at <= {sql_ts(expired.cutoff)}")
-    if expired.row_ids:
-        keys = pl.DataFrame({"row_id": expired.row_ids})
-        deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys)
+            predicate = f"expires_at <= {sql_ts(expired.cutoff)}"
+            deleted[table] = delete_where(store, table, predicate, run_id)
+    purged = pl.DataFrame({"row_id": expired.row_ids}, schema={"row_id": pl.String})
+    keys = pl.concat([purged, purged_row_ids(store)]).unique()
+    deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys, run_id)
     if expired.raw_ids is not None:
-        deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids)
+        deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids, run_id)
     if QUARANTINED_EVENTS in expired.counts:
         before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
         predicate = f"quarantined_at <= {before}"
-        deleted[QUARANTINED_EVENTS] = store.delete(QUARANTINED_EVENTS, predicate)
-    deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at)
+        deleted[QUARANTINED_EVENTS] = delete_where(store, QUARANTINED_EVENTS, predicate, run_id)
+    deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at, run_id)
     return deleted
 
 
-def prune_embedding_cache(store: DeltaStore, before: datetime) -> int:
+def purged_row_ids(store: DeltaStore) -> pl.DataFrame:
+    """Row ids waiting in `retention_pending` whose role row is gone from Delta: rows a sweep or
+    an erasure (this one, or one that was interrupted) already purged."""
+    pending = read_pending(store).filter(pl.col("kind") == ROWS)
+    return drop_live_ids(store, pending).select(row_id="doc_id")
+
+
+def prune_embedding_cache(store: DeltaStore, before: datetime, run_id: str | None = None) -> int:
     """Delete cached vectors no role row references any more (only entries older than `before`,
     so a vector the embedder just cached for a row being derived right now is kept)."""
     if not store.exists(EMBEDDINGS):
@@ -276,7 +301,7 @@ def prune_embedding_cache(store: DeltaStore, before: datetime) -> int:
         .collect()
         .join(referenced, on="text_hash", how="anti")
     )
-    return delete_keys(store, EMBEDDINGS, stale)
+    return delete_keys(store, EMBEDDINGS, stale, run_id)
 
 
 def drop_live_ids(store: DeltaStore, pending: pl.DataFrame) -> pl.DataFrame:
@@ -363,7 +388,9 @@ def _sweep(
     clock = time.perf_counter()
     started_at = datetime.now(UTC)
     cutoff = now or started_at
-    run_id = new_run_id("retention", started_at)
+    interrupted = journal.open_runs(store, OPERATION)
+    run = interrupted[0] if interrupted and not dry_run else None
+    run_id = run.run_id if run else new_run_id(OPERATION, started_at)
     hours = settings.retention.vacuum_hours if vacuum_hours is None else vacuum_hours
 
     expired = find_expired(store, cutoff, settings)
@@ -385,12 +412,25 @@ def _sweep(
         report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=True)
         return _finish(store, report, clock)
 
+    if run is None:
+        header = {
+            "started_at": started_at.isoformat(),
+            "versions": journal.table_versions(store, PURGED_TABLES),
+        }
+        run = JournalRun(run_id, OPERATION, header)
+        journal.start(store, run)
+    else:
+        log.info("retention: resuming %s", run_id)
     record_pending(store, run_id, pending_now)
-    report.deleted_rows = purge_expired(store, expired, started_at, settings)
+    purge_expired(store, expired, min(run.started_at, started_at), settings, run_id)
     finish_pending(store, es, settings, report)
     report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=False)
     report.oldest_remaining_ts = oldest_remaining(store)
-    return _finish(store, report, clock)
+    report.deleted_rows = deleted_by(store, PURGED_TABLES, run_id, run.versions)
+    _finish(store, report, clock)
+    for done in interrupted or [run]:
+        journal.close(store, done.run_id)
+    return report
 
 
 def finish_pending(

@@ -88,6 +88,24 @@ RETENTION_PENDING_SCHEMA = pa.schema(
     ]
 )
 
+LIFECYCLE_JOURNAL = "lifecycle_journal"
+
+# What a retention sweep or an erasure has set out to do, appended in one commit before it removes
+# anything and deleted (and vacuumed) when it is done, so a killed run is resumed from it: a `run`
+# row (its header: scope, start time, table versions) and, for an erasure, one row per role row
+# (`row`: row_id, text_hash), cached vector (`vector`), identity (`identity`), landing file
+# (`source`) and Elasticsearch id or storage path (`pending`) it will remove.
+LIFECYCLE_JOURNAL_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("operation", pa.string(), nullable=False),  # retention | erase
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("value", pa.string()),
+        pa.field("recorded_at", TS, nullable=False),
+    ]
+)
+
 # One row per retention sweep or erasure run. Counts are JSON objects keyed by table or index kind.
 RETENTION_REPORT_SCHEMA = pa.schema(
     [
@@ -364,6 +382,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     INDEX_STATE: INDEX_STATE_SCHEMA,
     RETENTION_PENDING: RETENTION_PENDING_SCHEMA,
     RETENTION_REPORT: RETENTION_REPORT_SCHEMA,
+    LIFECYCLE_JOURNAL: LIFECYCLE_JOURNAL_SCHEMA,
     PURGED_CONVERSATIONS: PURGED_CONVERSATIONS_SCHEMA,
     QUARANTINED_FILES: QUARANTINED_FILES_SCHEMA,
     DERIVE_FAILURES: DERIVE_FAILURES_SCHEMA,
