@@ -179,7 +179,8 @@ class RetentionSettings(BaseSettings):
         default=0,
         ge=0,
         validation_alias="CTXDB_ERASE_VACUUM_HOURS",
-        description="VACUUM window after an erasure (0: old files go at once).",
+        description="VACUUM window after an erasure for replaced files holding no erased row "
+        "(files holding one are always deleted at once).",
     )
     compaction_target_mb: int = Field(
         default=128,

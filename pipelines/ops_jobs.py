@@ -8,7 +8,8 @@ ever raised (see docs/operations.md).
 Run config (destructive jobs take it explicitly; the schedules pass it in full):
   retention_job  ops.retention_sweep.config: dry_run (default false), vacuum_retention_hours
                  (default CTXDB_RETENTION_VACUUM_HOURS, 168).
-  erase_job      ops.erase_data.config: exactly one of user_id / conversation_id (required).
+  erase_job      ops.erase_data.config: exactly one of user_id / conversation_id (required),
+                 tenant (required when the id exists in several tenants), app, dry_run.
   compaction_job ops.compact_tables.config: fail_on_unbounded (default true).
 """
 
@@ -37,9 +38,15 @@ from assets.specs import WRITER_POOL, table_changes
 from ctxdb.index.errors import ElasticsearchSetupError
 from ctxdb.index.health import check_cluster
 from ctxdb.lifecycle.compaction import compact_all, unbounded
-from ctxdb.lifecycle.erase import Scope, erase
+from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase
 from ctxdb.lifecycle.retention import sweep
-from ctxdb.storage.tables import PURGED_CONVERSATIONS, RETENTION_PENDING, RETENTION_REPORT, SCHEMAS
+from ctxdb.storage.tables import (
+    LIFECYCLE_JOURNAL,
+    PURGED_CONVERSATIONS,
+    RETENTION_PENDING,
+    RETENTION_REPORT,
+    SCHEMAS,
+)
 from pipelines.failures import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
@@ -57,6 +64,9 @@ class RetentionConfig(Config):
 class EraseConfig(Config):
     user_id: str | None = None
     conversation_id: str | None = None
+    tenant: str | None = None  # needed when the id exists in several tenants
+    app: str | None = None
+    dry_run: bool = False
 
 
 class CompactionConfig(Config):
@@ -87,7 +97,7 @@ def retention_sweep(
             f"{report.es_pending} Elasticsearch deletes pending (retried next run): {report.error}"
         )
     if not config.dry_run:
-        written = (RETENTION_REPORT, RETENTION_PENDING)
+        written = (RETENTION_REPORT, RETENTION_PENDING, LIFECYCLE_JOURNAL)
         for event in table_changes(store, report.deleted_rows, written, "retention sweep"):
             context.log_event(event)
     return Output(report.run_id, metadata=report.as_metadata())
@@ -100,12 +110,18 @@ def erase_data(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[str]:
-    """Erase one user or one conversation everywhere and verify nothing remains."""
-    scope = erase_scope(config.user_id, config.conversation_id)
+    """Erase one user or one conversation of one tenant everywhere and verify nothing remains
+    (a dry run logs what would go, per store)."""
+    scope = erase_scope(config)
     store = delta.store()
-    report = erase(store, es.client(), es.settings(), scope)
+    try:
+        report = erase(store, es.client(), es.settings(), scope, dry_run=config.dry_run)
+    except AmbiguousScope as exc:
+        raise Failure(description=str(exc)) from exc
     context.log.info(report.message)
-    written = (RETENTION_REPORT, PURGED_CONVERSATIONS)
+    if config.dry_run:
+        return Output(report.run_id, metadata={"found": MetadataValue.json(report.found_counts)})
+    written = (RETENTION_REPORT, PURGED_CONVERSATIONS, LIFECYCLE_JOURNAL)
     for event in table_changes(store, report.deleted_rows, written, "erasure"):
         context.log_event(event)
     metadata = {
@@ -123,13 +139,18 @@ def erase_data(
     return Output(report.run_id, metadata=metadata)
 
 
-def erase_scope(user_id: str | None, conversation_id: str | None) -> Scope:
-    """Exactly one identifier must be given: an erasure is never implied by defaults."""
-    if bool(user_id) == bool(conversation_id):
+def erase_scope(config: EraseConfig) -> Scope:
+    """Exactly one identifier must be given (an erasure is never implied by defaults), with the
+    tenant (and app) it belongs to when given."""
+    if bool(config.user_id) == bool(config.conversation_id):
         raise Failure(description="erase_job needs exactly one of user_id or conversation_id")
-    if user_id:
-        return Scope("user_id", user_id)
-    return Scope("conversation_id", conversation_id or "")
+    column = "user_id" if config.user_id else "conversation_id"
+    try:
+        return Scope(
+            column, config.user_id or config.conversation_id or "", config.tenant, config.app
+        )
+    except ValueError as exc:
+        raise Failure(description=str(exc)) from exc
 
 
 @op(tags=WRITER_TAGS, pool=WRITER_POOL)

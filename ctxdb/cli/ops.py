@@ -13,7 +13,7 @@ import typer
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
 from ctxdb.lifecycle.compaction import compact_all, unbounded
-from ctxdb.lifecycle.erase import Scope, erase
+from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase
 from ctxdb.lifecycle.retention import sweep
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
@@ -32,20 +32,37 @@ def erase_command(
     conversation: Annotated[
         str | None, typer.Option("--conversation", help="Erase this conversation.")
     ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="The tenant (needed when the id exists in several)."),
+    ] = None,
+    app_name: Annotated[
+        str | None, typer.Option("--app", help="Only this app of the tenant.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print what would go, per store; change nothing.")
+    ] = False,
 ) -> None:
-    """Erase a user or a conversation everywhere, then verify zero rows remain."""
+    """Erase a user or a conversation of one tenant everywhere, then verify that nothing remains
+    (older table versions included)."""
     if bool(user) == bool(conversation):
         typer.echo("error: give exactly one of --user or --conversation", err=True)
         raise typer.Exit(2)
     try:
-        scope = Scope("user_id", user) if user else Scope("conversation_id", conversation or "")
+        column = "user_id" if user else "conversation_id"
+        scope = Scope(column, user or conversation or "", tenant, app_name)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
     settings = get_settings()
-    report = erase(DeltaStore.from_settings(settings), make_client(settings), settings, scope)
+    store, client = DeltaStore.from_settings(settings), make_client(settings)
+    try:
+        report = erase(store, client, settings, scope, dry_run=dry_run)
+    except AmbiguousScope as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo(report.message)
-    if report.found and not report.verified:
+    if report.found and not report.dry_run and not report.verified:
         raise typer.Exit(1)
 
 

@@ -24,6 +24,7 @@ HEAD_BYTES = 64
 """How many leading bytes of an unreadable file its quarantine row keeps."""
 CORRUPT_GZIP = "corrupt_gzip"
 UNREADABLE_FILE = "unreadable_file"
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -80,10 +81,20 @@ class Unreadable:
     head: bytes = b""
 
 
+def is_gzip(data: bytes) -> bool:
+    """True when `data` starts with gzip's magic bytes: a landing file is gzip by its content,
+    whatever its name (landing and erasure both tell it this way)."""
+    return data[:2] == GZIP_MAGIC
+
+
+def unpack(data: bytes) -> bytes:
+    """The content of a landing file's bytes: gunzipped (zlib-ng) when they are gzip."""
+    return gzip_ng.decompress(data) if is_gzip(data) else data
+
+
 def read_bytes(path: str) -> bytes:
     """The content of one landing file, gunzipped (zlib-ng) when it starts with gzip's magic."""
-    data = _read_raw(path)
-    return gzip_ng.decompress(data) if data[:2] == b"\x1f\x8b" else data
+    return unpack(_read_raw(path))
 
 
 def read_landing_file(path: str) -> bytes | Unreadable:
@@ -94,7 +105,7 @@ def read_landing_file(path: str) -> bytes | Unreadable:
     except OSError as exc:
         log.warning("cannot read landing file %s: %s", path, exc)
         return Unreadable(UNREADABLE_FILE, f"{type(exc).__name__}: {exc}")
-    if data[:2] != b"\x1f\x8b":
+    if not is_gzip(data):
         return data
     try:
         return gzip_ng.decompress(data)

@@ -1,42 +1,54 @@
-"""Erasure: remove every trace of one user or one conversation, then verify nothing remains.
+"""Erasure: remove every trace of one user or one conversation of one tenant, then verify that
+nothing remains, in the current tables and in every older version of them.
 
-Covers the landing files the events came from, raw and quarantined events, every derived table,
-embedding statuses, embedding-cache vectors no remaining row references, Elasticsearch rows and
-turns (every index version) and conversation file storage.
+Covers the landing files the events came from, raw and quarantined events, every derived table
+(and the failure tables naming it), embedding statuses, embedding-cache vectors no remaining row
+references, Elasticsearch rows and turns (every index version) and conversation file storage.
 
-Order: record the Elasticsearch ids and storage paths in `retention_pending`, tombstone the
-conversations in `purged_conversations` (derivation never re-derives them), scrub the landing
-files, DELETE from Delta, then delete from Elasticsearch and storage, VACUUM and verify. Every step
-is idempotent, so a killed erasure is finished by re-running it (or by the next retention sweep
-for the pending Elasticsearch and storage work). The tombstone keeps identifiers only, no content;
-the report row written to `retention_report` holds counts only, never the erased identifier.
+The scope is the full identity (`ctxdb.lifecycle.scope`): a user id found in several tenants is
+refused unless the tenant is named. Order, every step idempotent:
+
+1. plan: the identities, role rows (ids and text hashes), the vectors only those rows use, the
+   landing files, Elasticsearch ids and storage paths of the scope; record the plan in
+   `lifecycle_journal` (one commit) and the Elasticsearch ids and paths in `retention_pending`;
+2. tombstone the conversations in `purged_conversations` (derivation never re-derives them),
+   rewrite the landing files, DELETE from Delta (each commit tagged with the run id), delete from
+   Elasticsearch and storage;
+3. VACUUM, then delete every file no current row lives in that still holds an erased row (older
+   versions, change data): no table version can return the erased rows;
+4. verify, report (deleted counts read from the tables' history, so a resumed run counts what an
+   interrupted attempt removed), close the journal.
+
+A killed erasure is finished by running it again: the open journal entry is found by its scope,
+and the plan is read from it rather than from the tables the first attempt already emptied. The
+tombstone keeps hashes only; the report row holds counts only, never the erased identifier.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Literal
 
 import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
-from pyarrow import fs as pafs
 
 from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
+from ctxdb.lifecycle import history, journal, landing_lines
+from ctxdb.lifecycle.journal import JournalRun
 from ctxdb.lifecycle.purge import (
     columns_of,
     count_docs,
     delete_docs,
     delete_keys,
+    delete_where,
+    deleted_by,
     path_exists,
     scan_ids,
+    scan_sources,
     vacuum,
 )
 from ctxdb.lifecycle.retention import (
@@ -47,6 +59,7 @@ from ctxdb.lifecycle.retention import (
     record_pending,
     write_report,
 )
+from ctxdb.lifecycle.scope import OWNER, AmbiguousScope, Scope, resolve
 from ctxdb.settings import Settings
 from ctxdb.storage import tombstones
 from ctxdb.storage.delta import DeltaStore
@@ -66,8 +79,11 @@ from ctxdb.storage.tables import (
     TURN_LOGS,
 )
 
+__all__ = ["AmbiguousScope", "EraseReport", "Scope", "erase"]
+
 log = logging.getLogger(__name__)
 
+OPERATION = "erase"
 # Tables holding a user's or a conversation's content (or errors about it).
 CONTENT_TABLES = (
     RAW_TURN_EVENTS,
@@ -80,57 +96,100 @@ CONTENT_TABLES = (
     DERIVE_FAILURES,
     INDEX_FAILURES,
 )
-ERASED_TABLES = (*CONTENT_TABLES, ROW_EMBEDDINGS, EMBEDDINGS, RETENTION_PENDING)
-IDENTITY = ["tenant", "app", "user_id", "conversation_id"]
+DELETED_TABLES = (*CONTENT_TABLES, ROW_EMBEDDINGS, EMBEDDINGS)
+ERASED_TABLES = (*DELETED_TABLES, RETENTION_PENDING)
 QUARANTINE_KEY = ["source_file", "line_number"]
+HISTORY = "history_files"
+ES_UNREACHABLE = "es_unreachable"
 
 
-@dataclass(frozen=True)
-class Scope:
-    """What to erase: everything whose `column` (user_id or conversation_id) equals `value`."""
+@dataclass
+class Plan:
+    """What one erasure removes, as recorded in the journal before anything is removed."""
 
-    column: Literal["user_id", "conversation_id"]
-    value: str
-
-    def __post_init__(self) -> None:
-        if self.column not in ("user_id", "conversation_id"):
-            raise ValueError(f"cannot erase by {self.column!r}: use user_id or conversation_id")
-        if not self.value or not self.value.strip():
-            raise ValueError(f"an erasure needs a non-empty {self.column}")
+    run_id: str
+    scope: Scope
+    started_at: datetime
+    versions: dict[str, int | None]
+    identities: pl.DataFrame  # OWNER columns
+    rows: pl.DataFrame  # row_id, text_hash
+    vectors: list[str]  # text hashes only this scope's rows use
+    sources: list[str]  # landing files
+    pending: dict[str, list[str]]  # Elasticsearch ids (rows, turns) and storage paths (files)
+    planned: dict[str, int] = field(default_factory=dict)  # landing lines, storage folders
+    resumed: bool = False
 
     @property
-    def label(self) -> str:
-        return "user" if self.column == "user_id" else "conversation"
+    def conversations(self) -> list[str]:
+        return self.identities["conversation_id"].unique().to_list()
 
-    def es_query(self) -> dict:
-        return {"term": {self.column: self.value}}
+    def header(self) -> dict:
+        return {
+            "scope": self.scope.as_json(),
+            "started_at": self.started_at.isoformat(),
+            "versions": self.versions,
+            "planned": self.planned,
+        }
 
-    def _pattern(self) -> str:
-        return rf'"{self.column}"\s*:\s*"{re.escape(self.value)}"'
+    def entries(self) -> pl.DataFrame:
+        """The journal entries (kind, key, value) of this plan."""
+        parts = [
+            self.rows.select(kind=pl.lit("row"), key="row_id", value="text_hash"),
+            pl.DataFrame({"kind": "vector", "key": self.vectors, "value": None}),
+            pl.DataFrame(
+                {
+                    "kind": "identity",
+                    "key": [json.dumps(row) for row in self.identities.select(OWNER).rows()],
+                    "value": None,
+                }
+            ),
+            pl.DataFrame({"kind": "source", "key": self.sources, "value": None}),
+        ]
+        parts += [
+            pl.DataFrame({"kind": "pending", "key": ids, "value": kind})
+            for kind, ids in self.pending.items()
+        ]
+        schema = journal.ENTRY_SCHEMA
+        return pl.concat([part.cast(schema) for part in parts if part.height]).select(*schema)
 
-    def in_raw_line(self) -> pl.Expr:
-        """Matches a quarantined raw line that names this user or conversation."""
-        return pl.col("raw_line").str.contains(self._pattern())
+    @classmethod
+    def from_journal(cls, store: DeltaStore, run: JournalRun) -> Plan:
+        """The plan an earlier attempt recorded."""
 
-    def in_line(self, line: str) -> bool:
-        """True when a landing-file line is an event of this user or conversation."""
-        try:
-            event = json.loads(line)
-        except ValueError:
-            event = None
-        if isinstance(event, dict):
-            return event.get(self.column) == self.value
-        return re.search(self._pattern(), line) is not None
+        def kind(name: str) -> pl.DataFrame:
+            return journal.entries(store, run.run_id, name)
+
+        identities = [json.loads(key) for key in kind("identity")["key"]]
+        pending = kind("pending")
+        return cls(
+            run_id=run.run_id,
+            scope=Scope.from_json(run.header["scope"]),
+            started_at=run.started_at,
+            versions=run.versions,
+            identities=pl.DataFrame(identities, schema=OWNER, orient="row"),
+            rows=kind("row").select(row_id="key", text_hash="value"),
+            vectors=kind("vector")["key"].to_list(),
+            sources=sorted(kind("source")["key"].to_list()),
+            pending={
+                k: pending.filter(pl.col("value") == k)["key"].to_list()
+                for k in (ROWS, TURNS, FILES)
+            },
+            planned=run.header.get("planned", {}),
+            resumed=True,
+        )
 
 
 @dataclass(kw_only=True)
 class EraseReport(RetentionReport):
-    """What an erasure found, removed and verified (`remaining` all zero when verified); its
-    `retention_report` row is the one a sweep writes, with operation `erase`."""
+    """What an erasure found, removed and verified (`remaining` all zero when verified: in the
+    current tables and in every older version); its `retention_report` row is the one a sweep
+    writes, with operation `erase`. A dry run fills `found_counts` and changes nothing."""
 
     scope: Scope
     found: bool
+    resumed: bool = False
     landing_lines_removed: int = 0
+    found_counts: dict[str, int] = field(default_factory=dict)
     remaining: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -139,319 +198,370 @@ class EraseReport(RetentionReport):
 
     @property
     def message(self) -> str:
-        what = f"{self.scope.label} {self.scope.value!r}"
+        what = self.scope.describe()
+        if self.dry_run:
+            return _dry_run_message(what, self.found_counts)
         if not self.found:
             return f"No data found for {what}; nothing to erase."
+        resumed = " (resumed)" if self.resumed else ""
         if self.verified:
+            old = sum(self.vacuumed_files.values())
             return (
-                f"Erased {what}: {sum(self.deleted_rows.values())} Delta rows, "
+                f"Erased {what}{resumed}: {sum(self.deleted_rows.values())} Delta rows, "
                 f"{sum(self.es_deleted.values())} Elasticsearch documents, "
                 f"{self.files_removed} storage folders, {self.landing_lines_removed} landing "
-                "lines; verified zero remaining."
+                f"lines; verified zero remaining, and no table version holds them ({old} old "
+                "files deleted)."
             )
         left = {k: v for k, v in self.remaining.items() if v}
         detail = f"; {self.error}" if self.error else ""
-        return f"Erasure of {what} incomplete ({self.status}): remaining {left}{detail}"
+        return f"Erasure of {what}{resumed} incomplete ({self.status}): remaining {left}{detail}"
 
 
 def erase(
-    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
-) -> EraseReport:
-    """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
-    lease while Elasticsearch answers)."""
-    with optional_writer_lease_for(es, settings, "erase"):
-        return _erase(store, es, settings, scope)
-
-
-def _erase(
-    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
-) -> EraseReport:
-    clock = time.perf_counter()
-    started_at = datetime.now(UTC)
-    run_id = new_run_id("erase", started_at)
-    identities = _identities(store, scope)
-    rows = _matching(store, ROLE_ROWS, scope, identities, ["row_id", "text_hash"])
-    es_ids, es_error = _es_ids(
-        es, settings.elasticsearch.index_prefix, scope, rows, _turn_keys(store, scope)
-    )
-    paths = [p for p in storage_paths(identities, scope) if path_exists(settings.files, p)]
-    sources = _source_files(store, scope, identities)
-    counts = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
-    landing = sum(_landing_lines(settings, sources, scope).values())
-    found = bool(sum(counts.values()) or any(es_ids.values()) or paths or landing)
-    report = EraseReport(
-        scope=scope,
-        run_id=run_id,
-        found=found,
-        status="ok",
-        dry_run=False,
-        cutoff=started_at,
-        started_at=started_at,
-        finished_at=started_at,
-        error=es_error,
-    )
-    if not found:
-        log.info("erase: nothing found for the %s", scope.label)
-        report.status = "not_found"
-        return report
-
-    record_pending(store, run_id, {**es_ids, FILES: paths})
-    tombstone(store, identities, started_at)
-    report.landing_lines_removed = scrub_landing(settings, sources, scope)
-    report.deleted_rows = _delete_delta(store, scope, identities, rows)
-    report.error = None  # the pending deletes' own error comes first
-    finish_pending(store, es, settings, report)
-    late, late_error = _erase_late_docs(es, settings, scope)
-    report.es_deleted = {k: report.es_deleted.get(k, 0) + late.get(k, 0) for k in (ROWS, TURNS)}
-    report.error = report.error or late_error or es_error
-    vacuum(store, ERASED_TABLES, settings.retention.erase_vacuum_hours, dry_run=False)
-    report.remaining = verify(store, es, settings, scope, identities, rows, paths, sources)
-    if report.es_pending or report.remaining.get("es_unreachable"):
-        report.status = "es_pending"
-    elif any(report.remaining.values()):
-        report.status = "incomplete"
-    report.finished_at = started_at + timedelta(seconds=time.perf_counter() - clock)
-    write_report(store, report, "erase")
-    log.info("erase %s: %s", run_id, report.status)
-    return report
-
-
-def verify(
     store: DeltaStore,
     es: Elasticsearch | None,
     settings: Settings,
     scope: Scope,
-    identities: pl.DataFrame,
-    rows: pl.DataFrame,
-    paths: list[str],
-    sources: list[str],
+    *,
+    dry_run: bool = False,
+) -> EraseReport:
+    """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
+    lease while Elasticsearch answers). A dry run reports what would go, per store, and changes
+    nothing. AmbiguousScope when the id exists in several tenants and none was named."""
+    if dry_run:
+        return _erase(store, es, settings, scope, dry_run=True)
+    with optional_writer_lease_for(es, settings, "erase"):
+        return _erase(store, es, settings, scope, dry_run=False)
+
+
+def _erase(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope, dry_run: bool
+) -> EraseReport:
+    clock = time.perf_counter()
+    started_at = datetime.now(UTC)
+    plan, es_error = _plan(store, es, settings, scope, started_at)
+    found = survey(store, es, settings, plan)
+    report = EraseReport(
+        scope=plan.scope,
+        run_id=plan.run_id,
+        found=plan.resumed or any(v for k, v in found.items() if k != ES_UNREACHABLE),
+        resumed=plan.resumed,
+        status="ok",
+        dry_run=dry_run,
+        cutoff=started_at,
+        started_at=started_at,
+        finished_at=started_at,
+        error=es_error,
+        found_counts=found,
+    )
+    if dry_run:
+        report.status = "dry_run"
+        return report
+    if not report.found:
+        log.info("erase: nothing found for the %s", plan.scope.label)
+        report.status = "not_found"
+        return report
+    if not plan.resumed:
+        plan.planned = {"landing_lines": found["landing_lines"], "files": found["files"]}
+        journal.start(store, JournalRun(plan.run_id, OPERATION, plan.header()), plan.entries())
+    _remove(store, es, settings, plan, report)
+    report.remaining = verify(store, es, settings, plan)
+    if report.es_pending or report.remaining.get(ES_UNREACHABLE):
+        report.status = "es_pending"
+    elif any(report.remaining.values()):
+        report.status = "incomplete"
+    report.deleted_rows = deleted_by(store, DELETED_TABLES, plan.run_id, plan.versions)
+    report.finished_at = started_at + timedelta(seconds=time.perf_counter() - clock)
+    write_report(store, report, OPERATION)
+    if not any(v for k, v in report.remaining.items() if not k.startswith("es_")):
+        journal.close(store, plan.run_id)
+    log.info("erase %s: %s", plan.run_id, report.status)
+    return report
+
+
+def _remove(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    plan: Plan,
+    report: EraseReport,
+) -> None:
+    """Every removal step of `plan`, in order (each idempotent); fills `report`."""
+    record_pending(store, plan.run_id, plan.pending)
+    tombstones.record(store, plan.identities["conversation_id"], plan.started_at)
+    removed_lines = landing_lines.scrub(settings, plan.sources, plan.scope)
+    _delete_delta(store, plan)
+    es_error, report.error = report.error, None  # the pending deletes' own error comes first
+    finish_pending(store, es, settings, report)
+    late, late_error = _erase_late_docs(es, settings, plan.scope)
+    report.es_deleted = {k: report.es_deleted.get(k, 0) + late.get(k, 0) for k in (ROWS, TURNS)}
+    report.error = report.error or late_error or es_error
+    vacuumed = vacuum(store, ERASED_TABLES, settings.retention.erase_vacuum_hours, dry_run=False)
+    scrubbed = {
+        table: history.scrub(store, table, predicate)
+        for table, predicate in _history_predicates(store, plan).items()
+    }
+    report.vacuumed_files = {t: vacuumed.get(t, 0) + scrubbed.get(t, 0) for t in vacuumed}
+    left = landing_lines.count(settings, plan.sources, plan.scope)
+    planned_lines = plan.planned.get("landing_lines", 0)
+    report.landing_lines_removed = max(removed_lines, planned_lines - sum(left.values()))
+    report.files_removed = max(report.files_removed, plan.planned.get("files", 0))
+
+
+def _plan(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope, at: datetime
+) -> tuple[Plan, str | None]:
+    """The open plan of this scope (a killed earlier attempt), or a new one; AmbiguousScope
+    when the scope matches several tenants."""
+    unfinished = [
+        run
+        for run in journal.open_runs(store, OPERATION)
+        if scope.narrows(Scope.from_json(run.header["scope"]))
+    ]
+    if len(unfinished) > 1:
+        owners = pl.DataFrame(
+            [Scope.from_json(r.header["scope"]).as_json() for r in unfinished]
+        ).select("tenant", app=pl.col("app").fill_null("*"))
+        raise AmbiguousScope(scope, owners)
+    if unfinished:
+        log.info("erase: resuming %s", unfinished[0].run_id)
+        return Plan.from_journal(store, unfinished[0]), None
+    owners, es_error = _owners(store, es, settings, scope)
+    scope = resolve(scope, owners)
+    identities = owners.filter(scope.expr()) if scope.tenant else owners.clear()
+    rows = _scan(store, ROLE_ROWS, scope.expr(), ["row_id", "text_hash"])
+    plan = Plan(
+        run_id=new_run_id(OPERATION, at),
+        scope=scope,
+        started_at=at,
+        versions=journal.table_versions(store, DELETED_TABLES),
+        identities=identities,
+        rows=rows,
+        vectors=_vectors_only_of(store, scope, rows),
+        sources=[],
+        pending={},
+    )
+    plan.sources = _source_files(store, plan)
+    ids, ids_error = _es_ids(store, es, settings.elasticsearch.index_prefix, plan)
+    paths = [p for p in storage_paths(plan) if path_exists(settings.files, p)]
+    plan.pending = {**ids, FILES: paths}
+    return plan, es_error or ids_error
+
+
+def survey(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, plan: Plan
 ) -> dict[str, int]:
-    """Rows, documents, storage folders and landing lines of `scope` still present."""
-    remaining = {table: _count(store, table, scope, identities) for table in CONTENT_TABLES}
-    remaining.update(_count_leftovers(store, rows))
-    remaining["files"] = sum(path_exists(settings.files, p) for p in paths)
-    remaining["landing_lines"] = sum(_landing_lines(settings, sources, scope).values())
+    """What of `plan` is present now, per store: rows per Delta table, embedding statuses and
+    cached vectors, storage folders, landing lines and Elasticsearch documents."""
+    counts = {table: _count(store, table, plan) for table in DELETED_TABLES}
+    counts["files"] = sum(path_exists(settings.files, p) for p in plan.pending.get(FILES, []))
+    counts["landing_lines"] = sum(landing_lines.count(settings, plan.sources, plan.scope).values())
     if es is None:
-        remaining["es_unreachable"] = 1
-        return remaining
+        counts[ES_UNREACHABLE] = 1
+        return counts
     try:
         for kind in (ROWS, TURNS):
-            remaining[f"es_{kind}"] = count_docs(
-                es, settings.elasticsearch.index_prefix, kind, scope.es_query()
+            counts[f"es_{kind}"] = count_docs(
+                es, settings.elasticsearch.index_prefix, kind, plan.scope.es_query()
             )
     except (TransportError, ApiError) as exc:
-        log.warning("erase: cannot verify Elasticsearch: %s", exc)
-        remaining["es_unreachable"] = 1
-    return remaining
-
-
-def storage_paths(identities: pl.DataFrame, scope: Scope) -> list[str]:
-    """Conversation-storage folders of `scope`: the user's namespaces or the conversation's."""
-    if scope.column == "user_id":
-        combos = identities.select("tenant", "app", "user_id").unique().iter_rows()
-        return sorted(f"{t}/{a}/{u}" for t, a, u in combos)
-    return sorted(conversation_file_path(*row) for row in identities.select(IDENTITY).iter_rows())
-
-
-def tombstone(store: DeltaStore, identities: pl.DataFrame, at: datetime) -> int:
-    """Record the erased conversations so late or replayed events are never derived again."""
-    return tombstones.record(store, identities["conversation_id"], at)
-
-
-def scrub_landing(settings: Settings, sources: list[str], scope: Scope) -> int:
-    """Rewrite landing files (plain or gzip) without the lines of `scope`; returns lines removed.
-
-    The rewritten file has a new size and mtime, so landing reads it again: every line left is
-    already landed and counted as a duplicate, and the erased lines are gone for good.
-    """
-    removed = 0
-    for source in sources:
-        filesystem, path = _landing_file(settings, source)
-        lines = _read_lines(filesystem, path)
-        kept = [line for line in lines if not (line.strip() and scope.in_line(line))]
-        if len(kept) == len(lines):
-            continue
-        data = "".join(kept).encode("utf-8")
-        with filesystem.open_output_stream(path, compression=None) as out:
-            out.write(gzip.compress(data) if path.endswith(".gz") else data)
-        removed += len(lines) - len(kept)
-    return removed
-
-
-def _landing_lines(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for source in sources:
-        lines = _read_lines(*_landing_file(settings, source))
-        counts[source] = sum(1 for line in lines if line.strip() and scope.in_line(line))
+        log.warning("erase: cannot count in Elasticsearch: %s", exc)
+        counts[ES_UNREACHABLE] = 1
     return counts
 
 
-def _read_lines(filesystem: pafs.FileSystem, path: str) -> list[str]:
-    """The lines of a landing file ([] when it is gone), gunzipped when named *.gz."""
-    if filesystem.get_file_info(path).type != pafs.FileType.File:
-        return []
-    with filesystem.open_input_stream(path, compression=None) as stream:
-        data = stream.read()
-    if path.endswith(".gz"):
-        data = gzip.decompress(data)
-    return data.decode("utf-8", errors="replace").splitlines(keepends=True)
+def verify(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, plan: Plan
+) -> dict[str, int]:
+    """Everything of `plan` still present, including files of older table versions holding an
+    erased row (`history_files`)."""
+    remaining = survey(store, es, settings, plan)
+    remaining[HISTORY] = sum(
+        len(history.holding(store, table, predicate))
+        for table, predicate in _history_predicates(store, plan).items()
+    )
+    return remaining
 
 
-def _landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path of a landed file (`source_file` as landing recorded it)."""
-    if "://" in source:
-        return pafs.FileSystem.from_uri(source)
-    root = settings.landing_uri
-    if "://" not in root:
-        local = Path(source) if Path(source).is_absolute() else Path(root).resolve() / source
-        return pafs.LocalFileSystem(), str(local)
-    filesystem, base = pafs.FileSystem.from_uri(root)
-    base = base.rstrip("/")
-    return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
+def storage_paths(plan: Plan) -> list[str]:
+    """Conversation-storage folders of the plan: the user's namespaces or the conversation's."""
+    if plan.scope.column == "user_id":
+        combos = plan.identities.select("tenant", "app", "user_id").unique().iter_rows()
+        return sorted(f"{t}/{a}/{u}" for t, a, u in combos)
+    rows = plan.identities.select(OWNER).unique().iter_rows()
+    return sorted(conversation_file_path(t, a, u, c) for t, a, u, c in rows)
 
 
-def _source_files(store: DeltaStore, scope: Scope, identities: pl.DataFrame) -> list[str]:
+def _owners(
+    store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
+) -> tuple[pl.DataFrame, str | None]:
+    """Every (tenant, app, user_id, conversation_id) where `scope`'s value is found: in the
+    content tables, in quarantined lines that name their tenant, and in Elasticsearch."""
     frames = [
-        _matching(store, table, scope, identities, ["source_file"])
-        for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS)
-    ]
-    return sorted(set(pl.concat(frames)["source_file"].to_list()))
-
-
-def _identities(store: DeltaStore, scope: Scope) -> pl.DataFrame:
-    """Every (tenant, app, user_id, conversation_id) of `scope` found in any content table."""
-    frames = [
-        store.scan(table).filter(pl.col(scope.column) == scope.value).select(IDENTITY).collect()
+        store.scan(table).filter(scope.expr()).select(OWNER).collect()
         for table in CONTENT_TABLES
-        if set(IDENTITY) <= set(columns_of(store, table))
+        if set(OWNER) <= set(columns_of(store, table))
     ]
-    if not frames:
-        return pl.DataFrame(schema=dict.fromkeys(IDENTITY, pl.String))
-    return pl.concat(frames).unique()
+    if "raw_line" in columns_of(store, QUARANTINED_EVENTS):
+        line = pl.col("raw_line")
+        frames.append(
+            store.scan(QUARANTINED_EVENTS)
+            .filter(scope.in_raw_line())
+            .select(
+                tenant=line.str.json_path_match("$.tenant"),
+                app=line.str.json_path_match("$.app"),
+                user_id=line.str.json_path_match("$.user_id"),
+                conversation_id=pl.col("conversation_id"),
+            )
+            .filter(pl.col("tenant").is_not_null())
+            .collect()
+        )
+    error = None
+    if es is not None:
+        try:
+            for kind in (ROWS, TURNS):
+                prefix = settings.elasticsearch.index_prefix
+                frames.append(scan_sources(es, prefix, kind, scope.es_query(), OWNER))
+        except (TransportError, ApiError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    schema = dict.fromkeys(OWNER, pl.String)
+    found = [frame.cast(schema) for frame in frames]
+    return pl.concat([pl.DataFrame(schema=schema), *found]).unique(), error
 
 
-def _filter(
-    store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame
-) -> pl.Expr | None:
-    """The predicate selecting `scope`'s rows of `table` (None when the table cannot hold any).
-
-    Quarantined lines have no user column: they match by conversation id or by raw line text.
-    """
-    columns = columns_of(store, table)
-    if table == QUARANTINED_EVENTS and "raw_line" in columns:
-        conversations = identities["conversation_id"].unique().to_list()
-        return scope.in_raw_line() | pl.col("conversation_id").is_in(conversations).fill_null(False)
-    if scope.column in columns:
-        return pl.col(scope.column) == scope.value
-    return None
-
-
-def _matching(
-    store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame, columns: list[str]
-) -> pl.DataFrame:
-    predicate = _filter(store, table, scope, identities)
-    if predicate is None or not set(columns) <= set(columns_of(store, table)):
+def _scan(store: DeltaStore, table: str, predicate: pl.Expr, columns: list[str]) -> pl.DataFrame:
+    if not set(columns) | set(predicate.meta.root_names()) <= set(columns_of(store, table)):
         return pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
     return store.scan(table).filter(predicate).select(columns).collect()
 
 
-def _count(store: DeltaStore, table: str, scope: Scope, identities: pl.DataFrame) -> int:
-    predicate = _filter(store, table, scope, identities)
+def _predicate(store: DeltaStore, table: str, plan: Plan) -> pl.Expr | None:
+    """The predicate selecting the plan's rows of `table` (None when the table cannot hold any).
+
+    Quarantined lines have no owner columns: they match by conversation id or by the raw line
+    naming the scope. A table without tenant or app columns matches by the conversations found.
+    """
+    columns = columns_of(store, table)
+    if not columns:
+        return None
+    conversations = pl.col("conversation_id").is_in(plan.conversations)
+    if table == QUARANTINED_EVENTS:
+        return plan.scope.in_raw_line() | conversations.fill_null(False)
+    if table == ROW_EMBEDDINGS:
+        return pl.col("row_id").is_in(plan.rows["row_id"].to_list())
+    if table == EMBEDDINGS:
+        return pl.col("text_hash").is_in(plan.vectors)
+    if table == RETENTION_PENDING:
+        return pl.col("doc_id").is_in([i for ids in plan.pending.values() for i in ids])
+    if plan.scope.covers(columns) and plan.scope.tenant is not None:
+        return plan.scope.expr()
+    if "conversation_id" in columns:
+        return conversations
+    return None
+
+
+def _count(store: DeltaStore, table: str, plan: Plan) -> int:
+    """Rows of the plan in `table` now (cached vectors: those no remaining row uses)."""
+    predicate = _predicate(store, table, plan)
     if predicate is None:
         return 0
+    if table == EMBEDDINGS:
+        predicate &= ~pl.col("text_hash").is_in(_hashes_in_use(store, plan))
     return int(store.scan(table).filter(predicate).select(pl.len()).collect().item())
 
 
-def _count_leftovers(store: DeltaStore, rows: pl.DataFrame) -> dict[str, int]:
-    """Embedding statuses and cached vectors of the erased rows still present."""
-    statuses = (
-        store.scan(ROW_EMBEDDINGS)
-        .filter(pl.col("row_id").is_in(rows["row_id"].implode()))
-        .select(pl.len())
-        .collect()
-        .item()
-        if store.exists(ROW_EMBEDDINGS)
-        else 0
+def _history_predicates(store: DeltaStore, plan: Plan) -> dict[str, pl.Expr]:
+    predicates = {table: _predicate(store, table, plan) for table in ERASED_TABLES}
+    return {table: p for table, p in predicates.items() if p is not None}
+
+
+def _hashes_in_use(store: DeltaStore, plan: Plan) -> pl.Series:
+    """Text hashes of the role rows outside the plan (their vectors stay)."""
+    scope = _predicate(store, ROLE_ROWS, plan)
+    if scope is None:
+        return pl.Series("text_hash", [], dtype=pl.String)
+    return store.scan(ROLE_ROWS).filter(~scope).select("text_hash").unique().collect()["text_hash"]
+
+
+def _vectors_only_of(store: DeltaStore, scope: Scope, rows: pl.DataFrame) -> list[str]:
+    """Text hashes of `rows` that no role row outside `scope` has."""
+    if rows.is_empty():
+        return []
+    others = store.scan(ROLE_ROWS).filter(~scope.expr()).select("text_hash").unique().collect()
+    return (
+        rows.select("text_hash")
+        .unique()
+        .join(others, on="text_hash", how="anti")["text_hash"]
+        .to_list()
     )
-    vectors = 0
-    if store.exists(EMBEDDINGS):
-        erased = pl.DataFrame({"text_hash": rows["text_hash"].unique()})
-        if store.exists(ROLE_ROWS):
-            still_used = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
-            erased = erased.join(still_used, on="text_hash", how="anti")
-        vectors = (
-            store.scan(EMBEDDINGS)
-            .select("text_hash")
-            .collect()
-            .join(erased, on="text_hash", how="semi")
-            .height
-        )
-    return {ROW_EMBEDDINGS: int(statuses), EMBEDDINGS: int(vectors)}
 
 
-def _turn_keys(store: DeltaStore, scope: Scope) -> pl.DataFrame:
+def _source_files(store: DeltaStore, plan: Plan) -> list[str]:
     frames = [
-        store.scan(table)
-        .filter(pl.col(scope.column) == scope.value)
-        .select("conversation_id", "turn_id")
-        .collect()
-        for table in (TURN_LOGS, ROLE_ROWS, TURN_CATALOG, RAW_TURN_EVENTS)
-        if {scope.column, "turn_id"} <= set(columns_of(store, table))
+        _scan(store, table, predicate, ["source_file"])
+        for table in (RAW_TURN_EVENTS, QUARANTINED_EVENTS)
+        if (predicate := _predicate(store, table, plan)) is not None
     ]
-    if not frames:
-        return pl.DataFrame(schema={"conversation_id": pl.String, "turn_id": pl.String})
-    return pl.concat(frames).unique()
+    return sorted(
+        set(
+            pl.concat([pl.DataFrame(schema={"source_file": pl.String}), *frames])[
+                "source_file"
+            ].to_list()
+        )
+    )
+
+
+def _turn_keys(store: DeltaStore, plan: Plan) -> pl.DataFrame:
+    frames = [
+        _scan(store, table, predicate, ["conversation_id", "turn_id"])
+        for table in (TURN_LOGS, ROLE_ROWS, TURN_CATALOG, RAW_TURN_EVENTS)
+        if (predicate := _predicate(store, table, plan)) is not None
+    ]
+    schema = {"conversation_id": pl.String, "turn_id": pl.String}
+    return pl.concat([pl.DataFrame(schema=schema), *frames]).unique()
 
 
 def _es_ids(
-    es: Elasticsearch | None, prefix: str, scope: Scope, rows: pl.DataFrame, turns: pl.DataFrame
+    store: DeltaStore, es: Elasticsearch | None, prefix: str, plan: Plan
 ) -> tuple[dict[str, list[str]], str | None]:
+    """The plan's Elasticsearch ids: from its Delta rows and turns, plus a scan of every index
+    version for documents of the scope."""
     ids = {
-        ROWS: rows["row_id"].to_list(),
-        TURNS: [turn_doc_id(c, t) for c, t in turns.iter_rows()],
+        ROWS: plan.rows["row_id"].to_list(),
+        TURNS: [turn_doc_id(c, t) for c, t in _turn_keys(store, plan).iter_rows()],
     }
     if es is None:
         return ids, "no Elasticsearch client"
     try:
         for kind in (ROWS, TURNS):
-            found = scan_ids(es, prefix, kind, scope.es_query())
+            found = scan_ids(es, prefix, kind, plan.scope.es_query())
             ids[kind] = list(dict.fromkeys([*ids[kind], *found]))
     except (TransportError, ApiError) as exc:
         return ids, f"{type(exc).__name__}: {exc}"
     return ids, None
 
 
-def _delete_delta(
-    store: DeltaStore, scope: Scope, identities: pl.DataFrame, rows: pl.DataFrame
-) -> dict[str, int]:
-    deleted: dict[str, int] = {}
+def _delete_delta(store: DeltaStore, plan: Plan) -> None:
+    """DELETE the plan's rows from every table, each commit tagged with the run id."""
     for table in CONTENT_TABLES:
+        predicate = _predicate(store, table, plan)
+        if predicate is None:
+            continue
         if table == QUARANTINED_EVENTS:
-            keys = _matching(store, table, scope, identities, QUARANTINE_KEY)
-            deleted[table] = delete_keys(store, table, keys)
-        elif scope.column in columns_of(store, table):
-            literal = "'" + scope.value.replace("'", "''") + "'"
-            deleted[table] = store.delete(table, f"{scope.column} = {literal}")
-    deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, rows.select("row_id"))
-    deleted[EMBEDDINGS] = _drop_unreferenced_vectors(store, rows["text_hash"])
-    return deleted
-
-
-def _drop_unreferenced_vectors(store: DeltaStore, hashes: pl.Series) -> int:
-    """Delete cached vectors of the erased texts unless a remaining row has the same text."""
-    if hashes.is_empty() or not store.exists(EMBEDDINGS):
-        return 0
-    erased = pl.DataFrame({"text_hash": hashes.unique()})
-    if store.exists(ROLE_ROWS):
-        still_used = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
-        erased = erased.join(still_used, on="text_hash", how="anti")
-    cached = (
-        store.scan(EMBEDDINGS)
-        .select("model_id", "text_hash")
-        .collect()
-        .join(erased, on="text_hash", how="semi")
-    )
-    return delete_keys(store, EMBEDDINGS, cached)
+            keys = _scan(store, table, predicate, QUARANTINE_KEY)
+            delete_keys(store, table, keys, plan.run_id)
+        elif plan.scope.tenant is not None and plan.scope.covers(columns_of(store, table)):
+            delete_where(store, table, plan.scope.sql(), plan.run_id)
+        else:
+            keys = pl.DataFrame(
+                {"conversation_id": plan.conversations}, schema={"conversation_id": pl.String}
+            )
+            delete_keys(store, table, keys, plan.run_id)
+    delete_keys(store, ROW_EMBEDDINGS, plan.rows.select("row_id"), plan.run_id)
+    unused = pl.DataFrame({"text_hash": plan.vectors}, schema={"text_hash": pl.String})
+    unused = unused.filter(~pl.col("text_hash").is_in(_hashes_in_use(store, plan)))
+    delete_keys(store, EMBEDDINGS, unused, plan.run_id)
 
 
 def _erase_late_docs(
@@ -471,3 +581,22 @@ def _erase_late_docs(
         return {}, None
     result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
     return result.deleted, result.error
+
+
+def _dry_run_message(what: str, counts: dict[str, int]) -> str:
+    delta = ", ".join(f"{t} {counts[t]}" for t in DELETED_TABLES if counts.get(t))
+    es = (
+        "unreachable"
+        if counts.get(ES_UNREACHABLE)
+        else f"rows {counts.get('es_rows', 0)}, turns {counts.get('es_turns', 0)}"
+    )
+    return "\n".join(
+        [
+            f"Dry run: erasing {what} would remove",
+            f"  delta: {delta or 'nothing'}",
+            f"  elasticsearch: {es}",
+            f"  file storage: {counts.get('files', 0)} folder(s)",
+            f"  landing files: {counts.get('landing_lines', 0)} line(s)",
+            "Nothing was changed.",
+        ]
+    )

@@ -1,0 +1,96 @@
+"""Landing files rewritten without an erased scope's lines, read exactly as landing reads them.
+
+Landing tells a gzip file by its magic bytes (`ctxdb.landing.files.unpack`), drops a UTF-8 byte
+order mark at the start, and splits the content on `\\n` only; a line is one event or one
+quarantined line. Erasure does the same, so the two agree on what a line is byte for byte: every
+byte of a line it keeps (invalid UTF-8, `\\r`, U+2028 inside a string, ...) stays as it was, and a
+removed line goes whole. A file is rewritten through a temporary file renamed over it (gzip again
+when it was gzip), so a crash leaves the old file or the new one, never a truncated one.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from pyarrow import fs as pafs
+
+from ctxdb.landing.files import is_gzip, unpack
+from ctxdb.landing.scan import BOM
+from ctxdb.lifecycle.scope import Scope
+from ctxdb.settings import Settings
+
+TMP_SUFFIX = ".erase-tmp"
+"""Suffix of a rewrite in progress (landing lists only *.jsonl / *.ndjson names)."""
+
+
+def without_scope(content: bytes, scope: Scope) -> tuple[bytes, int]:
+    """`content` without the lines of `scope`, and how many lines went."""
+    bom = BOM if content.startswith(BOM) else b""
+    lines = content[len(bom) :].split(b"\n")
+    kept = [line for line in lines if not scope.in_line(line)]
+    return bom + b"\n".join(kept), len(lines) - len(kept)
+
+
+def scope_lines(content: bytes, scope: Scope) -> int:
+    """How many lines of `content` belong to `scope`."""
+    body = content[len(BOM) :] if content.startswith(BOM) else content
+    return sum(scope.in_line(line) for line in body.split(b"\n"))
+
+
+def scrub(settings: Settings, sources: list[str], scope: Scope) -> int:
+    """Rewrite each landing file in `sources` without the lines of `scope`; returns lines removed.
+
+    The rewritten file has a new size and mtime, so landing reads it again: every line left is
+    already landed and counted as a duplicate, and the erased lines are gone for good.
+    """
+    removed = 0
+    for source in sources:
+        filesystem, path = landing_file(settings, source)
+        raw = _read(filesystem, path)
+        if raw is None:
+            continue
+        kept, gone = without_scope(unpack(raw), scope)
+        if not gone:
+            continue
+        _replace(filesystem, path, gzip.compress(kept, mtime=0) if is_gzip(raw) else kept)
+        removed += gone
+    return removed
+
+
+def count(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int]:
+    """Lines of `scope` in each landing file of `sources` (files gone count 0)."""
+    counts: dict[str, int] = {}
+    for source in sources:
+        raw = _read(*landing_file(settings, source))
+        counts[source] = 0 if raw is None else scope_lines(unpack(raw), scope)
+    return counts
+
+
+def landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path of a landed file (`source_file` as landing recorded it)."""
+    if "://" in source:
+        return pafs.FileSystem.from_uri(source)
+    root = settings.landing_uri
+    if "://" not in root:
+        local = Path(source) if Path(source).is_absolute() else Path(root).resolve() / source
+        return pafs.LocalFileSystem(), str(local)
+    filesystem, base = pafs.FileSystem.from_uri(root)
+    base = base.rstrip("/")
+    return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
+
+
+def _read(filesystem: pafs.FileSystem, path: str) -> bytes | None:
+    """The raw bytes of a file (None when it is gone)."""
+    if filesystem.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with filesystem.open_input_file(path) as handle:
+        return handle.read()
+
+
+def _replace(filesystem: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path` and move it over `path`."""
+    tmp = path + TMP_SUFFIX
+    with filesystem.open_output_stream(tmp, compression=None) as out:
+        out.write(data)
+    filesystem.move(tmp, path)
