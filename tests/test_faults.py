@@ -84,15 +84,7 @@ KILLS = [
     ("reindex", "es:alias_swap"),  # swapped, the retired versions not dropped
     ("erase", "delta:raw_turn_events"),  # the user's events deleted, the rest not yet
     ("retention", "delta:retention_pending"),  # the sweep's work recorded, nothing deleted
-    pytest.param(
-        "retention",
-        "delta:role_rows",  # expired role rows deleted, their embedding statuses not yet
-        marks=pytest.mark.xfail(
-            reason="issue 12 finding 16: a resumed sweep leaves the purged rows' embedding "
-            "statuses in role_row_embeddings",
-            strict=False,
-        ),
-    ),
+    ("retention", "delta:role_rows"),  # expired role rows deleted, their statuses not yet
 ]
 
 # Columns that record when or in which attempt a row was written, not what it says. A file's
