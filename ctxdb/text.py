@@ -15,6 +15,13 @@ import snowballstemmer
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 MIN_WORD_LEN = 3
+# English function words: dropped from the text arms' queries (they share trigrams with every
+# text and match near-random rows) and from the indexed `stems` field.
+STOPWORDS = frozenset(
+    "a about after all an and any are as at be been before but by can did do does for from had has"
+    " have how i if in into is it its me my no not of on or our so such than that the their then"
+    " there these they this to was we were what when where which who why will with you your".split()
+)
 # Control characters other than tab and newlines (Python re and polars' Rust regex alike).
 CONTROL_CHARS = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"
 _CONTROL = re.compile(CONTROL_CHARS)
