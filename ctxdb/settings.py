@@ -136,19 +136,30 @@ class SearchSettings(BaseSettings):
 
     model_config = _group_config("CTXDB_SEARCH_")
 
-    rrf_k: int = Field(default=60, description="Reciprocal-rank-fusion constant.")
+    rrf_k: int = Field(default=3, ge=1, description="Reciprocal-rank-fusion constant.")
     weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
-    weight_lexical: float = Field(default=0.5, description="RRF weight of both text arms.")
-    weight_recency: float = Field(default=0.2, description="Recency lift weight.")
-    recency_half_life_days: float = Field(
-        default=7.0, validation_alias="CTXDB_RECENCY_HALF_LIFE_DAYS"
+    weight_lexical: float = Field(default=1.0, description="RRF weight of the BM25 arm.")
+    weight_trigram: float = Field(default=1.0, description="RRF weight of the trigram arm.")
+    weight_recency: float = Field(default=0.5, description="Recency lift weight.")
+    weight_time: float = Field(
+        default=2.0, description="Lift of turns inside the span a query's date names."
     )
-    num_candidates: int = Field(default=200, description="kNN num_candidates per shard.")
+    recency_half_life_days: float = Field(
+        default=180.0, gt=0, validation_alias="CTXDB_RECENCY_HALF_LIFE_DAYS"
+    )
+    num_candidates: int = Field(
+        default=200, description="kNN num_candidates per shard (at least 1.5 x k is used)."
+    )
     knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
     overfetch_rows: int = Field(
         default=4, description="Rows fetched per wanted turn in each arm, before per-turn dedup."
     )
-    max_per_conversation: int = Field(default=2)
+    max_per_conversation: int = Field(
+        default=2, ge=1, description="Turns of one conversation kept when the cap applies."
+    )
+    cap_user_scope: bool = Field(
+        default=False, description="Apply the per-conversation cap in user and agent scope."
+    )
     query_max_chars: int = Field(default=256)
     trigram_min_match: str = Field(
         default="40%", description="minimum_should_match of the trigram arm."
@@ -160,6 +171,13 @@ class SearchSettings(BaseSettings):
         default="2<60%", description="minimum_should_match of the trigram arm's fuzzy words."
     )
     snippet_chars: int = Field(default=400)
+    phrase_boost: float = Field(
+        default=0.0, ge=0, description="Boost of the BM25 arm's phrase match (0: off)."
+    )
+    phrase_slop: int = Field(default=2, ge=0, description="Slop of the phrase match.")
+    query_cache_size: int = Field(
+        default=1024, ge=0, description="Query embeddings kept in memory (0: no cache)."
+    )
 
 
 class RetentionSettings(BaseSettings):

@@ -64,5 +64,6 @@ def _stemmer() -> snowballstemmer.stemmer:
 
 
 def stems(text: str) -> str:
-    """English Snowball stems of the words of `text`, space-separated (for the `stems` field)."""
-    return " ".join(_stemmer().stemWords(words(text)))
+    """English Snowball stems of the words of `text` but its stopwords, space-separated (the
+    `stems` field, and the query matched on it)."""
+    return " ".join(_stemmer().stemWords([w for w in words(text) if w not in STOPWORDS]))

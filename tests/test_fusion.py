@@ -8,10 +8,12 @@ import pytest
 
 from ctxdb.search.arms import RowHit
 from ctxdb.search.fusion import (
+    FusionParams,
     arm_weights,
     cap_per_conversation,
     dedup_turns,
     fuse,
+    rank_turns,
     recency_factor,
 )
 from ctxdb.search.models import SearchRequest, Weights
@@ -85,10 +87,12 @@ def test_recency_factor_future_is_age_zero_and_half_life_must_be_positive() -> N
 
 def test_weights_are_clamped_to_0_2() -> None:
     assert arm_weights(5, -1) == {"semantic": 2.0, "lexical": 0.0, "trigram": 0.0}
-    assert Weights(semantic=9, lexical=-3, recency=2.5).model_dump() == {
+    assert Weights(semantic=9, lexical=-3, trigram=7, recency=2.5, time=3).model_dump() == {
         "semantic": 2.0,
         "lexical": 0.0,
+        "trigram": 2.0,
         "recency": 2.0,
+        "time": 2.0,
     }
     fused = fuse(
         {"semantic": [row("c", "t")]},
@@ -135,6 +139,58 @@ def test_cap_per_conversation_and_top_k() -> None:
     )
     kept = cap_per_conversation(fused, cap=2, top_k=3)
     assert [(f.conversation_id, f.turn_id) for f in kept] == [("a", "1"), ("a", "2"), ("b", "1")]
+
+
+def test_trigram_weight_is_its_own_unless_unset() -> None:
+    assert arm_weights(1, 0.5) == {"semantic": 1.0, "lexical": 0.5, "trigram": 0.5}
+    assert arm_weights(1, 0.5, 1.5) == {"semantic": 1.0, "lexical": 0.5, "trigram": 1.5}
+    fused = fuse(
+        {"lexical": [row("c1", "t1")], "trigram": [row("c2", "t1")]},
+        weights=arm_weights(1, 0.5, 1.5),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+    )
+    assert [(f.conversation_id, f.rrf) for f in fused] == [("c2", 1.5 / 61), ("c1", 0.5 / 61)]
+
+
+def test_no_cap_keeps_every_turn_of_a_conversation() -> None:
+    rows = [row("a", "1"), row("a", "2"), row("a", "3"), row("b", "1")]
+    params = FusionParams(arm_weights(1, 1), recency_weight=0, half_life_days=7, cap=None)
+    kept = rank_turns({"lexical": rows}, params, NOW, top_k=3)
+    assert [(f.conversation_id, f.turn_id) for f in kept] == [("a", "1"), ("a", "2"), ("a", "3")]
+    capped = rank_turns(
+        {"lexical": rows}, FusionParams(params.weights, 0, 7, cap=1, rrf_k=5), NOW, top_k=3
+    )
+    assert [(f.conversation_id, f.turn_id) for f in capped] == [("a", "1"), ("b", "1")]
+    assert capped[0].rrf == pytest.approx(1 / 6)  # rrf_k reaches the arithmetic
+
+
+def test_window_lift_multiplies_turns_inside_the_named_span() -> None:
+    inside, outside = row("c1", "t1", age_days=40), row("c2", "t1", age_days=3)
+    window = (NOW - timedelta(days=45), NOW - timedelta(days=30))
+    fused = fuse(
+        {"lexical": [outside, inside]},
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+        window=window,
+        window_weight=1.0,
+    )
+    assert [f.conversation_id for f in fused] == ["c1", "c2"]
+    assert fused[0].final == pytest.approx((1 / 62) * 2)
+    assert fused[0].explain.in_window is True and fused[1].explain.in_window is False
+    unlifted = fuse(
+        {"lexical": [outside, inside]},
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        now=NOW,
+        window_weight=1.0,  # no window: no lift, and explain says so
+    )
+    assert [f.conversation_id for f in unlifted] == ["c2", "c1"]
+    assert unlifted[0].explain.in_window is None
 
 
 def test_ties_break_by_newer_then_identity() -> None:

@@ -76,7 +76,8 @@ def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -
     assert e is not None
     assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency))
     assert e.rrf == pytest.approx(sum(a.contribution for a in e.arms.values()))
-    assert e.recency == pytest.approx(2 ** (-e.age_days / 7), rel=1e-6)
+    assert e.recency == pytest.approx(2 ** (-e.age_days / e.half_life_days), rel=1e-6)
+    assert e.half_life_days == search_env.settings.search.recency_half_life_days
     assert all(
         h.explain is None
         for h in search_env.service.search(search_env.alice, SearchRequest(query="openpyxl")).hits
@@ -91,7 +92,14 @@ def test_snippet_selection_follows_the_request(search_env: SearchEnv) -> None:
 
 
 def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -> None:
-    request = SearchRequest(query="zebra migration serengeti", explain=True)
+    # a lift strong enough to beat one rank of difference at the default RRF k (recency
+    # weight and half-life are request parameters)
+    request = SearchRequest(
+        query="zebra migration serengeti",
+        explain=True,
+        weights={"recency": 1.0},
+        half_life_days=7,
+    )
     ranked = keys(search_env.service.search(search_env.alice, request))
     assert ranked.index(("c-zebra-new", "t1")) < ranked.index(("c-zebra-old", "t1"))
     flat = SearchRequest(query="zebra migration serengeti", weights={"recency": 0})
@@ -102,10 +110,28 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     }
     new = lifted["c-zebra-new"].explain
     assert new.recency > lifted["c-zebra-old"].explain.recency
-    w_rec = search_env.settings.search.weight_recency
+    assert (new.recency_weight, new.half_life_days) == (1.0, 7)
+    w_rec = new.recency_weight
     assert lifted["c-zebra-new"].score == pytest.approx(
         scores["c-zebra-new"] * (1 + w_rec * new.recency)
     )
+
+
+def test_a_time_expression_lifts_the_turns_inside_its_span(search_env: SearchEnv) -> None:
+    request = SearchRequest(query="zebra migration serengeti in the past 2 weeks", explain=True)
+    response = search_env.service.search(search_env.alice, request)
+    hits = {h.conversation_id: h for h in response.hits}
+    new, old = hits["c-zebra-new"].explain, hits["c-zebra-old"].explain  # 1 and 60 days old
+    assert (new.in_window, old.in_window) == (True, False)
+    assert new.window_weight == search_env.settings.search.weight_time > 0
+    assert new.final == pytest.approx(
+        new.rrf * (1 + new.recency_weight * new.recency) * (1 + new.window_weight)
+    )
+    assert keys(response).index(("c-zebra-new", "t1")) < keys(response).index(("c-zebra-old", "t1"))
+    plain = search_env.service.search(
+        search_env.alice, SearchRequest(query="zebra migration serengeti", explain=True)
+    )
+    assert all(h.explain.in_window is None for h in plain.hits)
 
 
 def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
@@ -131,12 +157,20 @@ def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
     assert hits and {h.conversation_id for h in hits} == {"c-k8s"}
 
 
-def test_max_two_hits_per_conversation(search_env: SearchEnv) -> None:
-    response = search_env.service.search(
-        search_env.alice,
-        SearchRequest(query="kubernetes deployment resources limits requests pod", top_k=10),
-    )
-    assert [h.conversation_id for h in response.hits].count("c-k8s") == 2
+def test_per_conversation_cap_on_request_never_in_conversation_scope(
+    search_env: SearchEnv,
+) -> None:
+    query = "kubernetes deployment resources limits requests pod"
+
+    def k8s_hits(**kw) -> int:
+        request = SearchRequest(query=query, top_k=10, **kw)
+        hits = search_env.service.search(search_env.alice, request).hits
+        return [h.conversation_id for h in hits].count("c-k8s")
+
+    assert k8s_hits(cap_user_scope=True) == 2
+    assert k8s_hits(cap_user_scope=True, max_per_conversation=1) == 1
+    assert k8s_hits(cap_user_scope=False) == 3
+    assert k8s_hits(cap_user_scope=True, scope="conversation", conversation_id="c-k8s") == 3
 
 
 def test_targets_filter_rows_and_notes_are_opt_in(search_env: SearchEnv) -> None:

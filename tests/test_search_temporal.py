@@ -44,3 +44,59 @@ def test_time_expressions_are_split_off(query: str, rest: str, phrase: str, days
 )
 def test_queries_without_a_separable_time_expression_are_unchanged(query: str) -> None:
     assert split_time_hint(query) == (query, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "rest", "phrase"),
+    [
+        (
+            "what did I decide about work back in March?",
+            "what did I decide about work ?",
+            "back in March",
+        ),
+        ("what was I reading over the summer", "what was I reading", "over the summer"),
+        ("what did I decide last spring", "what did I decide", "last spring"),
+        ("which shifts was I on last December", "which shifts was I on", "last December"),
+    ],
+)
+def test_months_and_seasons_with_a_lead_are_split_off(query: str, rest: str, phrase: str) -> None:
+    stripped, hint = split_time_hint(query)
+    assert (stripped, hint.phrase if hint else None) == (rest, phrase)
+    assert hint is not None and hint.lookback >= timedelta(days=365)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "what is happening on 12 December",  # a date next to the month: maybe the very text
+        "the wedding in October 17",
+        "what may I bring",  # a month name without a lead is a word
+        "before her fall",
+    ],
+)
+def test_month_names_that_may_be_content_stay(query: str) -> None:
+    assert split_time_hint(query) == (query, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("what bad news did I get in April", datetime(2026, 4, 1), datetime(2026, 5, 1)),
+        ("which shifts was I on last December", datetime(2025, 12, 1), datetime(2026, 1, 1)),
+        ("what did I give up in the spring", datetime(2026, 3, 1), datetime(2026, 6, 1)),
+        ("where did we go over the winter", datetime(2025, 12, 1), datetime(2026, 3, 1)),
+    ],
+)
+def test_calendar_hints_name_the_latest_such_span(
+    query: str, start: datetime, end: datetime
+) -> None:
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)  # December has barely begun: last December
+    _, hint = split_time_hint(query)
+    assert hint is not None
+    assert hint.window(now) == (start.replace(tzinfo=UTC), end.replace(tzinfo=UTC))
+
+
+def test_relative_hints_name_the_span_up_to_now() -> None:
+    now = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+    _, hint = split_time_hint("the spreadsheet trouble from last week")
+    assert hint is not None and hint.window(now) == (now - timedelta(days=14), now)

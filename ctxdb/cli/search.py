@@ -141,6 +141,7 @@ def search(
     days: Annotated[int, typer.Option()] = 365,
     w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
+    w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
     explain: Annotated[
         bool, typer.Option("--explain", help="Per-arm ranks and contributions.")
@@ -166,7 +167,9 @@ def search(
             ordinal=ordinal,
             top_k=top_k,
             days=days,
-            weights=Weights(semantic=w_semantic, lexical=w_lexical, recency=w_recency),
+            weights=Weights(
+                semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
+            ),
             explain=explain,
         )
     except ValueError as exc:

@@ -18,7 +18,7 @@ import snowballstemmer
 
 from ctxdb.embedding.stage import OK, PENDING
 from ctxdb.index.mappings import rows_mapping, turns_mapping
-from ctxdb.text import CONTROL_CHARS, words
+from ctxdb.text import CONTROL_CHARS, STOPWORDS, words
 
 ID = "_id"
 FINGERPRINT = "_fingerprint"
@@ -82,7 +82,7 @@ def _stem_map(distinct: list[str]) -> dict[str, str]:
 
 
 def stems_column(texts: pl.Series) -> pl.Series:
-    """`ctxdb.text.stems` of every text, stemming each distinct word once (same output).
+    """`ctxdb.text.stems` of every text (stopwords dropped), stemming each distinct word once.
 
     ASCII texts are split by polars; others by `ctxdb.text.words` itself, since Python's and
     Rust's Unicode word classes differ at the edges (marks, newly assigned characters).
@@ -94,7 +94,11 @@ def stems_column(texts: pl.Series) -> pl.Series:
         [None if plain else words(text) for text, plain in zip(texts, ascii_only, strict=True)],
         dtype=pl.List(pl.String),
     )
-    split = pl.select(pl.when(ascii_only).then(fast).otherwise(exact)).to_series()
+    split = (
+        pl.select(pl.when(ascii_only).then(fast).otherwise(exact))
+        .to_series()
+        .list.eval(pl.element().filter(~pl.element().is_in(sorted(STOPWORDS))))
+    )
     stemmed = _stem_map(split.explode().drop_nulls().unique().to_list())
     return (
         split.list.eval(pl.element().replace_strict(stemmed, return_dtype=pl.String))

@@ -15,18 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from ctxdb.search.models import Arm, Target
-from ctxdb.text import stems, trigrams, words
+from ctxdb.text import STOPWORDS, stems, trigrams, words
 
 ANCHOR_BOOST = 2.0
 STEM_BOOST = 0.5
 FUZZY_BOOST = 0.5
-# Function words dropped from the trigram arm's query: they share trigrams with every text and
-# would let near-random rows pass the minimum-should-match threshold (BM25 discounts them by IDF).
-STOPWORDS = frozenset(
-    "a about after all an and any are as at be been before but by can did do does for from had has"
-    " have how i if in into is it its me my no not of on or our so such than that the their then"
-    " there these they this to was we were what when where which who why will with you your".split()
-)
+MAX_PHRASE_PAIRS = 8
 SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
 
 
@@ -57,6 +51,12 @@ def without_stopwords(query: str) -> str:
     return stripped or query
 
 
+def word_pairs(content: str, limit: int = MAX_PHRASE_PAIRS) -> list[str]:
+    """Adjacent pairs of the query's content tokens ("surprise party", "party venue")."""
+    tokens = [t for t in content.split() if words(t)]
+    return [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)][:limit]
+
+
 def content_words(query: str) -> str:
     """The query without stopwords (the whole query when nothing else is left)."""
     kept = [w for w in words(query) if w not in STOPWORDS]
@@ -76,6 +76,7 @@ def semantic_body(
             "filter": row_filter,
         },
         "size": k,
+        "track_total_hits": False,
         "_source": SOURCE_FIELDS,
     }
 
@@ -87,9 +88,13 @@ def lexical_body(
     size: int,
     min_match: str = "1",
     use_stems: bool = True,
+    phrase_boost: float = 0.0,
+    phrase_slop: int = 2,
 ) -> dict[str, Any]:
     """BM25 over anchors (boosted) and text on the query's content words, at least `min_match`
-    of them present; the stemmed words add recall for inflections under the same threshold."""
+    of them present; the stemmed words add recall for inflections under the same threshold.
+    Proximity: each pair of adjacent content words found within `phrase_slop` positions of each
+    other adds its phrase score times `phrase_boost` (0: off)."""
     content = without_stopwords(query)
     should: list[dict[str, Any]] = [
         {
@@ -115,9 +120,23 @@ def lexical_body(
                 }
             }
         )
+    pairs = word_pairs(content)
+    if phrase_boost > 0 and pairs:
+        should.append(
+            {
+                "bool": {
+                    "should": [
+                        {"match_phrase": {"text": {"query": pair, "slop": phrase_slop}}}
+                        for pair in pairs
+                    ],
+                    "boost": phrase_boost,
+                }
+            }
+        )
     return {
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
         "size": size,
+        "track_total_hits": False,
         "_source": SOURCE_FIELDS,
     }
 
@@ -153,6 +172,7 @@ def trigram_body(
     return {
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
         "size": size,
+        "track_total_hits": False,
         "_source": SOURCE_FIELDS,
     }
 

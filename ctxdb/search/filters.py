@@ -15,6 +15,15 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
+def minute_floor(value: datetime) -> datetime:
+    return value.replace(second=0, microsecond=0)
+
+
+def minute_ceil(value: datetime) -> datetime:
+    floor = minute_floor(value)
+    return floor if floor == value else floor + timedelta(minutes=1)
+
+
 def identity_filter(principal: Principal) -> list[dict[str, Any]]:
     """The identity boundary: the principal's user (and tenant when it has one)."""
     clauses: list[dict[str, Any]] = [{"term": {"user_id": principal.user_id}}]
@@ -24,8 +33,10 @@ def identity_filter(principal: Principal) -> list[dict[str, Any]]:
 
 
 def live_filter(now: datetime) -> dict[str, Any]:
-    """Not expired: `expires_at > now` (rows and turns alike)."""
-    return {"range": {"expires_at": {"gt": _iso(now)}}}
+    """Not expired: `expires_at > now` (rows and turns alike), `now` rounded up to the minute
+    so the filter is the same for a minute and Elasticsearch can cache it (a row in its last
+    minute is hidden early, never shown late)."""
+    return {"range": {"expires_at": {"gt": _iso(minute_ceil(now))}}}
 
 
 def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
@@ -41,7 +52,7 @@ def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
 def window_filter(
     request: SearchRequest, now: datetime, field: str = "ts", *, use_days: bool = True
 ) -> list[dict[str, Any]]:
-    """`since`/`until` on `field`, and `field >= now - days` when `use_days`."""
+    """`since`/`until` on `field`, and `field >= now - days` (to the minute) when `use_days`."""
     bounds: dict[str, str] = {}
     if request.since:
         bounds["gte"] = _iso(request.since)
@@ -49,7 +60,8 @@ def window_filter(
         bounds["lte"] = _iso(request.until)
     clauses = [{"range": {field: bounds}}] if bounds else []
     if use_days:
-        clauses.append({"range": {field: {"gte": _iso(now - timedelta(days=request.days))}}})
+        oldest = minute_floor(now - timedelta(days=request.days))
+        clauses.append({"range": {field: {"gte": _iso(oldest)}}})
     return clauses
 
 

@@ -1,11 +1,14 @@
 """Reciprocal-rank fusion of the three arms, then the recency lift (pure arithmetic, no I/O).
 
-    rrf   = w_sem / (k + r_sem) + w_lex / (k + r_lex) + w_lex / (k + r_trgm)     (k = 60, r 1-based)
-    rec   = 2 ** (-age_days / half_life_days)                                    (half-life 7 days)
-    final = rrf * (1 + w_rec * rec)
+    rrf   = w_sem / (k + r_sem) + w_lex / (k + r_lex) + w_trgm / (k + r_trgm)    (r 1-based)
+    rec   = 2 ** (-age_days / half_life_days)
+    final = rrf * (1 + w_rec * rec) * (1 + w_win * in_window)
 
-An arm that did not return the turn contributes 0. Each arm is deduplicated to its best row per
+`in_window` is 1 when the turn falls in the span a time expression of the query names ("in
+April", "last spring", "last week"; see `temporal.py`), else 0. An arm that did not return the
+turn contributes 0. Each arm is deduplicated to its best row per
 (conversation, turn) before ranks are assigned, so several rows of one turn never crowd out others.
+An optional per-conversation cap then keeps at most `cap` turns of one conversation.
 """
 
 from __future__ import annotations
@@ -25,10 +28,15 @@ def clamp_weight(value: float) -> float:
     return min(WEIGHT_MAX, max(WEIGHT_MIN, float(value)))
 
 
-def arm_weights(semantic: float, lexical: float) -> dict[Arm, float]:
-    """Semantic weight on the kNN arm, lexical weight on both text arms, clamped to [0, 2]."""
+def arm_weights(semantic: float, lexical: float, trigram: float | None = None) -> dict[Arm, float]:
+    """The weight of each arm, clamped to [0, 2]; the trigram arm takes the lexical weight
+    when it has none of its own."""
     sem, lex = clamp_weight(semantic), clamp_weight(lexical)
-    return {"semantic": sem, "lexical": lex, "trigram": lex}
+    return {
+        "semantic": sem,
+        "lexical": lex,
+        "trigram": lex if trigram is None else clamp_weight(trigram),
+    }
 
 
 def recency_factor(ts: datetime, now: datetime, half_life_days: float) -> tuple[float, float]:
@@ -77,9 +85,13 @@ def fuse(
     half_life_days: float,
     now: datetime,
     rrf_k: int = RRF_K,
+    window: tuple[datetime, datetime] | None = None,
+    window_weight: float = 0.0,
 ) -> list[FusedTurn]:
-    """Fuse per-arm ranked rows into turns ordered by final score (desc), with explain."""
+    """Fuse per-arm ranked rows into turns ordered by final score (desc), with explain; turns
+    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`."""
     w_rec = clamp_weight(recency_weight)
+    w_win = clamp_weight(window_weight) if window is not None else 0.0
     per_turn: dict[tuple[str, str], dict[Arm, tuple[int, RowHit]]] = {}
     for arm in ARMS:
         for rank, row in enumerate(dedup_turns(ranked.get(arm, ())), start=1):
@@ -101,7 +113,8 @@ def fuse(
                 arms_explain[arm] = ArmExplain(weight=weight)
         ts = max(row.ts for _, row in hits.values())
         age, rec = recency_factor(ts, now, half_life_days)
-        final = rrf * (1.0 + w_rec * rec)
+        inside = window is not None and window[0] <= ts < window[1]
+        final = rrf * (1.0 + w_rec * rec) * (1.0 + w_win * inside)
         explain = Explain(
             arms=arms_explain,
             rrf=rrf,
@@ -109,6 +122,8 @@ def fuse(
             recency=rec,
             recency_weight=w_rec,
             half_life_days=half_life_days,
+            in_window=inside if window is not None else None,
+            window_weight=w_win,
             final=final,
         )
         fused.append(
@@ -127,15 +142,51 @@ def fuse(
     return fused
 
 
-def cap_per_conversation(fused: Sequence[FusedTurn], cap: int, top_k: int) -> list[FusedTurn]:
-    """At most `cap` turns per conversation, at most `top_k` in all, order kept."""
+def cap_per_conversation(
+    fused: Sequence[FusedTurn], cap: int | None, top_k: int
+) -> list[FusedTurn]:
+    """At most `cap` turns per conversation (None: no cap), at most `top_k` in all, order kept."""
     counts: dict[str, int] = {}
     kept = []
     for turn in fused:
-        if counts.get(turn.conversation_id, 0) >= cap:
+        if cap is not None and counts.get(turn.conversation_id, 0) >= cap:
             continue
         counts[turn.conversation_id] = counts.get(turn.conversation_id, 0) + 1
         kept.append(turn)
         if len(kept) >= top_k:
             break
     return kept
+
+
+@dataclass(frozen=True)
+class FusionParams:
+    """Every knob of the fusion, resolved from the request and the settings."""
+
+    weights: dict[Arm, float]
+    recency_weight: float
+    half_life_days: float
+    cap: int | None
+    rrf_k: int = RRF_K
+    window_weight: float = 0.0
+
+
+def rank_turns(
+    ranked: Mapping[Arm, Sequence[RowHit]],
+    params: FusionParams,
+    now: datetime,
+    top_k: int,
+    window: tuple[datetime, datetime] | None = None,
+) -> list[FusedTurn]:
+    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, optional
+    cap)."""
+    fused = fuse(
+        ranked,
+        weights=params.weights,
+        recency_weight=params.recency_weight,
+        half_life_days=params.half_life_days,
+        now=now,
+        rrf_k=params.rrf_k,
+        window=window,
+        window_weight=params.window_weight,
+    )
+    return cap_per_conversation(fused, params.cap, top_k)

@@ -35,11 +35,15 @@ class SearchUnavailable(RuntimeError):
 class Weights(BaseModel):
     """Fusion weights; each is clamped to [0, 2]. None means the configured default."""
 
-    semantic: float | None = None
-    lexical: float | None = None
-    recency: float | None = None
+    semantic: float | None = Field(default=None, description="RRF weight of the kNN arm.")
+    lexical: float | None = Field(default=None, description="RRF weight of the BM25 arm.")
+    trigram: float | None = Field(default=None, description="RRF weight of the trigram arm.")
+    recency: float | None = Field(default=None, description="Weight of the recency lift.")
+    time: float | None = Field(
+        default=None, description="Lift of turns inside the span a query's date names."
+    )
 
-    @field_validator("semantic", "lexical", "recency")
+    @field_validator("semantic", "lexical", "trigram", "recency", "time")
     @classmethod
     def _clamp(cls, value: float | None) -> float | None:
         return None if value is None else min(2.0, max(0.0, float(value)))
@@ -69,6 +73,16 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=5, ge=1, le=50)
     days: int = Field(default=365, ge=1, le=3650, description="Only rows newer than this.")
     weights: Weights = Field(default_factory=Weights)
+    half_life_days: float | None = Field(
+        default=None, gt=0, le=3650, description="Half-life of the recency lift, in days."
+    )
+    max_per_conversation: int | None = Field(
+        default=None, ge=1, le=50, description="Cap on the turns of one conversation."
+    )
+    cap_user_scope: bool | None = Field(
+        default=None,
+        description="Whether the per-conversation cap applies in user and agent scope.",
+    )
     explain: bool = False
     snippets: list[Target] | None = Field(
         default=None, description="Snippet targets to materialize; default: the search targets."
@@ -153,6 +167,8 @@ class Explain(BaseModel):
     recency: float
     recency_weight: float
     half_life_days: float
+    in_window: bool | None = None
+    window_weight: float = 0.0
     final: float
 
 

@@ -8,6 +8,9 @@ fusion in Python, per-conversation cap, snippets from TurnLogs).
 from __future__ import annotations
 
 import logging
+import math
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -21,7 +24,7 @@ from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.filters import row_filter
-from ctxdb.search.fusion import arm_weights, cap_per_conversation, fuse
+from ctxdb.search.fusion import FusionParams, arm_weights, rank_turns
 from ctxdb.search.materialize import (
     fallback_snippet,
     fetch_turns,
@@ -44,24 +47,42 @@ from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
 
+KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
+
 
 class QueryEmbedder(Protocol):
     def embed_query(self, text: str) -> list[float] | None: ...
 
 
 class ModelQueryEmbedder:
-    """Embeds queries with the pipeline's embedder (same model, same normalization)."""
+    """Embeds queries with the pipeline's embedder (same model, same normalization), keeping
+    the vectors of the last `cache_size` distinct queries (least recently used go first)."""
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, cache_size: int = 1024) -> None:
         self.embedder = embedder
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def embed_query(self, text: str) -> list[float] | None:
+        with self._lock:
+            cached = self._cache.get(text)
+            if cached is not None:
+                self._cache.move_to_end(text)
+                return list(cached)
         try:
             self.embedder.load()
         except EmbedderUnavailable as exc:
             log.warning("embedding model unavailable: %s", exc)
             return None
-        return [float(x) for x in self.embedder.encode([text])[0]]
+        vector = tuple(float(x) for x in self.embedder.encode([text])[0])
+        if self.cache_size > 0:
+            with self._lock:
+                self._cache[text] = vector
+                self._cache.move_to_end(text)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return list(vector)
 
 
 def default_embedder(settings: Settings) -> QueryEmbedder:
@@ -69,7 +90,8 @@ def default_embedder(settings: Settings) -> QueryEmbedder:
     return ModelQueryEmbedder(
         SentenceTransformerEmbedder(
             settings.embedding.model, batch_size=1, device=settings.embedding.device
-        )
+        ),
+        cache_size=settings.search.query_cache_size,
     )
 
 
@@ -211,12 +233,18 @@ class SearchService:
         """
         s = self.settings
         text_query, _ = split_time_hint(query)
-        wanted_turns = max(3 * request.top_k, request.top_k + 10) * s.search.max_per_conversation
+        cap = self.fusion_params(request).cap
+        wanted_turns = max(3 * request.top_k, request.top_k + 10) * (cap or 1)
         rows = wanted_turns * s.search.overfetch_rows
         filt = row_filter(principal, request, now)
         bodies: dict[Arm, dict[str, Any]] = {
             "lexical": lexical_body(
-                text_query, filt, size=rows, min_match=s.search.lexical_min_match
+                text_query,
+                filt,
+                size=rows,
+                min_match=s.search.lexical_min_match,
+                phrase_boost=s.search.phrase_boost,
+                phrase_slop=s.search.phrase_slop,
             )
         }
         trigram = trigram_body(
@@ -231,9 +259,38 @@ class SearchService:
         if vector is not None:
             k = max(rows, s.search.knn_k)
             bodies["semantic"] = semantic_body(
-                vector, filt, k=k, num_candidates=max(s.search.num_candidates, k)
+                vector,
+                filt,
+                k=k,
+                num_candidates=max(s.search.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * k)),
             )
         return bodies
+
+    def fusion_params(self, request: SearchRequest) -> FusionParams:
+        """The request's fusion knobs, each falling back to its configured default. The
+        per-conversation cap never applies in conversation scope, and in user and agent scope
+        only when `cap_user_scope` (request, else settings) says so."""
+        s = self.settings.search
+        w = request.weights
+
+        def pick(value: float | None, default: float) -> float:
+            return default if value is None else value
+
+        applies = request.scope != "conversation" and (
+            s.cap_user_scope if request.cap_user_scope is None else request.cap_user_scope
+        )
+        return FusionParams(
+            weights=arm_weights(
+                pick(w.semantic, s.weight_semantic),
+                pick(w.lexical, s.weight_lexical),
+                pick(w.trigram, s.weight_trigram),
+            ),
+            recency_weight=pick(w.recency, s.weight_recency),
+            half_life_days=pick(request.half_life_days, s.recency_half_life_days),
+            cap=(request.max_per_conversation or s.max_per_conversation) if applies else None,
+            rrf_k=s.rrf_k,
+            window_weight=pick(w.time, s.weight_time),
+        )
 
     def run_arms(self, bodies: dict[Arm, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
         """All arms in one _msearch; an arm that errors fails the call with a clear message."""
@@ -267,26 +324,12 @@ class SearchService:
         if len(query) > s.search.query_max_chars:
             query = query[: s.search.query_max_chars]
             warnings.append(f"query_truncated: cut to {s.search.query_max_chars} characters")
-        wanted = [request.weights.semantic, request.weights.lexical, request.weights.recency]
-        w_sem, w_lex, w_rec = (
-            w if w is not None else d
-            for w, d in zip(
-                wanted,
-                (s.search.weight_semantic, s.search.weight_lexical, s.search.weight_recency),
-                strict=True,
-            )
-        )
-        vector = self._embed(query, warnings) if w_sem > 0 else None
+        params = self.fusion_params(request)
+        vector = self._embed(query, warnings) if params.weights["semantic"] > 0 else None
         ranked = self.run_arms(self.arm_bodies(principal, request, query, vector, now))
-        fused = fuse(
-            ranked,
-            weights=arm_weights(w_sem, w_lex),
-            recency_weight=w_rec,
-            half_life_days=s.search.recency_half_life_days,
-            now=now,
-            rrf_k=s.search.rrf_k,
-        )
-        kept = cap_per_conversation(fused, s.search.max_per_conversation, request.top_k)
+        _, hint = split_time_hint(query)
+        window = hint.window(now) if hint else None
+        kept = rank_turns(ranked, params, now, request.top_k, window)
         docs = fetch_turns(
             self.client,
             self.turns_alias,
