@@ -21,6 +21,10 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
+        os.environ.get("CTXDB_UPDATE_SCREENSHOTS") != "1",
+        reason="takes the README's Dagster screenshots; run with CTXDB_UPDATE_SCREENSHOTS=1",
+    ),
+    pytest.mark.skipif(
         not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
         reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
     ),
