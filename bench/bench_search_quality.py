@@ -1,362 +1,441 @@
-"""Search quality: recall@5, recall@10 and MRR of each arm alone and fused, on a labeled query set.
+"""Search quality on two labeled sets: each arm alone and fused, per kind of question.
 
-Memory is built by the real pipeline (generator -> landing -> derivation -> embedding -> indexing)
-under its own home and index prefix. Queries come from the generator's ground truth (every Fact
-names its user, conversation, turn and topic; every Topic carries paraphrases, exact strings and
-misspellings):
+Sets (`search_quality_sets.py`): `generator` (the sample generator's ground truth, issue 5) and
+`realistic` (hand-written multi-session chats, `bench/data/realistic`, issue 15). Each is built
+by the real pipeline (landing -> derivation -> embedding -> indexing) under its own home and
+index prefix, then every query runs through `SearchService`'s own arm bodies and `_msearch` as
+the turn's owner, at the set's fixed reference time. The ranked rows of every arm are cached
+(`bench/results/cache/`, keyed by the set, the arm settings and the source of the arm code), so
+fusion sweeps re-rank without touching Elasticsearch.
 
-  paraphrase      topic.queries                          relevant: the user's turns on the topic
-  exact           topic.exact                            relevant: the user's turns containing it
-  misspelled      topic.misspelled                       relevant: the user's turns on the topic
-  role-targeted   topic.queries[0], targets=[assistant]  relevant: topic turns with an answer
-                  topic.queries[1], targets=[user]       relevant: the user's turns on the topic
-  conversation    topic.queries[2], scope=conversation   relevant: the topic's turns in it
-  cross-conv      " ".join(topic.entities)               relevant: topic turns, user has >= 2
-                                                         conversations on the topic
-  exact-ref       a hosted file's conv:fi: ref           relevant: the one turn that produced it
-  file-name       "where is <hosted file name>"          relevant: the user's turns hosting it
-  temporal        no query, since/until around a turn    relevant: the user's turns in the window
-  ordinal         first / last turn of a conversation    relevant: that turn
+Systems: `semantic`, `lexical`, `trigram` (each arm alone: best row per turn, no cap),
+`shipped` (issue 5's fusion: weights 1/0.5/0.5, recency 0.2 with a 7-day half-life, at most 2
+turns per conversation, fused offline from the cached rows) and `fused` (`SearchService.search`
+itself, with its defaults, on every query). The cache holds the rows as deep as a capped request
+fetches them (twice what the default, uncapped request fetches), so the sweep can score the cap
+on and off; the share of queries where the offline fusion of those rows under the defaults equals
+the service's answer is printed. Metrics: `search_quality_metrics.py`.
 
-Every category weighs the same in the headline ("macro": the mean of the per-category means);
-"all" is the plain mean over queries. Recall@k = |relevant in top k| / min(k, reachable), where
-reachable counts at most `search_max_per_conversation` relevant turns per conversation (the cap
-applies to every arm, so no ranking can do better). MRR uses the first relevant turn in the top
-10 (0 when none). Each arm alone is ranked exactly as the service ranks it before fusion (best
-row per turn, same filter, same cap); "fused" is the service's fusion of those same rows
-(checked against the service's own answer on 100 queries); "fused-norecency" sets the recency
-weight to 0.
+`--sweep` scores a grid of fusion parameters on both sets and chooses defaults by
+cross-validation over both (never one alone):
 
-Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--users 3
---conversations 600 --seed 3] [--grid] [--set search.lexical_min_match=1]
-[--out bench/results/search_quality.json]`.
+  objective  J_s(c) = (any@10 + ndcg@10) / 2, macro over kinds, on set s
+  joint      mean over the two sets of J_s(c) / max_c' J_s(c')  (each set's best counts 1)
+  leave-one-set-out  the best c on one set, scored on the other
+  5-fold     queries of both sets split in 5 folds (by id hash); c chosen (rule below) on
+             the joint objective of 4 folds, scored on the fifth; the mean over folds
+             estimates how well the procedure generalizes
+  chosen     among the c within 1 point of the best joint objective on all queries, the one
+             with the most nearly equal arm weights (ties: the higher objective), a parsimony
+             rule like the one-standard-error rule: fitted weight ratios are what the two sets
+             would overfit
+
+Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--sets
+generator,realistic] [--sweep] [--set search.phrase_boost=1] [--out bench/results/q.json]`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
-import random
-import statistics
+import pickle
 import time
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+import zlib
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
+import numpy as np
 import typer
+from search_quality_metrics import METRICS, query_metrics, summarize
+from search_quality_sets import LabeledQuery, QuerySet, build_memory, generator_set, realistic_set
 
+import ctxdb.search.arms
+import ctxdb.search.filters
+import ctxdb.search.service
+import ctxdb.search.temporal
+import ctxdb.text
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.model import SentenceTransformerEmbedder
-from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
-from ctxdb.index.mappings import TURNS, alias_name
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.sample.generate import Fact, Generated, generate_events, write_sample
-from ctxdb.sample.topics import TOPICS, Topic
 from ctxdb.search.arms import RowHit
-from ctxdb.search.fusion import arm_weights, cap_per_conversation, dedup_turns, fuse
-from ctxdb.search.models import ARMS, SearchRequest
+from ctxdb.search.fusion import FusionParams, arm_weights, dedup_turns, rank_turns
+from ctxdb.search.models import ARMS, Arm
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
+from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
-from ctxdb.storage.delta import DeltaStore
 
 Key = tuple[str, str]
-SYSTEMS = (*ARMS, "fused", "fused-norecency")
-EXACT_REFS_PER_TOPIC = 2  # keeps the one-turn ref queries from outnumbering the other categories
-
-
-@dataclass
-class LabeledQuery:
-    category: str
-    user_id: str
-    tenant: str
-    request: SearchRequest
-    relevant: set[Key]
-
-
-@dataclass
-class Scores:
-    recall5: list[float] = field(default_factory=list)
-    recall10: list[float] = field(default_factory=list)
-    rr: list[float] = field(default_factory=list)
-
-    def add(self, ranked: Sequence[Key], relevant: set[Key], cap: int) -> None:
-        per_conv: dict[str, int] = defaultdict(int)
-        for conv, _ in relevant:
-            per_conv[conv] += 1
-        reachable = sum(min(n, cap) for n in per_conv.values())
-        for k, out in ((5, self.recall5), (10, self.recall10)):
-            found = len(set(ranked[:k]) & relevant)
-            out.append(found / min(k, reachable))
-        first = next((i for i, key in enumerate(ranked[:10], start=1) if key in relevant), None)
-        self.rr.append(1.0 / first if first else 0.0)
-
-    def summary(self) -> dict[str, float]:
-        return {
-            "recall@5": round(statistics.fmean(self.recall5), 4),
-            "recall@10": round(statistics.fmean(self.recall10), 4),
-            "mrr": round(statistics.fmean(self.rr), 4),
-            "queries": len(self.rr),
-        }
-
-
-def build_memory(
-    settings: Settings, generated: Generated, embedder: SentenceTransformerEmbedder
-) -> float:
-    """Land, derive, embed and index the sample (idempotent); returns seconds taken."""
-    started = time.monotonic()
-    landing = Path(settings.landing_uri)
-    if not any(landing.glob("events-*")):
-        write_sample(generated, landing, files_root=Path(settings.files))
-    store = DeltaStore.from_settings(settings)
-    land(store, settings.landing_uri)
-    derive(store, settings)
-    embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
-    sync_live(store, make_client(settings), settings, model_id=embedder.model_id)
-    return time.monotonic() - started
-
-
-def _contains(fact: Fact, topic: Topic, text: str) -> bool:
-    bodies = [fact.prompt, fact.answer, topic.summary if fact.adapter == "react" else ""]
-    if fact.attachment and topic.attachment:
-        bodies.append(topic.attachment[2])
-    return any(text in b for b in bodies)
-
-
-def labeled_queries(generated: Generated, rng: random.Random) -> list[LabeledQuery]:
-    """The labeled query set (see the module docstring for the categories)."""
-    topics = {t.key: t for t in TOPICS}
-    by_user_topic: dict[tuple[str, str], list[Fact]] = defaultdict(list)
-    for fact in generated.facts:
-        by_user_topic[fact.user_id, fact.topic].append(fact)
-    out: list[LabeledQuery] = []
-
-    def add(category: str, facts: list[Fact], relevant: set[Key], **request) -> None:
-        if relevant:
-            out.append(
-                LabeledQuery(
-                    category,
-                    facts[0].user_id,
-                    facts[0].tenant,
-                    SearchRequest(top_k=10, **request),
-                    relevant,
-                )
-            )
-
-    for (user, key), facts in sorted(by_user_topic.items()):
-        topic = topics[key]
-        turns = {(f.conversation_id, f.turn_id) for f in facts}
-        for query in topic.queries:
-            add("paraphrase", facts, turns, query=query)
-        for query in topic.exact:
-            add(
-                "exact",
-                facts,
-                {(f.conversation_id, f.turn_id) for f in facts if _contains(f, topic, query)},
-                query=query,
-            )
-        for query in topic.misspelled:
-            add("misspelled", facts, turns, query=query)
-        answered = {(f.conversation_id, f.turn_id) for f in facts if not f.error}
-        add("role-targeted", facts, answered, query=topic.queries[0], targets=["assistant"])
-        add(
-            "role-targeted",
-            facts,
-            turns,
-            query=topic.queries[1 % len(topic.queries)],
-            targets=["user"],
-        )
-        conv = rng.choice(sorted({f.conversation_id for f in facts}))
-        add(
-            "conversation",
-            facts,
-            {t for t in turns if t[0] == conv},
-            query=topic.queries[-1],
-            scope="conversation",
-            conversation_id=conv,
-        )
-        if len({f.conversation_id for f in facts}) >= 2:
-            add("cross-conversation", facts, turns, query=" ".join(topic.entities))
-        for fact in [f for f in facts if f.hosted_ref][:EXACT_REFS_PER_TOPIC]:
-            add("exact-ref", [fact], {(fact.conversation_id, fact.turn_id)}, query=fact.hosted_ref)
-        if topic.hosted_file:
-            name = topic.hosted_file[0]
-            add(
-                "file-name",
-                facts,
-                {
-                    (f.conversation_id, f.turn_id)
-                    for f in facts
-                    if f.hosted_ref and f.hosted_ref.endswith(name)
-                },
-                query=f"where is {name}",
-            )
-    return out
-
-
-def catalog_queries(generated: Generated, rng: random.Random, n: int = 40) -> list[LabeledQuery]:
-    """Temporal windows without a query and first/last ordinal lookups."""
-    out = []
-    by_conv: dict[str, list[Fact]] = defaultdict(list)
-    for fact in generated.facts:
-        by_conv[fact.conversation_id].append(fact)
-    for fact in rng.sample(generated.facts, min(n, len(generated.facts))):
-        since, until = fact.started_at - timedelta(hours=2), fact.started_at + timedelta(hours=2)
-        relevant = {
-            (f.conversation_id, f.turn_id)
-            for f in generated.facts
-            if f.user_id == fact.user_id and since <= f.started_at <= until
-        }
-        out.append(
-            LabeledQuery(
-                "temporal",
-                fact.user_id,
-                fact.tenant,
-                SearchRequest(since=since, until=until, top_k=50),
-                relevant,
-            )
-        )
-        turns = sorted(by_conv[fact.conversation_id], key=lambda f: f.started_at)
-        for ordinal, target in ((1, turns[0]), (-1, turns[-1])):
-            out.append(
-                LabeledQuery(
-                    "ordinal",
-                    fact.user_id,
-                    fact.tenant,
-                    SearchRequest(conversation_id=fact.conversation_id, ordinal=ordinal),
-                    {(target.conversation_id, target.turn_id)},
-                )
-            )
-    return out
+CACHE = Path(__file__).parent / "results" / "cache"
+SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_life_days=7, cap=2)
+ARM_SETTINGS = (
+    "lexical_min_match",
+    "trigram_min_match",
+    "fuzzy_min_match",
+    "phrase_boost",
+    "phrase_slop",
+    "overfetch_rows",
+    "knn_k",
+    "num_candidates",
+    "max_per_conversation",
+)
 
 
 @dataclass
 class Collected:
     query: LabeledQuery
-    rows: dict[str, list[RowHit]]
+    rows: dict[Arm, list[RowHit]]
 
 
-def collect(service: SearchService, queries: list[LabeledQuery]) -> list[Collected]:
-    """Each query's per-arm ranked rows, from the service's own arm bodies and _msearch."""
+def cache_key(qs: QuerySet) -> str:
+    """The set, the arm settings and the source of the code that builds arm bodies."""
+    s = qs.settings.search
+    parts = [qs.name, qs.fingerprint, qs.settings.elasticsearch.index_prefix]
+    parts += [f"{name}={getattr(s, name)}" for name in ARM_SETTINGS]
+    for module in (
+        ctxdb.search.arms,
+        ctxdb.search.filters,
+        ctxdb.search.service,
+        ctxdb.search.temporal,
+        ctxdb.text,
+    ):
+        parts.append(hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def collect(service: SearchService, qs: QuerySet) -> list[Collected]:
+    """Every query's per-arm rows, fetched as deep as a capped request fetches (so one
+    collection serves the cap on and off)."""
     vectors: dict[str, list[float] | None] = {}
-    now = datetime.now(UTC)
     out = []
-    for q in queries:
+    for q in qs.queries:
         principal = Principal(user_id=q.user_id, tenant=q.tenant)
-        if q.request.query not in vectors:
-            vectors[q.request.query] = service.embedder.embed_query(q.request.query)
-        bodies = service.arm_bodies(
-            principal, q.request, q.request.query, vectors[q.request.query], now
-        )
+        text = q.request.query
+        if text not in vectors:
+            vectors[text] = service.embedder.embed_query(text) if service.embedder else None
+        deep = q.request.model_copy(update={"cap_user_scope": True})
+        bodies = service.arm_bodies(principal, deep, text, vectors[text], qs.now)
         out.append(Collected(q, service.run_arms(bodies)))
     return out
 
 
-def capped(keys: Sequence[Key], cap: int, top_k: int) -> list[Key]:
-    counts: dict[str, int] = defaultdict(int)
-    out = []
-    for conv, turn in keys:
-        if counts[conv] < cap:
-            counts[conv] += 1
-            out.append((conv, turn))
-    return out[:top_k]
+def collected_rows(service: SearchService, qs: QuerySet, fresh: bool) -> list[Collected]:
+    """The cached rows of every query ({query id: {arm: rows}}), collected when missing."""
+    path = CACHE / f"{qs.name}-{cache_key(qs)}.pkl"
+    if path.exists() and not fresh:
+        cached = pickle.loads(path.read_bytes())
+        return [Collected(q, cached[q.qid]) for q in qs.queries]
+    started = time.monotonic()
+    rows = collect(service, qs)
+    typer.echo(f"{qs.name}: {len(rows)} queries collected in {time.monotonic() - started:.0f}s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps({c.query.qid: c.rows for c in rows}))
+    return rows
 
 
-def fused_keys(
-    rows: dict[str, list[RowHit]],
-    settings: Settings,
-    w_sem: float,
-    w_lex: float,
-    w_rec: float,
-    top_k: int,
-) -> list[Key]:
-    fused = fuse(
-        rows,
-        weights=arm_weights(w_sem, w_lex),
-        recency_weight=w_rec,
-        half_life_days=settings.search.recency_half_life_days,
-        now=datetime.now(UTC),
-        rrf_k=settings.search.rrf_k,
+# --- fast offline fusion (mirrors ctxdb.search.fusion.fuse + cap exactly) -------------------
+
+
+@dataclass
+class Prepared:
+    """One query's candidate turns as arrays: rank per arm (0 = absent), age, tie order, and
+    whether the turn lies in the span the query's time expression names."""
+
+    keys: list[Key]
+    convs: np.ndarray
+    ranks: dict[Arm, np.ndarray]
+    age_days: np.ndarray
+    tie: np.ndarray
+    in_window: np.ndarray
+    window: tuple[datetime, datetime] | None
+    relevant: frozenset[Key]
+    kind: str
+    scope: str
+
+
+def prepare(c: Collected, now) -> Prepared:
+    per_turn: dict[Key, dict[Arm, int]] = {}
+    ts: dict[Key, float] = {}
+    for arm in ARMS:
+        for rank, row in enumerate(dedup_turns(c.rows.get(arm, ())), start=1):
+            per_turn.setdefault(row.key, {})[arm] = rank
+            ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
+    keys = list(per_turn)
+    stamps = np.array([ts[k] for k in keys])
+    order = sorted(range(len(keys)), key=lambda i: (-stamps[i], keys[i][0], keys[i][1]))
+    tie = np.empty(len(keys), dtype=np.int64)
+    tie[order] = np.arange(len(keys))
+    conv_ids = {conv: n for n, conv in enumerate(dict.fromkeys(k[0] for k in keys))}
+    _, hint = split_time_hint(c.query.request.query.strip())
+    window = hint.window(now) if hint else None
+    inside = (
+        (stamps >= window[0].timestamp()) & (stamps < window[1].timestamp())
+        if window
+        else np.zeros(len(keys), dtype=bool)
     )
-    kept = cap_per_conversation(fused, settings.search.max_per_conversation, top_k)
-    return [(f.conversation_id, f.turn_id) for f in kept]
+    return Prepared(
+        keys=keys,
+        convs=np.array([conv_ids[k[0]] for k in keys], dtype=np.int64),
+        ranks={arm: np.array([per_turn[k].get(arm, 0) for k in keys]) for arm in ARMS},
+        age_days=np.maximum(0.0, (now.timestamp() - stamps) / 86400.0),
+        tie=tie,
+        in_window=inside,
+        window=window,
+        relevant=c.query.relevant,
+        kind=c.query.kind,
+        scope=c.query.request.scope,
+    )
 
 
-def score(
-    collected: list[Collected], settings: Settings, systems: dict[str, tuple | None]
-) -> dict[str, dict]:
-    """Metrics per category and system; a system is an arm (None) or fusion weights."""
-    cap = settings.search.max_per_conversation
-    scores: dict[str, dict[str, Scores]] = defaultdict(lambda: defaultdict(Scores))
-    for c in collected:
-        top_k = c.query.request.top_k
-        for system, weights in systems.items():
-            if weights is None:
-                ranked = capped([r.key for r in dedup_turns(c.rows.get(system, []))], cap, top_k)
-            else:
-                ranked = fused_keys(c.rows, settings, *weights, top_k)
-            scores[c.query.category][system].add(ranked, c.query.relevant, cap)
-            scores["all"][system].add(ranked, c.query.relevant, cap)
-    out = {cat: {sys: s.summary() for sys, s in by_sys.items()} for cat, by_sys in scores.items()}
-    categories = [cat for cat in out if cat != "all"]
-    out["macro"] = {
-        system: {
-            metric: round(statistics.fmean(out[cat][system][metric] for cat in categories), 4)
-            for metric in ("recall@5", "recall@10", "mrr")
-        }
-        | {"queries": out["all"][system]["queries"]}
-        for system in systems
-    }
+@dataclass(frozen=True)
+class Config:
+    semantic: float = 1.0
+    lexical: float = 1.0
+    trigram: float = 1.0
+    recency: float = 0.0
+    half_life: float = 7.0
+    cap: int | None = None  # in user and agent scope; conversation scope is never capped
+    rrf_k: int = 60
+    time: float = 0.0
+
+    def label(self) -> str:
+        cap = "off" if self.cap is None else self.cap
+        return (
+            f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
+            f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
+        )
+
+
+def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
+    if not p.keys:
+        return []
+    rrf = np.zeros(len(p.keys))
+    for arm, weight in zip(ARMS, (cfg.semantic, cfg.lexical, cfg.trigram), strict=True):
+        r = p.ranks[arm]
+        rrf = rrf + np.where(r > 0, weight / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
+    final = rrf * (1.0 + cfg.recency * 2.0 ** (-p.age_days / cfg.half_life))
+    final = final * (1.0 + cfg.time * p.in_window)
+    order = np.lexsort((p.tie, -rrf, -final))
+    cap = None if p.scope == "conversation" else cfg.cap
+    out: list[Key] = []
+    counts: dict[int, int] = {}
+    for i in order:
+        conv = int(p.convs[i])
+        if cap is not None and counts.get(conv, 0) >= cap:
+            continue
+        counts[conv] = counts.get(conv, 0) + 1
+        out.append(p.keys[i])
+        if len(out) >= top_k:
+            break
     return out
 
 
-def service_agreement(service: SearchService, collected: list[Collected], n: int = 100) -> float:
-    """Share of queries where the service's own answer equals the offline default fusion."""
-    s = service.settings
-    same = 0
-    for c in collected[:n]:
-        principal = Principal(user_id=c.query.user_id, tenant=c.query.tenant)
-        live = [
-            (h.conversation_id, h.turn_id) for h in service.search(principal, c.query.request).hits
-        ]
-        offline = fused_keys(
-            c.rows,
-            s,
-            s.search.weight_semantic,
-            s.search.weight_lexical,
-            s.search.weight_recency,
-            c.query.request.top_k,
-        )
-        same += live == offline
-    return same / max(1, min(n, len(collected)))
+def score_config(prepared: list[Prepared], cfg: Config) -> dict[str, dict[str, float]]:
+    return summarize((p.kind, query_metrics(rank_fast(p, cfg), p.relevant)) for p in prepared)
 
 
-def evaluate_catalog(service: SearchService, queries: list[LabeledQuery]) -> dict[str, dict]:
-    scores: dict[str, Scores] = defaultdict(Scores)
-    for q in queries:
+def config_of(params: FusionParams) -> Config:
+    w = params.weights
+    return Config(
+        w["semantic"],
+        w["lexical"],
+        w["trigram"],
+        params.recency_weight,
+        params.half_life_days,
+        params.cap,
+        params.rrf_k,
+        params.window_weight,
+    )
+
+
+def arm_alone(c: Collected, arm: Arm) -> list[Key]:
+    return [r.key for r in dedup_turns(c.rows.get(arm, []))][:25]
+
+
+def check_fast_fusion(collected: list[Collected], prepared: list[Prepared], now) -> None:
+    """The vectorized fusion must rank exactly like ctxdb.search.fusion on every query."""
+    for params in (SHIPPED, FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0)):
+        cfg = config_of(params)
+        for c, p in zip(collected, prepared, strict=True):
+            cap = None if c.query.request.scope == "conversation" else params.cap
+            capped = FusionParams(**{**asdict(params), "cap": cap})
+            exact = rank_turns(c.rows, capped, now, 25, p.window)
+            if [(t.conversation_id, t.turn_id) for t in exact] != rank_fast(p, cfg):
+                raise AssertionError(f"offline fusion differs on {c.query.qid} ({cfg.label()})")
+
+
+def service_answers(service: SearchService, qs: QuerySet) -> list[list[Key]]:
+    """SearchService.search's own ranking of every query (its defaults, its own arm depth)."""
+    out = []
+    for q in qs.queries:
         principal = Principal(user_id=q.user_id, tenant=q.tenant)
-        hits = service.search(principal, q.request).hits
-        scores[q.category].add(
-            [(h.conversation_id, h.turn_id) for h in hits], q.relevant, cap=10**6
+        hits = service.search(principal, q.request, now=qs.now).hits
+        out.append([(h.conversation_id, h.turn_id) for h in hits])
+    return out
+
+
+def agreement(answers: list[list[Key]], service: SearchService, qs: QuerySet, preps) -> float:
+    """Share of queries where the offline fusion of the cached (deeper) rows under the
+    service's defaults ranks the top 25 exactly as the service did."""
+    same = sum(
+        answer == rank_fast(p, config_of(service.fusion_params(q.request)))
+        for answer, q, p in zip(answers, qs.queries, preps, strict=True)
+    )
+    return same / max(1, len(answers))
+
+
+def evaluate(
+    collected: list[Collected], prepared: list[Prepared], answers: list[list[Key]] | None
+) -> dict[str, dict]:
+    """Per kind metrics of each arm alone, the shipped fusion (offline) and the service's own
+    answers under its defaults."""
+    results: dict[str, dict] = {}
+    for arm in ARMS:
+        results[arm] = summarize(
+            (c.query.kind, query_metrics(arm_alone(c, arm), c.query.relevant)) for c in collected
         )
-    return {cat: s.summary() for cat, s in scores.items()}
+    results["shipped"] = score_config(prepared, config_of(SHIPPED))
+    if answers is not None:
+        results["fused"] = summarize(
+            (c.query.kind, query_metrics(answer, c.query.relevant))
+            for c, answer in zip(collected, answers, strict=True)
+        )
+    return results
 
 
-def render(results: dict[str, dict]) -> str:
-    lines = [f"{'category':<20} {'system':<16} {'R@5':>7} {'R@10':>7} {'MRR':>7} {'n':>5}"]
-    for cat, by_sys in results.items():
-        for system in SYSTEMS:
-            if system in by_sys:
-                s = by_sys[system]
-                lines.append(
-                    f"{cat:<20} {system:<16} {s['recall@5']:>7.3f} {s['recall@10']:>7.3f} "
-                    f"{s['mrr']:>7.3f} {s['queries']:>5}"
-                )
+def render(name: str, results: dict[str, dict]) -> str:
+    header = f"{'kind':<20} {'system':<10} " + " ".join(f"{m:>8}" for m in METRICS) + f" {'n':>5}"
+    lines = [f"== {name}", header]
+    kinds = list(next(iter(results.values())))
+    for kind in kinds:
+        for system, by_kind in results.items():
+            s = by_kind[kind]
+            values = " ".join(f"{s[m]:>8.3f}" for m in METRICS)
+            lines.append(f"{kind:<20} {system:<10} {values} {s['n']:>5}")
     return "\n".join(lines)
+
+
+# --- sweep and cross-validation -------------------------------------------------------------
+
+
+def grid() -> list[Config]:
+    """Text-arm weights relative to the semantic one (only ratios matter to the order), RRF k,
+    recency weight and half-life, the time-window lift, and the cap (off; 2 on a subset)."""
+    ratios = (0.25, 0.5, 0.75, 1.0, 1.5)
+    recency = ((0.0, 7.0), (0.1, 30.0), (0.1, 180.0), (0.2, 7.0), (0.5, 180.0))
+    return [
+        Config(1.0, lex, tri, rec, hl, None, k, time)
+        for lex, tri in itertools.product(ratios, ratios)
+        for rec, hl in recency
+        for k in (3, 5, 10, 20, 60)
+        for time in (0.0, 0.5, 1.0, 2.0)
+    ] + [
+        Config(1.0, w, w, rec, hl, 2, k, time)
+        for w in (0.5, 1.0)
+        for rec, hl in ((0.0, 7.0), (0.2, 7.0))
+        for k in (5, 60)
+        for time in (0.0, 1.0)
+    ]
+
+
+TOLERANCE = 0.01  # a config within 1 point of the best joint objective counts as as good
+
+
+def imbalance(cfg: Config) -> float:
+    """How far the arm weights are from equal (the simpler, less fitted choice is 0)."""
+    return abs(cfg.lexical - cfg.semantic) + abs(cfg.trigram - cfg.semantic)
+
+
+def objective(summary: dict[str, dict[str, float]]) -> float:
+    return (summary["macro"]["any@10"] + summary["macro"]["ndcg@10"]) / 2
+
+
+def fold_of(qid: str, folds: int) -> int:
+    return zlib.crc32(qid.encode()) % folds
+
+
+def cross_validate(prepared: dict[str, list[Prepared]], qids: dict[str, list[str]]) -> dict:
+    """Leave-one-set-out and 5-fold selection over `grid()` (see the module docstring)."""
+    configs = grid()
+    folds = 5
+    # per set, per config, per query metrics (so any split is a mean over a subset)
+    per_query: dict[str, np.ndarray] = {}
+    kinds: dict[str, list[str]] = {}
+    for name, preps in prepared.items():
+        kinds[name] = [p.kind for p in preps]
+        table = np.zeros((len(configs), len(preps), 2))
+        for ci, cfg in enumerate(configs):
+            for qi, p in enumerate(preps):
+                m = query_metrics(rank_fast(p, cfg), p.relevant)
+                table[ci, qi] = (m["any@10"], m["ndcg@10"])
+        per_query[name] = table
+
+    def set_objective(name: str, mask: np.ndarray) -> np.ndarray:
+        """Macro objective of every config over the queries in `mask`."""
+        ks = np.array(kinds[name])
+        per_kind = [
+            per_query[name][:, mask & (ks == k)].mean(axis=1).mean(axis=1)
+            for k in sorted(set(kinds[name]))
+            if (mask & (ks == k)).any()
+        ]
+        return np.mean(per_kind, axis=0)
+
+    def joint(masks: dict[str, np.ndarray]) -> np.ndarray:
+        scores = [set_objective(n, m) for n, m in masks.items()]
+        return np.mean([s / s.max() for s in scores], axis=0)
+
+    everything = {n: np.ones(len(kinds[n]), dtype=bool) for n in prepared}
+    full = {n: set_objective(n, m) for n, m in everything.items()}
+    names = list(prepared)
+    loso = {}
+    for train in names:
+        best = int(np.argmax(full[train]))
+        loso[f"chosen on {train}"] = {
+            "config": configs[best].label(),
+            **{f"J {n}": round(float(full[n][best]), 4) for n in names},
+        }
+    fold_scores: dict[str, list[float]] = {n: [] for n in names}
+    fold_choices = []
+
+    def select(scores: np.ndarray) -> int:
+        """The parsimony rule: most nearly equal weights within TOLERANCE of the best."""
+        top = float(scores.max())
+        near = [i for i in range(len(configs)) if scores[i] >= top - TOLERANCE]
+        return min(near, key=lambda i: (imbalance(configs[i]), -scores[i]))
+
+    for f in range(folds):
+        test = {n: np.array([fold_of(q, folds) == f for q in qids[n]]) for n in names}
+        picked = select(joint({n: ~test[n] for n in names}))
+        fold_choices.append(configs[picked].label())
+        for n in names:
+            fold_scores[n].append(float(set_objective(n, test[n])[picked]))
+    overall = joint(everything)
+    best = int(np.argmax(overall))
+    chosen = select(overall)
+    ranking = np.argsort(-overall)
+    return {
+        "configs": len(configs),
+        "leave_one_set_out": loso,
+        "five_fold": {
+            "choices": fold_choices,
+            **{
+                f"J {n} (held-out folds)": round(float(np.mean(v)), 4)
+                for n, v in fold_scores.items()
+            },
+        },
+        "best": configs[best].label(),
+        "best_joint": round(float(overall[best]), 4),
+        "chosen": configs[chosen].label(),
+        "chosen_joint": round(float(overall[chosen]), 4),
+        "chosen_J": {n: round(float(full[n][chosen]), 4) for n in names},
+        "best_J": {n: round(float(full[n].max()), 4) for n in names},
+        "top10": [
+            {"config": configs[i].label(), **{n: round(float(full[n][i]), 4) for n in names}}
+            for i in ranking[:10]
+        ],
+    }
 
 
 def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
@@ -370,90 +449,57 @@ def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
 
 
 def main(
-    users: Annotated[int, typer.Option()] = 3,
-    conversations: Annotated[int, typer.Option()] = 600,
-    seed: Annotated[int, typer.Option()] = 3,
-    prefix: Annotated[
-        str, typer.Option(help="Index prefix of the bench memory.")
-    ] = "bench-search-q3",
+    sets: Annotated[str, typer.Option(help="Comma-separated: generator, realistic.")] = (
+        "generator,realistic"
+    ),
+    sweep: Annotated[bool, typer.Option(help="Grid and cross-validation of fusion.")] = False,
+    fresh: Annotated[bool, typer.Option(help="Re-query instead of the cache.")] = False,
+    service_check: Annotated[
+        bool, typer.Option(help="Run every query through SearchService.search (the fused row).")
+    ] = True,
+    prefix_suffix: Annotated[str, typer.Option(help="Appended to each set's prefix.")] = "",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
-    grid_search: Annotated[
-        bool, typer.Option("--grid", help="Also score a grid of weights.")
-    ] = False,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Setting override group.field=v.")
     ] = None,
 ) -> None:
-    base = get_settings()
-    home = base.home / prefix
-    settings = base.replace(home=home, elasticsearch={"index_prefix": prefix}, **_groups(overrides))
-    generated = generate_events(
-        users=users, conversations=conversations, seed=seed, now=datetime(2026, 12, 1, tzinfo=UTC)
-    )
+    base: Settings = get_settings()
+    base = base.replace(**_groups(overrides)) if overrides else base
     embedder = SentenceTransformerEmbedder(
-        settings.embedding.model, batch_size=settings.embedding.batch_size
+        base.embedding.model, batch_size=base.embedding.batch_size
     )
-    build_s = build_memory(settings, generated, embedder)
-    typer.echo(f"memory: {len(generated.facts)} turns of {users} users, built in {build_s:.0f}s")
-    client = make_client(settings)
-    indexed = client.count(index=alias_name(prefix, TURNS))["count"]
-    if indexed != len(generated.facts):
-        raise SystemExit(
-            f"{prefix} holds {indexed} turns, the sample has {len(generated.facts)}: it was built "
-            "from another sample; pass a new --prefix"
-        )
-    service = SearchService(settings, client, ModelQueryEmbedder(embedder))
-    rng = random.Random(seed)
-    queries = labeled_queries(generated, rng)
-    started = time.monotonic()
-    collected = collect(service, queries)
-    typer.echo(f"{len(queries)} labeled queries in {time.monotonic() - started:.0f}s\n")
-    s = settings
-    systems: dict[str, tuple | None] = {arm: None for arm in ARMS}
-    systems["fused"] = (s.search.weight_semantic, s.search.weight_lexical, s.search.weight_recency)
-    systems["fused-norecency"] = (s.search.weight_semantic, s.search.weight_lexical, 0.0)
-    results = score(collected, settings, systems)
-    typer.echo(render(results))
-    agreement = service_agreement(service, collected)
-    typer.echo(f"\nservice answer == offline fusion on {agreement:.0%} of 100 queries")
-    grid = {}
-    if grid_search:
-        combos = {
-            f"sem={a} lex={b} rec={c}": (a, b, c)
-            for a in (1.0, 1.5, 2.0)
-            for b in (0.5, 0.75, 1.0)
-            for c in (0.0, 0.2, 0.5)
-        }
-        grid = {
-            name: score(collected, settings, {name: w})["macro"][name] for name, w in combos.items()
-        }
-        for name, m in sorted(grid.items(), key=lambda kv: -kv[1]["recall@10"]):
-            typer.echo(
-                f"  {name:<28} R@5={m['recall@5']:.3f} R@10={m['recall@10']:.3f} MRR={m['mrr']:.3f}"
+    report: dict[str, Any] = {"settings": base.search.model_dump(mode="json"), "sets": {}}
+    prepared: dict[str, list[Prepared]] = {}
+    qids: dict[str, list[str]] = {}
+    for name in sets.split(","):
+        qs = realistic_set(base) if name == "realistic" else generator_set(base)
+        if prefix_suffix:
+            prefix = qs.settings.elasticsearch.index_prefix + prefix_suffix
+            qs.settings = qs.settings.replace(
+                home=base.home / prefix, elasticsearch={"index_prefix": prefix}
             )
-    catalog = evaluate_catalog(service, catalog_queries(generated, rng))
-    typer.echo("\ncatalog (no similarity): " + json.dumps(catalog))
+        built = build_memory(qs, embedder)
+        typer.echo(f"{name}: {qs.turns} turns, {len(qs.queries)} queries, built in {built:.0f}s")
+        service = SearchService(qs.settings, make_client(qs.settings), ModelQueryEmbedder(embedder))
+        collected = collected_rows(service, qs, fresh)
+        preps = [prepare(c, qs.now) for c in collected]
+        check_fast_fusion(collected, preps, qs.now)
+        answers = service_answers(service, qs) if service_check else None
+        results = evaluate(collected, preps, answers)
+        typer.echo(render(name, results))
+        same = agreement(answers, service, qs, preps) if answers else None
+        if same is not None:
+            typer.echo(f"{name}: offline fusion of the cached rows == the service on {same:.0%}\n")
+        report["sets"][name] = {"turns": qs.turns, "offline_agreement": same, "results": results}
+        prepared[name] = preps
+        qids[name] = [q.qid for q in qs.queries]
+    if sweep and len(prepared) > 1:
+        cv = cross_validate(prepared, qids)
+        typer.echo(json.dumps(cv, indent=2))
+        report["cross_validation"] = cv
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        config = {
-            k: v for k, v in settings.model_dump(mode="json").items() if k.startswith("search_")
-        }
-        out.write_text(
-            json.dumps(
-                {
-                    "users": users,
-                    "conversations": conversations,
-                    "seed": seed,
-                    "turns": len(generated.facts),
-                    "settings": config,
-                    "search": results,
-                    "service_agreement": agreement,
-                    "grid": grid,
-                    "catalog": catalog,
-                },
-                indent=2,
-            )
-        )
+        out.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
