@@ -14,8 +14,8 @@ from deltalake.exceptions import TableNotFoundError
 
 from ctxdb.settings import Settings
 from ctxdb.storage.errors import StorageError, os_errno
-from ctxdb.storage.tables import table_properties
 from ctxdb.storage.faults import reached
+from ctxdb.storage.tables import table_properties
 
 log = logging.getLogger(__name__)
 
