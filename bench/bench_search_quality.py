@@ -61,6 +61,7 @@ from ctxdb.contract.identity import Principal
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
+from ctxdb.search.coverage import with_coverage
 from ctxdb.search.fusion import FusionParams, arm_weights, dedup_turns, rank_turns
 from ctxdb.search.models import ARMS, Arm
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
@@ -140,12 +141,13 @@ def collected_rows(service: SearchService, qs: QuerySet, fresh: bool) -> list[Co
 
 @dataclass
 class Prepared:
-    """One query's candidate turns as arrays: rank per arm (0 = absent), age, tie order, and
-    whether the turn lies in the span the query's time expression names."""
+    """One query's candidate turns as arrays: rank and query coverage per arm (0 = absent), age,
+    tie order, and whether the turn lies in the span the query's time expression names."""
 
     keys: list[Key]
     convs: np.ndarray
     ranks: dict[Arm, np.ndarray]
+    coverage: dict[Arm, np.ndarray]
     age_days: np.ndarray
     tie: np.ndarray
     in_window: np.ndarray
@@ -157,10 +159,13 @@ class Prepared:
 
 def prepare(c: Collected, now) -> Prepared:
     per_turn: dict[Key, dict[Arm, int]] = {}
+    cover: dict[Key, dict[Arm, float]] = {}
     ts: dict[Key, float] = {}
-    for arm in ARMS:
-        for rank, row in enumerate(dedup_turns(c.rows.get(arm, ())), start=1):
+    topic, hint = split_time_hint(c.query.request.query.strip())
+    for arm, rows in with_coverage(c.rows, topic).items():
+        for rank, row in enumerate(dedup_turns(rows), start=1):
             per_turn.setdefault(row.key, {})[arm] = rank
+            cover.setdefault(row.key, {})[arm] = row.coverage
             ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
     keys = list(per_turn)
     stamps = np.array([ts[k] for k in keys])
@@ -168,7 +173,6 @@ def prepare(c: Collected, now) -> Prepared:
     tie = np.empty(len(keys), dtype=np.int64)
     tie[order] = np.arange(len(keys))
     conv_ids = {conv: n for n, conv in enumerate(dict.fromkeys(k[0] for k in keys))}
-    _, hint = split_time_hint(c.query.request.query.strip())
     window = hint.window(now) if hint else None
     inside = (
         (stamps >= window[0].timestamp()) & (stamps < window[1].timestamp())
@@ -179,6 +183,7 @@ def prepare(c: Collected, now) -> Prepared:
         keys=keys,
         convs=np.array([conv_ids[k[0]] for k in keys], dtype=np.int64),
         ranks={arm: np.array([per_turn[k].get(arm, 0) for k in keys]) for arm in ARMS},
+        coverage={arm: np.array([cover[k].get(arm, 0.0) for k in keys]) for arm in ARMS},
         age_days=np.maximum(0.0, (now.timestamp() - stamps) / 86400.0),
         tie=tie,
         in_window=inside,
@@ -199,12 +204,14 @@ class Config:
     cap: int | None = None  # in user and agent scope; conversation scope is never capped
     rrf_k: int = 60
     time: float = 0.0
+    coverage: float = 0.0
 
     def label(self) -> str:
         cap = "off" if self.cap is None else self.cap
         return (
             f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
             f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
+            f" cov={self.coverage:g}"
         )
 
 
@@ -214,7 +221,8 @@ def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
     rrf = np.zeros(len(p.keys))
     for arm, weight in zip(ARMS, (cfg.semantic, cfg.lexical, cfg.trigram), strict=True):
         r = p.ranks[arm]
-        rrf = rrf + np.where(r > 0, weight / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
+        scale = weight * p.coverage[arm] ** cfg.coverage
+        rrf = rrf + np.where(r > 0, scale / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
     final = rrf * (1.0 + cfg.recency * 2.0 ** (-p.age_days / cfg.half_life))
     final = final * (1.0 + cfg.time * p.in_window)
     order = np.lexsort((p.tie, -rrf, -final))
@@ -247,6 +255,7 @@ def config_of(params: FusionParams) -> Config:
         params.cap,
         params.rrf_k,
         params.window_weight,
+        params.coverage_power,
     )
 
 
@@ -256,12 +265,14 @@ def arm_alone(c: Collected, arm: Arm) -> list[Key]:
 
 def check_fast_fusion(collected: list[Collected], prepared: list[Prepared], now) -> None:
     """The vectorized fusion must rank exactly like ctxdb.search.fusion on every query."""
-    for params in (SHIPPED, FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0)):
+    checked = (SHIPPED, FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0, 1.5))
+    for params in checked:
         cfg = config_of(params)
         for c, p in zip(collected, prepared, strict=True):
             cap = None if c.query.request.scope == "conversation" else params.cap
             capped = FusionParams(**{**asdict(params), "cap": cap})
-            exact = rank_turns(c.rows, capped, now, 25, p.window)
+            topic, _ = split_time_hint(c.query.request.query.strip())
+            exact = rank_turns(with_coverage(c.rows, topic), capped, now, 25, p.window)
             if [(t.conversation_id, t.turn_id) for t in exact] != rank_fast(p, cfg):
                 raise AssertionError(f"offline fusion differs on {c.query.qid} ({cfg.label()})")
 
@@ -322,15 +333,17 @@ def render(name: str, results: dict[str, dict]) -> str:
 
 def grid() -> list[Config]:
     """Text-arm weights relative to the semantic one (only ratios matter to the order), RRF k,
-    recency weight and half-life, the time-window lift, and the cap (off; 2 on a subset)."""
+    recency weight and half-life, the time-window lift, the coverage power, and the cap (off;
+    2 on a subset)."""
     ratios = (0.25, 0.5, 0.75, 1.0, 1.5)
     recency = ((0.0, 7.0), (0.1, 30.0), (0.1, 180.0), (0.2, 7.0), (0.5, 180.0))
     return [
-        Config(1.0, lex, tri, rec, hl, None, k, time)
+        Config(1.0, lex, tri, rec, hl, None, k, time, cov)
         for lex, tri in itertools.product(ratios, ratios)
         for rec, hl in recency
         for k in (3, 5, 10, 20, 60)
         for time in (0.0, 0.5, 1.0, 2.0)
+        for cov in (0.0, 1.0, 2.0)
     ] + [
         Config(1.0, w, w, rec, hl, 2, k, time)
         for w in (0.5, 1.0)

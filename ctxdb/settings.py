@@ -144,6 +144,12 @@ class SearchSettings(BaseSettings):
     weight_time: float = Field(
         default=2.0, description="Lift of turns inside the span a query's date names."
     )
+    coverage_power: float = Field(
+        default=1.0,
+        ge=0,
+        le=4,
+        description="Text arms' RRF contribution scaled by query coverage ** this (0: off).",
+    )
     recency_half_life_days: float = Field(
         default=180.0, gt=0, validation_alias="CTXDB_RECENCY_HALF_LIFE_DAYS"
     )

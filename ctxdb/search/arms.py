@@ -22,6 +22,7 @@ STEM_BOOST = 0.5
 FUZZY_BOOST = 0.5
 MAX_PHRASE_PAIRS = 8
 SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
+TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text"]  # for coverage (coverage.py)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class RowHit:
     text: str = ""
     path: str | None = None
     agent: str | None = None
+    stems: str = ""
+    anchors_text: str = ""
+    coverage: float = 1.0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -137,7 +141,7 @@ def lexical_body(
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
         "size": size,
         "track_total_hits": False,
-        "_source": SOURCE_FIELDS,
+        "_source": TEXT_SOURCE_FIELDS,
     }
 
 
@@ -173,7 +177,7 @@ def trigram_body(
         "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
         "size": size,
         "track_total_hits": False,
-        "_source": SOURCE_FIELDS,
+        "_source": TEXT_SOURCE_FIELDS,
     }
 
 
@@ -192,6 +196,8 @@ def parse_hits(response: dict[str, Any]) -> list[RowHit]:
                 text=src.get("text") or "",
                 path=src.get("path"),
                 agent=src.get("agent"),
+                stems=src.get("stems") or "",
+                anchors_text=src.get("anchors_text") or "",
             )
         )
     return rows

@@ -1,9 +1,11 @@
 """Reciprocal-rank fusion of the three arms, then the recency lift (pure arithmetic, no I/O).
 
-    rrf   = w_sem / (k + r_sem) + w_lex / (k + r_lex) + w_trgm / (k + r_trgm)    (r 1-based)
+    rrf   = sum over arms of w_arm * c_arm ** p / (k + r_arm)                     (r 1-based)
     rec   = 2 ** (-age_days / half_life_days)
     final = rrf * (1 + w_rec * rec) * (1 + w_win * in_window)
 
+`c_arm` is the query coverage of the arm's row (`coverage.py`: the share of the query's stems or
+trigrams the row holds; 1 for the semantic arm) and `p` the coverage power (0: plain RRF).
 `in_window` is 1 when the turn falls in the span a time expression of the query names ("in
 April", "last spring", "last week"; see `temporal.py`), else 0. An arm that did not return the
 turn contributes 0. Each arm is deduplicated to its best row per
@@ -87,9 +89,11 @@ def fuse(
     rrf_k: int = RRF_K,
     window: tuple[datetime, datetime] | None = None,
     window_weight: float = 0.0,
+    coverage_power: float = 0.0,
 ) -> list[FusedTurn]:
     """Fuse per-arm ranked rows into turns ordered by final score (desc), with explain; turns
-    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`."""
+    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`, and each
+    row's contribution is scaled by its query coverage to the power `coverage_power`."""
     w_rec = clamp_weight(recency_weight)
     w_win = clamp_weight(window_weight) if window is not None else 0.0
     per_turn: dict[tuple[str, str], dict[Arm, tuple[int, RowHit]]] = {}
@@ -104,10 +108,14 @@ def fuse(
             weight = clamp_weight(weights.get(arm, 0.0))
             if arm in hits:
                 rank, row = hits[arm]
-                contribution = weight / (rrf_k + rank)
+                contribution = weight * row.coverage**coverage_power / (rrf_k + rank)
                 rrf += contribution
                 arms_explain[arm] = ArmExplain(
-                    rank=rank, score=row.score, weight=weight, contribution=contribution
+                    rank=rank,
+                    score=row.score,
+                    weight=weight,
+                    coverage=row.coverage,
+                    contribution=contribution,
                 )
             else:
                 arms_explain[arm] = ArmExplain(weight=weight)
@@ -124,6 +132,7 @@ def fuse(
             half_life_days=half_life_days,
             in_window=inside if window is not None else None,
             window_weight=w_win,
+            coverage_power=coverage_power,
             final=final,
         )
         fused.append(
@@ -168,6 +177,7 @@ class FusionParams:
     cap: int | None
     rrf_k: int = RRF_K
     window_weight: float = 0.0
+    coverage_power: float = 0.0
 
 
 def rank_turns(
@@ -188,5 +198,6 @@ def rank_turns(
         rrf_k=params.rrf_k,
         window=window,
         window_weight=params.window_weight,
+        coverage_power=params.coverage_power,
     )
     return cap_per_conversation(fused, params.cap, top_k)

@@ -83,6 +83,12 @@ class SearchRequest(BaseModel):
         default=None,
         description="Whether the per-conversation cap applies in user and agent scope.",
     )
+    coverage_power: float | None = Field(
+        default=None,
+        ge=0,
+        le=4,
+        description="Text arms count in proportion to coverage ** this (0: plain RRF).",
+    )
     explain: bool = False
     snippets: list[Target] | None = Field(
         default=None, description="Snippet targets to materialize; default: the search targets."
@@ -155,6 +161,9 @@ class ArmExplain(BaseModel):
     rank: int | None = None
     score: float | None = None
     weight: float = 0.0
+    coverage: float | None = Field(
+        default=None, description="Share of the query's terms in the arm's row (coverage.py)."
+    )
     contribution: float = 0.0
 
 
@@ -169,6 +178,7 @@ class Explain(BaseModel):
     half_life_days: float
     in_window: bool | None = None
     window_weight: float = 0.0
+    coverage_power: float = 0.0
     final: float
 
 

@@ -23,6 +23,7 @@ from ctxdb.embedding.model import Embedder, EmbedderUnavailable, SentenceTransfo
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
+from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
 from ctxdb.search.fusion import FusionParams, arm_weights, rank_turns
 from ctxdb.search.materialize import (
@@ -290,6 +291,7 @@ class SearchService:
             cap=(request.max_per_conversation or s.max_per_conversation) if applies else None,
             rrf_k=s.rrf_k,
             window_weight=pick(w.time, s.weight_time),
+            coverage_power=pick(request.coverage_power, s.coverage_power),
         )
 
     def run_arms(self, bodies: dict[Arm, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
@@ -327,7 +329,8 @@ class SearchService:
         params = self.fusion_params(request)
         vector = self._embed(query, warnings) if params.weights["semantic"] > 0 else None
         ranked = self.run_arms(self.arm_bodies(principal, request, query, vector, now))
-        _, hint = split_time_hint(query)
+        text_query, hint = split_time_hint(query)
+        ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
         kept = rank_turns(ranked, params, now, request.top_k, window)
         docs = fetch_turns(
