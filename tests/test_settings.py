@@ -75,6 +75,7 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_WEIGHT_TRIGRAM": ("search", "weight_trigram", "0.3", 0.3),
     "CTXDB_SEARCH_WEIGHT_RECENCY": ("search", "weight_recency", "0.1", 0.1),
     "CTXDB_SEARCH_WEIGHT_TIME": ("search", "weight_time", "1.5", 1.5),
+    "CTXDB_SEARCH_COVERAGE_POWER": ("search", "coverage_power", "2", 2.0),
     "CTXDB_SEARCH_CAP_USER_SCOPE": ("search", "cap_user_scope", "true", True),
     "CTXDB_SEARCH_PHRASE_BOOST": ("search", "phrase_boost", "0.5", 0.5),
     "CTXDB_SEARCH_PHRASE_SLOP": ("search", "phrase_slop", "3", 3),
