@@ -121,7 +121,7 @@ class LandingSettings(BaseSettings):
 
 
 class EmbeddingSettings(BaseSettings):
-    """The sentence-transformers model that embeds role rows."""
+    """The sentence-transformers model that embeds role rows, and the runtime that runs it."""
 
     model_config = _group_config("CTXDB_EMBEDDING_")
 
@@ -129,6 +129,17 @@ class EmbeddingSettings(BaseSettings):
     batch_size: int = Field(default=64)
     dims: int = Field(default=384)
     device: str = Field(default="cpu", description="torch device of the embedder.")
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        default="torch",
+        description="Embedder runtime: torch, ONNX Runtime fp32, or ONNX Runtime dynamic int8.",
+    )
+    threads: int = Field(
+        default=0, ge=0, description="ONNX Runtime intra-op threads (0: one per usable core)."
+    )
+    onnx_cache_dir: Path | None = Field(
+        default=None,
+        description="Where ONNX exports are cached (default: $XDG_CACHE_HOME/ctxdb/onnx).",
+    )
 
 
 class SearchSettings(BaseSettings):

@@ -11,7 +11,7 @@ import typer
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.backends import make_embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.checks import verify_ids
 from ctxdb.index.client import make_client
@@ -98,11 +98,7 @@ def reindex_command(
 ) -> None:
     """Build new index versions from Delta, verify, swap aliases atomically, drop the old ones."""
     settings = get_settings()
-    embedder = SentenceTransformerEmbedder(
-        model or settings.embedding.model,
-        batch_size=settings.embedding.batch_size,
-        device=settings.embedding.device,
-    )
+    embedder = make_embedder(settings.embedding, model_name=model)
     es = make_client(settings)
     store = DeltaStore.from_settings(settings)
     try:
@@ -130,14 +126,10 @@ def sync_command(
     """Embed new role rows, then sync the live indices with Delta (as memory_job's assets do)."""
     settings = get_settings()
     store = DeltaStore.from_settings(settings)
+    embedder = make_embedder(settings.embedding)
     if embed:
-        embedder = SentenceTransformerEmbedder(
-            settings.embedding.model,
-            batch_size=settings.embedding.batch_size,
-            device=settings.embedding.device,
-        )
         report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
         typer.echo(json.dumps({"embedding": report.as_metadata()}, default=str))
     es = make_client(settings)
-    for synced in sync_live(store, es, settings, model_id=settings.embedding.model):
+    for synced in sync_live(store, es, settings, model_id=embedder.model_id):
         typer.echo(json.dumps({"index": synced.as_metadata()}, default=str))

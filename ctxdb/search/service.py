@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.model import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
+from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
@@ -87,11 +88,10 @@ class ModelQueryEmbedder:
 
 
 def default_embedder(settings: Settings) -> QueryEmbedder:
-    """The configured sentence-transformers model, loaded on the first query."""
+    """The configured model on the configured backend (the one that embedded the rows), loaded
+    on the first query."""
     return ModelQueryEmbedder(
-        SentenceTransformerEmbedder(
-            settings.embedding.model, batch_size=1, device=settings.embedding.device
-        ),
+        make_embedder(settings.embedding, batch_size=1),
         cache_size=settings.search.query_cache_size,
     )
 
