@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import polars as pl
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from ctxdb.settings import Settings
 from ctxdb.storage.errors import StorageError, os_errno
@@ -18,6 +21,26 @@ from ctxdb.storage.faults import reached
 from ctxdb.storage.tables import table_properties
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+COMMIT_ATTEMPTS = 10
+"""How often a MERGE or DELETE runs before a commit conflict is raised. Writers of disjoint rows
+(the shards of the embedding and index stages) conflict under delta-rs' serializable check when
+one commits first; the loser reruns its whole statement on the new snapshot."""
+
+
+def rerun_on_conflict(table: str, statement: Callable[[], T]) -> T:
+    """Run `statement` (which must open the table afresh), rerunning it after a random backoff
+    while a concurrent writer's commit makes it fail (`CommitFailedError`)."""
+    for attempt in range(1, COMMIT_ATTEMPTS + 1):
+        try:
+            return statement()
+        except CommitFailedError as exc:
+            if attempt == COMMIT_ATTEMPTS:
+                raise
+            log.info("%s: a concurrent commit won (%s); rerun %d", table, exc, attempt)
+            time.sleep(random.uniform(0.0, min(2.0, 0.05 * 2**attempt)))
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True)
@@ -129,7 +152,25 @@ class DeltaStore:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
         replaced when `update` (and `update_when` holds); with `delete_unmatched`, table rows the
         source lacks are deleted (those matching `delete_when`, when given). The first write
-        creates the table. Returns the inserted, updated and deleted row counts."""
+        creates the table. Returns the inserted, updated and deleted row counts. A commit conflict
+        with a concurrent writer reruns the MERGE on the new snapshot (`rerun_on_conflict`)."""
+        return rerun_on_conflict(
+            table,
+            lambda: self._merge_once(
+                table, source, keys, update, update_when, delete_unmatched, delete_when
+            ),
+        )
+
+    def _merge_once(
+        self,
+        table: str,
+        source: pa.Table,
+        keys: Sequence[str],
+        update: bool,
+        update_when: str | None,
+        delete_unmatched: bool,
+        delete_when: str | None,
+    ) -> dict[str, int]:
         dt = self.table(table)
         if dt is None:
             with self.guarded(table):
@@ -174,7 +215,11 @@ class DeltaStore:
         return self.merge(table, _to_arrow(data, schema), keys, update=False)["inserted"]
 
     def delete(self, table: str, predicate: str) -> int:
-        """DELETE rows matching a SQL predicate; returns the number of rows deleted."""
+        """DELETE rows matching a SQL predicate; returns the number of rows deleted (rerun on a
+        commit conflict with a concurrent writer)."""
+        return rerun_on_conflict(table, lambda: self._delete_once(table, predicate))
+
+    def _delete_once(self, table: str, predicate: str) -> int:
         dt = self.table(table)
         if dt is None:
             return 0
