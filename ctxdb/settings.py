@@ -68,6 +68,22 @@ class ElasticsearchSettings(BaseSettings):
     chunk_size: int = Field(
         default=500, validation_alias="CTXDB_INDEX_CHUNK_SIZE", description="Documents per bulk."
     )
+    routing: Literal["user", "none"] = Field(
+        default="user",
+        validation_alias="CTXDB_INDEX_ROUTING",
+        description="Route each user's documents and searches to one shard (new indices).",
+    )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        validation_alias="CTXDB_INDEX_SHARDS",
+        description="Primary shards of new indices.",
+    )
+    vector_index: Literal["hnsw", "int8_hnsw", "bbq_hnsw"] = Field(
+        default="int8_hnsw",
+        validation_alias="CTXDB_INDEX_VECTOR_TYPE",
+        description="index_options.type of the embedding field (new indices).",
+    )
     bulk_threads: int = Field(
         default=2,
         ge=1,

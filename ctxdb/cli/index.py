@@ -15,6 +15,7 @@ from ctxdb.embedding.backends import make_embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.checks import verify_ids
 from ctxdb.index.client import make_client
+from ctxdb.index.routing import layout_mismatches, settings_layout
 from ctxdb.index.status import all_status
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
@@ -67,6 +68,10 @@ def status(
             f"{row.alias:<24} {row.index or '(none)':<28} {row.version or '-':>3} {row.docs:>9} "
             f"{coverage:>18} {_size(row.size_bytes):>10}  {row.model_id or '-'}"
         )
+    wanted = settings_layout(settings)
+    for row in rows:
+        for line in layout_mismatches(row.layout or {}, wanted):
+            typer.echo(f"{row.alias}: {line}; `ctxdb index reindex` applies the settings")
 
 
 @index_app.command()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -18,6 +18,7 @@ import snowballstemmer
 
 from ctxdb.embedding.stage import OK, PENDING
 from ctxdb.index.mappings import rows_mapping, turns_mapping
+from ctxdb.index.routing import routing_key
 from ctxdb.text import CONTROL_CHARS, STOPWORDS, words
 
 ID = "_id"
@@ -135,21 +136,27 @@ def index_actions(
     chunk: int = 1000,
     json_columns: tuple[str, ...] = (),
     finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    routed: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Bulk index actions (`_id` from the frame) whose `_source` is serialized by polars per
     slice (NDJSON: ISO dates, float32 vectors in their shortest form, nulls as null);
-    `json_columns` hold JSON object text spliced in as objects; `finish` completes each slice."""
+    `json_columns` hold JSON object text spliced in as objects; `finish` completes each slice;
+    `routed`: each document routed by its `user_id` (`ctxdb.index.routing`)."""
     for part in frame.iter_slices(chunk):
         if finish is not None:
             part = finish(part)
         buffer = io.BytesIO()
         part.drop(ID, *json_columns).write_ndjson(buffer)
         extras = [part.get_column(column).to_list() for column in json_columns]
+        users = part.get_column("user_id").to_list() if routed else None
         lines = buffer.getvalue().splitlines()
         for i, (doc_id, line) in enumerate(zip(part.get_column(ID), lines, strict=True)):
             for column, values in zip(json_columns, extras, strict=True):
                 line = splice_object(line, column, values[i])
-            yield {"_index": index, "_id": doc_id, "_source": line}
+            action = {"_index": index, "_id": doc_id, "_source": line}
+            if users is not None:
+                action["routing"] = routing_key(users[i])
+            yield action
 
 
 def splice_object(source: bytes, column: str, text: str | None) -> bytes:
@@ -199,9 +206,19 @@ def turn_base(
     )
 
 
-def delete_actions(ids: pl.Series, index: str) -> Iterator[dict[str, Any]]:
+def delete_actions(
+    ids: pl.Series, index: str, routing: Mapping[str, str | None] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Deletes of `ids`; with `routing` (id -> the routing it was indexed with, see
+    `ctxdb.index.routing.stored_routing`) only the ids it holds, each on its shard."""
     for doc_id in ids:
-        yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+        if routing is None:
+            yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+        elif doc_id in routing:
+            action = {"_op_type": "delete", "_index": index, "_id": doc_id}
+            if routing[doc_id] is not None:
+                action["routing"] = routing[doc_id]
+            yield action
 
 
 def payload_object(payload: str | None) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from ctxdb.index.bulk import BulkReport, bulk_write
 from ctxdb.index.changed import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.failures import settle
+from ctxdb.index.routing import is_routed, stored_routing
 from ctxdb.storage.changes import ChangesUnavailable
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
@@ -207,11 +208,19 @@ def sync_index(
         added = changed.join(old.select(ID), on=ID, how="anti").height
         docs_after = docs_before + added - gone.len()
     docs = source.complete(store, changed, model_id)
+    routed = is_routed(es, index)
+    placed = stored_routing(es, index, gone) if routed and not gone.is_empty() else None
     bulk: BulkReport = bulk_write(
         es,
         chain(
-            index_actions(docs, index, json_columns=source.json_columns, finish=source.finish),
-            delete_actions(gone, index),
+            index_actions(
+                docs,
+                index,
+                json_columns=source.json_columns,
+                finish=source.finish,
+                routed=routed,
+            ),
+            delete_actions(gone, index, placed),
         ),
         chunk_size=chunk_size,
         threads=threads,

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError
 
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
+from ctxdb.index.routing import DEFAULT_LAYOUT, USER, index_layout, layout_mismatches
 from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
@@ -67,18 +70,29 @@ def create_index(
     model_id: str,
     with_alias: bool = False,
     bulk_load: bool = False,
+    layout: Mapping[str, Any] | None = None,
 ) -> str:
     """Create `<prefix>-<kind>-v<version>` from the mappings module; optionally with its alias.
 
+    `layout` (`routing`, `vector_index`, `shards`; see `ctxdb.index.routing.settings_layout`)
+    shapes the index and is recorded in its `_meta`, which writes and reads follow.
     `bulk_load` turns refresh off until `finish_bulk_load` (faster full builds).
     """
     name = index_name(prefix, kind, version)
-    body = index_body(kind, dims)
+    shape = {**DEFAULT_LAYOUT, **(layout or {})}
+    body = index_body(
+        kind,
+        dims,
+        vector_index=shape["vector_index"],
+        shards=shape["shards"],
+        routed=shape["routing"] == USER,
+    )
     body["mappings"]["_meta"] = {
         "kind": kind,
         "version": version,
         "model_id": model_id,
         "created_at": datetime.now(UTC).isoformat(),
+        **shape,
     }
     settings = dict(body["settings"])
     if bulk_load:
@@ -97,15 +111,31 @@ def finish_bulk_load(es: Elasticsearch, name: str, kind: str) -> None:
     es.indices.refresh(index=name)
 
 
-def ensure_index(es: Elasticsearch, prefix: str, kind: str, *, dims: int, model_id: str) -> str:
-    """The index behind the alias, creating the first version (with alias) when there is none."""
+def ensure_index(
+    es: Elasticsearch,
+    prefix: str,
+    kind: str,
+    *,
+    dims: int,
+    model_id: str,
+    layout: Mapping[str, Any] | None = None,
+) -> str:
+    """The index behind the alias, creating the first version (with alias) when there is none.
+
+    An existing index whose layout differs from `layout` is kept (documents are written and read
+    the way it records); the difference is logged, and a reindex applies it."""
     alias = alias_name(prefix, kind)
     current = alias_target(es, alias)
     if current is not None:
+        if layout is not None:
+            for line in layout_mismatches(index_layout(es, current), dict(layout)):
+                log.warning("%s: %s; run a reindex to apply the settings", current, line)
         return current
     existing = versions(es, prefix, kind)
     version = max(existing, default=0) + 1
-    return create_index(es, prefix, kind, version, dims=dims, model_id=model_id, with_alias=True)
+    return create_index(
+        es, prefix, kind, version, dims=dims, model_id=model_id, with_alias=True, layout=layout
+    )
 
 
 def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:

@@ -12,6 +12,11 @@ from typing import Any
 ROWS = "rows"
 TURNS = "turns"
 
+VECTOR_INDEX_TYPES = ("hnsw", "int8_hnsw", "bbq_hnsw")
+"""`index_options.type` of the embedding field: float HNSW, or HNSW over int8 / binary (BBQ)
+quantized vectors (the float vectors stay on disk for rescoring)."""
+DEFAULT_VECTOR_INDEX = "int8_hnsw"
+
 _SETTINGS: dict[str, Any] = {
     "number_of_shards": 1,
     "number_of_replicas": 0,
@@ -29,7 +34,7 @@ def _identity() -> dict[str, Any]:
     }
 
 
-def rows_mapping(dims: int = 384) -> dict[str, Any]:
+def rows_mapping(dims: int = 384, vector_index: str = DEFAULT_VECTOR_INDEX) -> dict[str, Any]:
     """Role rows: the searchable units (BM25 text, boosted anchors, trigrams, stems, vectors)."""
     return {
         "dynamic": "strict",
@@ -56,7 +61,7 @@ def rows_mapping(dims: int = 384) -> dict[str, Any]:
                 "dims": dims,
                 "similarity": "cosine",
                 "index": True,
-                "index_options": {"type": "hnsw", "m": 16, "ef_construction": 100},
+                "index_options": {"type": vector_index, "m": 16, "ef_construction": 100},
             },
             "embedding_status": _KEYWORD,
             "model_id": _KEYWORD,
@@ -87,10 +92,24 @@ def turns_mapping() -> dict[str, Any]:
     }
 
 
-def index_body(kind: str, dims: int = 384) -> dict[str, Any]:
-    """The full create-index body for `kind` ('rows' or 'turns')."""
-    mappings = rows_mapping(dims) if kind == ROWS else turns_mapping()
-    return {"settings": _SETTINGS, "mappings": mappings}
+def index_body(
+    kind: str,
+    dims: int = 384,
+    *,
+    vector_index: str = DEFAULT_VECTOR_INDEX,
+    shards: int = 1,
+    routed: bool = False,
+) -> dict[str, Any]:
+    """The full create-index body for `kind` ('rows' or 'turns').
+
+    `routed` with several shards makes routing required, so a write or get that forgets it
+    fails instead of landing on the wrong shard (one shard holds everything either way)."""
+    if vector_index not in VECTOR_INDEX_TYPES:
+        raise ValueError(f"vector index {vector_index!r} is not one of {VECTOR_INDEX_TYPES}")
+    mappings = rows_mapping(dims, vector_index) if kind == ROWS else turns_mapping()
+    if routed and shards > 1:
+        mappings = {"_routing": {"required": True}, **mappings}
+    return {"settings": {**_SETTINGS, "number_of_shards": shards}, "mappings": mappings}
 
 
 def alias_name(prefix: str, kind: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from elasticsearch import Elasticsearch
 from pydantic import BaseModel
@@ -10,6 +11,7 @@ from pydantic import BaseModel
 from ctxdb.embedding.stage import SKIPPED
 from ctxdb.index.lifecycle import KINDS, alias_target, index_meta, version_of
 from ctxdb.index.mappings import ROWS, alias_name
+from ctxdb.index.routing import index_layout
 
 
 class IndexStatus(BaseModel):
@@ -25,6 +27,8 @@ class IndexStatus(BaseModel):
     coverage_pct: float | None
     size_bytes: int
     model_id: str | None
+    layout: dict[str, Any] | None = None
+    """`routing`, `vector_index` and `shards` the index was built with (`ctxdb.index.routing`)."""
 
 
 def count(es: Elasticsearch, index: str, query: dict | None = None) -> int:
@@ -80,6 +84,7 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
         coverage_pct=pct,
         size_bytes=int(stats["total"]["store"]["size_in_bytes"]),
         model_id=index_meta(es, index).get("model_id"),
+        layout=index_layout(es, index),
     )
 
 

@@ -12,6 +12,7 @@ from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.lease import writer_lease_for
 from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
 from ctxdb.index.mappings import alias_name
+from ctxdb.index.routing import settings_layout
 from ctxdb.index.sources import SOURCES
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -48,6 +49,7 @@ def _sync_live(
             kind,
             dims=settings.embedding.dims,
             model_id=model_id,
+            layout=settings_layout(settings),
         )
         if kind in SOURCES:
             reports.append(

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from pathlib import Path
 
 import polars as pl
@@ -22,7 +23,9 @@ from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch.helpers import scan, streaming_bulk
 from pyarrow import fs as pafs
 
+from ctxdb.index.documents import ID, delete_actions
 from ctxdb.index.mappings import alias_name
+from ctxdb.index.routing import is_routed, stored_routing
 from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
@@ -173,9 +176,11 @@ def delete_docs(es: Elasticsearch, prefix: str, ids: dict[str, Sequence[str]]) -
             continue
         failed: set[str] = set()
         try:
+            actions, unplaced = _delete_actions(es, indices, doc_ids)
+            result.missing[kind] += unplaced
             for ok, item in streaming_bulk(
                 es,
-                _delete_actions(indices, doc_ids),
+                actions,
                 chunk_size=BULK_CHUNK,
                 raise_on_error=False,
                 raise_on_exception=False,
@@ -200,10 +205,24 @@ def delete_docs(es: Elasticsearch, prefix: str, ids: dict[str, Sequence[str]]) -
     return result
 
 
-def _delete_actions(indices: Sequence[str], doc_ids: Sequence[str]) -> Iterator[dict]:
-    for doc_id in doc_ids:
-        for index in indices:
-            yield {"_op_type": "delete", "_index": index, "_id": doc_id}
+def _delete_actions(
+    es: Elasticsearch, indices: Sequence[str], doc_ids: Sequence[str]
+) -> tuple[Iterator[dict], int]:
+    """Deletes of `doc_ids` from every index, and how many (index, id) pairs are known gone
+    already. On an index routed by user each delete carries the routing its document was
+    indexed with, read back by a search after a refresh (retention and erasure know ids, not
+    users); ids that search does not find are not in that index."""
+    parts: list[Iterator[dict]] = []
+    unplaced = 0
+    ids = pl.Series(ID, doc_ids, dtype=pl.String)
+    for index in indices:
+        placed = None
+        if is_routed(es, index):
+            es.indices.refresh(index=index)
+            placed = stored_routing(es, index, doc_ids)
+            unplaced += len(doc_ids) - len(placed)
+        parts.append(delete_actions(ids, index, placed))
+    return chain.from_iterable(parts), unplaced
 
 
 def scan_sources(

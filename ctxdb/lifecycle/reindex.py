@@ -30,6 +30,7 @@ from ctxdb.index.lifecycle import (
     versions,
 )
 from ctxdb.index.mappings import ROWS, alias_name
+from ctxdb.index.routing import settings_layout
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.status import count
 from ctxdb.settings import Settings
@@ -142,6 +143,7 @@ def _reindex(
                 dims=settings.embedding.dims,
                 model_id=embedder.model_id,
                 bulk_load=True,
+                layout=settings_layout(settings),
             )
             builds[kind] = name
             build = sync_index(

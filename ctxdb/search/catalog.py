@@ -28,18 +28,33 @@ MAX_CONVERSATIONS = 200
 
 
 def count_turns(
-    client: Elasticsearch, alias: str, principal: Principal, conversation_id: str, now: datetime
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    conversation_id: str,
+    now: datetime,
+    *,
+    routing: str | None = None,
 ) -> int:
-    """Live turns of one of the principal's conversations (0 when it is not theirs)."""
+    """Live turns of one of the principal's conversations (0 when it is not theirs).
+
+    `routing` (here and below): the principal's routing key when the index is routed by user
+    (`ctxdb.index.routing`), so only the user's shard is searched."""
     query = {"bool": {"filter": turn_filter(principal, now, conversation_id)}}
-    return int(client.count(index=alias, query=query)["count"])
+    return int(client.count(index=alias, query=query, routing=routing)["count"])
 
 
 def require_conversation(
-    client: Elasticsearch, alias: str, principal: Principal, conversation_id: str, now: datetime
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    conversation_id: str,
+    now: datetime,
+    *,
+    routing: str | None = None,
 ) -> int:
     """The live turn count of a conversation of the principal; NotFound if it has none."""
-    total = count_turns(client, alias, principal, conversation_id, now)
+    total = count_turns(client, alias, principal, conversation_id, now, routing=routing)
     if total == 0:
         raise NotFound(f"conversation {conversation_id!r} not found")
     return total
@@ -52,9 +67,11 @@ def nth_turn(
     conversation_id: str,
     ordinal: int,
     now: datetime,
+    *,
+    routing: str | None = None,
 ) -> list[tuple[int, dict[str, Any]]]:
     """[(position, turn doc)] of the `ordinal`-th turn (1 = first, -1 = last); [] past the end."""
-    total = require_conversation(client, alias, principal, conversation_id, now)
+    total = require_conversation(client, alias, principal, conversation_id, now, routing=routing)
     position = ordinal if ordinal > 0 else total + ordinal + 1
     if not 1 <= position <= total:
         return []
@@ -64,6 +81,7 @@ def nth_turn(
         sort=TURN_ORDER_ASC if ordinal > 0 else TURN_ORDER_DESC,
         from_=(ordinal - 1) if ordinal > 0 else (-ordinal - 1),
         size=1,
+        routing=routing,
     )
     return [(position, h["_source"]) for h in response["hits"]["hits"]]
 
@@ -74,17 +92,25 @@ def window_turns(
     principal: Principal,
     request: SearchRequest,
     now: datetime,
+    *,
+    routing: str | None = None,
 ) -> list[dict[str, Any]]:
     """Turns started inside [since, until] within the request's scope, oldest first."""
     if request.scope == "conversation":
-        require_conversation(client, alias, principal, request.conversation_id or "", now)
+        require_conversation(
+            client, alias, principal, request.conversation_id or "", now, routing=routing
+        )
     filters = [
         *turn_filter(principal, now),
         *scope_filter(request),
         *window_filter(request, now, field="started_at", use_days=False),
     ]
     response = client.search(
-        index=alias, query={"bool": {"filter": filters}}, sort=TURN_ORDER_ASC, size=request.top_k
+        index=alias,
+        query={"bool": {"filter": filters}},
+        sort=TURN_ORDER_ASC,
+        size=request.top_k,
+        routing=routing,
     )
     return [h["_source"] for h in response["hits"]["hits"]]
 
@@ -97,6 +123,7 @@ def list_conversations(
     *,
     limit: int = 50,
     agent: str | None = None,
+    routing: str | None = None,
 ) -> ConversationList:
     """The principal's conversations, most recent activity first, with titles and turn counts."""
     if not 1 <= limit <= MAX_CONVERSATIONS:
@@ -122,7 +149,9 @@ def list_conversations(
             },
         }
     }
-    response = client.search(index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0)
+    response = client.search(
+        index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0, routing=routing
+    )
     out = []
     for bucket in response["aggregations"]["conversations"]["buckets"]:
         doc = bucket["newest"]["hits"]["hits"][0]["_source"]
@@ -179,6 +208,7 @@ def turns_around(
     *,
     before: int = 2,
     after: int = 2,
+    routing: str | None = None,
 ) -> tuple[int, int, list[dict[str, Any]]]:
     """(position of the turn, live turns in the conversation, [turn docs]) for the window of
     `before` turns before and `after` turns after one of the principal's turns, oldest first.
@@ -189,14 +219,16 @@ def turns_around(
         query={"bool": {"filter": [*filters, {"term": {"turn_id": turn_id}}]}},
         sort=TURN_ORDER_ASC,
         size=1,
+        routing=routing,
     )["hits"]["hits"]
     if not found:
         raise NotFound(f"turn {conversation_id}/{turn_id} not found")
     key = found[0]["sort"]
+    header = {"index": alias} if routing is None else {"index": alias, "routing": routing}
     searches: list[dict[str, Any]] = []
     for order, size in ((TURN_ORDER_DESC, before), (TURN_ORDER_ASC, after)):
         searches += [
-            {"index": alias},
+            header,
             {
                 "query": {"bool": {"filter": filters}},
                 "sort": order,
@@ -205,13 +237,13 @@ def turns_around(
             },
         ]
     searches += [
-        {"index": alias},
+        header,
         {
             "query": {"bool": {"filter": [*filters, _before(key)]}},
             "size": 0,
             "track_total_hits": True,
         },
-        {"index": alias},
+        header,
         {"query": {"bool": {"filter": filters}}, "size": 0, "track_total_hits": True},
     ]
     earlier, later, preceding, total = client.msearch(searches=searches)["responses"]

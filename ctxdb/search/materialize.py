@@ -98,8 +98,11 @@ def fetch_turns(
     principal: Principal,
     keys: Iterable[tuple[str, str]],
     now: datetime,
+    *,
+    routing: str | None = None,
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """Live turn documents of the principal for (conversation, turn) keys."""
+    """Live turn documents of the principal for (conversation, turn) keys (`routing`: the
+    principal's routing key on an index routed by user)."""
     ids = [turn_doc_id(conv, turn) for conv, turn in dict.fromkeys(keys)]
     if not ids:
         return {}
@@ -107,6 +110,7 @@ def fetch_turns(
         index=alias,
         query={"bool": {"filter": [{"ids": {"values": ids}}, *turn_filter(principal, now)]}},
         size=len(ids),
+        routing=routing,
     )
     return {
         (h["_source"]["conversation_id"], h["_source"]["turn_id"]): h["_source"]

@@ -22,6 +22,7 @@ from ctxdb.contract.identity import Principal
 from ctxdb.embedding.backends import make_embedder
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
+from ctxdb.index.routing import RoutingLookup
 from ctxdb.search import catalog
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
@@ -124,6 +125,12 @@ class SearchService:
         self.embedder = embedder
         self.rows_alias = alias_name(settings.elasticsearch.index_prefix, ROWS)
         self.turns_alias = alias_name(settings.elasticsearch.index_prefix, TURNS)
+        self.routing = RoutingLookup(client)
+
+    def routing_for(self, principal: Principal, alias: str) -> str | None:
+        """The principal's routing key when the index behind `alias` is routed by user (its
+        reads then touch one shard); None otherwise. The identity filter applies either way."""
+        return self.routing.key(alias, principal.user_id)
 
     def search(
         self, principal: Principal, request: SearchRequest, now: datetime | None = None
@@ -144,7 +151,13 @@ class SearchService:
         now = datetime.now(UTC)
         with elasticsearch_errors(self.settings.elasticsearch.url):
             return catalog.list_conversations(
-                self.client, self.turns_alias, principal, now, limit=limit, agent=agent
+                self.client,
+                self.turns_alias,
+                principal,
+                now,
+                limit=limit,
+                agent=agent,
+                routing=self.routing_for(principal, self.turns_alias),
             )
 
     def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
@@ -152,7 +165,12 @@ class SearchService:
         now = datetime.now(UTC)
         with elasticsearch_errors(self.settings.elasticsearch.url):
             docs = fetch_turns(
-                self.client, self.turns_alias, principal, [(conversation_id, turn_id)], now
+                self.client,
+                self.turns_alias,
+                principal,
+                [(conversation_id, turn_id)],
+                now,
+                routing=self.routing_for(principal, self.turns_alias),
             )
         doc = docs.get((conversation_id, turn_id))
         if doc is None:
@@ -180,7 +198,13 @@ class SearchService:
     def _nth(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
         assert request.conversation_id is not None and request.ordinal is not None
         found = catalog.nth_turn(
-            self.client, self.turns_alias, principal, request.conversation_id, request.ordinal, now
+            self.client,
+            self.turns_alias,
+            principal,
+            request.conversation_id,
+            request.ordinal,
+            now,
+            routing=self.routing_for(principal, self.turns_alias),
         )
         request, warnings = self._cut_query(request)
         if not found:
@@ -191,7 +215,14 @@ class SearchService:
     def _window(
         self, principal: Principal, request: SearchRequest, now: datetime
     ) -> SearchResponse:
-        docs = catalog.window_turns(self.client, self.turns_alias, principal, request, now)
+        docs = catalog.window_turns(
+            self.client,
+            self.turns_alias,
+            principal,
+            request,
+            now,
+            routing=self.routing_for(principal, self.turns_alias),
+        )
         request, warnings = self._cut_query(request)
         hits = [self._catalog_hit(doc, request) for doc in docs]
         return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
@@ -294,11 +325,17 @@ class SearchService:
             coverage_power=pick(request.coverage_power, s.coverage_power),
         )
 
-    def run_arms(self, bodies: dict[Arm, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
-        """All arms in one _msearch; an arm that errors fails the call with a clear message."""
+    def run_arms(
+        self, bodies: dict[Arm, dict[str, Any]], routing: str | None = None
+    ) -> dict[Arm, list[RowHit]]:
+        """All arms in one _msearch (on the `routing` shard when given); an arm that errors
+        fails the call with a clear message."""
+        header: dict[str, Any] = {"index": self.rows_alias}
+        if routing is not None:
+            header["routing"] = routing
         searches: list[dict[str, Any]] = []
         for body in bodies.values():
-            searches.extend([{"index": self.rows_alias}, body])
+            searches.extend([header, body])
         responses = self.client.msearch(searches=searches)["responses"]
         out: dict[Arm, list[RowHit]] = {}
         for arm, response in zip(bodies, responses, strict=True):
@@ -319,7 +356,12 @@ class SearchService:
         s = self.settings
         if request.scope == "conversation":
             catalog.require_conversation(
-                self.client, self.turns_alias, principal, request.conversation_id or "", now
+                self.client,
+                self.turns_alias,
+                principal,
+                request.conversation_id or "",
+                now,
+                routing=self.routing_for(principal, self.turns_alias),
             )
         warnings: list[str] = []
         query = request.query.strip()
@@ -328,7 +370,10 @@ class SearchService:
             warnings.append(f"query_truncated: cut to {s.search.query_max_chars} characters")
         params = self.fusion_params(request)
         vector = self._embed(query, warnings) if params.weights["semantic"] > 0 else None
-        ranked = self.run_arms(self.arm_bodies(principal, request, query, vector, now))
+        ranked = self.run_arms(
+            self.arm_bodies(principal, request, query, vector, now),
+            self.routing_for(principal, self.rows_alias),
+        )
         text_query, hint = split_time_hint(query)
         ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
@@ -339,6 +384,7 @@ class SearchService:
             principal,
             [(f.conversation_id, f.turn_id) for f in kept],
             now,
+            routing=self.routing_for(principal, self.turns_alias),
         )
         hits = []
         for turn in kept:

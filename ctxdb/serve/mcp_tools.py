@@ -367,6 +367,7 @@ class MemoryTools:
                     datetime.now(UTC),
                     before=before,
                     after=after,
+                    routing=self.service.routing_for(principal, self.service.turns_alias),
                 )
         first = position - next(i for i, d in enumerate(docs) if d["turn_id"] == turn_id)
         turns = [

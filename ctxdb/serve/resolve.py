@@ -24,6 +24,7 @@ from elasticsearch import Elasticsearch
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError, parse_ref, qualify
 from ctxdb.index.mappings import TURNS, alias_name
+from ctxdb.index.routing import RoutingLookup
 from ctxdb.search.materialize import fetch_turns
 from ctxdb.search.models import NotFound
 from ctxdb.search.service import elasticsearch_errors
@@ -84,6 +85,7 @@ class Resolver:
         self.settings = settings
         self.client = client
         self.turns_alias = alias_name(settings.elasticsearch.index_prefix, TURNS)
+        self.routing = RoutingLookup(client)
 
     def pull(
         self, principal: Principal, ref: str, conversation_id: str | None = None
@@ -103,6 +105,7 @@ class Resolver:
                 principal,
                 [(parsed.conversation_id, parsed.turn_id)],
                 datetime.now(UTC),
+                routing=self.routing.key(self.turns_alias, principal.user_id),
             )
         doc = docs.get((parsed.conversation_id, parsed.turn_id))
         if doc is None:
