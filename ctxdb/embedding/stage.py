@@ -10,6 +10,10 @@ run reads the role rows changed since (`ctxdb.storage.changes`: the change data 
 the log added and removed), plus the rows left to retry, and the statuses of just those rows; a
 run with nothing new reads no rows at all. Without a watermark (first run, another model) or when
 the older changes can no longer be read, it reads every role row.
+
+Given a `Shard`, a run covers only the role rows of that shard's conversations
+(`ctxdb.storage.shards`) and keeps its own watermarks, so the shards of one count run in parallel
+processes; their status MERGEs touch disjoint rows and are rerun when another shard commits first.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ctxdb.storage.changes import (
     watermark,
 )
 from ctxdb.storage.delta import DeltaStore, sql_in
+from ctxdb.storage.shards import Shard, in_shard
 from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -40,17 +45,23 @@ OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
-ROW_COLUMNS = ["row_id", "text", "text_hash"]
+ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id"]
 
 
-def covered_mark(model_id: str) -> str:
-    """Watermark id: the `role_rows` version whose rows all have a status for `model_id`."""
-    return f"ctxdb.embedding/{model_id}"
+def _scoped(mark: str, shard: Shard | None) -> str:
+    return mark if shard is None else f"{mark}/{shard.name}"
 
 
-def retry_mark(model_id: str) -> str:
-    """Watermark id: how many rows the last run for `model_id` left pending or failed."""
-    return f"ctxdb.embedding.retry/{model_id}"
+def covered_mark(model_id: str, shard: Shard | None = None) -> str:
+    """Watermark id: the `role_rows` version whose rows (of `shard`, when given) all have a
+    status for `model_id`."""
+    return _scoped(f"ctxdb.embedding/{model_id}", shard)
+
+
+def retry_mark(model_id: str, shard: Shard | None = None) -> str:
+    """Watermark id: how many rows (of `shard`) the last run for `model_id` left pending or
+    failed."""
+    return _scoped(f"ctxdb.embedding.retry/{model_id}", shard)
 
 
 @dataclass
@@ -110,8 +121,10 @@ def embed_role_rows(
     batch_size: int = 64,
     progress_every_s: float = 10.0,
     progress: Callable[[str], None] = log.info,
+    shard: Shard | None = None,
 ) -> EmbedReport:
-    """Bring `role_row_embeddings` up to date with `role_rows` for `embedder.model_id`.
+    """Bring `role_row_embeddings` up to date with `role_rows` for `embedder.model_id` (the rows
+    of `shard` only, when given).
 
     Cache hits cost nothing; empty texts are `skipped`; rows whose batch and single retry failed
     are `failed`; if the model cannot load, every row still to embed is `pending`. Status rows of
@@ -119,13 +132,13 @@ def embed_role_rows(
     """
     started = time.monotonic()
     version = store.version(ROLE_ROWS)
-    since = watermark(store, ROW_EMBEDDINGS, covered_mark(embedder.model_id))
-    retry = watermark(store, ROW_EMBEDDINGS, retry_mark(embedder.model_id)) or 0
+    since = watermark(store, ROW_EMBEDDINGS, covered_mark(embedder.model_id, shard))
+    retry = watermark(store, ROW_EMBEDDINGS, retry_mark(embedder.model_id, shard)) or 0
     report = EmbedReport(total_rows=row_count(store, ROLE_ROWS))
     if version is None or (since == version and retry == 0):
         report.seconds = time.monotonic() - started
         return report
-    rows, statuses = _candidates(store, embedder.model_id, since, version, retry)
+    rows, statuses = _candidates(store, embedder.model_id, since, version, retry, shard)
     todo = (
         rows_needing_embedding(rows, statuses, embedder.model_id)
         .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
@@ -133,7 +146,7 @@ def embed_role_rows(
     )
     report.to_process = todo.height
     if todo.is_empty():
-        _commit_marks(store, embedder.model_id, version, report)
+        _commit_marks(store, embedder.model_id, version, report, shard)
         report.seconds = time.monotonic() - started
         return report
 
@@ -183,32 +196,40 @@ def embed_role_rows(
             )
         )
     store.upsert(ROW_EMBEDDINGS, pl.concat(frames), keys=["row_id"], schema=ROW_EMBEDDINGS_SCHEMA)
-    _commit_marks(store, embedder.model_id, version, report)
+    _commit_marks(store, embedder.model_id, version, report, shard)
     report.seconds = time.monotonic() - started
     return report
 
 
 def _candidates(
-    store: DeltaStore, model_id: str, since: int | None, version: int, retry: int
+    store: DeltaStore,
+    model_id: str,
+    since: int | None,
+    version: int,
+    retry: int,
+    shard: Shard | None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(role rows that may need embedding, their statuses): the rows changed since the covered
-    version plus, when the last run left some, the rows without a final status; every row when
-    there is no watermark or the changes cannot be read. Statuses of deleted rows are dropped."""
+    """(role rows of `shard` that may need embedding, their statuses): the rows changed since the
+    covered version plus, when the last run left some, the rows without a final status; every row
+    when there is no watermark or the changes cannot be read. Statuses of deleted rows are
+    dropped."""
     if since is not None:
         try:
             changes = table_changes(store, ROLE_ROWS, since, version, columns=ROW_COLUMNS)
         except ChangesUnavailable as exc:
             log.warning("role_rows changes since version %d unreadable (%s): full pass", since, exc)
         else:
-            new, old = changes.changed()
+            new, old = (in_shard(frame, shard) for frame in changes.changed())
             _drop_statuses(store, old.join(new, on="row_id", how="anti"))
             if retry:
-                new = pl.concat([new, _unfinished(store, model_id)]).unique("row_id")
+                unfinished = in_shard(_unfinished(store, model_id), shard)
+                new = pl.concat([new, unfinished]).unique("row_id")
             return new, _statuses_of(store, new.get_column("row_id"))
     rows = store.read(ROLE_ROWS, ROLE_ROWS_SCHEMA, columns=ROW_COLUMNS)
     statuses = store.read(ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA)
     _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
-    return rows, statuses
+    rows = in_shard(rows, shard)
+    return rows, statuses.join(rows.select("row_id"), on="row_id", how="semi")
 
 
 def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
@@ -236,10 +257,15 @@ def _statuses_of(store: DeltaStore, row_ids: pl.Series) -> pl.DataFrame:
     return store.scan(ROW_EMBEDDINGS).filter(pl.col("row_id").is_in(row_ids.implode())).collect()
 
 
-def _commit_marks(store: DeltaStore, model_id: str, version: int, report: EmbedReport) -> None:
-    """Record that every row of `role_rows` at `version` has a status for `model_id`, and how
-    many of them the next run must retry."""
-    marks = {covered_mark(model_id): version, retry_mark(model_id): report.failed + report.pending}
+def _commit_marks(
+    store: DeltaStore, model_id: str, version: int, report: EmbedReport, shard: Shard | None
+) -> None:
+    """Record that every row (of `shard`) of `role_rows` at `version` has a status for
+    `model_id`, and how many of them the next run must retry."""
+    marks = {
+        covered_mark(model_id, shard): version,
+        retry_mark(model_id, shard): report.failed + report.pending,
+    }
     set_watermarks(store, ROW_EMBEDDINGS, marks, ROW_EMBEDDINGS_SCHEMA)
 
 

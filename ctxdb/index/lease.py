@@ -10,6 +10,15 @@ same client the lease is re-entrant, so an operation may call another that also 
 
 Elasticsearch itself has no lock API; a conditional create/index on one document is the
 documented way to get compare-and-set semantics, which is why this is written here.
+
+Shard leases. The embedding and index stages of one shard of conversations
+(`ctxdb.storage.shards`) write only that shard's documents, so shards may run at once: each holds
+`writer-shard-<i>-of-<n>` (in `<prefix>-leases-shards`) instead of the global lease. A shard
+lease and the global lease exclude each other: each holder first takes its own document, then
+looks for the other kind (the global holder refreshes and searches the shard leases, a shard
+holder reads the global document in real time) and gives its own back when it finds one live;
+whichever of two racing holders looks second sees the first. Landing, derivation, reindex,
+retention, erasure and compaction keep the global lease.
 """
 
 from __future__ import annotations
@@ -27,10 +36,13 @@ from datetime import UTC, datetime, timedelta
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.settings import Settings
+from ctxdb.storage.shards import Shard
 
 log = logging.getLogger(__name__)
 
 WRITER = "writer"
+SHARD_WRITER = "writer-"
+"""Prefix of the shard leases' names: `writer-shard-<i>-of-<n>`."""
 POLL_S = 2.0
 """How often a waiting writer tries the lease again."""
 KEEP_TIMEOUT_S = 10.0
@@ -103,6 +115,19 @@ def lease_index(prefix: str) -> str:
     return f"{prefix}-leases"
 
 
+def shard_lease_index(prefix: str) -> str:
+    return f"{prefix}-leases-shards"
+
+
+def shard_lease_name(shard_name: str) -> str:
+    """The lease of one shard (`shard_name` as `Shard.name` spells it)."""
+    return f"{SHARD_WRITER}{shard_name}"
+
+
+def _is_shard(name: str) -> bool:
+    return name.startswith(SHARD_WRITER)
+
+
 def owner_id() -> str:
     """Who holds a lease: host and process id."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -173,15 +198,17 @@ def optional_writer_lease(
 
 
 def writer_lease_for(
-    es: Elasticsearch, settings: Settings, operation: str
+    es: Elasticsearch, settings: Settings, operation: str, shard: Shard | None = None
 ) -> AbstractContextManager[Lease]:
-    """`writer_lease` with the prefix, ttl and wait of `settings`."""
+    """`writer_lease` with the prefix, ttl and wait of `settings`: the lease of `shard` when
+    given, else the global one."""
     return writer_lease(
         es,
         settings.elasticsearch.index_prefix,
         operation,
         ttl_s=settings.elasticsearch.writer_lease_ttl_s,
         wait_s=settings.elasticsearch.writer_lease_wait_s,
+        name=WRITER if shard is None else shard_lease_name(shard.name),
     )
 
 
@@ -223,13 +250,57 @@ def acquire_waiting(
 def acquire(
     es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str = WRITER
 ) -> Lease:
-    """Take the lease now, taking over an expired one; raise `LeaseHeld` otherwise."""
-    index = lease_index(prefix)
+    """Take the lease now, taking over an expired one; raise `LeaseHeld` otherwise (also when
+    a lease of the other kind, global or shard, is live; see the module docstring)."""
+    lease = _acquire_own(es, prefix, operation, ttl_s=ttl_s, name=name)
+    other = _live_shard_holder(es, prefix) if name == WRITER else None
+    if _is_shard(name):
+        other = _live_holder(es, lease_index(prefix), WRITER)
+    if other is not None:
+        release(lease)
+        raise LeaseHeld(
+            f"{other['operation']} ({other['owner']}) holds a writer lease on {prefix} that "
+            f"excludes the {name} lease (expires {other['expires_at']} unless renewed)"
+        )
+    return lease
+
+
+def _create_lease_index(es: Elasticsearch, index: str) -> None:
     es.options(ignore_status=400).indices.create(
         index=index,
         settings={"number_of_shards": 1, "number_of_replicas": 0},
         mappings=MAPPING,
     )
+
+
+def _live_holder(es: Elasticsearch, index: str, name: str) -> dict | None:
+    """The holder of lease `name` when it is live (a realtime get)."""
+    try:
+        source = es.get(index=index, id=name)["_source"]
+    except NotFoundError:
+        return None
+    return source if datetime.fromisoformat(source["expires_at"]) > datetime.now(UTC) else None
+
+
+def _live_shard_holder(es: Elasticsearch, prefix: str) -> dict | None:
+    """A live shard lease's holder, if any (the shard lease index refreshed first, so every
+    lease taken before this call is seen)."""
+    index = shard_lease_index(prefix)
+    _create_lease_index(es, index)
+    es.indices.refresh(index=index)
+    hits = es.search(
+        index=index,
+        query={"range": {"expires_at": {"gt": datetime.now(UTC).isoformat()}}},
+        size=1,
+    )["hits"]["hits"]
+    return hits[0]["_source"] if hits else None
+
+
+def _acquire_own(
+    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str
+) -> Lease:
+    index = shard_lease_index(prefix) if _is_shard(name) else lease_index(prefix)
+    _create_lease_index(es, index)
     owner = owner_id()
     document = _document(owner, operation, ttl_s)
     try:
