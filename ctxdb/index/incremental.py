@@ -32,6 +32,7 @@ from ctxdb.index.failures import settle
 from ctxdb.index.routing import is_routed, stored_routing
 from ctxdb.storage.changes import ChangesUnavailable
 from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.shards import Shard, in_shard
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -142,10 +143,26 @@ def write_state(
     store.upsert(INDEX_STATE, frame, keys=["index_name"], schema=INDEX_STATE_SCHEMA)
 
 
-def indexed_ids(es: Elasticsearch, index: str) -> pl.Series:
-    """Every document id in `index`."""
-    hits = helpers.scan(es, index=index, query={"query": {"match_all": {}}}, _source=False)
-    return pl.Series(ID, [hit["_id"] for hit in hits], dtype=pl.String)
+def indexed_ids(es: Elasticsearch, index: str, shard: Shard | None = None) -> pl.Series:
+    """Every document id in `index` (of `shard`'s conversations, when given)."""
+    query = {"query": {"match_all": {}}}
+    if shard is None:
+        hits = helpers.scan(es, index=index, query=query, _source=False)
+        return pl.Series(ID, [hit["_id"] for hit in hits], dtype=pl.String)
+    ids, conversations = [], []
+    for hit in helpers.scan(es, index=index, query=query, _source=["conversation_id"]):
+        ids.append(hit["_id"])
+        conversations.append(hit["_source"].get("conversation_id"))
+    frame = pl.DataFrame(
+        {ID: ids, "conversation_id": conversations},
+        schema={ID: pl.String, "conversation_id": pl.String},
+    )
+    return in_shard(frame, shard).get_column(ID)
+
+
+def state_name(index: str, shard: Shard | None) -> str:
+    """The `index_state` key of `index`, or of one shard of it (each shard syncs on its own)."""
+    return index if shard is None else f"{index}/{shard.name}"
 
 
 def plan_changes(
@@ -174,13 +191,16 @@ def sync_index(
     max_retries: int = 3,
     refresh: bool = True,
     versions: Versions | None = None,
+    shard: Shard | None = None,
 ) -> SyncReport:
-    """Bring `index` up to date with `source`'s Delta tables (at `versions`, default: latest)."""
+    """Bring `index` up to date with `source`'s Delta tables (at `versions`, default: latest);
+    with `shard`, only the documents of that shard's conversations, under a state of its own."""
     started = time.monotonic()
     report = SyncReport(kind=source.kind, index=index)
     target = versions or current_versions(store, source.tables)
     uuid = index_uuid(es, index)
-    state, docs_before = read_state(store, index, uuid) or (None, 0)
+    key = state_name(index, shard)
+    state, docs_before = read_state(store, key, uuid) or (None, 0)
     if state == target:
         report.skipped = True
         report.seconds = time.monotonic() - started
@@ -201,7 +221,9 @@ def sync_index(
     if old is None:
         new = build_base(store, source, target, model_id)
     report.full = old is None
-    changed, gone = plan_changes(new, old, indexed_ids(es, index) if old is None else None)
+    new, old = in_shard(new, shard), None if old is None else in_shard(old, shard)
+    existing = indexed_ids(es, index, shard) if old is None else None
+    changed, gone = plan_changes(new, old, existing)
     if old is None:
         docs_after = new.height
     else:
@@ -231,7 +253,7 @@ def sync_index(
     report.rejected = settle(store, source.kind, index, bulk, docs, gone)
     if refresh:
         es.indices.refresh(index=index)
-    write_state(store, index, uuid, source.kind, target, docs=docs_after)
+    write_state(store, key, uuid, source.kind, target, docs=docs_after)
     report.docs, report.indexed, report.deleted = docs_after, bulk.indexed, bulk.deleted
     if "embedding" in docs.columns:
         report.vectors = docs.get_column("embedding").is_not_null().sum()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch
 from elasticsearch import ConnectionError as ESConnectionError
-from elasticsearch import ConnectionTimeout, Elasticsearch
 
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
@@ -16,41 +16,68 @@ from ctxdb.index.routing import settings_layout
 from ctxdb.index.sources import SOURCES
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.shards import Shard
 
 log = logging.getLogger(__name__)
 
 
 def sync_live(
-    store: DeltaStore, es: Elasticsearch, settings: Settings, *, model_id: str
+    store: DeltaStore,
+    es: Elasticsearch,
+    settings: Settings,
+    *,
+    model_id: str,
+    shard: Shard | None = None,
 ) -> list[SyncReport]:
     """Ensure both aliases exist, sync each live index incrementally, drop retired versions.
+
+    With `shard`, only that shard's documents are synced, under the shard's writer lease, so the
+    shards of one count run at once; shard 0 drops the retired versions. Without, every document,
+    under the global lease.
 
     Holds the writer lease (`LeaseHeld` when a reindex, sweep or erasure runs elsewhere). Raises
     ElasticsearchUnavailable when the node cannot be reached; since `index_state` only advances
     after a successful sync, the next run catches up.
     """
     try:
-        with writer_lease_for(es, settings, "index sync"):
-            return _sync_live(store, es, settings, model_id=model_id)
+        operation = "index sync" if shard is None else f"index sync {shard.name}"
+        with writer_lease_for(es, settings, operation, shard):
+            return _sync_live(store, es, settings, model_id=model_id, shard=shard)
     except (ESConnectionError, ConnectionTimeout) as exc:
         raise ElasticsearchUnavailable(
             f"Elasticsearch at {settings.elasticsearch.url} is unreachable: {exc}"
         ) from exc
 
 
+def _ensure(es: Elasticsearch, settings: Settings, kind: str, model_id: str) -> str:
+    """`ensure_index`, once more when a concurrent shard created the first version first."""
+    for last in (False, True):
+        try:
+            return ensure_index(
+                es,
+                settings.elasticsearch.index_prefix,
+                kind,
+                dims=settings.embedding.dims,
+                model_id=model_id,
+                layout=settings_layout(settings),
+            )
+        except BadRequestError as exc:
+            if last or exc.error != "resource_already_exists_exception":
+                raise
+    raise AssertionError("unreachable")
+
+
 def _sync_live(
-    store: DeltaStore, es: Elasticsearch, settings: Settings, *, model_id: str
+    store: DeltaStore,
+    es: Elasticsearch,
+    settings: Settings,
+    *,
+    model_id: str,
+    shard: Shard | None,
 ) -> list[SyncReport]:
     reports = []
     for kind in KINDS:
-        index = ensure_index(
-            es,
-            settings.elasticsearch.index_prefix,
-            kind,
-            dims=settings.embedding.dims,
-            model_id=model_id,
-            layout=settings_layout(settings),
-        )
+        index = _ensure(es, settings, kind, model_id)
         if kind in SOURCES:
             reports.append(
                 sync_index(
@@ -63,8 +90,11 @@ def _sync_live(
                     threads=settings.elasticsearch.bulk_threads,
                     timeout_s=settings.elasticsearch.bulk_timeout_s,
                     max_retries=settings.elasticsearch.bulk_max_retries,
+                    shard=shard,
                 )
             )
+        if shard is not None and shard.index != 0:
+            continue
         dropped = drop_retired(
             es,
             settings.elasticsearch.index_prefix,
