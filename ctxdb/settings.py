@@ -150,7 +150,10 @@ class EmbeddingSettings(BaseSettings):
         description="Embedder runtime: torch, ONNX Runtime fp32, or ONNX Runtime dynamic int8.",
     )
     threads: int = Field(
-        default=0, ge=0, description="ONNX Runtime intra-op threads (0: one per usable core)."
+        default=0,
+        ge=0,
+        description="Intra-op threads of the embedder, torch or ONNX Runtime (0: torch's default,"
+        " ONNX Runtime one per usable core); 1 when shards embed in parallel processes.",
     )
     onnx_cache_dir: Path | None = Field(
         default=None,
@@ -426,6 +429,13 @@ class Settings(BaseSettings):
         default_factory=dict, description="delta-rs storage options for object stores."
     )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
+    shards: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Hash shards of the conversation id: the partitions of the embedding and index"
+        " assets (read when the code location loads).",
+    )
 
     elasticsearch: ElasticsearchSettings = Field(default_factory=ElasticsearchSettings)
     landing: LandingSettings = Field(default_factory=LandingSettings)

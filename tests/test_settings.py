@@ -33,6 +33,7 @@ ENVIRONMENT = {
         {"AWS_REGION": "eu-west-1"},
     ),
     "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
+    "CTXDB_SHARDS": (None, "shards", "8", 8),
     "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
     "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),
     "ELASTICSEARCH_USERNAME": ("elasticsearch", "username", "elastic", "elastic"),

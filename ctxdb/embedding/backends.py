@@ -16,7 +16,9 @@ def make_embedder(
     name = model_name or settings.model
     size = batch_size or settings.batch_size
     if settings.backend == "torch":
-        return SentenceTransformerEmbedder(name, batch_size=size, device=settings.device)
+        return SentenceTransformerEmbedder(
+            name, batch_size=size, device=settings.device, threads=settings.threads
+        )
     return OnnxEmbedder(
         name,
         quantize=settings.backend == "onnx-int8",

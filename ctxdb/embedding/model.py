@@ -69,12 +69,14 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         device: str = "cpu",
         model_id: str | None = None,
+        threads: int = 0,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model_name = model_name
         self.batch_size = batch_size
         self.device = device
+        self.threads = threads
         self.model_id = model_id or model_name
         self._model: Any = None
 
@@ -95,6 +97,10 @@ class SentenceTransformerEmbedder:
     def load(self) -> None:
         if self._model is not None:
             return
+        if self.threads:  # per process: shards embedding side by side take one core each
+            import torch
+
+            torch.set_num_threads(self.threads)
         try:
             self._model = load_sentence_transformer(self.model_name, self.device)
         except EmbedderUnavailable:
