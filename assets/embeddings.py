@@ -1,11 +1,15 @@
-"""Asset `role_row_embeddings` (with the `embeddings` cache): embed new or changed role rows."""
+"""Asset `role_row_embeddings` (with the `embeddings` cache): embed new or changed role rows.
+
+Partitioned by shard (`assets.shards`): a partition embeds one shard's rows; an unpartitioned run
+(`memory_job`) embeds every shard's."""
 
 from collections.abc import Iterator
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, multi_asset
 
-from assets.specs import DELTA_KINDS, WRITER_POOL, materialization_metadata, table_spec
-from ctxdb.embedding.stage import embed_role_rows
+from assets.shards import SHARDS, run_shards, shards_label
+from assets.specs import DELTA_KINDS, materialization_metadata, table_spec
+from ctxdb.embedding.stage import EmbedReport, embed_role_rows
 from ctxdb.storage.tables import EMBEDDINGS, ROLE_ROWS, ROW_EMBEDDINGS
 from resources.delta import DeltaResource
 from resources.embedder import EmbedderResource
@@ -30,7 +34,7 @@ KINDS = {*DELTA_KINDS, "pytorch"}
             kinds=KINDS,
         ),
     ],
-    pool=WRITER_POOL,
+    partitions_def=SHARDS,
     can_subset=False,
 )
 def role_row_embeddings(
@@ -38,13 +42,22 @@ def role_row_embeddings(
 ) -> Iterator[MaterializeResult]:
     model = embedder.embedder()
     store = delta.store()
-    report = embed_role_rows(store, model, batch_size=model.batch_size, progress=context.log.info)
+    shards = run_shards(context)
+    report = combined(
+        [
+            embed_role_rows(
+                store, model, batch_size=model.batch_size, progress=context.log.info, shard=shard
+            )
+            for shard in shards
+        ]
+    )
     if report.error:
         context.log.warning(f"{report.pending} rows stay pending: {report.error}")
     if report.failed:
         context.log.warning(f"{report.failed} rows failed to embed; retried on the next run")
     metadata = report.as_metadata()
     metadata["model_id"] = MetadataValue.text(model.model_id)
+    metadata["shard"] = MetadataValue.text(shards_label(shards))
     yield MaterializeResult(
         asset_key=ROW_EMBEDDINGS,
         metadata={
@@ -59,3 +72,16 @@ def role_row_embeddings(
             "model_id": MetadataValue.text(model.model_id),
         },
     )
+
+
+def combined(reports: list[EmbedReport]) -> EmbedReport:
+    """One report of the runs over several shards (their counts and seconds added up)."""
+    if len(reports) == 1:
+        return reports[0]
+    total = EmbedReport(
+        total_rows=reports[-1].total_rows,
+        error=next((r.error for r in reports if r.error), None),
+    )
+    for name in ("to_process", "cache_hits", "embedded", "failed", "skipped", "pending", "seconds"):
+        setattr(total, name, sum(getattr(r, name) for r in reports))
+    return total

@@ -1,4 +1,8 @@
-"""Asset `search_index`: incremental bulk indexing of rows and turns, plus its asset checks."""
+"""Asset `search_index`: incremental bulk indexing of rows and turns, plus its asset checks.
+
+Partitioned by shard (`assets.shards`) like `role_row_embeddings`: a partition indexes one shard's
+documents under the shard's writer lease; an unpartitioned run (`memory_job`) indexes all. The
+checks look at the whole index (`index_checks_job` runs them after the shards)."""
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,7 +20,8 @@ from dagster import (
     multi_asset,
 )
 
-from assets.specs import OWNERS, WRITER_POOL, materialization_metadata, table_spec
+from assets.shards import SHARDS, run_shards, shards_label
+from assets.specs import OWNERS, materialization_metadata, table_spec
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.failures import failures_report
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
@@ -67,7 +72,7 @@ SEARCH_INDEX = AssetKey("search_index")
             deps=[ROLE_ROWS, TURN_LOGS],
         ),
     ],
-    pool=WRITER_POOL,
+    partitions_def=SHARDS,
     can_subset=False,
 )
 def search_index(
@@ -77,16 +82,26 @@ def search_index(
     embedder: EmbedderResource,
 ) -> Iterator[MaterializeResult]:
     store = delta.store()
-    reports = sync_live(store, es.client(), es.settings(), model_id=embedder.model_id())
-    metadata: dict[str, int | float | str | bool] = {}
+    shards = run_shards(context)
+    reports = [
+        report
+        for shard in shards
+        for report in sync_live(
+            store, es.client(), es.settings(), model_id=embedder.model_id(), shard=shard
+        )
+    ]
+    metadata: dict[str, int | float | str | bool] = {"shard": shards_label(shards)}
     for report in reports:
         context.log.info(
             f"{report.index}: {report.indexed} indexed, {report.deleted} deleted"
             + (" (no change)" if report.skipped else "")
         )
-        metadata.update(
-            {f"{report.kind}_{k}": v for k, v in report.as_metadata().items() if k not in {"kind"}}
-        )
+        for name, value in report.as_metadata().items():
+            if name == "kind":
+                continue
+            key = f"{report.kind}_{name}"
+            counted = isinstance(value, int | float) and not isinstance(value, bool)
+            metadata[key] = metadata[key] + value if counted and key in metadata else value
         if report.rejected:
             context.log.warning(
                 f"{report.index}: {report.rejected} documents rejected (see index_failures)"

@@ -16,6 +16,7 @@ import polars as pl
 import typer
 from dagster import DagsterInstance
 
+from assets.shards import ALL_SHARDS_TAGS
 from ctxdb.cli.search import render_response
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
@@ -66,7 +67,9 @@ def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> 
 
 
 def run_job() -> None:
-    result = defs.resolve_job_def("memory_job").execute_in_process(instance=DagsterInstance.get())
+    result = defs.resolve_job_def("memory_job").execute_in_process(
+        instance=DagsterInstance.get(), tags=ALL_SHARDS_TAGS
+    )
     if not result.success:
         raise SystemExit("memory_job failed; see the log above")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import AssetSelection, define_asset_job
 
 from pipelines.failures import FAILURE_HOOKS
+from pipelines.fanout import FANOUT_JOBS
 from pipelines.ops_jobs import OPS_JOBS, WRITER_TAGS
 from pipelines.reindex import reindex_job
 
@@ -16,4 +17,4 @@ memory_job = define_asset_job(
     hooks=FAILURE_HOOKS,
 )
 
-JOBS: list = [memory_job, reindex_job, *OPS_JOBS]
+JOBS: list = [memory_job, reindex_job, *OPS_JOBS, *FANOUT_JOBS]

@@ -5,6 +5,9 @@ the last run key. A run is requested when the pending files change, or again (ne
 run key) when the run requested for the same files failed or was canceled, so an outage is caught
 up without waiting for a new file. While the last requested run is queued or running, nothing is
 requested: that run lands whatever is pending when it starts.
+
+`landing_sensor` starts `memory_job`; `landing_fanout_sensor` (off by default) starts
+`records_job` instead, after which the shards embed and index in parallel (pipelines/fanout.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import asdict, dataclass
 
 from dagster import (
     DagsterRunStatus,
+    DefaultSensorStatus,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
@@ -22,9 +26,11 @@ from dagster import (
     sensor,
 )
 
+from assets.shards import ALL_SHARDS_TAGS
 from ctxdb.landing.files import LandingFile, list_files
 from ctxdb.landing.run import files_to_land
 from ctxdb.settings import get_settings
+from pipelines.fanout import records_job
 from pipelines.jobs import memory_job
 from resources.delta import DeltaResource
 
@@ -77,7 +83,26 @@ def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunSta
 
 @sensor(job=memory_job, minimum_interval_seconds=30, description="New landing files -> main job.")
 def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
-    """One run per set of pending files, requested again while its runs fail."""
+    """One run per set of pending files, requested again while its runs fail (over every
+    shard partition at once)."""
+    return request_landing(context, delta, ALL_SHARDS_TAGS)
+
+
+@sensor(
+    job=records_job,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="New landing files -> records_job, then the shards in parallel (fan-out).",
+)
+def landing_fanout_sensor(context: SensorEvaluationContext, delta: DeltaResource):
+    """`landing_sensor` for the fan-out path: turn this on and `landing_sensor` off."""
+    return request_landing(context, delta, {})
+
+
+def request_landing(
+    context: SensorEvaluationContext, delta: DeltaResource, run_tags: dict[str, str]
+) -> RunRequest | SkipReason:
+    """The run request (with `run_tags`) for the pending landing files, or why there is none."""
     uri = get_settings().landing_uri
     pending = files_to_land(delta.store(), list_files(uri))
     if not pending:
@@ -97,5 +122,9 @@ def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     return RunRequest(
         run_key=request.run_key,
         run_config={"ops": {"raw_turn_events": {"config": {"path": uri}}}},
-        tags={"ctxdb/landing_files": str(len(pending)), "ctxdb/landing_attempt": str(attempt)},
+        tags={
+            "ctxdb/landing_files": str(len(pending)),
+            "ctxdb/landing_attempt": str(attempt),
+            **run_tags,
+        },
     )

@@ -18,6 +18,7 @@ from assets.search_index import (
     no_expired_documents,
     search_index,
 )
+from assets.shards import ALL_SHARDS_TAGS
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
@@ -63,7 +64,7 @@ def checks(result) -> dict[str, bool]:
 def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
     write_rows(delta_store, role_rows(["openpyxl timezone fix", "tabular data", "   "]))
     turn_tables(delta_store, 2)
-    first = materialize(ASSETS, resources=resources(env))
+    first = materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
     assert first.success
     assert checks(first) == {
         "doc_count_matches_delta": True,
@@ -75,7 +76,7 @@ def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
     index_meta = first.asset_materializations_for_node("search_index")[0].metadata
     assert (index_meta["rows_indexed"].value, index_meta["turns_indexed"].value) == (3, 2)
 
-    second = materialize(ASSETS, resources=resources(env))
+    second = materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
     embed_meta = second.asset_materializations_for_node("role_row_embeddings")[0].metadata
     index_meta = second.asset_materializations_for_node("search_index")[0].metadata
     assert embed_meta["embedded"].value == 0
@@ -84,10 +85,12 @@ def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
 
 def test_count_check_names_missing_documents(env, delta_store):
     write_rows(delta_store, role_rows(["one", "two"]))
-    materialize(ASSETS, resources=resources(env))
+    materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
     es = make_client(env)
     es.delete(index=alias_name(env.elasticsearch.index_prefix, ROWS), id="c1-r1", refresh=True)
-    result = materialize([search_index, doc_count_matches_delta], resources=resources(env))
+    result = materialize(
+        [search_index, doc_count_matches_delta], resources=resources(env), tags=ALL_SHARDS_TAGS
+    )
     evaluation = result.get_asset_check_evaluations()[0]
     assert not evaluation.passed
     assert evaluation.metadata["rows_missing_ids"].value == "c1-r1"
@@ -95,7 +98,9 @@ def test_count_check_names_missing_documents(env, delta_store):
 
 def test_broken_model_assets_still_index_rows_for_bm25(env, delta_store, tmp_path):
     write_rows(delta_store, role_rows(["KeyError: 'sheet_name' in read_excel"]))
-    result = materialize(ASSETS, resources=resources(env, model_name=str(tmp_path / "gone")))
+    result = materialize(
+        ASSETS, resources=resources(env, model_name=str(tmp_path / "gone")), tags=ALL_SHARDS_TAGS
+    )
     assert result.success
     meta = result.asset_materializations_for_node("role_row_embeddings")[0].metadata
     assert meta["pending"].value == 1
@@ -110,7 +115,7 @@ def test_broken_model_assets_still_index_rows_for_bm25(env, delta_store, tmp_pat
 def test_reindex_job_and_index_cli(env, delta_store):
     write_rows(delta_store, role_rows(["alpha answer", "beta answer", "gamma answer"]))
     turn_tables(delta_store, 1)
-    materialize(ASSETS, resources=resources(env))
+    materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
     run = reindex_job.execute_in_process(
         run_config={
             "ops": {
