@@ -106,11 +106,34 @@ def jobs_run(
     config: Annotated[
         Path | None, typer.Option("--config", "-c", exists=True, help="Run config YAML file.")
     ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", help="Shard partition (shards_job).")
+    ] = None,
 ) -> None:
-    """Execute a job through `dagster job execute` in a subprocess (its exit status is ours)."""
+    """Execute a job through `dagster job execute` in a subprocess (its exit status is ours).
+    `memory_job` runs over every shard partition at once; `shards_job` takes `--partition`."""
     dagster = Path(sys.executable).with_name("dagster")
     command = [str(dagster), "job", "execute", "-m", "pipelines.definitions", "-j", name]
     if config is not None:
         command += ["-c", str(config)]
+    tags = job_tags(name, partition, get_settings().shards)
+    if tags:
+        command += ["--tags", json.dumps(tags)]
     done = subprocess.run(command, check=False)
     raise typer.Exit(done.returncode)
+
+
+WHOLE_RANGE_JOBS = {"memory_job"}
+"""Jobs whose shard-partitioned steps cover every shard in one run (assets/shards.py)."""
+
+
+def job_tags(name: str, partition: str | None, shards: int) -> dict[str, str]:
+    """Run tags selecting the partitions a job run covers: one shard, or the whole range."""
+    if partition is not None:
+        return {"dagster/partition": partition}
+    if name in WHOLE_RANGE_JOBS:
+        return {
+            "dagster/asset_partition_range_start": "0",
+            "dagster/asset_partition_range_end": str(shards - 1),
+        }
+    return {}
