@@ -10,6 +10,7 @@ from conftest_turn_record import T0, Turn
 from ctxdb.record.role_rows import role_rows_frame
 from ctxdb.record.turnlog import (
     ERROR_TEXT,
+    build_turn,
     build_turn_record,
     dedupe_blocks,
     merge_turn_logs,
@@ -230,7 +231,7 @@ def test_turn_without_typed_message_still_has_a_user_block() -> None:
     record = build_turn_record(decoded(turn))
     first = record.log.blocks[0]
     assert (first.type, first.text, first.meta["message_id"]) == ("user.prompt", "", "m0")
-    rows = role_rows_frame([record], Settings(), T0)
+    rows = role_rows_frame([build_turn(decoded(turn))], Settings(), T0)
     user = rows.filter(rows["target"] == "user")["text"].to_list()
     assert user == [
         "[user.message]\n(no typed message)\n"

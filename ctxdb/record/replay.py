@@ -14,9 +14,9 @@ from datetime import datetime
 import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
-from ctxdb.record.frames import empty, frame, from_rows
-from ctxdb.record.records import arrival_order
-from ctxdb.record.turnlog import TurnRecord
+from ctxdb.record.frames import empty, frame, from_columns
+from ctxdb.record.records import ClosedEvents
+from ctxdb.record.turnlog import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import REPLAY_SCHEMA
 
@@ -24,6 +24,8 @@ KEYS = ["tenant", "app", "user_id", "conversation_id", "turn_id", "seq"]
 ALWAYS = ("accounting.usage", "chat.turn.summary")
 EVENTS = "conv.artifacts.events"
 STREAM = "conv.artifacts.stream"
+REPLAYED = ["chat.step", "communicator.event", "stream.aggregate"]
+IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
 
 
 def _item(type_: str, payload: dict) -> tuple[str, str, str | None, dict]:
@@ -38,53 +40,42 @@ def _item(type_: str, payload: dict) -> tuple[str, str, str | None, dict]:
 
 
 def replay_frame(
-    raw: pl.DataFrame, records: Sequence[TurnRecord], settings: Settings, now: datetime
+    events: ClosedEvents, turns: Sequence[Turn], settings: Settings, now: datetime
 ) -> pl.DataFrame:
-    """REPLAY_SCHEMA rows for the closed turns in `records`."""
-    kinds = {(r.conversation_id, r.turn_id): r.recording_kind for r in records}
-    candidates = arrival_order(
-        raw.filter(pl.col("type").is_in(["chat.step", "communicator.event", "stream.aggregate"]))
-    )
-    rows = []
+    """REPLAY_SCHEMA rows for the closed turns in `turns` (`events`: their events)."""
+    kinds = {(t.conversation_id, t.turn_id): t.recording_kind for t in turns}
+    data = events.frame
+    picked = data.with_row_index("row").filter(pl.col("type").is_in(REPLAYED))
+    rows = picked["row"].to_list()
+    columns: dict[str, list] = {name: [] for name in (*IDENTITY, "event_id", "ts")}
+    values = {name: picked[name].to_list() for name in columns}
+    types = picked["type"].to_list()
+    seq, artifact, name, marker, payload = [], [], [], [], []
     seqs: dict[tuple[str, str], int] = {}
-    for event in candidates.to_dicts():
-        key = (event["conversation_id"], event["turn_id"])
+    for i, row in enumerate(rows):
+        key = (values["conversation_id"][i], values["turn_id"][i])
         kind = kinds.get(key)
         if kind is None:
             continue
-        artifact, name, marker, data = _item(event["type"], json.loads(event["payload"]))
-        if kind == "rich" and name not in ALWAYS:
+        item = _item(types[i], events.payloads[row])
+        if kind == "rich" and item[1] not in ALWAYS:
             continue
-        seq = seqs.get(key, 0)
-        seqs[key] = seq + 1
-        rows.append(
-            {
-                **{
-                    k: event[k]
-                    for k in (
-                        "tenant",
-                        "app",
-                        "agent",
-                        "user_id",
-                        "conversation_id",
-                        "turn_id",
-                        "event_id",
-                    )
-                },
-                "seq": seq,
-                "artifact": artifact,
-                "name": name,
-                "marker": marker,
-                "ts": event["occurred_at"],
-                "data": json.dumps(data, sort_keys=True),
-                "updated_at": now,
-            }
-        )
-    if not rows:
+        n = seqs.get(key, 0)
+        seqs[key] = n + 1
+        for column, values_of in values.items():
+            columns[column].append(values_of[i])
+        seq.append(n)
+        artifact.append(item[0])
+        name.append(item[1])
+        marker.append(item[2])
+        payload.append(json.dumps(item[3], sort_keys=True))
+    if not seq:
         return empty(REPLAY_SCHEMA)
+    columns |= {"seq": seq, "artifact": artifact, "name": name, "marker": marker, "data": payload}
     return frame(
-        from_rows(rows, REPLAY_SCHEMA).with_columns(
-            expires_at_expr(settings, ts_column="ts", role_column=None)
+        from_columns(columns, REPLAY_SCHEMA, micros=("ts",)).with_columns(
+            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("updated_at"),
+            expires_at_expr(settings, ts_column="ts", role_column=None),
         ),
         REPLAY_SCHEMA,
     )

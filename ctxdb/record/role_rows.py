@@ -16,21 +16,16 @@ from typing import Any
 import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
-from ctxdb.record.frames import empty, frame, from_rows
-from ctxdb.record.turnlog import (
-    ATTACHMENT,
-    COMPLETION,
-    NOTE,
-    SUMMARY,
-    USER_BLOCK_TYPES,
-    Block,
-    TurnRecord,
-)
+from ctxdb.record.frames import empty, frame, from_columns
+from ctxdb.record.turnlog import ATTACHMENT, COMPLETION, NOTE, SUMMARY, USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
 from ctxdb.text import MIN_WORD_LEN, text_hash
 
 KEYS = ["row_id"]
+IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
+Block = dict[str, Any]
+"""A TurnLog block as `Turn` holds it (JSON-ready dict)."""
 NO_TEXT = "(no typed message)"
 SUPPORTED_ATTACHMENT_MIME = (
     "text/",
@@ -54,10 +49,10 @@ def owned(path: str, conversation_id: str) -> str:
     return f"{path[:head]}conv_{conversation_id}.{path[head:]}"
 
 
-def projection_tag(record: TurnRecord) -> str:
+def projection_tag(turn: Turn) -> str:
     return (
         "projection:react.turn.log"
-        if record.recording_kind == "rich"
+        if turn.recording_kind == "rich"
         else ("projection:minimal.turn.log")
     )
 
@@ -66,18 +61,18 @@ def render_submission(
     block: Block, context: Sequence[Block], attachments: Sequence[Block], conversation_id: str
 ) -> str:
     """The batch rendering of one folded submission (reference role-row text format)."""
-    lines = ["[user.message]", block.text.strip() or NO_TEXT]
+    lines = ["[user.message]", block["text"].strip() or NO_TEXT]
     for n, ctx in enumerate(context, start=1):
-        meta = ctx.meta
+        meta = ctx["meta"]
         lines.append(
             f"[context.{n}] {meta.get('label') or ''} | {meta.get('kind') or ''} | "
             f"{meta.get('ref') or ''} | {meta.get('source') or ''}"
         )
     for n, att in enumerate(attachments, start=1):
-        meta = att.meta
+        meta = att["meta"]
         lines.append(
             f"[attachment.{n}] {meta['filename']} | {meta['mime']} | "
-            f"{owned(att.path, conversation_id)} | {meta['size']}"
+            f"{owned(att['path'], conversation_id)} | {meta['size']}"
         )
     return "\n".join(lines)
 
@@ -86,11 +81,11 @@ def _by_batch(blocks: Sequence[Block], users: Sequence[Block]) -> dict[str, list
     """Context and attachment blocks keyed by the first user block of their batch."""
     first_of_batch: dict[str, str] = {}
     for user in users:
-        first_of_batch.setdefault(user.meta["batch_id"], user.path)
-    fallback = users[0].path if users else ""
+        first_of_batch.setdefault(user["meta"]["batch_id"], user["path"])
+    fallback = users[0]["path"] if users else ""
     grouped: dict[str, list[Block]] = {}
     for block in blocks:
-        owner = first_of_batch.get(block.meta.get("batch_id", ""), fallback)
+        owner = first_of_batch.get(block["meta"].get("batch_id", ""), fallback)
         grouped.setdefault(owner, []).append(block)
     return grouped
 
@@ -98,77 +93,73 @@ def _by_batch(blocks: Sequence[Block], users: Sequence[Block]) -> dict[str, list
 class _TurnRows:
     """The role rows of one turn being built; a row's ordinal counts earlier rows of its target."""
 
-    def __init__(self) -> None:
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
         self.rows: list[dict[str, Any]] = []
+        self.ordinals: dict[str, int] = {}
 
     def add(
-        self, block: Block, role: str, target: str, tags: list[str], text: str, **extra: Any
+        self, index: int, role: str, target: str, tags: list[str], text: str, **extra: Any
     ) -> None:
-        ordinal = sum(1 for r in self.rows if r["target"] == target)
+        """A row for the turn's block at `index`."""
+        turn = self.turn
+        path = turn.blocks[index]["path"]
+        ordinal = self.ordinals.get(target, 0)
+        self.ordinals[target] = ordinal + 1
         self.rows.append(
             {
                 "role": role,
                 "target": target,
                 "tags": tags,
-                "ts": block.ts,
+                "ts": turn.block_ts[index],
                 "text": text,
-                "path": block.path,
+                "path": path,
                 "ordinal": ordinal,
                 "event_type": None,
                 "batch_id": None,
                 "anchors_text": "",
                 "visibility": "public",
+                "ref": owned(path, turn.conversation_id),
+                "row_id": row_id(turn.conversation_id, turn.turn_id, role, path, ordinal),
                 **extra,
             }
         )
 
 
-def _turn_rows(record: TurnRecord) -> list[dict[str, Any]]:
+def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     """One turn's role rows: each user submission, the final answer and, for rich recordings,
-    summaries, internal notes and readable attachments; each row carries the turn's identity."""
-    blocks = record.log.blocks
-    turn_tag = f"turn:{record.turn_id}"
-    projection = projection_tag(record)
-    out = _TurnRows()
-    _user_rows(out, record, turn_tag, projection)
-    final = [b for b in blocks if b.type == COMPLETION][-1]
-    tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if record.error else [])
-    out.add(final, "assistant", "assistant", tags, final.text)
-    if record.recording_kind == "rich":
-        _rich_rows(out, blocks, turn_tag, projection)
-    rows = out.rows
-    for row in rows:
-        row.update(
-            tenant=record.tenant,
-            app=record.app,
-            agent=record.agent,
-            user_id=record.user_id,
-            conversation_id=record.conversation_id,
-            turn_id=record.turn_id,
-            ref=owned(row["path"], record.conversation_id),
-            row_id=row_id(
-                record.conversation_id, record.turn_id, row["role"], row["path"], row["ordinal"]
-            ),
-        )
-    return rows
+    summaries, internal notes and readable attachments."""
+    blocks = turn.blocks
+    turn_tag = f"turn:{turn.turn_id}"
+    projection = projection_tag(turn)
+    out = _TurnRows(turn)
+    _user_rows(out, turn_tag, projection)
+    final = [i for i, b in enumerate(blocks) if b["type"] == COMPLETION][-1]
+    tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if turn.error else [])
+    out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
+    if turn.recording_kind == "rich":
+        _rich_rows(out, turn_tag, projection)
+    return out.rows
 
 
-def _user_rows(out: _TurnRows, record: TurnRecord, turn_tag: str, projection: str) -> None:
+def _user_rows(out: _TurnRows, turn_tag: str, projection: str) -> None:
     """One row per user submission, rendered with the context and attachments of its batch."""
-    blocks = record.log.blocks
-    users = [b for b in blocks if b.type in USER_BLOCK_TYPES]
-    contexts = _by_batch([b for b in blocks if b.type.startswith("user.context.")], users)
-    attachments = _by_batch([b for b in blocks if b.type == ATTACHMENT], users)
-    for block in users:
-        event_type, batch = block.meta["event_type"], block.meta["batch_id"]
+    blocks = out.turn.blocks
+    users = [b for b in blocks if b["type"] in USER_BLOCK_TYPES]
+    contexts = _by_batch([b for b in blocks if b["type"].startswith("user.context.")], users)
+    attachments = _by_batch([b for b in blocks if b["type"] == ATTACHMENT], users)
+    for index, block in enumerate(blocks):
+        if block["type"] not in USER_BLOCK_TYPES:
+            continue
+        event_type, batch = block["meta"]["event_type"], block["meta"]["batch_id"]
         text = render_submission(
             block,
-            contexts.get(block.path, []),
-            attachments.get(block.path, []),
-            record.conversation_id,
+            contexts.get(block["path"], []),
+            attachments.get(block["path"], []),
+            out.turn.conversation_id,
         )
         out.add(
-            block,
+            index,
             "user",
             "user",
             ["chat:user", turn_tag, projection, f"event_type:{event_type}", f"batch_id:{batch}"],
@@ -178,14 +169,15 @@ def _user_rows(out: _TurnRows, record: TurnRecord, turn_tag: str, projection: st
         )
 
 
-def _rich_rows(out: _TurnRows, blocks: list[Block], turn_tag: str, projection: str) -> None:
+def _rich_rows(out: _TurnRows, turn_tag: str, projection: str) -> None:
     """Rows of a rich recording: working summaries, internal notes, readable attachments."""
-    for block in blocks:
-        if block.type == SUMMARY:
-            anchors = block.meta.get("anchors", {})
-            scope = block.meta.get("scope", "turn")
+    for index, block in enumerate(out.turn.blocks):
+        kind = block["type"]
+        if kind == SUMMARY:
+            anchors = block["meta"].get("anchors", {})
+            scope = block["meta"].get("scope", "turn")
             out.add(
-                block,
+                index,
                 "assistant",
                 "summary",
                 [
@@ -195,29 +187,29 @@ def _rich_rows(out: _TurnRows, blocks: list[Block], turn_tag: str, projection: s
                     turn_tag,
                     projection,
                 ],
-                block.text,
+                block["text"],
                 anchors_text="\n".join([*anchors.get("phrases", []), *anchors.get("entities", [])]),
             )
-        elif block.type == NOTE:
+        elif kind == NOTE:
             out.add(
-                block,
+                index,
                 "artifact",
                 "notes",
                 ["chat:internal_note", "kind:react.note", "visibility:internal", turn_tag],
-                block.text,
+                block["text"],
                 visibility="internal",
             )
         elif (
-            block.type == ATTACHMENT
-            and block.text
-            and block.mime.startswith(SUPPORTED_ATTACHMENT_MIME)
+            kind == ATTACHMENT
+            and block["text"]
+            and block["mime"].startswith(SUPPORTED_ATTACHMENT_MIME)
         ):
             out.add(
-                block,
+                index,
                 "artifact",
                 "attachment",
                 ["artifact:user.attachment", turn_tag],
-                f"{block.meta['filename']} ({block.mime})\n{block.text}",
+                f"{block['meta']['filename']} ({block['mime']})\n{block['text']}",
             )
 
 
@@ -240,14 +232,19 @@ def trigram_column(texts: pl.Series) -> pl.Series:
     return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")
 
 
-def role_rows_frame(
-    records: Sequence[TurnRecord], settings: Settings, now: datetime
-) -> pl.DataFrame:
-    """ROLE_ROWS_SCHEMA rows for `records`; `expires_at` = ts + TTL (tenant/app/role rules)."""
-    rows = [row for record in records for row in _turn_rows(record)]
+def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) -> pl.DataFrame:
+    """ROLE_ROWS_SCHEMA rows for `turns`; `expires_at` = ts + TTL (tenant/app/role rules)."""
+    rows: list[dict[str, Any]] = []
+    owners: list[int] = []
+    for n, turn in enumerate(turns):
+        made = _turn_rows(turn)
+        rows += made
+        owners += [n] * len(made)
     if not rows:
         return empty(ROLE_ROWS_SCHEMA)
-    data = from_rows(rows, ROLE_ROWS_SCHEMA)
+    columns = {name: [row[name] for row in rows] for name in rows[0]}
+    columns |= {name: [getattr(turns[n], name) for n in owners] for name in IDENTITY}
+    data = from_columns(columns, ROLE_ROWS_SCHEMA, micros=("ts",))
     data = data.with_columns(
         trigram_column(data["text"] + " " + data["anchors_text"]),
         pl.Series("text_hash", [text_hash(t) for t in data["text"].to_list()], dtype=pl.String),

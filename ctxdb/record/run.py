@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
 from ctxdb.record.failures import clear_failures, failure_rows, isolate, record_failures
-from ctxdb.record.records import build_records
+from ctxdb.record.records import build_turns, closed_events
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
@@ -90,17 +90,18 @@ class DeriveStats:
 
 def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Derived:
     """Every derived table for the conversations in `raw` (pure: frames in, frames out)."""
-    records = build_records(raw)
-    titles = timelines.conversation_titles(raw, records)
+    events = closed_events(raw)
+    turns = build_turns(events)
+    titles = timelines.conversation_titles(raw, turns)
     tables = {
-        TURN_LOGS: turn_logs.turn_logs_frame(records, titles, settings, now),
-        CONVERSATION_TIMELINES: timelines.timelines_frame(raw, records, titles, settings, now),
-        ROLE_ROWS: role_rows.role_rows_frame(records, settings, now),
-        TURN_CATALOG: catalog.turn_catalog_frame(records, titles, settings, now),
-        REPLAY_ARTIFACTS: replay.replay_frame(raw, records, settings, now),
+        TURN_LOGS: turn_logs.turn_logs_frame(turns, titles, settings, now),
+        CONVERSATION_TIMELINES: timelines.timelines_frame(raw, turns, titles, settings, now),
+        ROLE_ROWS: role_rows.role_rows_frame(turns, settings, now),
+        TURN_CATALOG: catalog.turn_catalog_frame(turns, titles, settings, now),
+        REPLAY_ARTIFACTS: replay.replay_frame(events, turns, settings, now),
     }
     all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
-    return Derived(tables=tables, turns=len(records), open_turns=all_turns - len(records))
+    return Derived(tables=tables, turns=len(turns), open_turns=all_turns - len(turns))
 
 
 def combine(parts: Sequence[Derived]) -> Derived:

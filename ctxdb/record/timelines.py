@@ -14,16 +14,22 @@ from datetime import datetime
 import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
-from ctxdb.record.frames import empty, frame, from_rows
-from ctxdb.record.turnlog import USER_BLOCK_TYPES, TurnRecord
+from ctxdb.record.frames import empty, frame, from_columns
+from ctxdb.record.turnlog import USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TIMELINES_SCHEMA
 
 KEYS = ["tenant", "app", "user_id", "conversation_id"]
 TITLE_FALLBACK_CHARS = 80
+IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id"]
 
 
-def conversation_titles(raw: pl.DataFrame, records: Sequence[TurnRecord]) -> dict[str, str]:
+def in_time_order(turns: Sequence[Turn]) -> list[Turn]:
+    """Turns by (started_at, turn_id), the order of a conversation's timeline and catalog."""
+    return sorted(turns, key=lambda t: (t.started_at, t.turn_id))
+
+
+def conversation_titles(raw: pl.DataFrame, turns: Sequence[Turn]) -> dict[str, str]:
     """Title per conversation: latest title event, else the first user prompt (shortened)."""
     titled = (
         raw.filter(pl.col("type") == "conversation.title")
@@ -32,68 +38,55 @@ def conversation_titles(raw: pl.DataFrame, records: Sequence[TurnRecord]) -> dic
         .agg(pl.col("payload").last().str.json_path_match("$.title").alias("title"))
     )
     titles = dict(titled.iter_rows())
-    for record in sorted(records, key=lambda r: (r.started_at, r.turn_id)):
-        if record.conversation_id in titles:
+    for turn in in_time_order(turns):
+        if turn.conversation_id in titles:
             continue
-        users = [b for b in record.log.blocks if b.type in USER_BLOCK_TYPES and b.text.strip()]
+        users = [b for b in turn.blocks if b["type"] in USER_BLOCK_TYPES and b["text"].strip()]
         if users:
-            text = " ".join(users[0].text.split())
-            titles[record.conversation_id] = text[:TITLE_FALLBACK_CHARS]
+            text = " ".join(users[0]["text"].split())
+            titles[turn.conversation_id] = text[:TITLE_FALLBACK_CHARS]
     return titles
 
 
 def timelines_frame(
     raw: pl.DataFrame,
-    records: Sequence[TurnRecord],
+    turns: Sequence[Turn],
     titles: dict[str, str],
     settings: Settings,
     now: datetime,
 ) -> pl.DataFrame:
     """TIMELINES_SCHEMA rows for every conversation with at least one closed turn."""
-    if not records:
+    if not turns:
         return empty(TIMELINES_SCHEMA)
-    activity = dict(
-        raw.group_by("conversation_id")
-        .agg(
-            pl.struct(
-                pl.col("occurred_at").min().alias("a"), pl.col("occurred_at").max().alias("b")
-            )
-        )
-        .iter_rows()
+    by_conv: dict[str, list[Turn]] = {}
+    for turn in in_time_order(turns):
+        by_conv.setdefault(turn.conversation_id, []).append(turn)
+    groups = list(by_conv.values())
+    columns: dict[str, list] = {name: [getattr(g[0], name) for g in groups] for name in IDENTITY}
+    blocks, sources, kinds = [], [], []
+    for group in groups:
+        rich = [t for t in group if t.recording_kind == "rich"]
+        blocks.append(json.dumps([b for t in rich for b in t.blocks]))
+        sources.append(json.dumps(list(dict.fromkeys(s for t in group for s in t.sources_used))))
+        kinds.append("rich" if rich else "minimal")
+    columns |= {
+        "title": [titles.get(g[0].conversation_id) for g in groups],
+        "turn_ids": [[t.turn_id for t in g] for g in groups],
+        "turn_count": [len(g) for g in groups],
+        "blocks": blocks,
+        "sources_pool": sources,
+        "recording_kind": kinds,
+    }
+    activity = raw.group_by("conversation_id").agg(
+        pl.col("occurred_at").min().alias("started_at"),
+        pl.col("occurred_at").max().alias("last_activity_at"),
     )
-    by_conv: dict[str, list[TurnRecord]] = {}
-    for record in sorted(records, key=lambda r: (r.started_at, r.turn_id)):
-        by_conv.setdefault(record.conversation_id, []).append(record)
-    rows = []
-    for conversation_id, turns in by_conv.items():
-        first = turns[0]
-        rich = [t for t in turns if t.recording_kind == "rich"]
-        blocks = [b.model_dump(mode="json") for t in rich for b in t.log.blocks]
-        sources = list(dict.fromkeys(s for t in turns for s in t.log.sources_used))
-        span = activity[conversation_id]
-        rows.append(
-            {
-                "tenant": first.tenant,
-                "app": first.app,
-                "agent": first.agent,
-                "user_id": first.user_id,
-                "conversation_id": conversation_id,
-                "version": 1,
-                "title": titles.get(conversation_id),
-                "started_at": span["a"],
-                "last_activity_at": span["b"],
-                "turn_ids": [t.turn_id for t in turns],
-                "turn_count": len(turns),
-                "blocks": json.dumps(blocks),
-                "sources_pool": json.dumps(sources),
-                "forked_from": None,
-                "recording_kind": "rich" if rich else "minimal",
-                "updated_at": now,
-            }
-        )
+    data = from_columns(columns, TIMELINES_SCHEMA).join(activity, on="conversation_id", how="left")
     return frame(
-        from_rows(rows, TIMELINES_SCHEMA).with_columns(
-            expires_at_expr(settings, ts_column="last_activity_at", role_column=None)
-        ),
+        data.with_columns(
+            pl.lit(1).alias("version"),
+            pl.lit(None, dtype=pl.String).alias("forked_from"),
+            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("updated_at"),
+        ).with_columns(expires_at_expr(settings, ts_column="last_activity_at", role_column=None)),
         TIMELINES_SCHEMA,
     )

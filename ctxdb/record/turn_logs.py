@@ -6,54 +6,51 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 import polars as pl
+from pydantic_core import to_json
 
 from ctxdb.record.expiry import expires_at_expr
-from ctxdb.record.frames import empty, frame, from_rows
-from ctxdb.record.turnlog import TurnRecord
+from ctxdb.record.frames import empty, frame, from_columns
+from ctxdb.record.turnlog import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TURN_LOGS_SCHEMA
 
 KEYS = ["tenant", "app", "user_id", "conversation_id", "turn_id"]
+IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
 
 
 def turn_logs_frame(
-    records: Sequence[TurnRecord],
+    turns: Sequence[Turn],
     titles: Mapping[str, str | None],
     settings: Settings,
     now: datetime,
 ) -> pl.DataFrame:
     """TURN_LOGS_SCHEMA rows; `expires_at` = ended_at + the tenant/app TTL."""
-    if not records:
+    if not turns:
         return empty(TURN_LOGS_SCHEMA)
-    rows = [
-        {
-            "tenant": r.tenant,
-            "app": r.app,
-            "agent": r.agent,
-            "user_id": r.user_id,
-            "conversation_id": r.conversation_id,
-            "turn_id": r.turn_id,
-            "adapter": r.adapter,
-            "recording_kind": r.recording_kind,
-            "recording_state": r.recording_state,
-            "started_at": r.started_at,
-            "ended_at": r.ended_at,
-            "last_event_at": r.last_event_at,
-            "error": r.error,
-            "payload": r.log.model_dump_json(),
-            "block_count": r.log.blocks_count,
-            "source_event_ids": r.source_event_ids,
-            "tokens_in": r.log.tokens["in"] if r.log.tokens else None,
-            "tokens_out": r.log.tokens["out"] if r.log.tokens else None,
-            "feedback_summary": r.log.feedback.model_dump_json() if r.log.feedback else None,
-            "title": titles.get(r.conversation_id),
-            "updated_at": now,
-        }
-        for r in records
-    ]
+    columns = {name: [getattr(t, name) for t in turns] for name in IDENTITY}
+    columns |= {
+        "adapter": [t.adapter for t in turns],
+        "recording_kind": [t.recording_kind for t in turns],
+        "recording_state": [t.recording_state for t in turns],
+        "started_at": [t.started_at for t in turns],
+        "ended_at": [t.ended_at for t in turns],
+        "last_event_at": [t.last_event_at for t in turns],
+        "error": [t.error for t in turns],
+        "payload": [t.log_json() for t in turns],
+        "block_count": [len(t.blocks) for t in turns],
+        "source_event_ids": [t.source_event_ids for t in turns],
+        "tokens_in": [t.tokens["in"] if t.tokens else None for t in turns],
+        "tokens_out": [t.tokens["out"] if t.tokens else None for t in turns],
+        "feedback_summary": [to_json(t.feedback).decode() if t.feedback else None for t in turns],
+        "title": [titles.get(t.conversation_id) for t in turns],
+    }
+    data = from_columns(
+        columns, TURN_LOGS_SCHEMA, micros=("started_at", "ended_at", "last_event_at")
+    )
     return frame(
-        from_rows(rows, TURN_LOGS_SCHEMA).with_columns(
-            expires_at_expr(settings, ts_column="ended_at", role_column=None)
+        data.with_columns(
+            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("updated_at"),
+            expires_at_expr(settings, ts_column="ended_at", role_column=None),
         ),
         TURN_LOGS_SCHEMA,
     )

@@ -4,6 +4,11 @@ Block types, order and `path` refs follow the KDCube reference (docs/tables.md, 
 user prompts (m0..mN) -> context events -> attachment cards -> steps and rich activity ->
 hosted files -> notes -> working summary -> completion(s) -> suggested follow-ups.
 Blocks are de-duplicated by a per-type fingerprint: a re-sent or late event never doubles a block.
+
+Derivation builds each turn as plain dicts (`Turn`, blocks already in their JSON shape, times as
+epoch microseconds beside their ISO text) and serializes them with pydantic-core's encoder; the
+pydantic models below are the TurnLog contract for readers (`parse_turn_log`) and for
+`build_turn_record`, which converts the same build.
 """
 
 from __future__ import annotations
@@ -11,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from ctxdb.contract.events import RICH_ADAPTERS, RICH_EVENT_TYPES
-from ctxdb.contract.refs import make_ref
+from ctxdb.contract.refs import RefError, make_ref
 
 RecordingKind = Literal["none", "minimal", "rich"]
 RECORDING_STATE: dict[str, int] = {"none": 0, "minimal": 1, "rich": 2}
@@ -30,6 +37,8 @@ NOTE = "react.note"
 ATTACHMENT = "user.attachment.meta"
 HOSTED_FILE = "react.tool.result"
 STEP = "assistant.step"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+PLAIN = "text/plain"
 
 
 class Block(BaseModel):
@@ -96,24 +105,40 @@ def parse_turn_log(payload: str | bytes) -> TurnLog:
     return TurnLog.model_validate_json(payload)
 
 
+def iso(dt: datetime) -> str:
+    """A UTC time as pydantic serializes it (no fraction when the microseconds are 0)."""
+    fraction = f".{dt.microsecond:06d}" if dt.microsecond else ""
+    return f"{dt:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+
+
+def micros(dt: datetime) -> int:
+    """Microseconds since the epoch of an aware time."""
+    return (dt - EPOCH) // timedelta(microseconds=1)
+
+
+def from_micros(us: int) -> datetime:
+    return EPOCH + timedelta(microseconds=us)
+
+
+def _key(type_: str, text: Any, meta: Mapping[str, Any], ts: int, path: str) -> tuple[Any, ...]:
+    """Per-type identity of a block, independent of its position (paths and message ids)."""
+    if type_ in USER_BLOCK_TYPES:
+        return (type_, text, meta.get("event_type"), meta.get("batch_id"), ts)
+    if type_ == ATTACHMENT:
+        return (type_, path)
+    if type_ == HOSTED_FILE and meta.get("kind") == "file":
+        return (type_, meta.get("artifact_path"), meta.get("sha256"))
+    if type_ == STEP:
+        return (type_, meta.get("step"), meta.get("phase"), meta.get("status"))
+    if type_ in (COMPLETION, SUMMARY, NOTE):
+        return (type_, text, meta.get("error", False))
+    return (type_, text, json.dumps(meta, sort_keys=True, default=str))
+
+
 def fingerprint(block: Block) -> str:
     """Per-type identity of a block, independent of its position (paths and message ids)."""
-    meta = block.meta
-    key: tuple[Any, ...]
-    if block.type in USER_BLOCK_TYPES:
-        key = (block.text, meta.get("event_type"), meta.get("batch_id"), block.ts.isoformat())
-    elif block.type == ATTACHMENT:
-        key = (block.path,)
-    elif block.type == HOSTED_FILE and meta.get("kind") == "file":
-        key = (meta.get("artifact_path"), meta.get("sha256"))
-    elif block.type == STEP:
-        key = (meta.get("step"), meta.get("phase"), meta.get("status"))
-    elif block.type in (COMPLETION, SUMMARY, NOTE):
-        key = (block.text, meta.get("error", False))
-    else:
-        key = (block.text, json.dumps(meta, sort_keys=True, default=str))
-    raw = json.dumps([block.type, *key], default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    key = _key(block.type, block.text, block.meta, micros(block.ts), block.path)
+    return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:32]
 
 
 def dedupe_blocks(blocks: Iterable[Block]) -> list[Block]:
@@ -169,205 +194,263 @@ _SECTION = {
 }
 
 
-class _Draft(NamedTuple):
-    """A block before positional paths are assigned."""
+@dataclass(slots=True)
+class Turn:
+    """One closed turn as derivation builds it: identity, accounting and the TurnLog's blocks as
+    JSON-ready dicts (`block_ts`: each block's time in epoch microseconds)."""
 
-    section: int
-    seq: int
-    block: Block
+    tenant: str
+    app: str
+    agent: str
+    user_id: str
+    conversation_id: str
+    turn_id: str
+    adapter: str
+    recording_kind: str
+    error: bool
+    started_at: int
+    ended_at: int
+    last_event_at: int
+    started_iso: str
+    ended_iso: str
+    source_event_ids: list[str]
+    blocks: list[dict[str, Any]]
+    block_ts: list[int]
+    sources_used: list[str]
+    tokens: dict[str, int] | None
+    feedback: dict[str, Any] | None
 
+    @property
+    def recording_state(self) -> int:
+        return RECORDING_STATE[self.recording_kind]
 
-def _event_ts(event: Mapping[str, Any]) -> datetime:
-    return event["occurred_at"]
+    def log_dict(self) -> dict[str, Any]:
+        """The TurnLog in the field order and shapes of the `TurnLog` model."""
+        return {
+            "turn_id": self.turn_id,
+            "ts": self.started_iso,
+            "end_ts": self.ended_iso,
+            "blocks": self.blocks,
+            "sources_used": self.sources_used,
+            "blocks_count": len(self.blocks),
+            "tokens": self.tokens,
+            "feedback": self.feedback,
+        }
 
+    def log_json(self) -> str:
+        """The `turn_logs.payload` text (byte for byte `TurnLog.model_dump_json()`)."""
+        return to_json(self.log_dict()).decode()
 
-def _user_block(event: Mapping[str, Any], rich: bool, turn_id: str) -> Block:
-    p = event["payload"]
-    kind = p.get("event_type", "prompt")
-    arrived = p.get("arrived_at")
-    return Block(
-        type=f"user.{kind}" if rich and kind != "prompt" else "user.prompt",
-        author="user",
-        turn_id=turn_id,
-        ts=datetime.fromisoformat(arrived).astimezone(UTC) if arrived else _event_ts(event),
-        path="",
-        text=p["text"],
-        meta={
-            "event_type": f"event.user.{kind}",
-            "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-            "event_id": event["event_id"],
-        },
-    )
-
-
-def _context_block(event: Mapping[str, Any], turn_id: str) -> Block:
-    p = event["payload"]
-    return Block(
-        type=f"user.context.{p['kind']}",
-        author="user",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        path=make_ref("ev", event["event_id"], turn_id),
-        text=p.get("label", ""),
-        mime="application/json",
-        meta={
-            "event": p,
-            "kind": p["kind"],
-            "label": p.get("label", ""),
-            "ref": p.get("ref"),
-            "source": p.get("source"),
-            "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-        },
-    )
-
-
-def _attachment_block(event: Mapping[str, Any], turn_id: str) -> Block:
-    p = event["payload"]
-    return Block(
-        type=ATTACHMENT,
-        author="user",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        mime=p["mime"],
-        path=make_ref("fi", f"user.attachments/{p['name']}", turn_id),
-        text=p.get("extracted_text") or "",
-        meta={
-            "filename": p["name"],
-            "mime": p["mime"],
-            "size": p["size"],
-            "storage_ref": p["storage_ref"],
-            "has_text": bool(p.get("extracted_text")),
-            "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-        },
-    )
+    def to_record(self) -> TurnRecord:
+        """The same turn as the pydantic `TurnRecord`."""
+        return TurnRecord(
+            tenant=self.tenant,
+            app=self.app,
+            agent=self.agent,
+            user_id=self.user_id,
+            conversation_id=self.conversation_id,
+            turn_id=self.turn_id,
+            adapter=self.adapter,
+            recording_kind=self.recording_kind,  # type: ignore[arg-type]
+            error=self.error,
+            started_at=from_micros(self.started_at),
+            ended_at=from_micros(self.ended_at),
+            last_event_at=from_micros(self.last_event_at),
+            source_event_ids=self.source_event_ids,
+            log=parse_turn_log(self.log_json()),
+        )
 
 
-def _step_block(event: Mapping[str, Any], turn_id: str) -> Block:
-    p = event["payload"]
-    return Block(
-        type=STEP,
-        author="assistant",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        path=make_ref("ev", event["event_id"], turn_id),
-        text=p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}",
-        meta={
-            "step": p["step"],
-            "phase": p["phase"],
-            "tool": p.get("tool"),
-            "status": p.get("status") or p["phase"],
-        },
-    )
+def _path_ok(path: str, family: str, turn_prefix: str) -> str:
+    """`make_ref(family, path, turn_id)` for a turn id already checked (`turn_prefix`)."""
+    if not path or "\\" in path or path[0] == "/" or any(s in ("", "..") for s in path.split("/")):
+        raise RefError(f"ref {f'conv:{family}:{turn_prefix}{path}'!r} has an unsafe path {path!r}")
+    return f"conv:{family}:{turn_prefix}{path}"
 
 
-def _hosted_block(event: Mapping[str, Any], turn_id: str) -> Block:
-    p = event["payload"]
-    artifact = make_ref("fi", f"files/{p['path']}", turn_id)
-    return Block(
-        type=HOSTED_FILE,
-        author="assistant",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        mime=p["mime"],
-        path="",
-        text=f"Hosted file {p['path']} at {artifact}",
-        meta={
-            "kind": "file",
-            "artifact_path": artifact,
-            "hosted_uri": artifact,
-            "filename": p["path"],
-            "mime": p["mime"],
-            "size": p["size"],
-            "sha256": p["sha256"],
-        },
-    )
+def _block(
+    type_: str, author: str, turn_id: str, ts: str, path: str, text: Any, meta: dict, mime: str
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "author": author,
+        "turn_id": turn_id,
+        "ts": ts,
+        "mime": mime,
+        "path": path,
+        "text": text,
+        "meta": meta,
+    }
 
 
-def _rich_block(event: Mapping[str, Any], turn_id: str, seq: int) -> Block:
-    p = event["payload"]
-    call = p.get("call_id") or f"call_{seq}"
-    kind = p["block_type"]
-    path = {
-        "react.tool.call": make_ref("tc", f"{call}.call", turn_id),
-        "react.tool.result": make_ref("tc", f"{call}.result", turn_id),
-        "react.thinking": make_ref("ar", f"react.thinking.{seq}", turn_id),
-        "stage.suggested_followups": make_ref("ar", "stage.suggested_followups", turn_id),
-    }[kind]
-    return Block(
-        type=kind,
-        author="assistant",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        path=path,
-        text=p.get("text", ""),
-        meta={**p.get("meta", {}), "tool": p.get("tool"), "call_id": call},
-    )
+Draft = tuple[int, int, int, int, dict[str, Any]]
+"""A block before dedupe and paths: (section, order in its section, seq, time in us, block)."""
 
 
-def _completion_block(event: Mapping[str, Any], turn_id: str) -> Block:
-    p = event["payload"]
-    error = bool(p.get("error"))
-    meta: dict[str, Any] = {"error": error}
-    if error:
-        meta["error_type"] = p.get("error_type") or "unknown"
-    return Block(
-        type=COMPLETION,
-        author="assistant",
-        turn_id=turn_id,
-        ts=_event_ts(event),
-        path="",
-        text=p.get("text") or (ERROR_TEXT if error else ""),
-        meta=meta,
-    )
-
-
-def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> list[_Draft]:
-    drafts: list[_Draft] = []
+def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: str) -> list[Draft]:
+    """The draft of every block-making event of one turn."""
+    drafts = []
     summary: dict[str, Any] = {}
-    summary_ts: datetime | None = None
+    summary_at: Mapping[str, Any] | None = None
+    text = PLAIN
     for seq, event in enumerate(events):
         kind = event["type"]
-        block: Block | None = None
-        section = 0
+        p = event["payload"]
+        ts, at = event["ts"], event["iso"]
         if kind == "user.submission":
-            block = _user_block(event, rich, turn_id)
-        elif kind == "user.context":
-            block, section = _context_block(event, turn_id), _SECTION["context"]
-        elif kind == "user.attachment":
-            block = _attachment_block(event, turn_id)
-        elif kind == "chat.step":
-            block = _step_block(event, turn_id)
-        elif kind == "file.hosted":
-            block, section = _hosted_block(event, turn_id), _SECTION["hosted.file"]
-        elif kind == "react.block":
-            block = _rich_block(event, turn_id, seq)
-        elif kind == "react.note":
-            p = event["payload"]
-            block = Block(
-                type=NOTE,
-                author="assistant",
-                turn_id=turn_id,
-                ts=_event_ts(event),
-                path="",
-                text=p["text"],
-                meta={"visibility": "internal"},
+            sub = p.get("event_type", "prompt")
+            arrived = p.get("arrived_at")
+            if arrived:
+                moment = datetime.fromisoformat(arrived).astimezone(UTC)
+                ts, at = micros(moment), iso(moment)
+            block = _block(
+                f"user.{sub}" if rich and sub != "prompt" else "user.prompt",
+                "user",
+                turn_id,
+                at,
+                "",
+                p["text"],
+                {
+                    "event_type": f"event.user.{sub}",
+                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
+                    "event_id": event["event_id"],
+                },
+                text,
             )
+            drafts.append((0, ts, seq, ts, block))
+        elif kind == "user.context":
+            block = _block(
+                f"user.context.{p['kind']}",
+                "user",
+                turn_id,
+                at,
+                _path_ok(event["event_id"], "ev", tp),
+                p.get("label", ""),
+                {
+                    "event": p,
+                    "kind": p["kind"],
+                    "label": p.get("label", ""),
+                    "ref": p.get("ref"),
+                    "source": p.get("source"),
+                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
+                },
+                "application/json",
+            )
+            drafts.append((1, seq, seq, ts, block))
+        elif kind == "user.attachment":
+            block = _block(
+                ATTACHMENT,
+                "user",
+                turn_id,
+                at,
+                _path_ok(f"user.attachments/{p['name']}", "fi", tp),
+                p.get("extracted_text") or "",
+                {
+                    "filename": p["name"],
+                    "mime": p["mime"],
+                    "size": p["size"],
+                    "storage_ref": p["storage_ref"],
+                    "has_text": bool(p.get("extracted_text")),
+                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
+                },
+                p["mime"],
+            )
+            drafts.append((2, seq, seq, ts, block))
+        elif kind == "chat.step":
+            block = _block(
+                STEP,
+                "assistant",
+                turn_id,
+                at,
+                _path_ok(event["event_id"], "ev", tp),
+                p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}",
+                {
+                    "step": p["step"],
+                    "phase": p["phase"],
+                    "tool": p.get("tool"),
+                    "status": p.get("status") or p["phase"],
+                },
+                text,
+            )
+            drafts.append((3, seq, seq, ts, block))
+        elif kind == "file.hosted":
+            artifact = _path_ok(f"files/{p['path']}", "fi", tp)
+            block = _block(
+                HOSTED_FILE,
+                "assistant",
+                turn_id,
+                at,
+                "",
+                f"Hosted file {p['path']} at {artifact}",
+                {
+                    "kind": "file",
+                    "artifact_path": artifact,
+                    "hosted_uri": artifact,
+                    "filename": p["path"],
+                    "mime": p["mime"],
+                    "size": p["size"],
+                    "sha256": p["sha256"],
+                },
+                p["mime"],
+            )
+            drafts.append((4, seq, seq, ts, block))
+        elif kind == "react.block":
+            call = p.get("call_id") or f"call_{seq}"
+            block_type = p["block_type"]
+            if block_type == "react.tool.call":
+                path = _path_ok(f"{call}.call", "tc", tp)
+            elif block_type == "react.tool.result":
+                path = _path_ok(f"{call}.result", "tc", tp)
+            elif block_type == "react.thinking":
+                path = f"conv:ar:{tp}react.thinking.{seq}"
+            elif block_type == "stage.suggested_followups":
+                path = f"conv:ar:{tp}stage.suggested_followups"
+            else:
+                raise KeyError(block_type)
+            block = _block(
+                block_type,
+                "assistant",
+                turn_id,
+                at,
+                path,
+                p.get("text", ""),
+                {**p.get("meta", {}), "tool": p.get("tool"), "call_id": call},
+                text,
+            )
+            drafts.append((_SECTION[block_type], seq, seq, ts, block))
+        elif kind == "react.note":
+            block = _block(
+                NOTE, "assistant", turn_id, at, "", p["text"], {"visibility": "internal"}, text
+            )
+            drafts.append((5, seq, seq, ts, block))
         elif kind == "assistant.completion":
-            block = _completion_block(event, turn_id)
+            error = bool(p.get("error"))
+            meta: dict[str, Any] = {"error": error}
+            if error:
+                meta["error_type"] = p.get("error_type") or "unknown"
+            block = _block(
+                COMPLETION,
+                "assistant",
+                turn_id,
+                at,
+                "",
+                p.get("text") or (ERROR_TEXT if error else ""),
+                meta,
+                text,
+            )
+            drafts.append((7, seq, seq, ts, block))
         elif kind in ("react.summary", "react.anchors"):
-            summary.update({k: v for k, v in event["payload"].items() if v})
-            summary_ts = summary_ts or _event_ts(event)
-        if block is not None:
-            drafts.append(_Draft(section or _SECTION[block.type], seq, block))
-    if summary and summary_ts is not None:
-        block = Block(
-            type=SUMMARY,
-            author="assistant",
-            turn_id=turn_id,
-            ts=summary_ts,
-            path=make_ref("ws", "working_summary", turn_id),
-            text=summary.get("text", ""),
-            meta={
+            summary.update({k: v for k, v in p.items() if v})
+            summary_at = summary_at or event
+    if summary and summary_at is not None:
+        block = _block(
+            SUMMARY,
+            "assistant",
+            turn_id,
+            summary_at["iso"],
+            f"conv:ws:{tp}working_summary",
+            summary.get("text", ""),
+            {
                 "scope": summary.get("scope", "turn"),
                 "refs": summary.get("refs", []),
                 "anchors": {
@@ -375,51 +458,59 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str) -> li
                     "entities": summary.get("entities", []),
                 },
             },
+            text,
         )
-        drafts.append(_Draft(_SECTION[SUMMARY], len(events), block))
+        drafts.append((6, len(events), len(events), summary_at["ts"], block))
     return drafts
 
 
-def _assign_paths(blocks: list[Block], turn_id: str) -> list[Block]:
+def _dedupe(drafts: Sequence[Draft]) -> list[Draft]:
+    """The first draft of every fingerprint, in order."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for draft in drafts:
+        block = draft[4]
+        key = _key(block["type"], block["text"], block["meta"], draft[3], block["path"])
+        if key not in seen:
+            seen.add(key)
+            kept.append(draft)
+    return kept
+
+
+def _assign_paths(blocks: list[dict[str, Any]], tp: str) -> None:
     """Positional paths: user.prompt[.N] with message ids m0..mN, completion[.N], code_exec_<i>."""
     counters: dict[str, int] = {}
-    out = []
     for block in blocks:
-        if block.path:
-            out.append(block)
+        if block["path"]:
             continue
-        group = "user" if block.type in USER_BLOCK_TYPES else block.type
+        kind = block["type"]
+        group = "user" if kind in USER_BLOCK_TYPES else kind
         n = counters.get(group, 0)
         counters[group] = n + 1
-        update: dict[str, Any] = {}
         if group == "user":
-            name = block.type
-            update["path"] = make_ref("ar", name if n == 0 else f"{name}.{n}", turn_id)
-            update["meta"] = {**block.meta, "message_id": f"m{n}"}
-        elif block.type == COMPLETION:
-            base = "assistant.completion"
-            update["path"] = make_ref("ar", base if n == 0 else f"{base}.{n}", turn_id)
-        elif block.type == NOTE:
-            update["path"] = make_ref("ar", f"react.note.{n}", turn_id)
-        elif block.type == HOSTED_FILE:
-            update["path"] = make_ref("tc", f"code_exec_{n}.result", turn_id)
-        out.append(block.model_copy(update=update))
-    return out
+            block["path"] = f"conv:ar:{tp}{kind if n == 0 else f'{kind}.{n}'}"
+            block["meta"] = {**block["meta"], "message_id": f"m{n}"}
+        elif kind == COMPLETION:
+            block["path"] = f"conv:ar:{tp}{COMPLETION if n == 0 else f'{COMPLETION}.{n}'}"
+        elif kind == NOTE:
+            block["path"] = f"conv:ar:{tp}react.note.{n}"
+        elif kind == HOSTED_FILE:
+            block["path"] = f"conv:tc:{tp}code_exec_{n}.result"
 
 
-def _feedback(events: Sequence[Mapping[str, Any]]) -> Feedback | None:
+def _feedback(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     items = [e for e in events if e["type"] == "feedback"]
     if not items:
         return None
     last = items[-1]
     p = last["payload"]
-    return Feedback(
-        count=len(items),
-        last_ts=last["occurred_at"],
-        last_reaction=p.get("reaction"),
-        last_origin=p.get("origin"),
-        last_text=p.get("text"),
-    )
+    return {
+        "count": len(items),
+        "last_ts": last["iso"],
+        "last_reaction": p.get("reaction"),
+        "last_origin": p.get("origin"),
+        "last_text": p.get("text"),
+    }
 
 
 def _sources(events: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -440,81 +531,96 @@ def recording_kind(events: Sequence[Mapping[str, Any]]) -> RecordingKind:
     return "rich" if rich else "minimal"
 
 
-def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
-    """The TurnRecord of one turn from its events (sorted by arrival); None while it is not closed.
+def assemble_turn(events: Sequence[Mapping[str, Any]], ident: Mapping[str, str]) -> Turn | None:
+    """The `Turn` of one turn's events (in arrival order); None while it is not closed.
 
-    Each event is a mapping with `event_id`, `type`, `occurred_at` (aware datetime), `adapter`,
-    identity fields and a decoded `payload` dict (as stored in `raw_turn_events`).
+    Each event is a dict with `event_id`, `type`, `adapter`, the decoded `payload`, `ts` (epoch
+    microseconds) and `iso` (the same time as TurnLog JSON writes it); `ident` holds the identity
+    columns of the turn's first event.
     """
     closed = [e for e in events if e["type"] == "turn.closed"]
     if not closed:
         return None
-    first = events[0]
-    turn_id = first["turn_id"]
+    turn_id = ident["turn_id"]
+    make_ref("ar", "x", turn_id)  # checks the turn id once for every path below
+    tp = f"turn_{turn_id}."
     kind = recording_kind(events)
     rich = kind == "rich"
-    drafts = _drafts(events, rich, turn_id)
-    completions = [d for d in drafts if d.block.type == COMPLETION]
+    drafts = _drafts(events, rich, turn_id, tp)
+    completions = [d for d in drafts if d[0] == 7]
     if not rich and len(completions) > 1:
-        drafts = [d for d in drafts if d.block.type != COMPLETION or d is completions[-1]]
+        last = completions[-1]
+        drafts = [d for d in drafts if d[0] != 7 or d is last]
     if not completions:
-        close = closed[0]["payload"]
-        block = Block(
-            type=COMPLETION,
-            author="assistant",
-            turn_id=turn_id,
-            ts=closed[0]["occurred_at"],
-            path="",
-            text=ERROR_TEXT,
-            meta={"error": True, "error_type": close.get("error_type") or "missing_completion"},
-        )
-        drafts.append(_Draft(_SECTION[COMPLETION], len(events), block))
-    if not any(d.block.type in USER_BLOCK_TYPES for d in drafts):
-        block = Block(
-            type="user.prompt",
-            author="user",
-            turn_id=turn_id,
-            ts=events[0]["occurred_at"],
-            path="",
-            meta={"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"},
-        )
-        drafts.append(_Draft(_SECTION["user.prompt"], -1, block))
-    drafts.sort(key=lambda d: (d.section, d.block.ts if d.section == 0 else d.seq, d.seq))
-    blocks = _assign_paths(dedupe_blocks(d.block for d in drafts), turn_id)
-    started = [e["occurred_at"] for e in events if e["type"] == "turn.started"]
-    started_at = min(started) if started else min(e["occurred_at"] for e in events)
-    ended_at = closed[0]["occurred_at"]
-    final = [b for b in blocks if b.type == COMPLETION][-1]
+        close = closed[0]
+        error_type = close["payload"].get("error_type") or "missing_completion"
+        meta = {"error": True, "error_type": error_type}
+        block = _block(COMPLETION, "assistant", turn_id, close["iso"], "", ERROR_TEXT, meta, PLAIN)
+        drafts.append((7, len(events), len(events), close["ts"], block))
+    if not any(d[0] == 0 for d in drafts):
+        first = events[0]
+        meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}
+        block = _block("user.prompt", "user", turn_id, first["iso"], "", "", meta, PLAIN)
+        drafts.append((0, first["ts"], -1, first["ts"], block))
+    drafts.sort(key=lambda d: (d[0], d[1], d[2]))
+    kept = _dedupe(drafts)
+    blocks = [d[4] for d in kept]
+    _assign_paths(blocks, tp)
+    starts = [e for e in events if e["type"] == "turn.started"] or events
+    first_start = min(starts, key=lambda e: e["ts"])
+    final = [b for b in blocks if b["type"] == COMPLETION][-1]
     tokens_in = [e["payload"].get("tokens_in") for e in events if e["type"] == COMPLETION]
     tokens_out = [e["payload"].get("tokens_out") for e in events if e["type"] == COMPLETION]
     tokens = None
     if any(t is not None for t in tokens_in + tokens_out):
         tokens = {"in": sum(t or 0 for t in tokens_in), "out": sum(t or 0 for t in tokens_out)}
-    log = TurnLog(
-        turn_id=turn_id,
-        ts=started_at,
-        end_ts=ended_at,
-        blocks=blocks,
-        sources_used=_sources(events),
-        blocks_count=len(blocks),
-        tokens=tokens,
-        feedback=_feedback(events),
-    )
-    return TurnRecord(
-        tenant=first["tenant"],
-        app=first["app"],
-        agent=first["agent"],
-        user_id=first["user_id"],
-        conversation_id=first["conversation_id"],
+    return Turn(
+        tenant=ident["tenant"],
+        app=ident["app"],
+        agent=ident["agent"],
+        user_id=ident["user_id"],
+        conversation_id=ident["conversation_id"],
         turn_id=turn_id,
         adapter="react"
         if rich and any(e["adapter"] == "react" for e in events)
         else closed[0]["adapter"],
         recording_kind=kind,
-        error=bool(final.meta.get("error")),
-        started_at=started_at,
-        ended_at=ended_at,
-        last_event_at=max(e["occurred_at"] for e in events),
+        error=bool(final["meta"].get("error")),
+        started_at=first_start["ts"],
+        ended_at=closed[0]["ts"],
+        last_event_at=max(e["ts"] for e in events),
+        started_iso=first_start["iso"],
+        ended_iso=closed[0]["iso"],
         source_event_ids=[e["event_id"] for e in events],
-        log=log,
+        blocks=blocks,
+        block_ts=[d[3] for d in kept],
+        sources_used=_sources(events),
+        tokens=tokens,
+        feedback=_feedback(events),
     )
+
+
+IDENTITY = ("tenant", "app", "agent", "user_id", "conversation_id", "turn_id")
+
+
+def build_turn(events: Sequence[Mapping[str, Any]]) -> Turn | None:
+    """The `Turn` of one turn from its events (sorted by arrival); None while it is not closed.
+
+    Each event is a mapping with `event_id`, `type`, `occurred_at` (aware datetime), `adapter`,
+    identity fields and a decoded `payload` dict (as stored in `raw_turn_events`).
+    """
+    return assemble_turn(turn_events(events), {k: events[0][k] for k in IDENTITY})
+
+
+def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
+    """`build_turn` as the pydantic `TurnRecord`."""
+    turn = build_turn(events)
+    return None if turn is None else turn.to_record()
+
+
+def turn_events(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Events with `occurred_at` datetimes in the shape `assemble_turn` reads."""
+    return [
+        {**e, "ts": micros(e["occurred_at"]), "iso": iso(e["occurred_at"].astimezone(UTC))}
+        for e in events
+    ]
