@@ -1,0 +1,53 @@
+"""Run `shards_job` for the partitions given on the command line, one after another, through
+Dagster's `execute_job` on the instance in $DAGSTER_HOME (the job's multiprocess executor runs
+each step in a process of its own). tests/test_fanout.py starts two of these at once, released
+together from a start line (the file named by argv[1]) once their imports are done. Writes one
+JSON line per run: partition, success, the materializations' numeric and text metadata, and
+the steps' errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from dagster import DagsterInstance, JobDefinition, execute_job, reconstructable
+
+from pipelines.definitions import defs
+
+
+def shards_job() -> JobDefinition:
+    return defs.resolve_job_def("shards_job")
+
+
+def emit(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main(go: Path, partitions: list[str]) -> None:
+    job = reconstructable(shards_job)
+    with DagsterInstance.get() as instance:
+        emit("ready")
+        while not go.exists():
+            time.sleep(0.002)
+        for key in partitions:
+            with execute_job(job, instance, tags={"dagster/partition": key}) as result:
+                assets = {}
+                for event in result.get_asset_materialization_events():
+                    metadata = event.step_materialization_data.materialization.metadata
+                    assets[event.asset_key.to_user_string()] = {
+                        k: v.value for k, v in metadata.items() if isinstance(v.value, int | str)
+                    }
+                errors = [
+                    event.step_failure_data.error.to_string()
+                    for event in result.all_events
+                    if event.is_step_failure and event.step_failure_data.error is not None
+                ]
+                run = {"partition": key, "success": result.success, "assets": assets}
+                emit(json.dumps({**run, "errors": errors}))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2:])
