@@ -166,7 +166,7 @@ class SearchSettings(BaseSettings):
 
     model_config = _group_config("CTXDB_SEARCH_")
 
-    rrf_k: int = Field(default=3, ge=1, description="Reciprocal-rank-fusion constant.")
+    rrf_k: int = Field(default=5, ge=1, description="Reciprocal-rank-fusion constant.")
     weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
     weight_lexical: float = Field(default=1.0, description="RRF weight of the BM25 arm.")
     weight_trigram: float = Field(default=1.0, description="RRF weight of the trigram arm.")
@@ -175,7 +175,7 @@ class SearchSettings(BaseSettings):
         default=2.0, description="Lift of turns inside the span a query's date names."
     )
     coverage_power: float = Field(
-        default=1.0,
+        default=2.0,
         ge=0,
         le=4,
         description="Text arms' RRF contribution scaled by query coverage ** this (0: off).",
@@ -435,6 +435,11 @@ class Settings(BaseSettings):
         le=256,
         description="Hash shards of the conversation id: the partitions of the embedding and index"
         " assets (read when the code location loads).",
+    )
+    derive_batch_conversations: int = Field(
+        default=5_000,
+        ge=1,
+        description="Conversations derived and written per batch: bounds derivation's memory.",
     )
 
     elasticsearch: ElasticsearchSettings = Field(default_factory=ElasticsearchSettings)

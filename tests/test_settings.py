@@ -34,6 +34,7 @@ ENVIRONMENT = {
     ),
     "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
     "CTXDB_SHARDS": (None, "shards", "8", 8),
+    "CTXDB_DERIVE_BATCH_CONVERSATIONS": (None, "derive_batch_conversations", "200", 200),
     "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
     "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),
     "ELASTICSEARCH_USERNAME": ("elasticsearch", "username", "elastic", "elastic"),

@@ -48,6 +48,7 @@ from ctxdb.storage.tombstones import purged_among
 
 log = logging.getLogger(__name__)
 STATE_NAME = "turn_record"
+WRITTEN = {"inserted": 0, "updated": 0, "deleted": 0}
 
 
 @dataclass(frozen=True)
@@ -194,25 +195,14 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     touched = touched.join(
         purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
     )
-    conversations = touched["conversation_id"].to_list()
-    raw = scan.filter(
-        pl.col("conversation_id").is_in(touched["conversation_id"].implode())
-    ).collect()
-    parts, failures = isolate(raw, lambda events: derive_tables(events, settings, now))
-    derived = combine(parts or [derive_tables(raw.clear(), settings, now)])
-    failed = [f.conversation_id for f in failures]
-    done = [c for c in conversations if c not in set(failed)]
-    for target in TARGETS:
-        stats.written[target.table] = write_table(
-            store, target, derived.tables[target.table], None if full else done, keep=failed
-        )
-    record_failures(store, failure_rows(raw, failures, now))
-    clear_failures(store, done)
-    stats.conversations = len(done)
-    stats.failed = len(failed)
-    stats.events = raw.height
-    stats.turns = derived.turns
-    stats.open_turns = derived.open_turns
+    conversations = touched["conversation_id"].sort()
+    size = settings.derive_batch_conversations
+    for start in range(0, conversations.len(), size):
+        _derive_batch(store, settings, now, scan, conversations[start : start + size], stats)
+    if full:
+        for target in TARGETS:
+            stale = drop_stale(store, target.table, conversations)
+            stats.written.setdefault(target.table, dict(WRITTEN))["deleted"] += stale
     stats.to_version = to_version
     store.append(
         DERIVE_STATE,
@@ -236,3 +226,43 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
         stats.failed,
     )
     return stats
+
+
+def _derive_batch(
+    store: DeltaStore,
+    settings: Settings,
+    now: datetime,
+    scan: pl.LazyFrame,
+    conversations: pl.Series,
+    stats: DeriveStats,
+) -> None:
+    """Derive and write one batch of conversations, adding its counts to `stats`."""
+    raw = scan.filter(pl.col("conversation_id").is_in(conversations.implode())).collect()
+    parts, failures = isolate(raw, lambda events: derive_tables(events, settings, now))
+    derived = combine(parts or [derive_tables(raw.clear(), settings, now)])
+    failed = {f.conversation_id for f in failures}
+    done = [c for c in conversations.to_list() if c not in failed]
+    for target in TARGETS:
+        written = write_table(store, target, derived.tables[target.table], done)
+        total = stats.written.setdefault(target.table, dict(WRITTEN))
+        for key, value in written.items():
+            total[key] = total.get(key, 0) + value
+    record_failures(store, failure_rows(raw, failures, now))
+    clear_failures(store, done)
+    stats.conversations += len(done)
+    stats.failed += len(failed)
+    stats.events += raw.height
+    stats.turns += derived.turns
+    stats.open_turns += derived.open_turns
+
+
+def drop_stale(store: DeltaStore, table: str, conversations: pl.Series) -> int:
+    """Delete the rows of conversations outside `conversations` (a full run's leftovers: purged
+    conversations, or rows derived from events no longer landed)."""
+    if not store.exists(table):
+        return 0
+    present = store.scan(table).select(pl.col("conversation_id").unique()).collect()
+    stale = present.filter(~pl.col("conversation_id").is_in(conversations.implode()))
+    if stale.is_empty():
+        return 0
+    return store.delete(table, sql_in("conversation_id", stale["conversation_id"]))
