@@ -1,0 +1,116 @@
+"""Derivation's output is pinned: every derived table of a recorded sample equals what the
+per-turn pydantic derivation (before issue 17's batched rewrite) wrote, row for row and byte for
+byte (TurnLog JSON included), whatever the batch size.
+
+`data/derive_golden/events.jsonl.gz`: 28 generated conversations of all four adapters (steers,
+follow-ups, context events, attachments, hosted files, ReAct blocks, summaries, notes, citations,
+stream aggregates, feedback, malformed lines, re-sent duplicates) plus edge cases: six
+conversations without a title event, an open turn, a turn without a completion and a minimal turn
+answered twice. One conversation is poisoned after landing (`"tokens_in": "5"`), so it lands in
+`derive_failures`. The expected tables (`*.parquet`) were written by that earlier code through
+`derived_tables` below; `CTXDB_UPDATE_DERIVE_GOLDEN=1` rewrites them from the current code (only
+for a deliberate change of the TurnLog contract).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.record.turnlog import parse_turn_log
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
+
+GOLDEN = Path(__file__).parent / "data" / "derive_golden"
+LANDED_AT = datetime(2026, 12, 1, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, 1, tzinfo=UTC)
+POISONED = "c1530959b813547e2"
+TABLES = {
+    "turn_logs": ["conversation_id", "turn_id"],
+    "conversation_timelines": ["conversation_id"],
+    "role_rows": ["row_id"],
+    "turn_catalog": ["conversation_id", "turn_id"],
+    "replay_artifacts": ["conversation_id", "turn_id", "seq"],
+    "derive_failures": ["conversation_id"],
+}
+
+
+def landed(tmp_path: Path) -> DeltaStore:
+    """The sample landed, with POISONED's completions as the old lax contract let them land."""
+    shutil.copy(GOLDEN / "events.jsonl.gz", tmp_path / "events.jsonl.gz")
+    store = DeltaStore(str(tmp_path / "delta"))
+    land(store, str(tmp_path), now=LANDED_AT)
+    raw = store.read(RAW_TURN_EVENTS)
+    poison = (pl.col("conversation_id") == POISONED) & (pl.col("type") == "assistant.completion")
+    bad = json.dumps({"text": "x", "tokens_in": "5"})
+    raw = raw.with_columns(
+        pl.when(poison).then(pl.lit(bad)).otherwise(pl.col("payload")).alias("payload")
+    )
+    store.overwrite(RAW_TURN_EVENTS, raw, RAW_EVENTS_SCHEMA)
+    return store
+
+
+def derived_tables(store: DeltaStore) -> dict[str, pl.DataFrame]:
+    """Every derived table, sorted by its key."""
+    return {name: store.read(name).sort(keys) for name, keys in TABLES.items()}
+
+
+def settings(tmp_path: Path, batch: int) -> Settings:
+    return Settings(home=tmp_path, derive_batch_conversations=batch)
+
+
+def assert_golden(tables: dict[str, pl.DataFrame]) -> None:
+    for name, table in tables.items():
+        expected = pl.read_parquet(GOLDEN / f"{name}.parquet")
+        assert table.schema == expected.schema, name
+        assert_frame_equal(table, expected, check_exact=True)
+
+
+@pytest.mark.parametrize("batch", [5_000, 10])
+def test_every_derived_table_equals_the_recorded_derivation(tmp_path: Path, batch: int) -> None:
+    store = landed(tmp_path)
+
+    stats = derive(store, settings(tmp_path, batch), now=NOW)
+
+    tables = derived_tables(store)
+    if os.environ.get("CTXDB_UPDATE_DERIVE_GOLDEN") == "1" and batch == 5_000:
+        for name, table in tables.items():
+            table.write_parquet(GOLDEN / f"{name}.parquet")
+    assert (stats.failed, stats.open_turns) == (1, 1)
+    assert tables["derive_failures"]["conversation_id"].to_list() == [POISONED]
+    assert_golden(tables)
+
+
+def test_reruns_and_a_full_rerun_leave_every_table_as_recorded(tmp_path: Path) -> None:
+    store = landed(tmp_path)
+    derive(store, settings(tmp_path, 10), now=NOW)
+
+    again = derive(store, settings(tmp_path, 10), now=NOW)
+    full = derive(store, settings(tmp_path, 12), now=NOW, full=True)
+
+    assert again.events == 0
+    assert full.events == store.read(RAW_TURN_EVENTS).height
+    assert all(w["inserted"] == 0 for w in full.written.values())
+    assert_golden(derived_tables(store))
+
+
+def test_turn_log_payloads_are_the_turn_log_models_own_json(tmp_path: Path) -> None:
+    store = landed(tmp_path)
+    derive(store, settings(tmp_path, 7), now=NOW)
+
+    logs = store.read("turn_logs")
+
+    for payload, count in logs.select("payload", "block_count").iter_rows():
+        log = parse_turn_log(payload)
+        assert log.model_dump_json() == payload
+        assert log.blocks_count == len(log.blocks) == count
