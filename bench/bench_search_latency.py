@@ -13,11 +13,22 @@ fusion and TurnLog materialization; the HTTP figures add uvicorn, JSON and token
 Python and HTTP calls alternate which goes first, so both see the same load and caches.
 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`.
+
+Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing`
+(user: every document routed by its user, searches touch one shard) and `--shards`; `--users`
+or `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment
+index, `--live-sync` measures while a background writer bulk-indexes new rows. The build is kept
+and reused by later runs of the same layout and users (`--build-only` just builds it). Queries
+run in bursts; every burst records the load average; Elasticsearch's own `took` and the query
+embedding time are reported apart from the end-to-end figures. `--recall-users` compares the
+kNN arm's top 10 with the exact top 10 (numpy over the same vectors, kept beside the build).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import random
 import statistics
 import threading
@@ -32,10 +43,13 @@ import numpy as np
 import typer
 import uvicorn
 from elasticsearch import Elasticsearch, helpers
+from elasticsearch.serializer import OrjsonSerializer
 
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
-from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
+from ctxdb.index.lifecycle import create_index, finish_bulk_load
+from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_name, turn_doc_id
+from ctxdb.index.routing import USER, routing_key
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
@@ -70,34 +84,85 @@ def vector_pool(
     return texts, embedder.encode(texts)
 
 
+class VectorLog:
+    """Every indexed row's vector and user, kept beside the build (float32 memmap) so the kNN
+    arm's recall can be checked against an exact search over the same vectors."""
+
+    def __init__(self, folder: Path, prefix: str, rows: int, dims: int = 384) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.base = folder / prefix
+        self.vectors = np.lib.format.open_memmap(
+            f"{self.base}.vectors.npy", mode="w+", dtype=np.float32, shape=(rows, dims)
+        )
+        self.users: list[str] = []
+        self.ids: list[str] = []
+
+    def add(self, doc_id: str, user: str, vector: np.ndarray) -> None:
+        self.vectors[len(self.ids)] = vector
+        self.ids.append(doc_id)
+        self.users.append(user)
+
+    def close(self) -> None:
+        self.vectors.flush()
+        np.save(f"{self.base}.users.npy", np.array(self.users))
+        np.save(f"{self.base}.ids.npy", np.array(self.ids))
+
+
+def load_vectors(folder: Path, prefix: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    base = folder / prefix
+    if not Path(f"{base}.ids.npy").exists():
+        return None
+    return (
+        np.load(f"{base}.vectors.npy", mmap_mode="r"),
+        np.load(f"{base}.users.npy"),
+        np.load(f"{base}.ids.npy"),
+    )
+
+
 def row_docs(
-    rows: int, users: int, pool_texts: list[str], pool: np.ndarray, seed: int, now: datetime
+    rows: int,
+    users: list[str],
+    pool_texts: list[str],
+    pool: np.ndarray,
+    seed: int,
+    now: datetime,
+    vectors: VectorLog | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(kind, doc) for `rows` role rows and their turns, spread over `users` users and 30 days."""
+    """(kind, doc) for `rows` role rows and their turns, spread over `users` and 30 days.
+
+    The pool texts' derived fields (trigrams, stems, hash) are computed once per text."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
     expires = (now + timedelta(days=365)).isoformat()
+    derived = [
+        {"trigrams": trigrams(t), "stems": stems(t), "text_hash": text_hash(t)} for t in pool_texts
+    ]
     made = turn_n = 0
     while made < rows:
-        user = f"u{rng.randrange(users):05d}"
+        user = rng.choice(users)
         conv = f"c{rng.getrandbits(64):016x}"
         start = now - timedelta(days=rng.uniform(0, 30))
         for ordinal in range(1, rng.randint(2, 6)):
-            turn = f"t{turn_n:09d}"
+            turn = f"t{seed}-{turn_n:09d}"
             turn_n += 1
             ts = start + timedelta(minutes=ordinal * rng.uniform(1, 90))
             texts = []
             for target in TARGETS[: rng.randint(2, 4)]:
+                if made >= rows:
+                    break
                 j = rng.randrange(POOL)
                 vec = pool[j] + nprng.normal(0, 0.02, pool.shape[1]).astype(np.float32)
                 vec /= np.linalg.norm(vec)
                 text = pool_texts[j]
                 texts.append((target, text))
+                doc_id = f"{conv}:{turn}:{target}"
+                if vectors is not None:
+                    vectors.add(doc_id, user, vec)
                 yield (
                     ROWS,
                     {
-                        "_id": f"{conv}:{turn}:{target}",
-                        "row_id": f"{conv}:{turn}:{target}",
+                        "_id": doc_id,
+                        "row_id": doc_id,
                         "tenant": TENANT,
                         "app": APP,
                         "agent": "helper",
@@ -115,12 +180,10 @@ def row_docs(
                         "expires_at": expires,
                         "text": text,
                         "anchors_text": "",
-                        "trigrams": trigrams(text),
-                        "stems": stems(text),
-                        "embedding": vec.tolist(),
+                        **derived[j],
+                        "embedding": vec,
                         "embedding_status": "ok",
                         "model_id": "all-MiniLM-L6-v2",
-                        "text_hash": text_hash(text),
                     },
                 )
                 made += 1
@@ -160,32 +223,83 @@ def row_docs(
                 return
 
 
+def bulk_actions(
+    prefix: str, docs: Iterator[tuple[str, dict]], routed: bool, version: int = 1
+) -> Iterator[dict[str, Any]]:
+    for kind, doc in docs:
+        action = {
+            "_index": index_name(prefix, kind, version),
+            "_id": doc.pop("_id"),
+            "_source": doc,
+        }
+        if routed:
+            action["routing"] = routing_key(doc["user_id"])
+        yield action
+
+
 def build_index(
-    client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, dict]], forcemerge: bool = True
+    client: Elasticsearch, prefix: str, docs: Iterator[tuple[str, dict]], layout: dict[str, Any]
 ) -> int:
-    """Create both indices (refresh off while loading), bulk load, refresh, optionally
-    force-merge to one segment (without it, the index keeps its natural segments)."""
+    """Create both indices with `layout` (refresh off, no replicas while loading), bulk load on
+    two threads, then restore refresh and make everything searchable."""
     for kind in (ROWS, TURNS):
-        body = index_body(kind)
-        body["settings"] = {**body["settings"], "refresh_interval": "-1"}
-        client.indices.create(index=index_name(prefix, kind, 1), **body)
-        client.indices.put_alias(index=index_name(prefix, kind, 1), name=alias_name(prefix, kind))
-    actions = (
-        {"_index": index_name(prefix, kind, 1), "_id": d.pop("_id"), "_source": d}
-        for kind, d in docs
-    )
+        create_index(
+            client,
+            prefix,
+            kind,
+            1,
+            dims=384,
+            model_id="all-MiniLM-L6-v2",
+            with_alias=True,
+            bulk_load=True,
+            layout=layout,
+        )
     indexed = 0
-    for ok, _ in helpers.streaming_bulk(
-        client.options(request_timeout=120), actions, chunk_size=1000, max_retries=3
+    actions = bulk_actions(prefix, docs, layout["routing"] == USER)
+    for ok, item in helpers.parallel_bulk(
+        client, actions, thread_count=2, chunk_size=1000, queue_size=4
     ):
-        indexed += ok
+        if not ok:
+            raise RuntimeError(f"bulk item failed: {item}")
+        indexed += 1
+        if indexed % 200_000 == 0:
+            typer.echo(f"  {indexed} documents, load {os.getloadavg()[0]:.1f}")
     for kind in (ROWS, TURNS):
-        name = index_name(prefix, kind, 1)
-        client.indices.put_settings(index=name, settings={"refresh_interval": "1s"})
-        client.indices.refresh(index=name)
-        if forcemerge:
-            client.options(request_timeout=3600).indices.forcemerge(index=name, max_num_segments=1)
+        finish_bulk_load(client, index_name(prefix, kind, 1), kind)
     return indexed
+
+
+def bulk_client(url: str) -> Elasticsearch:
+    """A client for the loads: orjson serializes the numpy vectors directly (several times
+    faster than JSON-encoding float lists)."""
+    return Elasticsearch(url, serializer=OrjsonSerializer(), request_timeout=300)
+
+
+def forcemerge(client: Elasticsearch, prefix: str) -> float:
+    """Merge both indices to one segment per shard; seconds taken."""
+    started = time.monotonic()
+    for kind in (ROWS, TURNS):
+        client.options(request_timeout=7200).indices.forcemerge(
+            index=index_name(prefix, kind, 1), max_num_segments=1
+        )
+    return time.monotonic() - started
+
+
+def index_costs(client: Elasticsearch, prefix: str) -> dict[str, Any]:
+    """Store size, segment count and dense-vector off-heap sizes of the rows index, and the
+    node's heap in use."""
+    name = index_name(prefix, ROWS, 1)
+    stats = client.indices.stats(index=name, metric="store,segments,dense_vector").body
+    total = stats["indices"][name]["primaries"]
+    node = next(iter(client.nodes.stats(metric="jvm").body["nodes"].values()))
+    return {
+        "store_bytes": total["store"]["size_in_bytes"],
+        "segments": total["segments"]["count"],
+        "segments_memory_bytes": total["segments"].get("memory_in_bytes"),
+        "dense_vector": total.get("dense_vector"),
+        "heap_used_bytes": node["jvm"]["mem"]["heap_used_in_bytes"],
+        "heap_max_bytes": node["jvm"]["mem"]["heap_max_in_bytes"],
+    }
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -198,9 +312,9 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def bench_queries(rng: random.Random, users: int, n: int) -> list[tuple[str, str]]:
+def bench_queries(rng: random.Random, users: list[str], n: int) -> list[tuple[str, str]]:
     texts = [q for t in TOPICS for q in (*t.queries, *t.exact, *t.misspelled)]
-    return [(f"u{rng.randrange(users):05d}", rng.choice(texts)) for _ in range(n)]
+    return [(rng.choice(users), rng.choice(texts)) for _ in range(n)]
 
 
 def serve(app, port: int) -> uvicorn.Server:
@@ -211,44 +325,123 @@ def serve(app, port: int) -> uvicorn.Server:
     return server
 
 
-def main(
-    rows: Annotated[int, typer.Option(help="Role rows to index.")] = 100_000,
-    users: Annotated[int, typer.Option(help="Distinct users owning the rows.")] = 500,
-    queries: Annotated[int, typer.Option(help="Measured queries per API.")] = 200,
-    warmup: Annotated[int, typer.Option()] = 30,
-    seed: Annotated[int, typer.Option()] = 5,
-    port: Annotated[int, typer.Option()] = 8765,
-    keep: Annotated[bool, typer.Option(help="Keep the indices for a re-run.")] = True,
-    forcemerge: Annotated[bool, typer.Option(help="Force-merge to one segment.")] = True,
-    out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
-) -> None:
-    base = get_settings()
-    prefix = f"bench-search-lat-{rows}"
-    settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
-    client = make_client(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding.model, batch_size=64)
-    now = datetime.now(UTC)
-    build_s = 0.0
-    if not client.indices.exists_alias(name=alias_name(prefix, ROWS)):
-        started = time.monotonic()
-        pool_texts, pool = vector_pool(embedder, random.Random(seed))
-        docs = row_docs(rows, users, pool_texts, pool, seed, now)
-        indexed = build_index(client, prefix, docs, forcemerge)
-        build_s = time.monotonic() - started
-        typer.echo(f"indexed {indexed} documents in {build_s:.0f}s")
-    count = client.count(index=alias_name(prefix, ROWS))["count"]
-    typer.echo(f"{prefix}: {count} role rows")
+class TookRecorder:
+    """The Elasticsearch client as SearchService sees it, noting each response's `took` (ms)
+    so the server's own time can be told from the client's."""
 
-    service = SearchService(settings, client, ModelQueryEmbedder(embedder))
-    rng = random.Random(seed)
-    plan = bench_queries(rng, users, warmup + queries)
-    store = TokenStore(settings.tokens_path)
-    tokens = {user: store.issue(user, tenant=TENANT) for user, _ in plan}
-    server = serve(create_app(settings, client, service.embedder), port)
-    embed_s, python_s, http_s = [], [], []
+    def __init__(self, client: Elasticsearch) -> None:
+        self._client = client
+        self.took_ms = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def msearch(self, **kwargs: Any) -> Any:
+        response = self._client.msearch(**kwargs)
+        self.took_ms += response["took"]
+        return response
+
+    def search(self, **kwargs: Any) -> Any:
+        response = self._client.search(**kwargs)
+        self.took_ms += response["took"]
+        return response
+
+
+def write_live(
+    url: str,
+    prefix: str,
+    routed: bool,
+    rate: int,
+    docs: Iterator[tuple[str, dict]],
+    stop: Any,
+    written: Any,
+) -> None:
+    """`rate` new role rows (with their turns) bulk-indexed per second through the alias, routed
+    like the build, until `stop` is set; refresh stays at its 1 s interval."""
+    client = bulk_client(url)
+    actions = bulk_actions(prefix, docs, routed)
+    while not stop.is_set():
+        tick = time.monotonic()
+        chunk = [a for _, a in zip(range(rate), actions, strict=False)]
+        for ok, _ in helpers.streaming_bulk(client, chunk, chunk_size=500):
+            written.value += ok
+        stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+
+class LiveWriter:
+    """A background sync in its own process (as the indexer runs apart from the search
+    service), started and writing before the measurement begins."""
+
+    def __init__(self, *args: Any) -> None:
+        context = multiprocessing.get_context("fork")
+        self.stop = context.Event()
+        self.written = context.Value("q", 0)
+        self.process = context.Process(
+            target=write_live, args=(*args, self.stop, self.written), daemon=True
+        )
+        self.seconds = 0.0
+
+    def __enter__(self) -> LiveWriter:
+        self.process.start()
+        self.started = time.monotonic()
+        while self.written.value == 0:
+            if not self.process.is_alive():
+                raise RuntimeError("the live writer stopped before writing")
+            time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.process.join(60)
+        self.seconds = time.monotonic() - self.started
+
+
+def knn_recall(
+    service: SearchService,
+    vectors: tuple[np.ndarray, np.ndarray, np.ndarray],
+    users: list[str],
+    queries: list[str],
+    now: datetime,
+) -> dict[str, float]:
+    """Mean share of the exact top 10 (numpy dot products over the user's own vectors) that the
+    semantic arm's top 10 holds, with the production k and num_candidates."""
+    matrix, owners, ids = vectors
+    recalls = []
+    for user in users:
+        mine = np.flatnonzero(owners == user)
+        own = np.asarray(matrix[mine])
+        principal = Principal(user_id=user, tenant=TENANT)
+        for query in queries:
+            vector = service.embedder.embed_query(query)
+            body = service.arm_bodies(
+                principal, SearchRequest(query=query, top_k=10), query, vector, now
+            )["semantic"]
+            got = service.run_arms({"semantic": body})["semantic"][:10]
+            exact = set(ids[mine[np.argsort(-(own @ np.asarray(vector, dtype=np.float32)))[:10]]])
+            recalls.append(
+                len(exact & {f"{h.conversation_id}:{h.turn_id}:{h.target}" for h in got}) / 10
+            )
+    return {"recall_at_10": round(statistics.fmean(recalls), 4), "n": len(recalls)}
+
+
+def measure(
+    service: SearchService,
+    recorder: TookRecorder,
+    plan: list[tuple[str, str]],
+    tokens: dict[str, str],
+    port: int,
+    warmup: int,
+    burst: int,
+    pause_s: float,
+) -> dict[str, Any]:
+    """Every planned query through the Python and the HTTP API (alternating which goes first),
+    in bursts of `burst` separated by `pause_s`; the load average is noted per burst."""
+    embed_s, python_s, http_s, took_s, loads = [], [], [], [], []
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
-        # the APIs alternate which goes first, so both see the same load and warm caches
         for i, (user, query) in enumerate(plan):
+            if i >= warmup and (i - warmup) % burst == 0:
+                time.sleep(pause_s)
+                loads.append(os.getloadavg()[0])
             principal = Principal(user_id=user, tenant=TENANT)
             calls = [
                 lambda: service.search(principal, SearchRequest(query=query, top_k=10)),
@@ -260,27 +453,140 @@ def main(
             ]
             elapsed = {}
             for which in (0, 1) if i % 2 == 0 else (1, 0):
+                recorder.took_ms = 0
                 t0 = time.perf_counter()
                 calls[which]()
                 elapsed[which] = time.perf_counter() - t0
+                if which == 0:
+                    took = recorder.took_ms / 1000
             t0 = time.perf_counter()
-            service.embedder.embed_query(query)
+            service.embedder.embedder.encode([query])
             embedded = time.perf_counter() - t0
             if i >= warmup:
                 python_s.append(elapsed[0])
                 http_s.append(elapsed[1])
                 embed_s.append(embedded)
-    server.should_exit = True
-
-    results = {
-        "rows": count,
-        "users": users,
-        "build_s": round(build_s, 1),
-        "forcemerged": forcemerge,
+                took_s.append(took)
+    return {
+        "load_avg_1m": {
+            "min": round(min(loads), 2),
+            "median": round(statistics.median(loads), 2),
+            "max": round(max(loads), 2),
+        },
         "query_embedding": percentiles(embed_s),
+        "es_took": percentiles(took_s),
         "python_api": percentiles(python_s),
         "http_api": percentiles(http_s),
     }
+
+
+def main(
+    rows: Annotated[int, typer.Option(help="Role rows to index.")] = 100_000,
+    users: Annotated[int, typer.Option(help="Distinct users owning the rows.")] = 500,
+    heavy_users: Annotated[
+        int, typer.Option(help="Instead of --users: this few users own all rows (e.g. 20).")
+    ] = 0,
+    index_type: Annotated[str, typer.Option(help="hnsw, int8_hnsw or bbq_hnsw.")] = "int8_hnsw",
+    routing: Annotated[str, typer.Option(help="user (route by user) or none.")] = "user",
+    shards: Annotated[int, typer.Option(help="Primary shards.")] = 2,
+    fanout: Annotated[
+        bool, typer.Option(help="Search without routing (every shard) even on a routed index.")
+    ] = False,
+    queries: Annotated[int, typer.Option(help="Measured queries per API.")] = 200,
+    warmup: Annotated[int, typer.Option()] = 30,
+    burst: Annotated[int, typer.Option(help="Queries per burst.")] = 25,
+    pause_s: Annotated[float, typer.Option(help="Pause between bursts.")] = 2.0,
+    seed: Annotated[int, typer.Option()] = 5,
+    port: Annotated[int, typer.Option()] = 8765,
+    forcemerge_first: Annotated[
+        bool, typer.Option("--forcemerge/--no-forcemerge", help="Force-merge before measuring.")
+    ] = False,
+    live_sync: Annotated[
+        bool, typer.Option(help="Measure while a background writer bulk-indexes new rows.")
+    ] = False,
+    live_rate: Annotated[int, typer.Option(help="Rows per second the live writer adds.")] = 500,
+    recall_users: Annotated[int, typer.Option(help="Users whose kNN recall is checked.")] = 0,
+    build_only: Annotated[bool, typer.Option(help="Build (or reuse) and stop.")] = False,
+    recall_only: Annotated[bool, typer.Option(help="Stop after the recall check.")] = False,
+    vectors_dir: Annotated[Path, typer.Option(help="Where the build's vectors are kept.")] = Path(
+        "/tmp/ctxdb-es-bench/vectors"
+    ),
+    keep: Annotated[bool, typer.Option(help="Keep the indices for a re-run.")] = True,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
+) -> None:
+    base = get_settings()
+    owners = heavy_users or users
+    prefix = f"bench-lat-{rows}-{owners}u-{index_type}-{routing}-{shards}s"
+    layout = {"routing": routing, "vector_index": index_type, "shards": shards}
+    settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
+    client = make_client(settings)
+    embedder = SentenceTransformerEmbedder(settings.embedding.model, batch_size=64)
+    now = datetime.now(UTC)
+    user_ids = [f"u{i:05d}" for i in range(owners)]
+    pool_texts, pool = vector_pool(embedder, random.Random(seed))
+    results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
+    if not client.indices.exists_alias(name=alias_name(prefix, ROWS)):
+        started = time.monotonic()
+        load_before = os.getloadavg()[0]
+        log = VectorLog(vectors_dir, prefix, rows)
+        docs = row_docs(rows, user_ids, pool_texts, pool, seed, now, log)
+        indexed = build_index(bulk_client(settings.elasticsearch.url), prefix, docs, layout)
+        log.close()
+        results["build"] = {
+            "seconds": round(time.monotonic() - started, 1),
+            "documents": indexed,
+            "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+        typer.echo(f"built {prefix}: {results['build']}")
+    if forcemerge_first:
+        results["forcemerge_s"] = round(forcemerge(client, prefix), 1)
+    results["rows_indexed"] = client.count(index=alias_name(prefix, ROWS))["count"]
+    results["costs"] = index_costs(client, prefix)
+    typer.echo(json.dumps(results, indent=2))
+    if build_only:
+        return
+
+    recorder = TookRecorder(client)
+    service = SearchService(settings, recorder, ModelQueryEmbedder(embedder, cache_size=0))  # type: ignore[arg-type]
+    app = create_app(settings, client, ModelQueryEmbedder(embedder, cache_size=0))
+    if fanout:  # the comparison: every shard searched, as without routing
+        service.routing.routed = lambda alias: False
+        app.state.service.routing.routed = lambda alias: False
+    rng = random.Random(seed)
+    if recall_users:
+        vectors = load_vectors(vectors_dir, prefix)
+        if vectors is not None:
+            texts = [q for t in TOPICS for q in t.queries]
+            results["knn_recall"] = knn_recall(
+                service, vectors, rng.sample(user_ids, recall_users), rng.sample(texts, 10), now
+            )
+            typer.echo(f"kNN recall: {results['knn_recall']}")
+    if recall_only:
+        if out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(results, indent=2))
+        return
+    plan = bench_queries(rng, user_ids, warmup + queries)
+    store = TokenStore(settings.tokens_path)
+    tokens = {user: store.issue(user, tenant=TENANT) for user in dict.fromkeys(u for u, _ in plan)}
+    server = serve(app, port)
+    try:
+        if live_sync:
+            live_docs = row_docs(10**9, user_ids, pool_texts, pool, seed + 1000, now)
+            args = (settings.elasticsearch.url, prefix, routing == USER, live_rate, live_docs)
+            with LiveWriter(*args) as w:
+                results.update(
+                    measure(service, recorder, plan, tokens, port, warmup, burst, pause_s)
+                )
+            results["live_sync"] = {
+                "rows_written": w.written.value,
+                "rows_per_s": round(w.written.value / max(w.seconds, 1e-9), 1),
+            }
+        else:
+            results.update(measure(service, recorder, plan, tokens, port, warmup, burst, pause_s))
+    finally:
+        server.should_exit = True
+    results["live_sync_on"] = live_sync
     typer.echo(json.dumps(results, indent=2))
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
