@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
+from pydantic_core import to_json
 
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
-from ctxdb.record.turnlog import parse_turn_log
+from ctxdb.record.turnlog import iso, parse_turn_log
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
@@ -114,3 +116,19 @@ def test_turn_log_payloads_are_the_turn_log_models_own_json(tmp_path: Path) -> N
         log = parse_turn_log(payload)
         assert log.model_dump_json() == payload
         assert log.blocks_count == len(log.blocks) == count
+
+
+def test_times_are_written_as_pydantic_writes_them() -> None:
+    rng = random.Random(17)
+    for _ in range(5_000):
+        moment = datetime(
+            rng.randint(1970, 2200),
+            rng.randint(1, 12),
+            rng.randint(1, 28),
+            rng.randint(0, 23),
+            rng.randint(0, 59),
+            rng.randint(0, 59),
+            rng.choice([0, rng.randint(0, 999_999)]),
+            tzinfo=rng.choice([UTC, timezone(timedelta(hours=rng.randint(-12, 12)))]),
+        )
+        assert iso(moment) == to_json(moment.astimezone(UTC)).decode().strip('"')

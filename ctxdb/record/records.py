@@ -77,24 +77,20 @@ def closed_events(raw: pl.DataFrame) -> ClosedEvents:
 def build_turns(events: ClosedEvents) -> list[Turn]:
     """One `Turn` per closed turn, in (conversation, turn) order."""
     frame = events.frame
-    ids, types, adapters = (frame[c].to_list() for c in COLUMNS)
-    stamps, isos = frame["ts"].to_list(), frame["iso"].to_list()
+    rows = [
+        {"event_id": i, "type": t, "adapter": a, "payload": p, "ts": ts, "iso": iso}
+        for i, t, a, p, ts, iso in zip(
+            *(frame[c].to_list() for c in COLUMNS),
+            events.payloads,
+            frame["ts"].to_list(),
+            frame["iso"].to_list(),
+            strict=True,
+        )
+    ]
     identity = {c: frame[c].to_list() for c in IDENTITY}
-    payloads = events.payloads
     turns = []
     for a, b in zip(events.starts, events.starts[1:], strict=False):
-        rows = [
-            {
-                "event_id": ids[i],
-                "type": types[i],
-                "adapter": adapters[i],
-                "payload": payloads[i],
-                "ts": stamps[i],
-                "iso": isos[i],
-            }
-            for i in range(a, b)
-        ]
-        turn = assemble_turn(rows, {c: column[a] for c, column in identity.items()})
+        turn = assemble_turn(rows[a:b], {c: column[a] for c, column in identity.items()})
         if turn is not None:
             turns.append(turn)
     return turns

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
@@ -38,6 +39,8 @@ ATTACHMENT = "user.attachment.meta"
 HOSTED_FILE = "react.tool.result"
 STEP = "assistant.step"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ENCODE = msgspec.json.Encoder(enc_hook=str, order="sorted").encode
+"""Canonical bytes of a block's meta (keys sorted), for its fingerprint."""
 PLAIN = "text/plain"
 
 
@@ -107,8 +110,7 @@ def parse_turn_log(payload: str | bytes) -> TurnLog:
 
 def iso(dt: datetime) -> str:
     """A UTC time as pydantic serializes it (no fraction when the microseconds are 0)."""
-    fraction = f".{dt.microsecond:06d}" if dt.microsecond else ""
-    return f"{dt:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+    return dt.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 def micros(dt: datetime) -> int:
@@ -132,7 +134,7 @@ def _key(type_: str, text: Any, meta: Mapping[str, Any], ts: int, path: str) -> 
         return (type_, meta.get("step"), meta.get("phase"), meta.get("status"))
     if type_ in (COMPLETION, SUMMARY, NOTE):
         return (type_, text, meta.get("error", False))
-    return (type_, text, json.dumps(meta, sort_keys=True, default=str))
+    return (type_, text, _ENCODE(meta))
 
 
 def fingerprint(block: Block) -> str:
@@ -620,7 +622,4 @@ def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
 
 def turn_events(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Events with `occurred_at` datetimes in the shape `assemble_turn` reads."""
-    return [
-        {**e, "ts": micros(e["occurred_at"]), "iso": iso(e["occurred_at"].astimezone(UTC))}
-        for e in events
-    ]
+    return [{**e, "ts": micros(e["occurred_at"]), "iso": iso(e["occurred_at"])} for e in events]
