@@ -132,14 +132,20 @@ def write_table(
 ) -> dict[str, int]:
     """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds
     (`conversations=None`: `data` is the whole table, so every row it lacks is deleted, except
-    those of the conversations in `keep`, whose derivation failed)."""
+    those of the conversations in `keep`, whose derivation failed). When the table holds no row
+    of `conversations` yet (new conversations), the MERGE could only insert: the rows are
+    appended instead, without reading or rewriting any file of the table."""
     if conversations is not None and not conversations:
-        return {"inserted": 0, "updated": 0, "deleted": 0}
+        return dict(WRITTEN)
     if conversations is not None:
         delete_when = sql_in("t.conversation_id", conversations)
     else:
         delete_when = f"NOT ({sql_in('t.conversation_id', keep)})" if keep else None
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
+    appendable = conversations is not None and source.num_rows > 0
+    if appendable and not holds_any(store, target.table, conversations):
+        store.append(target.table, pl.from_arrow(source), target.schema)
+        return {**WRITTEN, "inserted": source.num_rows}
     return store.merge(
         target.table,
         source,
@@ -148,6 +154,16 @@ def write_table(
         delete_unmatched=True,
         delete_when=delete_when,
     )
+
+
+def holds_any(store: DeltaStore, table: str, conversations: Sequence[str]) -> bool:
+    """Whether `table` has a row of any of `conversations` (reads its `conversation_id`s)."""
+    dt = store.table(table)
+    if dt is None:
+        return False
+    present = pl.from_arrow(dt.to_pyarrow_table(columns=["conversation_id"]))
+    ids = pl.Series(conversations, dtype=pl.String).implode()
+    return bool(present.select(pl.col("conversation_id").is_in(ids).any()).item())
 
 
 def table_rows(store: DeltaStore, table: str) -> int:
