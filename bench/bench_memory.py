@@ -200,6 +200,12 @@ def main() -> None:
         type=int,
         help="Users the events spread over (default: 1 per 20 conversations of the full build).",
     )
+    parser.add_argument(
+        "--derive-only",
+        action="store_true",
+        help="Only land and derive (full build and increment): derivation's ceiling, no model or "
+        "Elasticsearch.",
+    )
     parser.add_argument("--stage", help=argparse.SUPPRESS)
     parser.add_argument("--later", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -218,16 +224,19 @@ def main() -> None:
     try:
         report["generate"] = run_child("generate", env, args)
         build = {name: run_child(name, env, args) for name in ("land", "derive")}
-        report["cache_setup"] = run_child("cache", env, args)
-        build |= {name: run_child(name, env, args) for name in ("embed", "index", "check")}
+        if not args.derive_only:
+            report["cache_setup"] = run_child("cache", env, args)
+            build |= {name: run_child(name, env, args) for name in ("embed", "index", "check")}
         report["full_build"] = build
         report["full_build_peak_rss_mb"] = max(s["peak_rss_mb"] for s in build.values())
         run_child("generate", env, args, later=True)
-        increment = {name: run_child(name, env, args, later=True) for name in BUILD}
+        stages = BUILD[:2] if args.derive_only else BUILD
+        increment = {name: run_child(name, env, args, later=True) for name in stages}
         report["increment"] = increment
         report["increment_peak_rss_mb"] = max(s["peak_rss_mb"] for s in increment.values())
-        report["search"] = run_child("search", env, args)
-        report["search_peak_rss_mb"] = report["search"]["peak_rss_mb"]
+        if not args.derive_only:
+            report["search"] = run_child("search", env, args)
+            report["search_peak_rss_mb"] = report["search"]["peak_rss_mb"]
     finally:
         _drop_indices(prefix)
         shutil.rmtree(work, ignore_errors=True)

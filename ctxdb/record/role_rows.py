@@ -14,13 +14,14 @@ from datetime import datetime
 from typing import Any
 
 import polars as pl
+import polars_hash as plh
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
 from ctxdb.record.turnlog import ATTACHMENT, COMPLETION, NOTE, SUMMARY, USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
-from ctxdb.text import MIN_WORD_LEN, text_hash
+from ctxdb.text import MIN_WORD_LEN
 
 KEYS = ["row_id"]
 IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
@@ -41,6 +42,25 @@ def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: in
     """Deterministic id: "turn-transcript-" + sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24]."""
     raw = "\0".join([conversation_id, turn_id, role, path, str(ordinal)])
     return "turn-transcript-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def row_id_expr() -> pl.Expr:
+    """`row_id` of every row from its conversation, turn, role, path and ordinal columns."""
+    parts = ["conversation_id", "turn_id", "role", "path", pl.col("ordinal").cast(pl.String)]
+    digest = plh.concat_str(parts, separator="\0").chash.sha2_256().str.slice(0, 24)
+    return (pl.lit("turn-transcript-") + digest).alias("row_id")
+
+
+def owned_expr() -> pl.Expr:
+    """`owned` of every row's `path` with its `conversation_id`, as the `ref` column."""
+    head = pl.col("path").str.slice(5).str.find(":", literal=True) + 6
+    return pl.concat_str(
+        pl.col("path").str.slice(0, head),
+        pl.lit("conv_"),
+        pl.col("conversation_id"),
+        pl.lit("."),
+        pl.col("path").str.slice(head),
+    ).alias("ref")
 
 
 def owned(path: str, conversation_id: str) -> str:
@@ -119,8 +139,6 @@ class _TurnRows:
                 "batch_id": None,
                 "anchors_text": "",
                 "visibility": "public",
-                "ref": owned(path, turn.conversation_id),
-                "row_id": row_id(turn.conversation_id, turn.turn_id, role, path, ordinal),
                 **extra,
             }
         )
@@ -247,7 +265,9 @@ def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) ->
     data = from_columns(columns, ROLE_ROWS_SCHEMA, micros=("ts",))
     data = data.with_columns(
         trigram_column(data["text"] + " " + data["anchors_text"]),
-        pl.Series("text_hash", [text_hash(t) for t in data["text"].to_list()], dtype=pl.String),
+        plh.col("text").chash.sha2_256().alias("text_hash"),
+        row_id_expr(),
+        owned_expr(),
         pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("derived_at"),
         pl.col("ts").cast(pl.Datetime("us", "UTC")),
     ).with_columns(expires_at_expr(settings, ts_column="ts", role_column="role"))
