@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -26,9 +27,10 @@ import pytest
 from polars.testing import assert_frame_equal
 from pydantic_core import to_json
 
+from ctxdb.contract.refs import RefError, make_ref
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
-from ctxdb.record.turnlog import iso, parse_turn_log
+from ctxdb.record.turnlog import _path_ok, iso, parse_turn_log
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
@@ -132,3 +134,18 @@ def test_times_are_written_as_pydantic_writes_them() -> None:
             tzinfo=rng.choice([UTC, timezone(timedelta(hours=rng.randint(-12, 12)))]),
         )
         assert iso(moment) == to_json(moment.astimezone(UTC)).decode().strip('"')
+
+
+@pytest.mark.parametrize(
+    "path", ["a.csv", "d/a.csv", "a..b", "../x", "a/../b", "a/", "/a", "a//b", "a\\b", "", "x/.."]
+)
+def test_block_paths_are_checked_as_make_ref_checks_them(path: str) -> None:
+    def outcome(build: Callable[[], str]) -> str:
+        try:
+            return build()
+        except RefError as exc:
+            return f"refused: {exc}"
+
+    assert outcome(lambda: _path_ok(path, "fi", "turn_t1.")) == outcome(
+        lambda: make_ref("fi", path, "t1")
+    )

@@ -7,11 +7,10 @@ from datetime import datetime, timedelta
 
 from conftest_turn_record import T0, Turn
 
+from ctxdb.record.records import build_turn, build_turn_record
 from ctxdb.record.role_rows import role_rows_frame
 from ctxdb.record.turnlog import (
     ERROR_TEXT,
-    build_turn,
-    build_turn_record,
     dedupe_blocks,
     merge_turn_logs,
     parse_turn_log,

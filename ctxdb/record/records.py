@@ -1,8 +1,10 @@
 """Group landed events by turn and assemble one `Turn` per closed turn.
 
-The events of closed turns are sorted and shaped by polars (epoch microseconds and the TurnLog's
-ISO text of every time), their payloads decoded in one msgspec call, and each turn is assembled
-from column slices.
+Polars sorts the events of the closed turns, shapes their times (epoch microseconds and the
+TurnLog's ISO text) and computes every per-turn fact that needs no payload (`FACTS`: first and
+closing event, start and last time, event ids, recording kind, feedback count); payloads are
+decoded in one msgspec call, and Python assembles each turn's blocks from its block-making events
+only.
 """
 
 from __future__ import annotations
@@ -14,16 +16,17 @@ from typing import Any
 import msgspec
 import polars as pl
 
-from ctxdb.record.turnlog import IDENTITY, Turn, assemble_turn
+from ctxdb.contract.events import RICH_ADAPTERS, RICH_EVENT_TYPES
+from ctxdb.record.turnlog import BLOCK_EVENT_TYPES, IDENTITY, Turn, TurnRecord, assemble_turn
 
 ARRIVAL = ["occurred_at", "landed_version", "source_file", "line_number"]
-COLUMNS = ["event_id", "type", "adapter"]
+TURN = ["conversation_id", "turn_id"]
 
 
 def arrival_order(raw: pl.DataFrame) -> pl.DataFrame:
     """Events sorted by conversation, turn and arrival (time, then landing order)."""
     order = [c for c in ARRIVAL if c in raw.columns]
-    return raw.sort(["conversation_id", "turn_id", *order])
+    return raw.sort([*TURN, *order])
 
 
 def iso_expr(column: str) -> pl.Expr:
@@ -45,52 +48,101 @@ def decode_payloads(payloads: pl.Series) -> list[Any]:
         return [json.loads(t) for t in texts]
 
 
+def _row_where(kind: str) -> pl.Expr:
+    return pl.col("row").filter(pl.col("type") == kind)
+
+
+def _facts() -> list[pl.Expr]:
+    """Per-turn aggregates over its events in arrival order (`row`: index into the frame)."""
+    kind, ts = pl.col("type"), pl.col("ts")
+    started = _row_where("turn.started").get(ts.filter(kind == "turn.started").arg_min())
+    return [
+        pl.len().alias("n"),
+        pl.col("row").first().alias("first"),
+        _row_where("turn.closed").first().alias("closed"),
+        pl.coalesce(started, pl.col("row").get(ts.arg_min())).alias("started"),
+        ts.max().alias("last_ts"),
+        pl.col("event_id").alias("event_ids"),
+        (pl.col("adapter").is_in(RICH_ADAPTERS) | kind.is_in(RICH_EVENT_TYPES)).any().alias("rich"),
+        (pl.col("adapter") == "react").any().alias("react"),
+        (kind == "feedback").sum().alias("feedback_count"),
+        _row_where("feedback").last().alias("feedback_last"),
+        _row_where("communicator.event").alias("communicator"),
+        kind.is_in(BLOCK_EVENT_TYPES).sum().alias("block_events"),
+    ]
+
+
 @dataclass
 class ClosedEvents:
     """The events of the closed turns of some conversations, in arrival order.
 
-    `frame` holds them with `ts` (epoch microseconds) and `iso` columns, `payloads` the decoded
-    payloads row for row, `starts` the first row of every turn (and the row count last)."""
+    `frame` holds them (with `ts`, epoch microseconds, `iso` and `seq`, the index within the
+    turn), `payloads` the decoded payloads row for row, `facts` one row per turn (`_facts`)."""
 
     frame: pl.DataFrame
     payloads: list[Any]
-    starts: list[int]
+    facts: pl.DataFrame
 
 
 def closed_events(raw: pl.DataFrame) -> ClosedEvents:
     """The events of `raw`'s closed turns (open turns wait for their `turn.closed`)."""
-    turn = ["conversation_id", "turn_id"]
     frame = (
         arrival_order(raw)
-        .filter((pl.col("type") == "turn.closed").any().over(turn))
+        .filter((pl.col("type") == "turn.closed").any().over(TURN))
         .with_columns(
-            pl.col("occurred_at").dt.epoch("us").alias("ts"), iso_expr("occurred_at").alias("iso")
+            pl.col("occurred_at").dt.epoch("us").alias("ts"),
+            iso_expr("occurred_at").alias("iso"),
+            pl.int_range(pl.len(), dtype=pl.Int64).alias("row"),
+            pl.int_range(pl.len(), dtype=pl.Int64).over(TURN).alias("seq"),
         )
     )
-    new_turn = (pl.col("conversation_id") != pl.col("conversation_id").shift()) | (
-        pl.col("turn_id") != pl.col("turn_id").shift()
-    )
-    starts = frame.select(new_turn.fill_null(True).arg_true())[:, 0].to_list()
-    return ClosedEvents(frame, decode_payloads(frame["payload"]), [*starts, frame.height])
+    facts = frame.group_by(TURN, maintain_order=True).agg(_facts())
+    return ClosedEvents(frame, decode_payloads(frame["payload"]), facts)
 
 
 def build_turns(events: ClosedEvents) -> list[Turn]:
     """One `Turn` per closed turn, in (conversation, turn) order."""
-    frame = events.frame
+    frame, payloads = events.frame, events.payloads
+    blocks = frame.filter(pl.col("type").is_in(BLOCK_EVENT_TYPES))
     rows = [
-        {"event_id": i, "type": t, "adapter": a, "payload": p, "ts": ts, "iso": iso}
-        for i, t, a, p, ts, iso in zip(
-            *(frame[c].to_list() for c in COLUMNS),
-            events.payloads,
-            frame["ts"].to_list(),
-            frame["iso"].to_list(),
+        {"event_id": i, "type": t, "payload": payloads[r], "ts": ts, "iso": iso, "seq": seq}
+        for i, t, r, ts, iso, seq in zip(
+            *(blocks[c].to_list() for c in ("event_id", "type", "row", "ts", "iso", "seq")),
             strict=True,
         )
     ]
-    identity = {c: frame[c].to_list() for c in IDENTITY}
+    columns = {c: frame[c].to_list() for c in (*IDENTITY, "adapter", "ts", "iso")}
     turns = []
-    for a, b in zip(events.starts, events.starts[1:], strict=False):
-        turn = assemble_turn(rows[a:b], {c: column[a] for c, column in identity.items()})
-        if turn is not None:
-            turns.append(turn)
+    start = 0
+    for facts in events.facts.drop(TURN).iter_rows(named=True):
+        end = start + facts["block_events"]
+        turn = assemble_turn(rows[start:end], facts, columns, payloads)
+        start = end
+        turns.append(turn)
     return turns
+
+
+def frame_of(events: list[dict[str, Any]]) -> pl.DataFrame:
+    """Decoded event dicts (aware `occurred_at`, payload dicts), in arrival order, as the raw
+    events frame derivation reads."""
+    return pl.DataFrame(
+        {
+            **{c: [e[c] for e in events] for c in (*IDENTITY, "event_id", "type", "adapter")},
+            "occurred_at": [e["occurred_at"] for e in events],
+            "payload": [json.dumps(e["payload"]) for e in events],
+            "line_number": list(range(len(events))),
+        }
+    ).with_columns(pl.col("occurred_at").dt.convert_time_zone("UTC").dt.cast_time_unit("us"))
+
+
+def build_turn(events: list[dict[str, Any]]) -> Turn | None:
+    """The `Turn` of one turn's decoded event dicts (aware `occurred_at`, payload dicts, arrival
+    order), through the same path as derivation; None while the turn is not closed."""
+    turns = build_turns(closed_events(frame_of(events)))
+    return turns[0] if turns else None
+
+
+def build_turn_record(events: list[dict[str, Any]]) -> TurnRecord | None:
+    """`build_turn` as the pydantic `TurnRecord`."""
+    turn = build_turn(events)
+    return None if turn is None else turn.to_record()

@@ -45,7 +45,7 @@ def replay_frame(
     """REPLAY_SCHEMA rows for the closed turns in `turns` (`events`: their events)."""
     kinds = {(t.conversation_id, t.turn_id): t.recording_kind for t in turns}
     data = events.frame
-    picked = data.with_row_index("row").filter(pl.col("type").is_in(REPLAYED))
+    picked = data.filter(pl.col("type").is_in(REPLAYED))
     rows = picked["row"].to_list()
     columns: dict[str, list] = {name: [] for name in (*IDENTITY, "event_id", "ts")}
     values = {name: picked[name].to_list() for name in columns}

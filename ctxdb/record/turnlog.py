@@ -5,10 +5,10 @@ user prompts (m0..mN) -> context events -> attachment cards -> steps and rich ac
 hosted files -> notes -> working summary -> completion(s) -> suggested follow-ups.
 Blocks are de-duplicated by a per-type fingerprint: a re-sent or late event never doubles a block.
 
-Derivation builds each turn as plain dicts (`Turn`, blocks already in their JSON shape, times as
-epoch microseconds beside their ISO text) and serializes them with pydantic-core's encoder; the
-pydantic models below are the TurnLog contract for readers (`parse_turn_log`) and for
-`build_turn_record`, which converts the same build.
+Derivation (`ctxdb.record.records`) builds each turn as plain dicts (`Turn`, blocks already in
+their JSON shape, times as epoch microseconds beside their ISO text) and serializes them with
+pydantic-core's encoder; the pydantic models below are the TurnLog contract for readers
+(`parse_turn_log`) and for `records.build_turn_record`, which converts the same build.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
-from ctxdb.contract.events import RICH_ADAPTERS, RICH_EVENT_TYPES
-from ctxdb.contract.refs import RefError, make_ref
+from ctxdb.contract.refs import make_ref
 
 RecordingKind = Literal["none", "minimal", "rich"]
 RECORDING_STATE: dict[str, int] = {"none": 0, "minimal": 1, "rich": 2}
@@ -263,10 +262,14 @@ class Turn:
         )
 
 
+_SUSPECT = ("\\", "//", "..")
+
+
 def _path_ok(path: str, family: str, turn_prefix: str) -> str:
-    """`make_ref(family, path, turn_id)` for a turn id already checked (`turn_prefix`)."""
-    if not path or "\\" in path or path[0] == "/" or any(s in ("", "..") for s in path.split("/")):
-        raise RefError(f"ref {f'conv:{family}:{turn_prefix}{path}'!r} has an unsafe path {path!r}")
+    """`make_ref(family, path, turn_id)` for a turn id already checked (`turn_prefix` is
+    `turn_<turn_id>.`): only a path that might be unsafe goes through `make_ref`'s checks."""
+    if not path or path[0] == "/" or path[-1] == "/" or any(s in path for s in _SUSPECT):
+        return make_ref(family, path, turn_prefix[5:-1])
     return f"conv:{family}:{turn_prefix}{path}"
 
 
@@ -289,14 +292,19 @@ Draft = tuple[int, int, int, int, dict[str, Any]]
 """A block before dedupe and paths: (section, order in its section, seq, time in us, block)."""
 
 
-def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: str) -> list[Draft]:
-    """The draft of every block-making event of one turn."""
+def _drafts(
+    events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: str, n: int
+) -> tuple[list[Draft], list[Any], list[Any]]:
+    """The draft of every block-making event of one turn (of `n` events), and the completions'
+    token counts (in, out)."""
     drafts = []
+    tokens_in: list[Any] = []
+    tokens_out: list[Any] = []
     summary: dict[str, Any] = {}
     summary_at: Mapping[str, Any] | None = None
     text = PLAIN
-    for seq, event in enumerate(events):
-        kind = event["type"]
+    for event in events:
+        kind, seq = event["type"], event["seq"]
         p = event["payload"]
         ts, at = event["ts"], event["iso"]
         if kind == "user.submission":
@@ -426,6 +434,8 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: s
             )
             drafts.append((5, seq, seq, ts, block))
         elif kind == "assistant.completion":
+            tokens_in.append(p.get("tokens_in"))
+            tokens_out.append(p.get("tokens_out"))
             error = bool(p.get("error"))
             meta: dict[str, Any] = {"error": error}
             if error:
@@ -462,8 +472,8 @@ def _drafts(events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: s
             },
             text,
         )
-        drafts.append((6, len(events), len(events), summary_at["ts"], block))
-    return drafts
+        drafts.append((6, n, n, summary_at["ts"], block))
+    return drafts, tokens_in, tokens_out
 
 
 def _dedupe(drafts: Sequence[Draft]) -> list[Draft]:
@@ -500,26 +510,25 @@ def _assign_paths(blocks: list[dict[str, Any]], tp: str) -> None:
             block["path"] = f"conv:tc:{tp}code_exec_{n}.result"
 
 
-def _feedback(events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    items = [e for e in events if e["type"] == "feedback"]
-    if not items:
+def _feedback(facts: Mapping[str, Any], iso: Sequence[str], payloads: Sequence[Any]) -> Any:
+    if not facts["feedback_count"]:
         return None
-    last = items[-1]
-    p = last["payload"]
+    row = facts["feedback_last"]
+    p = payloads[row]
     return {
-        "count": len(items),
-        "last_ts": last["iso"],
+        "count": facts["feedback_count"],
+        "last_ts": iso[row],
         "last_reaction": p.get("reaction"),
         "last_origin": p.get("origin"),
         "last_text": p.get("text"),
     }
 
 
-def _sources(events: Sequence[Mapping[str, Any]]) -> list[str]:
+def _sources(rows: Sequence[int], payloads: Sequence[Any]) -> list[str]:
     found: dict[str, None] = {}
-    for event in events:
-        p = event["payload"]
-        if event["type"] == "communicator.event" and p.get("name") == "chat.citations":
+    for row in rows:
+        p = payloads[row]
+        if p.get("name") == "chat.citations":
             for item in p.get("data", {}).get("items", []):
                 ref = item.get("url") or item.get("ref") if isinstance(item, dict) else None
                 if ref:
@@ -527,99 +536,84 @@ def _sources(events: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(found)
 
 
-def recording_kind(events: Sequence[Mapping[str, Any]]) -> RecordingKind:
-    """`rich` when a rich adapter or any rich contribution recorded the turn, else `minimal`."""
-    rich = any(e["adapter"] in RICH_ADAPTERS or e["type"] in RICH_EVENT_TYPES for e in events)
-    return "rich" if rich else "minimal"
+def assemble_turn(
+    events: Sequence[Mapping[str, Any]],
+    facts: Mapping[str, Any],
+    columns: Mapping[str, Sequence[Any]],
+    payloads: Sequence[Any],
+) -> Turn:
+    """The `Turn` of one closed turn.
 
-
-def assemble_turn(events: Sequence[Mapping[str, Any]], ident: Mapping[str, str]) -> Turn | None:
-    """The `Turn` of one turn's events (in arrival order); None while it is not closed.
-
-    Each event is a dict with `event_id`, `type`, `adapter`, the decoded `payload`, `ts` (epoch
-    microseconds) and `iso` (the same time as TurnLog JSON writes it); `ident` holds the identity
-    columns of the turn's first event.
+    `events`: its block-making events in arrival order, each a dict with `event_id`, `type`, the
+    decoded `payload`, `ts` (epoch microseconds), `iso` (the same time as TurnLog JSON writes it)
+    and `seq` (index among all the turn's events). `facts`: the turn's aggregates
+    (`ctxdb.record.records`), whose row numbers index `columns` (identity, `adapter`, `ts`,
+    `iso` of every event) and `payloads`.
     """
-    closed = [e for e in events if e["type"] == "turn.closed"]
-    if not closed:
-        return None
-    turn_id = ident["turn_id"]
+    first, closed, started = facts["first"], facts["closed"], facts["started"]
+    turn_id = columns["turn_id"][first]
     make_ref("ar", "x", turn_id)  # checks the turn id once for every path below
     tp = f"turn_{turn_id}."
-    kind = recording_kind(events)
-    rich = kind == "rich"
-    drafts = _drafts(events, rich, turn_id, tp)
+    rich = facts["rich"]
+    n = facts["n"]
+    ts, iso = columns["ts"], columns["iso"]
+    drafts, tokens_in, tokens_out = _drafts(events, rich, turn_id, tp, n)
     completions = [d for d in drafts if d[0] == 7]
     if not rich and len(completions) > 1:
         last = completions[-1]
         drafts = [d for d in drafts if d[0] != 7 or d is last]
     if not completions:
-        close = closed[0]
-        error_type = close["payload"].get("error_type") or "missing_completion"
+        error_type = payloads[closed].get("error_type") or "missing_completion"
         meta = {"error": True, "error_type": error_type}
-        block = _block(COMPLETION, "assistant", turn_id, close["iso"], "", ERROR_TEXT, meta, PLAIN)
-        drafts.append((7, len(events), len(events), close["ts"], block))
+        block = _block(COMPLETION, "assistant", turn_id, iso[closed], "", ERROR_TEXT, meta, PLAIN)
+        drafts.append((7, n, n, ts[closed], block))
     if not any(d[0] == 0 for d in drafts):
-        first = events[0]
         meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}
-        block = _block("user.prompt", "user", turn_id, first["iso"], "", "", meta, PLAIN)
-        drafts.append((0, first["ts"], -1, first["ts"], block))
+        block = _block("user.prompt", "user", turn_id, iso[first], "", "", meta, PLAIN)
+        drafts.append((0, ts[first], -1, ts[first], block))
     drafts.sort(key=lambda d: (d[0], d[1], d[2]))
     kept = _dedupe(drafts)
     blocks = [d[4] for d in kept]
     _assign_paths(blocks, tp)
-    starts = [e for e in events if e["type"] == "turn.started"] or events
-    first_start = min(starts, key=lambda e: e["ts"])
     final = [b for b in blocks if b["type"] == COMPLETION][-1]
-    tokens_in = [e["payload"].get("tokens_in") for e in events if e["type"] == COMPLETION]
-    tokens_out = [e["payload"].get("tokens_out") for e in events if e["type"] == COMPLETION]
     tokens = None
     if any(t is not None for t in tokens_in + tokens_out):
         tokens = {"in": sum(t or 0 for t in tokens_in), "out": sum(t or 0 for t in tokens_out)}
     return Turn(
-        tenant=ident["tenant"],
-        app=ident["app"],
-        agent=ident["agent"],
-        user_id=ident["user_id"],
-        conversation_id=ident["conversation_id"],
+        tenant=columns["tenant"][first],
+        app=columns["app"][first],
+        agent=columns["agent"][first],
+        user_id=columns["user_id"][first],
+        conversation_id=columns["conversation_id"][first],
         turn_id=turn_id,
-        adapter="react"
-        if rich and any(e["adapter"] == "react" for e in events)
-        else closed[0]["adapter"],
-        recording_kind=kind,
+        adapter="react" if rich and facts["react"] else columns["adapter"][closed],
+        recording_kind="rich" if rich else "minimal",
         error=bool(final["meta"].get("error")),
-        started_at=first_start["ts"],
-        ended_at=closed[0]["ts"],
-        last_event_at=max(e["ts"] for e in events),
-        started_iso=first_start["iso"],
-        ended_iso=closed[0]["iso"],
-        source_event_ids=[e["event_id"] for e in events],
+        started_at=ts[started],
+        ended_at=ts[closed],
+        last_event_at=facts["last_ts"],
+        started_iso=iso[started],
+        ended_iso=iso[closed],
+        source_event_ids=facts["event_ids"],
         blocks=blocks,
         block_ts=[d[3] for d in kept],
-        sources_used=_sources(events),
+        sources_used=_sources(facts["communicator"], payloads),
         tokens=tokens,
-        feedback=_feedback(events),
+        feedback=_feedback(facts, iso, payloads),
     )
 
 
 IDENTITY = ("tenant", "app", "agent", "user_id", "conversation_id", "turn_id")
-
-
-def build_turn(events: Sequence[Mapping[str, Any]]) -> Turn | None:
-    """The `Turn` of one turn from its events (sorted by arrival); None while it is not closed.
-
-    Each event is a mapping with `event_id`, `type`, `occurred_at` (aware datetime), `adapter`,
-    identity fields and a decoded `payload` dict (as stored in `raw_turn_events`).
-    """
-    return assemble_turn(turn_events(events), {k: events[0][k] for k in IDENTITY})
-
-
-def build_turn_record(events: Sequence[Mapping[str, Any]]) -> TurnRecord | None:
-    """`build_turn` as the pydantic `TurnRecord`."""
-    turn = build_turn(events)
-    return None if turn is None else turn.to_record()
-
-
-def turn_events(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Events with `occurred_at` datetimes in the shape `assemble_turn` reads."""
-    return [{**e, "ts": micros(e["occurred_at"]), "iso": iso(e["occurred_at"])} for e in events]
+BLOCK_EVENT_TYPES = [
+    "user.submission",
+    "user.context",
+    "user.attachment",
+    "chat.step",
+    "file.hosted",
+    "react.block",
+    "react.note",
+    "assistant.completion",
+    "react.summary",
+    "react.anchors",
+]
+"""The event types that make (or add to) a TurnLog block."""
