@@ -523,9 +523,11 @@ def main(
     embedder = SentenceTransformerEmbedder(settings.embedding.model, batch_size=64)
     now = datetime.now(UTC)
     user_ids = [f"u{i:05d}" for i in range(owners)]
-    pool_texts, pool = vector_pool(embedder, random.Random(seed))
+    building = not client.indices.exists_alias(name=alias_name(prefix, ROWS))
+    if building or live_sync:  # the row texts and vectors come from the pool
+        pool_texts, pool = vector_pool(embedder, random.Random(seed))
     results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
-    if not client.indices.exists_alias(name=alias_name(prefix, ROWS)):
+    if building:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         log = VectorLog(vectors_dir, prefix, rows)

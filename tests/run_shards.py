@@ -3,7 +3,7 @@ Dagster's `execute_job` on the instance in $DAGSTER_HOME (the job's multiprocess
 each step in a process of its own). tests/test_fanout.py starts two of these at once, released
 together from a start line (the file named by argv[1]) once their imports are done. Writes one
 JSON line per run: partition, success, the materializations' numeric and text metadata, and
-the steps' errors."""
+the step, engine and run failures."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from dagster import DagsterInstance, JobDefinition, execute_job, reconstructable
+from dagster import DagsterEvent, DagsterInstance, JobDefinition, execute_job, reconstructable
 
 from pipelines.definitions import defs
 
@@ -24,6 +24,17 @@ def shards_job() -> JobDefinition:
 def emit(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def failure(event: DagsterEvent) -> str:
+    """What went wrong in a step, engine or run failure event ("" for any other event)."""
+    if event.is_step_failure and event.step_failure_data.error is not None:
+        return event.step_failure_data.error.to_string()
+    if event.is_engine_event and event.engine_event_data.error is not None:
+        return f"{event.message}: {event.engine_event_data.error.to_string()}"
+    if event.is_step_failure or event.is_run_failure:
+        return event.message or event.event_type_value
+    return ""
 
 
 def main(go: Path, partitions: list[str]) -> None:
@@ -40,11 +51,7 @@ def main(go: Path, partitions: list[str]) -> None:
                     assets[event.asset_key.to_user_string()] = {
                         k: v.value for k, v in metadata.items() if isinstance(v.value, int | str)
                     }
-                errors = [
-                    event.step_failure_data.error.to_string()
-                    for event in result.all_events
-                    if event.is_step_failure and event.step_failure_data.error is not None
-                ]
+                errors = [failure(event) for event in result.all_events if failure(event)]
                 run = {"partition": key, "success": result.success, "assets": assets}
                 emit(json.dumps({**run, "errors": errors}))
 

@@ -22,7 +22,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
-from assets.shards import ALL_SHARDS_TAGS
+from assets.shards import ALL_SHARDS_TAGS, SHARD_COUNT
 from ctxdb.cli.ops import job_tags
 from ctxdb.embedding.stage import covered_mark, embed_role_rows
 from ctxdb.index.client import make_client
@@ -34,6 +34,7 @@ from ctxdb.storage.changes import watermark
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard, all_shards, shard_expr
 from ctxdb.storage.tables import INDEX_STATE, ROLE_ROWS, ROW_EMBEDDINGS
+from pipelines.fanout import shard_requests
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
@@ -103,10 +104,16 @@ def assert_same_documents(left: dict[str, dict], right: dict[str, dict]) -> None
             np.testing.assert_allclose(vector, other_vector, atol=1e-5)
 
 
+def dagster_home(tmp_path: Path, key: str) -> Path:
+    """One Dagster instance per process: the runs are independent, and two processes writing one
+    SQLite run storage at once can fail a run on a locked database, which is not under test."""
+    home = tmp_path / f"dagster_home_{key}"
+    home.mkdir()
+    return home
+
+
 def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
     """`shards_job` for partition 0 and partition 1 of 2, in two processes released at once."""
-    dagster_home = tmp_path / "dagster_home"
-    dagster_home.mkdir()
     env = {
         **os.environ,
         "CTXDB_HOME": str(settings.home),
@@ -115,7 +122,6 @@ def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
         "CTXDB_SHARDS": "2",
         "CTXDB_EMBEDDING_THREADS": "1",
         "CTXDB_WRITER_LEASE_WAIT_S": "0",  # the shards must not wait for each other
-        "DAGSTER_HOME": str(dagster_home),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -124,7 +130,7 @@ def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
         subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "run_shards.py"), str(go), key],
             cwd=ROOT,
-            env=env,
+            env={**env, "DAGSTER_HOME": str(dagster_home(tmp_path, key))},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -244,3 +250,10 @@ def test_cli_job_runs_cover_the_whole_range_or_one_shard() -> None:
     }
     assert job_tags("shards_job", "2", 4) == {"dagster/partition": "2"}
     assert job_tags("retention_job", None, 4) == {}
+
+
+def test_a_records_run_fans_out_to_one_run_per_shard() -> None:
+    requests = shard_requests("run-1")
+    assert [r.partition_key for r in requests] == [str(i) for i in range(SHARD_COUNT)]
+    assert len({r.run_key for r in requests}) == SHARD_COUNT
+    assert all(r.tags["ctxdb/after_run"] == "run-1" for r in requests)

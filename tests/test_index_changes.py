@@ -223,9 +223,7 @@ def test_embedding_runs_read_only_new_rows_and_skip_when_nothing_changed(
     assert (third.to_process, third.embedded) == (0, 0)
 
 
-def test_embedding_after_a_delete_an_update_and_vacuum(
-    delta_store, embedder
-) -> None:
+def test_embedding_after_a_delete_an_update_and_vacuum(delta_store, embedder) -> None:
     write_rows(delta_store, role_rows(["keep me", "drop me", "change me"]))
     embed_role_rows(delta_store, embedder, batch_size=8)
     delta_store.delete(ROLE_ROWS, "row_id = 'c1-r1'")

@@ -1,5 +1,5 @@
 """Issue 12, finding 19: with run monitoring on (dagster.yaml) a run whose worker was SIGKILLed is
-marked failed and stops holding the one-run queue, instead of staying STARTED forever.
+marked failed and stops holding its slot in the run queue, instead of staying STARTED forever.
 
 The instance is the project's dagster.yaml in a temporary DAGSTER_HOME; the run worker is a real
 `dagster job execute` process running a step that blocks (tests/run_monitoring_job.py). The test
@@ -56,7 +56,14 @@ def test_finding_19_monitoring_is_enabled_with_start_and_cancel_timeouts(
     assert isinstance(instance.run_launcher, LocalRunLauncher)
     assert instance.run_launcher.supports_check_run_worker_health
     limits = instance.get_concurrency_config().run_queue_config
-    assert limits.max_concurrent_runs == 1
+    assert limits.max_concurrent_runs == 5  # shard runs side by side (issue 17)
+    by_key = {limit["key"]: limit for limit in limits.tag_concurrency_limits}
+    assert by_key["ctxdb/writer"]["limit"] == 1  # global writer runs stay one at a time
+    assert by_key["dagster/partition"] == {
+        "key": "dagster/partition",
+        "value": {"applyLimitPerUniqueValue": True},
+        "limit": 1,
+    }
 
 
 def test_finding_19_a_killed_run_worker_frees_the_queue(
