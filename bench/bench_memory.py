@@ -69,19 +69,21 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
     if name == "cache":
         return {"cached": _fill_cache(store, settings, args.embed_texts)}
     if name == "embed":
-        from ctxdb.embedding.model import SentenceTransformerEmbedder
+        from ctxdb.embedding.backends import make_embedder
         from ctxdb.embedding.stage import embed_role_rows
 
-        embedder = SentenceTransformerEmbedder(batch_size=settings.embedding.batch_size)
+        embedder = make_embedder(settings.embedding)  # CTXDB_EMBEDDING_BACKEND
         report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
-        return {"embedded": report.embedded, "cache_hits": report.cache_hits}
+        return {
+            "embedded": report.embedded,
+            "cache_hits": report.cache_hits,
+            "model_id": embedder.model_id,
+        }
     if name == "index":
         from ctxdb.index.client import make_client
         from ctxdb.index.sync import sync_live
 
-        reports = sync_live(
-            store, make_client(settings), settings, model_id=settings.embedding.model
-        )
+        reports = sync_live(store, make_client(settings), settings, model_id=_model_id(settings))
         return {r.kind: r.indexed for r in reports}
     if name == "check":
         from ctxdb.index.checks import count_mismatches
@@ -92,6 +94,13 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
     if name == "search":
         return _search(settings, store, args.searches)
     raise ValueError(f"unknown stage {name}")
+
+
+def _model_id(settings) -> str:
+    """The id the configured backend stores and indexes vectors under."""
+    from ctxdb.embedding.runtime import backend_model_id
+
+    return backend_model_id(settings.embedding.model, settings.embedding.backend)
 
 
 def _fill_cache(store, settings, leave: int) -> int:
@@ -110,7 +119,7 @@ def _fill_cache(store, settings, leave: int) -> int:
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         frame = pl.DataFrame(
             {
-                "model_id": [settings.embedding.model] * part.len(),
+                "model_id": [_model_id(settings)] * part.len(),
                 "text_hash": part,
                 "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
                 "created_at": [datetime.now(UTC)] * part.len(),

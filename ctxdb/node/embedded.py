@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 TRANSPORT_OFFSET = 100
 LOG_TAIL_LINES = 20
+PORT_RELEASE_S = 15.0  # how long a stop waits for the HTTP port to be free again
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -371,5 +372,18 @@ def stop(settings: Settings) -> bool:
         return False
     _kill(pid, settings.node.stop_timeout_s)
     node.pid_file.unlink(missing_ok=True)
+    if not _port_released(node.port, PORT_RELEASE_S):
+        log.warning("port %d still busy %.0f s after the node stopped", node.port, PORT_RELEASE_S)
     log.info("stopped Elasticsearch on %s (pid %d)", node.url, pid)
+    return True
+
+
+def _port_released(port: int, timeout: float) -> bool:
+    """Wait until nothing holds `port`: the kernel may release the listener a moment after the
+    process is gone (on a loaded machine), and a start right after a stop needs it free."""
+    deadline = time.monotonic() + timeout
+    while port_busy(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
     return True
