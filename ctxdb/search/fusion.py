@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from ctxdb.search.arms import RowHit
 from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Target
@@ -57,6 +58,18 @@ def dedup_turns(rows: Iterable[RowHit]) -> list[RowHit]:
     return list(seen.values())
 
 
+@dataclass(frozen=True)
+class FusionTerms:
+    """The terms of one fusion shared by all its turns (what explain reports beside the ranks)."""
+
+    weights: Mapping[Arm, float]
+    recency_weight: float
+    half_life_days: float
+    window_weight: float
+    windowed: bool
+    coverage_power: float
+
+
 @dataclass
 class FusedTurn:
     conversation_id: str
@@ -66,7 +79,11 @@ class FusedTurn:
     ts: datetime
     rows: dict[Arm, RowHit] = field(default_factory=dict)
     ranks: dict[Arm, int] = field(default_factory=dict)
-    explain: Explain | None = None
+    contributions: dict[Arm, float] = field(default_factory=dict)
+    age_days: float = 0.0
+    recency: float = 0.0
+    in_window: bool = False
+    terms: FusionTerms | None = None
 
     @property
     def best_row(self) -> RowHit:
@@ -77,6 +94,41 @@ class FusedTurn:
     @property
     def matched_targets(self) -> list[Target]:
         return list(dict.fromkeys(r.target for r in self.rows.values()))
+
+    @cached_property
+    def explain(self) -> Explain | None:
+        """How the final score was made, built on demand: a search fuses hundreds of turns and
+        explains at most its top k."""
+        t = self.terms
+        if t is None:
+            return None
+        arms: dict[Arm, ArmExplain] = {}
+        for arm in ARMS:
+            weight = clamp_weight(t.weights.get(arm, 0.0))
+            row = self.rows.get(arm)
+            arms[arm] = (
+                ArmExplain(weight=weight)
+                if row is None
+                else ArmExplain(
+                    rank=self.ranks[arm],
+                    score=row.score,
+                    weight=weight,
+                    coverage=row.coverage,
+                    contribution=self.contributions[arm],
+                )
+            )
+        return Explain(
+            arms=arms,
+            rrf=self.rrf,
+            age_days=self.age_days,
+            recency=self.recency,
+            recency_weight=t.recency_weight,
+            half_life_days=t.half_life_days,
+            in_window=self.in_window if t.windowed else None,
+            window_weight=t.window_weight,
+            coverage_power=t.coverage_power,
+            final=self.final,
+        )
 
 
 def fuse(
@@ -100,41 +152,26 @@ def fuse(
     for arm in ARMS:
         for rank, row in enumerate(dedup_turns(ranked.get(arm, ())), start=1):
             per_turn.setdefault(row.key, {})[arm] = (rank, row)
+    terms = FusionTerms(
+        weights=dict(weights),
+        recency_weight=w_rec,
+        half_life_days=half_life_days,
+        window_weight=w_win,
+        windowed=window is not None,
+        coverage_power=coverage_power,
+    )
+    arm_weight = {arm: clamp_weight(weights.get(arm, 0.0)) for arm in ARMS}
     fused = []
     for (conv, turn), hits in per_turn.items():
-        arms_explain: dict[Arm, ArmExplain] = {}
-        rrf = 0.0
-        for arm in ARMS:
-            weight = clamp_weight(weights.get(arm, 0.0))
-            if arm in hits:
-                rank, row = hits[arm]
-                contribution = weight * row.coverage**coverage_power / (rrf_k + rank)
-                rrf += contribution
-                arms_explain[arm] = ArmExplain(
-                    rank=rank,
-                    score=row.score,
-                    weight=weight,
-                    coverage=row.coverage,
-                    contribution=contribution,
-                )
-            else:
-                arms_explain[arm] = ArmExplain(weight=weight)
+        contributions = {
+            arm: arm_weight[arm] * row.coverage**coverage_power / (rrf_k + rank)
+            for arm, (rank, row) in hits.items()
+        }
+        rrf = sum(contributions[arm] for arm in ARMS if arm in contributions)
         ts = max(row.ts for _, row in hits.values())
         age, rec = recency_factor(ts, now, half_life_days)
         inside = window is not None and window[0] <= ts < window[1]
         final = rrf * (1.0 + w_rec * rec) * (1.0 + w_win * inside)
-        explain = Explain(
-            arms=arms_explain,
-            rrf=rrf,
-            age_days=age,
-            recency=rec,
-            recency_weight=w_rec,
-            half_life_days=half_life_days,
-            in_window=inside if window is not None else None,
-            window_weight=w_win,
-            coverage_power=coverage_power,
-            final=final,
-        )
         fused.append(
             FusedTurn(
                 conversation_id=conv,
@@ -144,7 +181,11 @@ def fuse(
                 ts=ts,
                 rows={arm: row for arm, (_, row) in hits.items()},
                 ranks={arm: rank for arm, (rank, _) in hits.items()},
-                explain=explain,
+                contributions=contributions,
+                age_days=age,
+                recency=rec,
+                in_window=inside,
+                terms=terms,
             )
         )
     fused.sort(key=lambda f: (-f.final, -f.rrf, -f.ts.timestamp(), f.conversation_id, f.turn_id))
