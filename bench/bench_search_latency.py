@@ -12,7 +12,8 @@ Queries are the topics' paraphrases, exact strings and misspellings, issued as r
 fusion and TurnLog materialization; the HTTP figures add uvicorn, JSON and token verification.
 Python and HTTP calls alternate which goes first, so both see the same load and caches.
 
-Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`.
+Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`. Queries
+are embedded by the configured backend (`CTXDB_EMBEDDING_BACKEND`: torch, onnx, onnx-int8).
 
 Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing`
 (user: every document routed by its user, searches touch one shard) and `--shards`; `--users`
@@ -45,7 +46,8 @@ import uvicorn
 from elasticsearch import Elasticsearch, helpers
 from elasticsearch.serializer import OrjsonSerializer
 
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.model import Embedder
 from ctxdb.index.client import make_client
 from ctxdb.index.lifecycle import create_index, finish_bulk_load
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_name, turn_doc_id
@@ -75,9 +77,7 @@ def synthetic_text(rng: random.Random, base: list[str], vocab: list[str]) -> str
     return f"{rng.choice(base)} {filler} ticket T-{rng.getrandbits(32):08x}"
 
 
-def vector_pool(
-    embedder: SentenceTransformerEmbedder, rng: random.Random
-) -> tuple[list[str], np.ndarray]:
+def vector_pool(embedder: Embedder, rng: random.Random) -> tuple[list[str], np.ndarray]:
     base = topic_texts()
     vocab = sorted({w for text in base for w in words(text) if len(w) > 3})
     texts = [synthetic_text(rng, base, vocab) for _ in range(POOL)]
@@ -520,13 +520,14 @@ def main(
     layout = {"routing": routing, "vector_index": index_type, "shards": shards}
     settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding.model, batch_size=64)
+    embedder = make_embedder(settings.embedding, batch_size=64)  # CTXDB_EMBEDDING_BACKEND
     now = datetime.now(UTC)
     user_ids = [f"u{i:05d}" for i in range(owners)]
     building = not client.indices.exists_alias(name=alias_name(prefix, ROWS))
     if building or live_sync:  # the row texts and vectors come from the pool
         pool_texts, pool = vector_pool(embedder, random.Random(seed))
     results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
+    results["query_embedding_backend"] = settings.embedding.backend
     if building:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
