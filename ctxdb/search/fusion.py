@@ -62,7 +62,7 @@ def dedup_turns(rows: Iterable[RowHit]) -> list[RowHit]:
 class FusionTerms:
     """The terms of one fusion shared by all its turns (what explain reports beside the ranks)."""
 
-    weights: Mapping[Arm, float]
+    weights: Mapping[Arm, float]  # clamped, one per arm
     recency_weight: float
     half_life_days: float
     window_weight: float
@@ -104,7 +104,7 @@ class FusedTurn:
             return None
         arms: dict[Arm, ArmExplain] = {}
         for arm in ARMS:
-            weight = clamp_weight(t.weights.get(arm, 0.0))
+            weight = t.weights[arm]
             row = self.rows.get(arm)
             arms[arm] = (
                 ArmExplain(weight=weight)
@@ -152,22 +152,22 @@ def fuse(
     for arm in ARMS:
         for rank, row in enumerate(dedup_turns(ranked.get(arm, ())), start=1):
             per_turn.setdefault(row.key, {})[arm] = (rank, row)
+    arm_weight = {arm: clamp_weight(weights.get(arm, 0.0)) for arm in ARMS}
     terms = FusionTerms(
-        weights=dict(weights),
+        weights=arm_weight,
         recency_weight=w_rec,
         half_life_days=half_life_days,
         window_weight=w_win,
         windowed=window is not None,
         coverage_power=coverage_power,
     )
-    arm_weight = {arm: clamp_weight(weights.get(arm, 0.0)) for arm in ARMS}
     fused = []
     for (conv, turn), hits in per_turn.items():
         contributions = {
             arm: arm_weight[arm] * row.coverage**coverage_power / (rrf_k + rank)
             for arm, (rank, row) in hits.items()
         }
-        rrf = sum(contributions[arm] for arm in ARMS if arm in contributions)
+        rrf = sum(contributions.values())  # hits, and so the sum, run in ARMS order
         ts = max(row.ts for _, row in hits.values())
         age, rec = recency_factor(ts, now, half_life_days)
         inside = window is not None and window[0] <= ts < window[1]
