@@ -393,6 +393,18 @@ class CaptureSettings(BaseSettings):
     )
 
 
+class CelerySettings(BaseSettings):
+    """The Celery code location (`pipelines.celery_definitions`); the broker and backend URLs are
+    read from CTXDB_CELERY_BROKER / CTXDB_CELERY_BACKEND by Dagster when a run starts."""
+
+    model_config = _group_config("CTXDB_CELERY_")
+
+    config_source: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further Celery app settings (JSON), e.g. broker_transport_options.",
+    )
+
+
 GROUPS: dict[str, type[BaseSettings]] = {
     "elasticsearch": ElasticsearchSettings,
     "landing": LandingSettings,
@@ -405,6 +417,7 @@ GROUPS: dict[str, type[BaseSettings]] = {
     "node": NodeSettings,
     "claude_code": ClaudeCodeSettings,
     "capture": CaptureSettings,
+    "celery": CelerySettings,
 }
 
 
@@ -453,6 +466,7 @@ class Settings(BaseSettings):
     node: NodeSettings = Field(default_factory=NodeSettings)
     claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
     capture: CaptureSettings = Field(default_factory=CaptureSettings)
+    celery: CelerySettings = Field(default_factory=CelerySettings)
 
     @property
     def delta_uri(self) -> str:

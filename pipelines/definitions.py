@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster import (
     Definitions,
+    ExecutorDefinition,
     load_asset_checks_from_package_module,
     load_assets_from_package_module,
 )
@@ -15,11 +16,19 @@ from pipelines.resources import build_resources
 from pipelines.schedules import SCHEDULES
 from pipelines.sensors import SENSORS
 
-defs = Definitions(
-    assets=[*load_assets_from_package_module(assets), *retention_tables],
-    asset_checks=load_asset_checks_from_package_module(assets),
-    jobs=JOBS,
-    schedules=SCHEDULES,
-    sensors=SENSORS,
-    resources=build_resources(),
-)
+
+def build_definitions(executor: ExecutorDefinition | None = None) -> Definitions:
+    """Every asset, check, job, schedule, sensor and resource; `executor` runs the steps of every
+    job (None: Dagster's default, one process per step)."""
+    return Definitions(
+        assets=[*load_assets_from_package_module(assets), *retention_tables],
+        asset_checks=load_asset_checks_from_package_module(assets),
+        jobs=JOBS,
+        schedules=SCHEDULES,
+        sensors=SENSORS,
+        resources=build_resources(),
+        executor=executor,
+    )
+
+
+defs = build_definitions()

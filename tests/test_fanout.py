@@ -112,9 +112,9 @@ def dagster_home(tmp_path: Path, key: str) -> Path:
     return home
 
 
-def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
-    """`shards_job` for partition 0 and partition 1 of 2, in two processes released at once."""
-    env = {
+def shard_env(settings: Settings) -> dict[str, str]:
+    """The environment of a process that runs shard steps: 2 shards of `settings`' memory."""
+    return {
         **os.environ,
         "CTXDB_HOME": str(settings.home),
         "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
@@ -125,12 +125,23 @@ def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
+
+
+def run_two_shard_processes(
+    settings: Settings, tmp_path: Path, *, flags: tuple[str, ...] = (), env: dict | None = None
+) -> list[dict]:
+    """`shards_job` for partition 0 and partition 1 of 2, in two processes released at once
+    (`flags` go to tests/run_shards.py, `env` adds to `shard_env`)."""
     go = tmp_path / "go"
     processes = [
         subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "run_shards.py"), str(go), key],
+            [sys.executable, str(ROOT / "tests" / "run_shards.py"), str(go), *flags, key],
             cwd=ROOT,
-            env={**env, "DAGSTER_HOME": str(dagster_home(tmp_path, key))},
+            env={
+                **shard_env(settings),
+                **(env or {}),
+                "DAGSTER_HOME": str(dagster_home(tmp_path, key)),
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -146,18 +157,12 @@ def run_two_shard_processes(settings: Settings, tmp_path: Path) -> list[dict]:
     return [json.loads(line) for out, _ in outputs for line in out.splitlines() if line]
 
 
-@pytest.mark.es
-@pytest.mark.model
-@pytest.mark.slow
-def test_two_shards_in_parallel_processes_equal_one_run(
-    es_settings: Settings, embedder, tmp_path: Path
-) -> None:
-    one, fanned = scoped(es_settings, "one"), scoped(es_settings, "fan")
-    one_store, fan_store = DeltaStore.from_settings(one), DeltaStore.from_settings(fanned)
-    build_records(one_store)
+def one_run_and_fanned(settings: Settings) -> tuple[Settings, Settings]:
+    """Two memories of the same records: `one` built by one unpartitioned run over every shard
+    (what memory_job's embed and index steps do), `fanned` left for the shard runs."""
+    one, fanned = scoped(settings, "one"), scoped(settings, "fan")
+    build_records(DeltaStore.from_settings(one))
     shutil.copytree(one.delta_uri, fanned.delta_uri)  # the same records, byte for byte
-
-    # one unpartitioned run over every shard (what memory_job's embed and index steps do)
     resources = {
         "delta": DeltaResource(root=one.delta_uri),
         "es": ElasticsearchResource(index_prefix=one.elasticsearch.index_prefix),
@@ -166,13 +171,20 @@ def test_two_shards_in_parallel_processes_equal_one_run(
     assert materialize(
         [role_row_embeddings, search_index], resources=resources, tags=ALL_SHARDS_TAGS
     ).success
+    return one, fanned
 
-    runs = run_two_shard_processes(fanned, tmp_path)
+
+def assert_shard_runs_equal_one_run(
+    runs: list[dict], one: Settings, fanned: Settings, es: Elasticsearch
+) -> None:
+    """The two shard runs succeeded, each embedded its own rows, and together they left the same
+    statuses and documents as the unpartitioned run."""
     assert [r["partition"] for r in runs] == ["0", "1"]
     assert all(r["success"] for r in runs), [r["errors"] for r in runs]
     embedded = [r["assets"]["role_row_embeddings"] for r in runs]
     assert [e["shard"] for e in embedded] == ["shard-0-of-2", "shard-1-of-2"]
     # each shard embedded only its own rows: together every non-blank row once
+    one_store, fan_store = DeltaStore.from_settings(one), DeltaStore.from_settings(fanned)
     rows = one_store.read(ROLE_ROWS)
     nonblank = rows.filter(pl.col("text").str.strip_chars() != "")
     assert sum(e["to_process"] for e in embedded) == rows.height
@@ -183,12 +195,23 @@ def test_two_shards_in_parallel_processes_equal_one_run(
     assert fan_status.equals(one_status)
     assert one_status.height == rows.height
 
-    es = make_client(es_settings)
     for kind in (ROWS, TURNS):
         one_docs = documents(es, alias_name(one.elasticsearch.index_prefix, kind))
         fan_docs = documents(es, alias_name(fanned.elasticsearch.index_prefix, kind))
         assert len(one_docs) == (rows.height if kind == ROWS else 2 * len(CONVERSATIONS))
         assert_same_documents(one_docs, fan_docs)
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_two_shards_in_parallel_processes_equal_one_run(
+    es_settings: Settings, embedder, tmp_path: Path
+) -> None:
+    one, fanned = one_run_and_fanned(es_settings)
+    es = make_client(es_settings)
+    assert_shard_runs_equal_one_run(run_two_shard_processes(fanned, tmp_path), one, fanned, es)
+    fan_store = DeltaStore.from_settings(fanned)
 
     # per-shard watermarks and index states, nothing global
     model_id = embedder.model_id

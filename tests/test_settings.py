@@ -66,6 +66,12 @@ ENVIRONMENT = {
     "CTXDB_CAPTURE_ROTATE_BYTES": ("capture", "rotate_bytes", "4096", 4096),
     "CTXDB_CAPTURE_ROTATE_AGE_S": ("capture", "rotate_age_s", "2.5", 2.5),
     "CTXDB_CAPTURE_SPOOL_DIR": ("capture", "spool_dir", "/srv/spool", Path("/srv/spool")),
+    "CTXDB_CELERY_CONFIG_SOURCE": (
+        "celery",
+        "config_source",
+        '{"task_acks_late": true}',
+        {"task_acks_late": True},
+    ),
     "CTXDB_LANDING_URI": ("landing", "uri", "/srv/landing", "/srv/landing"),
     "CTXDB_LANDING_THREADS": ("landing", "threads", "4", 4),
     "CTXDB_LANDING_SCANNER": ("landing", "scanner", "python", "python"),

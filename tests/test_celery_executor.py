@@ -1,0 +1,135 @@
+"""Issue 17 item 4, the distributed configuration: the Celery code location
+(`pipelines.celery_definitions`) runs the shard partitions of `shards_job` on two Celery worker
+processes at once, started as docs/scale-out.md says (`dagster-celery worker start`), and the
+result equals one unpartitioned run. The broker is kombu's filesystem transport and the result
+backend Celery's file backend: real Celery, with folders where a deployment has Redis or RabbitMQ
+(nothing here can run a broker server). Real Delta tables, the real node and the real model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dagster_shared.yaml_utils import dump_run_config_yaml
+from test_fanout import (
+    ROOT,
+    assert_shard_runs_equal_one_run,
+    one_run_and_fanned,
+    run_two_shard_processes,
+    scoped,
+    shard_env,
+)
+
+from ctxdb.index.client import make_client
+from ctxdb.settings import Settings
+
+WORKERS = ("w0", "w1")
+READY_S = 120
+
+
+def celery_config(folder: Path) -> dict:
+    """The executor config both sides share: a filesystem broker, a file result backend, and
+    one task at a time per worker, acknowledged when done (so no worker holds a second step)."""
+    queue, processed, results = (folder / name for name in ("queue", "processed", "results"))
+    for path in (queue, processed, results):
+        path.mkdir(parents=True)
+    return {
+        "broker": "filesystem://",
+        "backend": f"file://{results}",
+        "config_source": {
+            "broker_transport_options": {
+                "data_folder_in": str(queue),
+                "data_folder_out": str(queue),
+                "processed_folder": str(processed),
+            },
+            "task_acks_late": True,
+            "worker_prefetch_multiplier": 1,
+        },
+    }
+
+
+def wait_ready(log: Path, worker: subprocess.Popen) -> None:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if "ready." in log.read_text(errors="replace"):
+            return
+        assert worker.poll() is None, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"worker not ready in {READY_S} s: {log.read_text()[-3000:]}")
+
+
+@pytest.fixture
+def celery_workers(es_settings: Settings, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Two solo-pool workers (one step at a time each) on the fanned memory's environment; yields
+    the environment that points the Celery code location's executor at them."""
+    config = celery_config(tmp_path / "celery")
+    config_yaml = tmp_path / "celery.yaml"
+    config_yaml.write_text(dump_run_config_yaml({"execution": {"config": config}}))
+    executor_env = {
+        "CTXDB_CELERY_BROKER": config["broker"],
+        "CTXDB_CELERY_BACKEND": config["backend"],
+        "CTXDB_CELERY_CONFIG_SOURCE": json.dumps(config["config_source"]),
+    }
+    home = tmp_path / "dagster_home_workers"
+    home.mkdir()
+    scripts = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"  # `celery` too
+    workers = []
+    for name in WORKERS:
+        log = tmp_path / f"{name}.log"
+        command = [str(scripts / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
+        command += ["-y", str(config_yaml), "-n", name, "--"]
+        command += ["--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={
+                **shard_env(scoped(es_settings, "fan")),
+                **executor_env,
+                "DAGSTER_HOME": str(home),
+                "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}",
+            },
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the CLI starts `celery worker` as its child: stop both
+        )
+        workers.append((process, log))
+    try:
+        for process, log in workers:
+            wait_ready(log, process)
+        yield executor_env
+    finally:
+        for process, _ in workers:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process, _ in workers:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_two_celery_workers_write_two_shards_at_once(
+    es_settings: Settings, embedder, tmp_path: Path, celery_workers: dict[str, str]
+) -> None:
+    one, fanned = one_run_and_fanned(es_settings)
+    runs = run_two_shard_processes(fanned, tmp_path, flags=("--celery",), env=celery_workers)
+    assert_shard_runs_equal_one_run(runs, one, fanned, make_client(es_settings))
+
+    # every step ran on a Celery worker, and each partition's embedding step on its own worker
+    # while the other partition's ran on the other: two executor processes writing at once
+    for run in runs:
+        assert run["steps"] and all("worker" in step for step in run["steps"].values()), run
+    embeds = [run["steps"]["role_row_embeddings"] for run in runs]
+    assert {step["worker"].split("@")[0] for step in embeds} == set(WORKERS)
+    first, second = sorted(embeds, key=lambda step: step["start"])
+    assert second["start"] < first["end"], embeds
