@@ -506,6 +506,7 @@ def main(
     ] = False,
     live_rate: Annotated[int, typer.Option(help="Rows per second the live writer adds.")] = 500,
     recall_users: Annotated[int, typer.Option(help="Users whose kNN recall is checked.")] = 0,
+    recall_queries: Annotated[int, typer.Option(help="Queries per user in the recall check.")] = 10,
     build_only: Annotated[bool, typer.Option(help="Build (or reuse) and stop.")] = False,
     recall_only: Annotated[bool, typer.Option(help="Stop after the recall check.")] = False,
     vectors_dir: Annotated[Path, typer.Option(help="Where the build's vectors are kept.")] = Path(
@@ -528,6 +529,7 @@ def main(
         pool_texts, pool = vector_pool(embedder, random.Random(seed))
     results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
     results["query_embedding_backend"] = settings.embedding.backend
+    results["knn_oversample"] = settings.search.knn_oversample
     if building:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
@@ -559,9 +561,11 @@ def main(
     if recall_users:
         vectors = load_vectors(vectors_dir, prefix)
         if vectors is not None:
-            texts = [q for t in TOPICS for q in t.queries]
+            # the topics' queries, then their prompts and follow-ups (the rows' base texts)
+            texts = [q for t in TOPICS for q in (*t.queries, *t.prompts, *t.followups)]
+            asked = rng.sample(texts, min(recall_queries, len(texts)))
             results["knn_recall"] = knn_recall(
-                service, vectors, rng.sample(user_ids, recall_users), rng.sample(texts, 10), now
+                service, vectors, rng.sample(user_ids, recall_users), asked, now
             )
             typer.echo(f"kNN recall: {results['knn_recall']}")
     if recall_only:

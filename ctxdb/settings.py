@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Variables outside the CTXDB_ prefix that a group reads.
@@ -187,6 +187,13 @@ class SearchSettings(BaseSettings):
         default=200, description="kNN num_candidates per shard (at least 1.5 x k is used)."
     )
     knn_k: int = Field(default=50, description="kNN k (rows fetched by the semantic arm).")
+    knn_oversample: float = Field(
+        default=3.0,
+        ge=0,
+        le=10,
+        description="Quantized indices: oversample x k kNN candidates rescored with the float"
+        " vectors (0: off; 1-10).",
+    )
     overfetch_rows: int = Field(
         default=4, description="Rows fetched per wanted turn in each arm, before per-turn dedup."
     )
@@ -214,6 +221,15 @@ class SearchSettings(BaseSettings):
     query_cache_size: int = Field(
         default=1024, ge=0, description="Query embeddings kept in memory (0: no cache)."
     )
+
+
+    @field_validator("knn_oversample")
+    @classmethod
+    def _oversample_off_or_at_least_one(cls, value: float) -> float:
+        """Elasticsearch takes 0 (off) or 1 to 10."""
+        if 0 < value < 1:
+            raise ValueError("knn_oversample is 0 (off) or between 1 and 10")
+        return value
 
 
 class RetentionSettings(BaseSettings):

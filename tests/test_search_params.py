@@ -85,6 +85,16 @@ def test_arm_bodies_widen_knn_candidates_and_skip_total_hits() -> None:
     assert capped["lexical"]["size"] == 2 * bodies["lexical"]["size"]  # 2 turns per conversation
 
 
+def test_knn_oversample_asks_for_float_rescoring_unless_off() -> None:
+    request = SearchRequest(query="kelp forest survey", top_k=10)
+    on = service(knn_oversample=2.5).arm_bodies(ALICE, request, request.query, [0.1] * 384, NOW)
+    assert on["semantic"]["knn"]["rescore_vector"] == {"oversample": 2.5}
+    off = service(knn_oversample=0).arm_bodies(ALICE, request, request.query, [0.1] * 384, NOW)
+    assert "rescore_vector" not in off["semantic"]["knn"]
+    with pytest.raises(ValueError, match="knn_oversample"):
+        service(knn_oversample=0.5)
+
+
 def test_filters_are_equal_within_a_minute_and_hide_expiring_rows_early() -> None:
     svc = service()
     request = SearchRequest(query="kelp", days=7)

@@ -96,6 +96,7 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_QUERY_CACHE_SIZE": ("search", "query_cache_size", "16", 16),
     "CTXDB_SEARCH_NUM_CANDIDATES": ("search", "num_candidates", "100", 100),
     "CTXDB_SEARCH_KNN_K": ("search", "knn_k", "25", 25),
+    "CTXDB_SEARCH_KNN_OVERSAMPLE": ("search", "knn_oversample", "2", 2.0),
     "CTXDB_SEARCH_OVERFETCH_ROWS": ("search", "overfetch_rows", "6", 6),
     "CTXDB_SEARCH_MAX_PER_CONVERSATION": ("search", "max_per_conversation", "3", 3),
     "CTXDB_SEARCH_QUERY_MAX_CHARS": ("search", "query_max_chars", "128", 128),

@@ -68,17 +68,27 @@ def content_words(query: str) -> str:
 
 
 def semantic_body(
-    vector: list[float], row_filter: dict[str, Any], *, k: int, num_candidates: int
+    vector: list[float],
+    row_filter: dict[str, Any],
+    *,
+    k: int,
+    num_candidates: int,
+    oversample: float = 0.0,
 ) -> dict[str, Any]:
-    """kNN on `embedding` with the shared filter applied during the graph search."""
+    """kNN on `embedding` with the shared filter applied during the graph search. On a quantized
+    index (int8_hnsw, bbq_hnsw) `oversample` > 0 gathers oversample x k candidates and rescores
+    them with the float vectors (Elasticsearch ignores it on a float index)."""
+    knn: dict[str, Any] = {
+        "field": "embedding",
+        "query_vector": vector,
+        "k": k,
+        "num_candidates": max(num_candidates, k),
+        "filter": row_filter,
+    }
+    if oversample > 0:
+        knn["rescore_vector"] = {"oversample": oversample}
     return {
-        "knn": {
-            "field": "embedding",
-            "query_vector": vector,
-            "k": k,
-            "num_candidates": max(num_candidates, k),
-            "filter": row_filter,
-        },
+        "knn": knn,
         "size": k,
         "track_total_hits": False,
         "_source": SOURCE_FIELDS,

@@ -295,6 +295,7 @@ class SearchService:
                 filt,
                 k=k,
                 num_candidates=max(s.search.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * k)),
+                oversample=s.search.knn_oversample,
             )
         return bodies
 
