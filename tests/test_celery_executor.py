@@ -76,12 +76,14 @@ def celery_workers(es_settings: Settings, tmp_path: Path) -> Iterator[dict[str, 
         "CTXDB_CELERY_BACKEND": config["backend"],
         "CTXDB_CELERY_CONFIG_SOURCE": json.dumps(config["config_source"]),
     }
-    home = tmp_path / "dagster_home_workers"
-    home.mkdir()
     scripts = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"  # `celery` too
     workers = []
     for name in WORKERS:
         log = tmp_path / f"{name}.log"
+        # the CLI opens $DAGSTER_HOME's instance to keep its config: one each, as two processes
+        # creating one SQLite storage at once race on its schema (the steps use the run's own)
+        home = tmp_path / f"dagster_home_{name}"
+        home.mkdir()
         command = [str(scripts / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
         command += ["-y", str(config_yaml), "-n", name, "--"]
         command += ["--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat"]

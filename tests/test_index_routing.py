@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -99,6 +101,26 @@ def test_an_existing_index_keeps_its_layout_and_the_difference_is_logged(es, rou
         again = ensure_index(es, prefix, TURNS, dims=384, model_id="m", layout=unrouted)
     assert again == first and index_layout(es, first)["routing"] == "user"
     assert "routing: index has 'user', settings say 'none'" in caplog.text
+
+
+def test_writers_that_create_the_first_index_at_once_share_one(es, routed):
+    """Shard runs on several workers may all find no index: each round releases 6 threads at
+    once into `ensure_index`; every one gets the same index, and only one version exists."""
+    prefix = routed.elasticsearch.index_prefix
+    layout = settings_layout(routed)
+    for round_ in range(4):
+        round_prefix = f"{prefix}-race{round_}"
+        start = threading.Barrier(6)
+
+        def create(_: int, round_prefix: str = round_prefix, start=start) -> str:
+            start.wait()
+            return ensure_index(es, round_prefix, ROWS, dims=384, model_id="m", layout=layout)
+
+        with ThreadPoolExecutor(6) as pool:
+            names = set(pool.map(create, range(6)))
+        assert names == {f"{round_prefix}-rows-v1"}
+        assert alias_target(es, alias_name(round_prefix, ROWS)) == f"{round_prefix}-rows-v1"
+        assert list(es.indices.get(index=f"{round_prefix}-rows-v*")) == [f"{round_prefix}-rows-v1"]
 
 
 def test_every_user_on_one_shard_and_every_read_finds_their_documents(store, es, routed):

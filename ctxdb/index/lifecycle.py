@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from elasticsearch import Elasticsearch, NotFoundError
+from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
 from ctxdb.index.routing import DEFAULT_LAYOUT, USER, index_layout, layout_mismatches
@@ -123,7 +123,9 @@ def ensure_index(
     """The index behind the alias, creating the first version (with alias) when there is none.
 
     An existing index whose layout differs from `layout` is kept (documents are written and read
-    the way it records); the difference is logged, and a reindex applies it."""
+    the way it records); the difference is logged, and a reindex applies it. Two writers that
+    find no index at once (shard runs on different workers) both try to create it: the index and
+    its alias are created in one request, so the one that loses takes the winner's."""
     alias = alias_name(prefix, kind)
     current = alias_target(es, alias)
     if current is not None:
@@ -133,9 +135,16 @@ def ensure_index(
         return current
     existing = versions(es, prefix, kind)
     version = max(existing, default=0) + 1
-    return create_index(
-        es, prefix, kind, version, dims=dims, model_id=model_id, with_alias=True, layout=layout
-    )
+    try:
+        return create_index(
+            es, prefix, kind, version, dims=dims, model_id=model_id, with_alias=True, layout=layout
+        )
+    except BadRequestError as error:
+        winner = alias_target(es, alias)
+        if error.error != "resource_already_exists_exception" or winner is None:
+            raise
+        log.info("%s was created by another writer at the same time", winner)
+        return winner
 
 
 def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:
