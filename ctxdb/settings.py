@@ -222,7 +222,6 @@ class SearchSettings(BaseSettings):
         default=1024, ge=0, description="Query embeddings kept in memory (0: no cache)."
     )
 
-
     @field_validator("knn_oversample")
     @classmethod
     def _oversample_off_or_at_least_one(cls, value: float) -> float:

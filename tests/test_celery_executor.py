@@ -36,8 +36,9 @@ READY_S = 120
 def celery_config(folder: Path) -> dict:
     """The executor config both sides share: a filesystem broker, a file result backend, and
     one task at a time per worker, acknowledged when done (so no worker holds a second step)."""
-    queue, processed, results = (folder / name for name in ("queue", "processed", "results"))
-    for path in (queue, processed, results):
+    names = ("queue", "processed", "results", "control")
+    queue, processed, results, control = (folder / name for name in names)
+    for path in (queue, processed, results, control):
         path.mkdir(parents=True)
     return {
         "broker": "filesystem://",
@@ -47,6 +48,7 @@ def celery_config(folder: Path) -> dict:
                 "data_folder_in": str(queue),
                 "data_folder_out": str(queue),
                 "processed_folder": str(processed),
+                "control_folder": str(control),  # else `control/` in the working directory
             },
             "task_acks_late": True,
             "worker_prefetch_multiplier": 1,
