@@ -5,8 +5,9 @@ incremental run of M more events, and of the search service with the model loade
         --json bench/results/memory.json
 
 Every stage runs in its own process, as Dagster's multiprocess executor runs each asset step,
-and reports its own peak resident set size (`getrusage` `ru_maxrss`); a run's ceiling is the
-largest of its stages. The full build lands and derives the generated events, then embeds: the
+and reports its peak resident set size: its own (`getrusage` `ru_maxrss`) or, where it starts
+worker processes (derivation), the peak of its own plus its workers' sampled together; a run's
+ceiling is the largest of its stages. The full build lands and derives the generated events, then embeds: the
 embeddings cache holds random vectors for all but `--embed-texts` texts (embedding a million role
 rows with the model takes hours here), which the model embeds for real in the same process, so
 the stage's peak includes the loaded model and its inference buffers. The increment embeds every
@@ -26,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -38,6 +40,56 @@ BUILD = ("land", "derive", "embed", "index", "check")
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class TreeRss:
+    """The peak of this process's resident set plus its descendants' at the same moment (a
+    derivation's worker processes), sampled every 50 ms from /proc (Linux; psutil is not a
+    dependency of ctxdb, and `ru_maxrss` of the children is the largest child, not the sum)."""
+
+    def __init__(self) -> None:
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> TreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak_kb = max(self.peak_kb, sum(_rss_kb(pid) for pid in _tree(os.getpid())))
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and every process below it."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict:
@@ -220,8 +272,10 @@ def main() -> None:
     args = parser.parse_args()
     args.users = args.users or max(1, round(args.events / EVENTS_PER_CONVERSATION) // 20)
     if args.stage:
-        result = stage(args.stage, args.events, args.later, args)
-        result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+        with TreeRss() as tree:
+            result = stage(args.stage, args.events, args.later, args)
+        result["peak_rss_mb"] = round(max(peak_rss_mb(), tree.peak_kb / 1024), 1)
+        result["own_peak_rss_mb"] = round(peak_rss_mb(), 1)
         print(json.dumps(result))  # noqa: T201
         return
 

@@ -469,6 +469,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Conversations derived and written per batch: bounds derivation's memory.",
     )
+    derive_processes: int = Field(
+        default=0,
+        ge=0,
+        description="Worker processes that derive batches side by side (0: one per CPU core;"
+        " 1: derive in the calling process). A run of one batch always derives in-process.",
+    )
 
     elasticsearch: ElasticsearchSettings = Field(default_factory=ElasticsearchSettings)
     landing: LandingSettings = Field(default_factory=LandingSettings)

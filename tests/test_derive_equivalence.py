@@ -15,7 +15,11 @@ for a deliberate change of the TurnLog contract).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import subprocess
+import sys
+import textwrap
 import random
 import shutil
 from collections.abc import Callable
@@ -69,8 +73,10 @@ def derived_tables(store: DeltaStore) -> dict[str, pl.DataFrame]:
     return {name: store.read(name).sort(keys) for name, keys in TABLES.items()}
 
 
-def settings(tmp_path: Path, batch: int) -> Settings:
-    return Settings(home=tmp_path, derive_batch_conversations=batch)
+def settings(tmp_path: Path, batch: int, processes: int = 0) -> Settings:
+    return Settings(
+        home=tmp_path, derive_batch_conversations=batch, derive_processes=processes
+    )
 
 
 def assert_golden(tables: dict[str, pl.DataFrame]) -> None:
@@ -80,11 +86,17 @@ def assert_golden(tables: dict[str, pl.DataFrame]) -> None:
         assert_frame_equal(table, expected, check_exact=True)
 
 
-@pytest.mark.parametrize("batch", [5_000, 10])
-def test_every_derived_table_equals_the_recorded_derivation(tmp_path: Path, batch: int) -> None:
+@pytest.mark.parametrize(("batch", "processes"), [(5_000, 0), (10, 1), (10, 3)])
+def test_every_derived_table_equals_the_recorded_derivation(
+    tmp_path: Path, batch: int, processes: int, caplog: pytest.LogCaptureFixture
+) -> None:
     store = landed(tmp_path)
 
-    stats = derive(store, settings(tmp_path, batch), now=NOW)
+    with caplog.at_level(logging.INFO, logger="ctxdb.record.run"):
+        stats = derive(store, settings(tmp_path, batch, processes), now=NOW)
+
+    parallel = [r.getMessage() for r in caplog.records if "processes" in r.getMessage()]
+    assert parallel == (["deriving 3 batches in 3 processes"] if processes == 3 else [])
 
     tables = derived_tables(store)
     if os.environ.get("CTXDB_UPDATE_DERIVE_GOLDEN") == "1" and batch == 5_000:
@@ -105,6 +117,35 @@ def test_reruns_and_a_full_rerun_leave_every_table_as_recorded(tmp_path: Path) -
     assert again.events == 0
     assert full.events == store.read(RAW_TURN_EVENTS).height
     assert all(w["inserted"] == 0 for w in full.written.values())
+    assert_golden(derived_tables(store))
+
+
+def test_a_script_without_a_main_guard_derives_in_its_own_process(tmp_path: Path) -> None:
+    """Worker processes start with `spawn`, which re-runs an unguarded `__main__`: those workers
+    die before deriving anything, and the run derives every batch in its own process."""
+    store = landed(tmp_path)
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(f"""
+            from datetime import datetime, UTC
+            from ctxdb.record.run import derive
+            from ctxdb.settings import Settings
+            from ctxdb.storage.delta import DeltaStore
+            settings = Settings(home={str(tmp_path)!r}, derive_batch_conversations=10,
+                                derive_processes=2)
+            stats = derive(DeltaStore({store.root!r}), settings, now=datetime.fromisoformat(
+                {NOW.isoformat()!r}))
+            print("derived", stats.conversations, stats.failed)
+        """)
+    )
+
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "derived 27 1" in done.stdout
+    assert "deriving the remaining 3 batches here" in done.stderr
     assert_golden(derived_tables(store))
 
 

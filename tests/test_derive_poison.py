@@ -18,7 +18,7 @@ from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import erase as erasure
 from ctxdb.record import checks
-from ctxdb.record import run as record_run
+from ctxdb.record import batches as record_batches
 from ctxdb.record.run import derive, last_derived_version
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -124,7 +124,7 @@ def test_a_failure_of_every_conversation_is_a_fault_of_the_run(
     def broken(*_: object) -> None:  # a fake: this test is about derivation itself failing
         raise KeyError("a bug, not bad data")
 
-    monkeypatch.setattr(record_run, "derive_tables", broken)
+    monkeypatch.setattr(record_batches, "derive_tables", broken)
     with pytest.raises(KeyError, match="a bug"):
         derive(store, settings_for(tmp_path), now=NOW)
     assert last_derived_version(store) == -1

@@ -35,6 +35,7 @@ ENVIRONMENT = {
     "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
     "CTXDB_SHARDS": (None, "shards", "8", 8),
     "CTXDB_DERIVE_BATCH_CONVERSATIONS": (None, "derive_batch_conversations", "200", 200),
+    "CTXDB_DERIVE_PROCESSES": (None, "derive_processes", "3", 3),
     "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
     "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),
     "ELASTICSEARCH_USERNAME": ("elasticsearch", "username", "elastic", "elastic"),

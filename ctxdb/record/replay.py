@@ -26,6 +26,8 @@ EVENTS = "conv.artifacts.events"
 STREAM = "conv.artifacts.stream"
 REPLAYED = ["chat.step", "communicator.event", "stream.aggregate"]
 IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
+_SORTED_JSON = json.JSONEncoder(sort_keys=True).encode
+"""`json.dumps(value, sort_keys=True)` without building an encoder per call."""
 
 
 def _item(type_: str, payload: dict) -> tuple[str, str, str | None, dict]:
@@ -68,7 +70,7 @@ def replay_frame(
         artifact.append(item[0])
         name.append(item[1])
         marker.append(item[2])
-        payload.append(json.dumps(item[3], sort_keys=True))
+        payload.append(_SORTED_JSON(item[3]))
     if not seq:
         return empty(REPLAY_SCHEMA)
     columns |= {"seq": seq, "artifact": artifact, "name": name, "marker": marker, "data": payload}

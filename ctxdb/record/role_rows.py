@@ -23,6 +23,9 @@ from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
 from ctxdb.text import MIN_WORD_LEN
 
+WORD_3 = rf"\w{{{MIN_WORD_LEN},}}"
+"""A word (maximal run of word characters) of at least `MIN_WORD_LEN` characters."""
+
 KEYS = ["row_id"]
 IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
 Block = dict[str, Any]
@@ -232,19 +235,35 @@ def _rich_rows(out: _TurnRows, turn_tag: str, projection: str) -> None:
 
 
 def trigram_column(texts: pl.Series) -> pl.Series:
-    """`ctxdb.text.trigrams` of every text, computed in one vectorized pass (same output)."""
-    grams = (
+    """`ctxdb.text.trigrams` of every text, computed in one vectorized pass (same output).
+
+    Each distinct word's trigrams are cut once (a corpus has far fewer distinct words than word
+    occurrences) and joined back to the words of every text, in order."""
+    words = (
         pl.DataFrame({"t": texts})
         .with_row_index("r")
-        .select("r", pl.col("t").str.to_lowercase().str.extract_all(r"\w+").alias("w"))
+        .select("r", pl.col("t").str.to_lowercase().str.extract_all(WORD_3).alias("w"))
         .explode("w")
-        .filter(pl.col("w").str.len_chars() >= MIN_WORD_LEN)
+        .drop_nulls("w")
+    )
+    vocabulary = (
+        words.select(pl.col("w").unique())
         .with_columns(pl.format("_{}_", "w").alias("p"))
         .with_columns(pl.int_ranges(0, pl.col("p").str.len_chars() - 2).alias("i"))
         .explode("i")
-        .select("r", pl.col("p").str.slice(pl.col("i"), 3).alias("g"))
+        .select("w", pl.col("p").str.slice(pl.col("i"), 3).alias("g"))
+        .group_by("w")
+        .agg("g")
+    )
+    grams = (
+        words.join(vocabulary, on="w", how="left", maintain_order="left")
         .group_by("r", maintain_order=True)
-        .agg(pl.col("g").unique(maintain_order=True).str.join(" "))
+        .agg(
+            pl.col("g")
+            .list.explode(keep_nulls=False, empty_as_null=False)
+            .unique(maintain_order=True)
+            .str.join(" ")
+        )
     )
     rows = pl.DataFrame({"r": pl.int_range(len(texts), dtype=pl.UInt32, eager=True)})
     return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")

@@ -25,8 +25,8 @@ import polars as pl
 import pyarrow as pa
 
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
-from ctxdb.record.failures import clear_failures, failure_rows, isolate, record_failures
-from ctxdb.record.records import build_turns, closed_events
+from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
+from ctxdb.record.failures import clear_failures, record_failures
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
@@ -69,15 +69,6 @@ TARGETS = (
 
 
 @dataclass
-class Derived:
-    """The derived frames of some conversations, keyed by table name."""
-
-    tables: dict[str, pl.DataFrame]
-    turns: int
-    open_turns: int
-
-
-@dataclass
 class DeriveStats:
     conversations: int = 0
     events: int = 0
@@ -87,33 +78,6 @@ class DeriveStats:
     to_version: int = -1
     written: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: int = 0
-
-
-def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Derived:
-    """Every derived table for the conversations in `raw` (pure: frames in, frames out)."""
-    events = closed_events(raw)
-    turns = build_turns(events)
-    titles = timelines.conversation_titles(raw, turns)
-    tables = {
-        TURN_LOGS: turn_logs.turn_logs_frame(turns, titles, settings, now),
-        CONVERSATION_TIMELINES: timelines.timelines_frame(raw, turns, titles, settings, now),
-        ROLE_ROWS: role_rows.role_rows_frame(turns, settings, now),
-        TURN_CATALOG: catalog.turn_catalog_frame(turns, titles, settings, now),
-        REPLAY_ARTIFACTS: replay.replay_frame(events, turns, settings, now),
-    }
-    all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
-    return Derived(tables=tables, turns=len(turns), open_turns=all_turns - len(turns))
-
-
-def combine(parts: Sequence[Derived]) -> Derived:
-    """The derived tables of several disjoint sets of conversations, as one."""
-    if len(parts) == 1:
-        return parts[0]
-    return Derived(
-        tables={name: pl.concat([p.tables[name] for p in parts]) for name in parts[0].tables},
-        turns=sum(p.turns for p in parts),
-        open_turns=sum(p.open_turns for p in parts),
-    )
 
 
 def last_derived_version(store: DeltaStore) -> int:
@@ -213,8 +177,20 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     )
     conversations = touched["conversation_id"].sort()
     size = settings.derive_batch_conversations
-    for start in range(0, conversations.len(), size):
-        _derive_batch(store, settings, now, scan, conversations[start : start + size], stats)
+    batches = [
+        Batch(
+            store.uri(RAW_TURN_EVENTS),
+            pinned,
+            store.storage_options,
+            conversations[start : start + size].to_list(),
+        )
+        for start in range(0, conversations.len(), size)
+    ]
+    processes = worker_count(settings.derive_processes, len(batches))
+    if processes > 1:
+        log.info("deriving %d batches in %d processes", len(batches), processes)
+    for result in derived_batches(batches, settings, now, processes):
+        _write_batch(store, result, stats)
     if full:
         for target in TARGETS:
             stale = drop_stale(store, target.table, conversations)
@@ -244,32 +220,21 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     return stats
 
 
-def _derive_batch(
-    store: DeltaStore,
-    settings: Settings,
-    now: datetime,
-    scan: pl.LazyFrame,
-    conversations: pl.Series,
-    stats: DeriveStats,
-) -> None:
-    """Derive and write one batch of conversations, adding its counts to `stats`."""
-    raw = scan.filter(pl.col("conversation_id").is_in(conversations.implode())).collect()
-    parts, failures = isolate(raw, lambda events: derive_tables(events, settings, now))
-    derived = combine(parts or [derive_tables(raw.clear(), settings, now)])
-    failed = {f.conversation_id for f in failures}
-    done = [c for c in conversations.to_list() if c not in failed]
+def _write_batch(store: DeltaStore, result: Result, stats: DeriveStats) -> None:
+    """Write one derived batch, adding its counts to `stats`."""
     for target in TARGETS:
-        written = write_table(store, target, derived.tables[target.table], done)
+        data = pl.from_arrow(result.tables[target.table])
+        written = write_table(store, target, data, result.done)
         total = stats.written.setdefault(target.table, dict(WRITTEN))
         for key, value in written.items():
             total[key] = total.get(key, 0) + value
-    record_failures(store, failure_rows(raw, failures, now))
-    clear_failures(store, done)
-    stats.conversations += len(done)
-    stats.failed += len(failed)
-    stats.events += raw.height
-    stats.turns += derived.turns
-    stats.open_turns += derived.open_turns
+    record_failures(store, result.failures)
+    clear_failures(store, result.done)
+    stats.conversations += len(result.done)
+    stats.failed += result.failures.height
+    stats.events += result.events
+    stats.turns += result.turns
+    stats.open_turns += result.open_turns
 
 
 def drop_stale(store: DeltaStore, table: str, conversations: pl.Series) -> int:

@@ -30,6 +30,10 @@ class StorageError(OSError):
         self.uri = uri
         self.action = action
 
+    def __reduce__(self) -> tuple[type[StorageError], tuple[str, str, str, int]]:
+        """Pickle by the constructor's arguments (a derivation worker raises it to its caller)."""
+        return type(self), (self.table, self.uri, self.action, self.errno)
+
     def __str__(self) -> str:
         return f"cannot {self.action} table {self.table} at {self.uri}: {self.strerror}"
 
