@@ -24,7 +24,8 @@ from ctxdb.landing import mirror
 from ctxdb.landing.files import list_files, read_bytes
 from ctxdb.landing.run import land
 from ctxdb.landing.scan import _native
-from ctxdb.record.run import derive
+from ctxdb.record.batches import worker_count
+from ctxdb.record.run import DeriveStats, derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -81,7 +82,15 @@ def derive_and_increment(
     t_land: float,
     cpu_land: float,
 ) -> dict:
-    """Derivation of the landed events, then 1% more events landed and derived incrementally."""
+    """Derivation of the landed events (in `settings.derive_processes` processes, and again in
+    one process on a copy of the landed table, side by side), then 1% more events landed and
+    derived incrementally."""
+    single = DeltaStore(str(args.out / "delta-one-process"))
+    shutil.copytree(store.uri(RAW_TURN_EVENTS), single.uri(RAW_TURN_EVENTS))
+    one_process = settings.model_copy(update={"derive_processes": 1})
+    derived_one, t_derive_one = timed(derive, single, one_process, now=now)
+    cpu_derive_one = CPU.pop("derive")
+    shutil.rmtree(single.root)
     derived, t_derive = timed(derive, store, settings, now=now)
     cpu_derive = CPU["derive"]
     landing = args.out / "landing"
@@ -102,6 +111,13 @@ def derive_and_increment(
         "derive_s": round(t_derive, 2),
         "derive_events_per_s": round(derived.events / t_derive),
         "derive_cpu_s": round(cpu_derive, 2),
+        "derive_processes": worker_count(
+            settings.derive_processes, derived_batches(derived, settings)
+        ),
+        "derive_one_process_s": round(t_derive_one, 2),
+        "derive_one_process_events_per_s": round(derived_one.events / t_derive_one),
+        "derive_one_process_cpu_s": round(cpu_derive_one, 2),
+        "derive_speedup_vs_one_process": round(t_derive_one / t_derive, 2),
         "turns": derived.turns,
         "conversations": derived.conversations,
         "increment_events": extra_landed.landed,
@@ -114,6 +130,11 @@ def derive_and_increment(
         ),
         "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
     }
+
+
+def derived_batches(stats: DeriveStats, settings: Settings) -> int:
+    """Batches a derivation of `stats.conversations` (and its failures) took."""
+    return -(-(stats.conversations + stats.failed) // settings.derive_batch_conversations)
 
 
 def main() -> None:
