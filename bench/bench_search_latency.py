@@ -16,8 +16,9 @@ Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --row
 are embedded by the configured backend (`CTXDB_EMBEDDING_BACKEND`: torch, onnx, onnx-int8).
 
 Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing`
-(user: every document routed by its user, searches touch one shard) and `--shards`; `--users`
-or `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment
+(user: every document routed by its user, searches touch one shard), `--sort` (user: every
+segment sorted by user and conversation; builds without it keep their old names), `--shards`;
+`--users` or `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment
 index, `--live-sync` measures while a background writer bulk-indexes new rows. The build is kept
 and reused by later runs of the same layout and users (`--build-only` just builds it). Queries
 run in bursts; every burst records the load average; Elasticsearch's own `took` and the query
@@ -489,6 +490,9 @@ def main(
     index_type: Annotated[str, typer.Option(help="hnsw, int8_hnsw or bbq_hnsw.")] = "int8_hnsw",
     routing: Annotated[str, typer.Option(help="user (route by user) or none.")] = "user",
     shards: Annotated[int, typer.Option(help="Primary shards.")] = 2,
+    sort: Annotated[
+        str, typer.Option(help="user (index sorted by user and conversation) or none.")
+    ] = "user",
     fanout: Annotated[
         bool, typer.Option(help="Search without routing (every shard) even on a routed index.")
     ] = False,
@@ -518,7 +522,8 @@ def main(
     base = get_settings()
     owners = heavy_users or users
     prefix = f"bench-lat-{rows}-{owners}u-{index_type}-{routing}-{shards}s"
-    layout = {"routing": routing, "vector_index": index_type, "shards": shards}
+    prefix += "-sorted" if sort == USER else ""
+    layout = {"routing": routing, "vector_index": index_type, "shards": shards, "sort": sort}
     settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
     embedder = make_embedder(settings.embedding, batch_size=64)  # CTXDB_EMBEDDING_BACKEND

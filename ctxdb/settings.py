@@ -73,6 +73,12 @@ class ElasticsearchSettings(BaseSettings):
         validation_alias="CTXDB_INDEX_ROUTING",
         description="Route each user's documents and searches to one shard (new indices).",
     )
+    sort: Literal["user", "none"] = Field(
+        default="user",
+        validation_alias="CTXDB_INDEX_SORT",
+        description="Sort each shard's documents by user and conversation, so one user's"
+        " documents lie together and a search skips everyone else's (new indices).",
+    )
     shards: int = Field(
         default=1,
         ge=1,

@@ -77,13 +77,29 @@ def test_layout_mismatches_name_each_difference():
     assert layout_mismatches(index, index) == []
 
 
+def test_an_index_without_a_sort_in_its_meta_reads_as_unsorted_and_differs(es, routed):
+    prefix = routed.elasticsearch.index_prefix
+    name = create_index(es, prefix, TURNS, 1, dims=384, model_id="m")
+    es.indices.put_mapping(index=name, meta={"kind": TURNS, "version": 1, "routing": "none"})
+    assert index_layout(es, name)["sort"] == "none"
+    assert "sort" not in es.indices.get_settings(index=name)[name]["settings"]["index"]
+    assert layout_mismatches(index_layout(es, name), settings_layout(routed)) == [
+        "routing: index has 'none', settings say 'user'",
+        "sort: index has 'none', settings say 'user'",
+    ]
+
+
 def test_a_routed_multi_shard_index_refuses_a_write_without_routing(es, routed):
     prefix = routed.elasticsearch.index_prefix
-    layout = {"routing": "user", "vector_index": "int8_hnsw", "shards": SHARDS}
+    layout = {"routing": "user", "vector_index": "int8_hnsw", "shards": SHARDS, "sort": "user"}
     name = create_index(es, prefix, ROWS, 1, dims=384, model_id="m", layout=layout)
     assert index_layout(es, name) == layout
     settings = es.indices.get_settings(index=name)[name]["settings"]["index"]
     assert settings["number_of_shards"] == str(SHARDS)
+    assert settings["sort"] == {
+        "field": ["tenant", "user_id", "conversation_id"],
+        "order": ["asc", "asc", "asc"],
+    }
     mapping = es.indices.get_mapping(index=name)[name]["mappings"]
     assert mapping["_routing"] == {"required": True}
     assert mapping["properties"]["embedding"]["index_options"]["type"] == "int8_hnsw"
@@ -229,7 +245,12 @@ def test_index_status_shows_the_layout_and_what_a_reindex_would_change(es, route
     assert same.exit_code == 0, same.output
     assert "reindex" not in same.output
     rows = json.loads(runner.invoke(app, ["index", "status", "--json"]).output.splitlines()[0])
-    assert rows["layout"] == {"routing": "user", "vector_index": "int8_hnsw", "shards": SHARDS}
+    assert rows["layout"] == {
+        "routing": "user",
+        "vector_index": "int8_hnsw",
+        "shards": SHARDS,
+        "sort": "user",
+    }
 
     monkeypatch.setenv("CTXDB_INDEX_ROUTING", "none")
     changed = runner.invoke(app, ["index", "status"])

@@ -45,6 +45,7 @@ ENVIRONMENT = {
     "CTXDB_INDEX_PREFIX": ("elasticsearch", "index_prefix", "acme", "acme"),
     "CTXDB_INDEX_CHUNK_SIZE": ("elasticsearch", "chunk_size", "250", 250),
     "CTXDB_INDEX_ROUTING": ("elasticsearch", "routing", "none", "none"),
+    "CTXDB_INDEX_SORT": ("elasticsearch", "sort", "none", "none"),
     "CTXDB_INDEX_SHARDS": ("elasticsearch", "shards", "3", 3),
     "CTXDB_INDEX_VECTOR_TYPE": ("elasticsearch", "vector_index", "bbq_hnsw", "bbq_hnsw"),
     "CTXDB_INDEX_BULK_THREADS": ("elasticsearch", "bulk_threads", "3", 3),

@@ -74,7 +74,7 @@ def create_index(
 ) -> str:
     """Create `<prefix>-<kind>-v<version>` from the mappings module; optionally with its alias.
 
-    `layout` (`routing`, `vector_index`, `shards`; see `ctxdb.index.routing.settings_layout`)
+    `layout` (`routing`, `vector_index`, `shards`, `sort`; see `ctxdb.index.routing.settings_layout`)
     shapes the index and is recorded in its `_meta`, which writes and reads follow.
     `bulk_load` turns refresh off until `finish_bulk_load` (faster full builds).
     """
@@ -86,6 +86,7 @@ def create_index(
         vector_index=shape["vector_index"],
         shards=shape["shards"],
         routed=shape["routing"] == USER,
+        sorted_by_user=shape["sort"] == USER,
     )
     body["mappings"]["_meta"] = {
         "kind": kind,

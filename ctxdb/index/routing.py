@@ -31,14 +31,21 @@ DEFAULT_LAYOUT: dict[str, Any] = {
     "routing": NONE,
     "vector_index": DEFAULT_VECTOR_INDEX,
     "shards": 1,
+    "sort": NONE,
 }
 """What an index is built with when no layout is given (tools and tests)."""
 
 
 def settings_layout(settings: Settings) -> dict[str, Any]:
-    """The layout new indices are built with: routing, vector index type and shard count."""
+    """The layout new indices are built with: routing, vector index type, shard count and
+    document order."""
     es = settings.elasticsearch
-    return {"routing": es.routing, "vector_index": es.vector_index, "shards": es.shards}
+    return {
+        "routing": es.routing,
+        "vector_index": es.vector_index,
+        "shards": es.shards,
+        "sort": es.sort,
+    }
 
 
 def routing_key(user_id: str) -> str:
@@ -47,14 +54,15 @@ def routing_key(user_id: str) -> str:
 
 
 def index_layout(es: Elasticsearch, index: str) -> dict[str, Any]:
-    """`routing`, `vector_index` and `shards` of a concrete index (or of the one behind an
-    alias): its `_meta`, with `routing` "none" for indices built before routing existed."""
+    """`routing`, `vector_index`, `shards` and `sort` of a concrete index (or of the one behind
+    an alias): its `_meta`, with `routing` and `sort` "none" for indices built before them."""
     mappings = es.indices.get_mapping(index=index).body
     meta = next(iter(mappings.values()))["mappings"].get("_meta", {})
     return {
         "routing": meta.get("routing", NONE),
         "vector_index": meta.get("vector_index"),
         "shards": meta.get("shards"),
+        "sort": meta.get("sort", NONE),
     }
 
 

@@ -1,8 +1,9 @@
 """SearchService: the one conversation-search entry point behind the Python API, CLI and HTTP API.
 
 Routing: an ordinal -> catalog n-th turn; a blank query with a time window -> catalog window; a
-blank query without one -> MissingQuery; otherwise hybrid search (three arms in one _msearch,
-fusion in Python, per-conversation cap, snippets from TurnLogs).
+blank query without one -> MissingQuery; otherwise hybrid search (the text arms in one _msearch
+while the query embeds, then the kNN arm; fusion in Python, per-conversation cap, snippets from
+TurnLogs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -50,6 +52,8 @@ from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
 
+_ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
+"""Runs the text arms of searches while their queries embed (one thread per search in flight)."""
 KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
 
 
@@ -351,6 +355,30 @@ class SearchService:
             out[arm] = parse_hits(response)
         return out
 
+    def _ranked_arms(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        query: str,
+        now: datetime,
+        semantic: bool,
+        warnings: list[str],
+    ) -> dict[Arm, list[RowHit]]:
+        """Every arm's hits. The text arms need no query vector, so they run (one _msearch, on
+        a pool thread) while the query is embedded; the kNN arm follows as soon as its vector is
+        ready. A search then waits for the longer of the text arms and embedding plus kNN,
+        instead of their sum."""
+        routing = self.routing_for(principal, self.rows_alias)
+        text = _ARMS_POOL.submit(
+            self.run_arms, self.arm_bodies(principal, request, query, None, now), routing
+        )
+        vector = self._embed(query, warnings) if semantic else None
+        knn = {}
+        if vector is not None:
+            bodies = self.arm_bodies(principal, request, query, vector, now)
+            knn = self.run_arms({"semantic": bodies["semantic"]}, routing)
+        return text.result() | knn
+
     def _hybrid(
         self, principal: Principal, request: SearchRequest, now: datetime
     ) -> SearchResponse:
@@ -370,10 +398,8 @@ class SearchService:
             query = query[: s.search.query_max_chars]
             warnings.append(f"query_truncated: cut to {s.search.query_max_chars} characters")
         params = self.fusion_params(request)
-        vector = self._embed(query, warnings) if params.weights["semantic"] > 0 else None
-        ranked = self.run_arms(
-            self.arm_bodies(principal, request, query, vector, now),
-            self.routing_for(principal, self.rows_alias),
+        ranked = self._ranked_arms(
+            principal, request, query, now, params.weights["semantic"] > 0, warnings
         )
         text_query, hint = split_time_hint(query)
         ranked = with_coverage(ranked, text_query)
