@@ -97,6 +97,14 @@ def test_every_derived_table_equals_the_recorded_derivation(
 
     parallel = [r.getMessage() for r in caplog.records if "processes" in r.getMessage()]
     assert parallel == (["deriving 3 batches in 3 processes"] if processes == 3 else [])
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("derived batch")]
+    if batch == 10:
+        assert [line.split(":")[0] for line in progress] == [
+            f"derived batch {n} of 3" for n in (1, 2, 3)
+        ]
+        assert progress[-1].startswith("derived batch 3 of 3: 28 conversations")
+    else:
+        assert progress == []
 
     tables = derived_tables(store)
     if os.environ.get("CTXDB_UPDATE_DERIVE_GOLDEN") == "1" and batch == 5_000:

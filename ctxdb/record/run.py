@@ -189,8 +189,16 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     processes = worker_count(settings.derive_processes, len(batches))
     if processes > 1:
         log.info("deriving %d batches in %d processes", len(batches), processes)
-    for result in derived_batches(batches, settings, now, processes):
+    for done, result in enumerate(derived_batches(batches, settings, now, processes), start=1):
         _write_batch(store, result, stats)
+        if len(batches) > 1:
+            log.info(
+                "derived batch %d of %d: %d conversations, %d events so far",
+                done,
+                len(batches),
+                stats.conversations + stats.failed,
+                stats.events,
+            )
     if full:
         for target in TARGETS:
             stale = drop_stale(store, target.table, conversations)
