@@ -4,16 +4,16 @@ incremental run of M more events, and of the search service with the model loade
     .venv/bin/python bench/bench_memory.py --events 1000000 --increment-events 10000 \\
         --json bench/results/memory.json
 
-Every stage runs in its own process, as Dagster's multiprocess executor runs each asset step,
-and reports its peak resident set size: its own (`getrusage` `ru_maxrss`) or, where it starts
-worker processes (derivation), the peak of its own plus its workers' sampled together; a run's
-ceiling is the largest of its stages. The full build lands and derives the generated events, then embeds: the
+Every stage runs in its own process, as Dagster's multiprocess executor runs each asset step, and
+reports its peak resident set size: its own (`getrusage` `ru_maxrss`) or, where it starts worker
+processes (derivation), the peak of its own plus its workers' sampled together; a run's ceiling is
+the largest of its stages. The full build lands and derives the generated events, then embeds: the
 embeddings cache holds random vectors for all but `--embed-texts` texts (embedding a million role
-rows with the model takes hours here), which the model embeds for real in the same process, so
-the stage's peak includes the loaded model and its inference buffers. The increment embeds every
-new text with the model. The search process loads the model, serves the HTTP API in-process
-(FastAPI test client, bearer tokens) and answers `--searches` queries as generated users. Setup
-steps (generating events, filling the cache) run in processes of their own and are not measured.
+rows with the model takes hours here), which the model embeds for real in the same process, so the
+stage's peak includes the loaded model and its inference buffers. The increment embeds every new
+text with the model. The search process loads the model, serves the HTTP API in-process (FastAPI
+test client, bearer tokens) and answers `--searches` queries as generated users. Setup steps
+(generating events, filling the cache) run in processes of their own and are not measured.
 Indices are deleted afterwards.
 """
 

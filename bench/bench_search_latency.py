@@ -15,15 +15,15 @@ Python and HTTP calls alternate which goes first, so both see the same load and 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`. Queries
 are embedded by the configured backend (`CTXDB_EMBEDDING_BACKEND`: torch, onnx, onnx-int8).
 
-Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing`
-(user: every document routed by its user, searches touch one shard), `--sort` (user: every
-segment sorted by user and conversation; builds without it keep their old names), `--shards`;
-`--users` or `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment
-index, `--live-sync` measures while a background writer bulk-indexes new rows. The build is kept
-and reused by later runs of the same layout and users (`--build-only` just builds it). Queries
-run in bursts; every burst records the load average; Elasticsearch's own `took` and the query
-embedding time are reported apart from the end-to-end figures. `--recall-users` compares the
-kNN arm's top 10 with the exact top 10 (numpy over the same vectors, kept beside the build).
+Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing` (user:
+every document routed by its user, searches touch one shard), `--sort` (user: every segment sorted
+by user and conversation; builds without it keep their old names), `--shards`; `--users` or
+`--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment index,
+`--live-sync` measures while a background writer bulk-indexes new rows. The build is kept and reused
+by later runs of the same layout and users (`--build-only` just builds it). Queries run in bursts;
+every burst records the load average; Elasticsearch's own `took` (summed over a search's
+requests: text arms, kNN arm, TurnLog fetch) and the query embedding time are reported apart from the end-to-end figures. `--recall-users` compares the kNN arm's top 10 with the
+exact top 10 (numpy over the same vectors, kept beside the build).
 """
 
 from __future__ import annotations

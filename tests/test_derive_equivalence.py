@@ -97,7 +97,8 @@ def test_every_derived_table_equals_the_recorded_derivation(
 
     parallel = [r.getMessage() for r in caplog.records if "processes" in r.getMessage()]
     assert parallel == (["deriving 3 batches in 3 processes"] if processes == 3 else [])
-    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("derived batch")]
+    messages = [r.getMessage() for r in caplog.records]
+    progress = [m for m in messages if m.startswith("derived batch")]
     if batch == 10:
         assert [line.split(":")[0] for line in progress] == [
             f"derived batch {n} of 3" for n in (1, 2, 3)

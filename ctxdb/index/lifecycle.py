@@ -74,8 +74,9 @@ def create_index(
 ) -> str:
     """Create `<prefix>-<kind>-v<version>` from the mappings module; optionally with its alias.
 
-    `layout` (`routing`, `vector_index`, `shards`, `sort`; see `ctxdb.index.routing.settings_layout`)
-    shapes the index and is recorded in its `_meta`, which writes and reads follow.
+    `layout` (`routing`, `vector_index`, `shards`, `sort`; see
+    `ctxdb.index.routing.settings_layout`) shapes the index and is recorded in its `_meta`, which
+    writes and reads follow.
     `bulk_load` turns refresh off until `finish_bulk_load` (faster full builds).
     """
     name = index_name(prefix, kind, version)
