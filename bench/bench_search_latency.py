@@ -21,9 +21,10 @@ by user and conversation; builds without it keep their old names), `--shards`; `
 `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment index,
 `--live-sync` measures while a background writer bulk-indexes new rows. The build is kept and reused
 by later runs of the same layout and users (`--build-only` just builds it). Queries run in bursts;
-every burst records the load average; Elasticsearch's own `took` (summed over a search's
-requests: text arms, kNN arm, TurnLog fetch) and the query embedding time are reported apart from the end-to-end figures. `--recall-users` compares the kNN arm's top 10 with the
-exact top 10 (numpy over the same vectors, kept beside the build).
+every burst records the load average; Elasticsearch's own `took` (summed over a search's requests:
+text arms, kNN arm, TurnLog fetch) and the query embedding time are reported apart from the
+end-to-end figures. `--recall-users` compares the kNN arm's top 10 with the exact top 10 (numpy over
+the same vectors, kept beside the build).
 """
 
 from __future__ import annotations
