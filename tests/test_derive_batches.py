@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 
 import pytest
 
 from ctxdb.record.batches import paused_gc, worker_count
+from ctxdb.storage.errors import StorageError
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -41,3 +43,13 @@ def test_the_collector_is_paused_inside_and_restored_after() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_storage_error_crosses_a_process_boundary_whole() -> None:
+    """A worker's `StorageError` reaches the caller with its table, action and reason."""
+    error = pickle.loads(pickle.dumps(StorageError("turn_logs", "/d/turn_logs", "write", 28)))
+
+    assert isinstance(error, StorageError)
+    assert str(error) == (
+        "cannot write table turn_logs at /d/turn_logs: disk full (no space left on device)"
+    )

@@ -145,11 +145,10 @@ def derive_batch(batch: Batch, settings: Settings, now: datetime) -> Result:
 def worker_count(setting: int, batches: int) -> int:
     """Processes to derive `batches` batches with: the setting (0: one per usable CPU core),
     never more than the batches; 1 (this process) for a single batch."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    wanted = setting or cores or 1
-    if multiprocessing.current_process().daemon:
+    if multiprocessing.current_process().daemon:  # a daemon process may not start children
         return 1
-    return max(1, min(wanted, batches))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(setting or cores or 1, batches))
 
 
 def derived_batches(
