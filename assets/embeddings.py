@@ -40,8 +40,8 @@ KINDS = {*DELTA_KINDS, "pytorch"}
 def role_row_embeddings(
     context: AssetExecutionContext, delta: DeltaResource, embedder: EmbedderResource
 ) -> Iterator[MaterializeResult]:
-    model = embedder.embedder()
     store = delta.store()
+    model = embedder.embedder(store)
     shards = run_shards(context)
     report = combined(
         [

@@ -87,7 +87,7 @@ def search_index(
         report
         for shard in shards
         for report in sync_live(
-            store, es.client(), es.settings(), model_id=embedder.model_id(), shard=shard
+            store, es.client(), es.settings(), model_id=embedder.model_id(store), shard=shard
         )
     ]
     metadata: dict[str, int | float | str | bool] = {"shard": shards_label(shards)}

@@ -14,7 +14,8 @@ backend's own bare encode, and the load average (the machine is shared).
 
 Quality: per set, every row and query embedded by each backend; rows ranked by cosine to the query
 (the semantic arm alone, in the query's user, scope and targets; a turn scores its best row); the
-share of queries whose top-10 turns are identical to torch's, and any@10 per backend.
+share of queries whose top-10 turns are identical to torch's (also counting lists that differ only
+between turns whose torch scores tie within 1e-6), and any@10 per backend.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
 BACKENDS = ("torch", "onnx", "onnx-int8")
 DEFAULT_TARGETS = ["user", "assistant", "summary", "notes", "attachment"]
 TOP = 10
+TIE = 1e-6  # torch scores closer than this are ties (fp32 noise between equally similar turns)
 
 
 def set_rows(qs: QuerySet) -> pl.DataFrame:
@@ -134,8 +136,9 @@ def speed(
 
 def ranked_turns(
     rows: pl.DataFrame, vectors: np.ndarray, query: np.ndarray, q: Any
-) -> list[tuple[str, str]]:
-    """Top turns by cosine (best row per turn) inside the query's user, scope and targets."""
+) -> tuple[list[tuple[str, str]], dict[tuple[str, str], float]]:
+    """Top turns by cosine (best row per turn) inside the query's user, scope and targets, and
+    every such turn's score."""
     request = q.request
     mask = (rows.get_column("tenant") == q.tenant) & (rows.get_column("user_id") == q.user_id)
     if request.scope == "conversation" and request.conversation_id:
@@ -155,9 +158,20 @@ def ranked_turns(
         frame.group_by("conversation_id", "turn_id")
         .agg(pl.col("score").max(), pl.col("i").min())
         .sort(["score", "i"], descending=[True, False])
-        .head(TOP)
     )
-    return list(zip(best.get_column("conversation_id"), best.get_column("turn_id"), strict=True))
+    score = {(c, t): float(v) for c, t, v, _ in best.iter_rows()}
+    return [(c, t) for c, t, _, _ in best.head(TOP).iter_rows()], score
+
+
+def same_up_to_ties(
+    top: list[tuple[str, str]], reference: list[tuple[str, str]], score: dict, tie: float
+) -> bool:
+    """The lists agree at every rank, or differ only between turns whose reference scores are
+    within `tie` (float noise between equally similar turns)."""
+    return len(top) == len(reference) and all(
+        a == b or abs(score.get(a, -2.0) - score[b]) < tie
+        for a, b in zip(top, reference, strict=True)
+    )
 
 
 def quality(qs: QuerySet, embedders_: dict[str, Any], batch_size: int) -> dict[str, Any]:
@@ -166,10 +180,14 @@ def quality(qs: QuerySet, embedders_: dict[str, Any], batch_size: int) -> dict[s
     texts = rows.get_column("text").to_list()
     queries = [q.request.query for q in qs.queries]
     tops: dict[str, list[list[tuple[str, str]]]] = {}
+    scores: list[dict[tuple[str, str], float]] = []
     for backend, embedder in embedders_.items():
         vectors = bare_encode(backend, embedder, texts, batch_size)
         qvec = bare_encode(backend, embedder, queries, batch_size)
-        tops[backend] = [ranked_turns(rows, vectors, qvec[i], q) for i, q in enumerate(qs.queries)]
+        ranked = [ranked_turns(rows, vectors, qvec[i], q) for i, q in enumerate(qs.queries)]
+        tops[backend] = [top for top, _ in ranked]
+        if backend == "torch":
+            scores = [score for _, score in ranked]
     any10 = {
         b: statistics.fmean(
             bool(set(top) & q.relevant) for top, q in zip(t, qs.queries, strict=True)
@@ -180,8 +198,13 @@ def quality(qs: QuerySet, embedders_: dict[str, Any], batch_size: int) -> dict[s
     for backend in BACKENDS[1:]:
         same_list = [a == b for a, b in zip(tops[backend], tops["torch"], strict=True)]
         same_set = [set(a) == set(b) for a, b in zip(tops[backend], tops["torch"], strict=True)]
+        tied = [
+            same_up_to_ties(a, b, score, TIE)
+            for a, b, score in zip(tops[backend], tops["torch"], scores, strict=True)
+        ]
         out[backend] = {
             "top10_identical_share": round(statistics.fmean(same_list), 4),
+            "top10_identical_up_to_ties_share": round(statistics.fmean(tied), 4),
             "top10_same_set_share": round(statistics.fmean(same_set), 4),
             "any@10": round(any10[backend], 4),
             "any@10_delta_points": round(100 * (any10[backend] - any10["torch"]), 2),

@@ -121,10 +121,10 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
     if name == "cache":
         return {"cached": _fill_cache(store, settings, args.embed_texts)}
     if name == "embed":
-        from ctxdb.embedding.backends import make_embedder
+        from ctxdb.embedding.backends import memory_embedder
         from ctxdb.embedding.stage import embed_role_rows
 
-        embedder = make_embedder(settings.embedding)  # CTXDB_EMBEDDING_BACKEND
+        embedder = memory_embedder(settings.embedding, store)  # CTXDB_EMBEDDING_BACKEND
         report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
         return {
             "embedded": report.embedded,
@@ -135,7 +135,8 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
         from ctxdb.index.client import make_client
         from ctxdb.index.sync import sync_live
 
-        reports = sync_live(store, make_client(settings), settings, model_id=_model_id(settings))
+        model_id = _model_id(settings, store)
+        reports = sync_live(store, make_client(settings), settings, model_id=model_id)
         return {r.kind: r.indexed for r in reports}
     if name == "check":
         from ctxdb.index.checks import count_mismatches
@@ -148,11 +149,15 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
     raise ValueError(f"unknown stage {name}")
 
 
-def _model_id(settings) -> str:
-    """The id the configured backend stores and indexes vectors under."""
+def _model_id(settings, store) -> str:
+    """The id the configured backend (for `auto`, the memory's) stores and indexes vectors under."""
+    from ctxdb.embedding.backends import resolve_backend
     from ctxdb.embedding.runtime import backend_model_id
+    from ctxdb.embedding.stage import stored_model_ids
 
-    return backend_model_id(settings.embedding.model, settings.embedding.backend)
+    name = settings.embedding.model
+    backend = resolve_backend(settings.embedding.backend, name, stored_model_ids(store, [name]))
+    return backend_model_id(name, backend)
 
 
 def _fill_cache(store, settings, leave: int) -> int:
@@ -171,7 +176,7 @@ def _fill_cache(store, settings, leave: int) -> int:
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         frame = pl.DataFrame(
             {
-                "model_id": [_model_id(settings)] * part.len(),
+                "model_id": [_model_id(settings, store)] * part.len(),
                 "text_hash": part,
                 "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
                 "created_at": [datetime.now(UTC)] * part.len(),

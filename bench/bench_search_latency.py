@@ -534,7 +534,7 @@ def main(
     if building or live_sync:  # the row texts and vectors come from the pool
         pool_texts, pool = vector_pool(embedder, random.Random(seed))
     results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
-    results["query_embedding_backend"] = settings.embedding.backend
+    results["query_embedding_model_id"] = embedder.model_id
     results["knn_oversample"] = settings.search.knn_oversample
     if building:
         started = time.monotonic()

@@ -151,9 +151,10 @@ class EmbeddingSettings(BaseSettings):
     batch_size: int = Field(default=64)
     dims: int = Field(default=384)
     device: str = Field(default="cpu", description="torch device of the embedder.")
-    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
-        default="torch",
-        description="Embedder runtime: torch, ONNX Runtime fp32, or ONNX Runtime dynamic int8.",
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        default="auto",
+        description="Embedder runtime: torch, ONNX Runtime fp32, or ONNX Runtime dynamic int8;"
+        " auto keeps the one a memory's vectors were made with, ONNX fp32 for a new memory.",
     )
     threads: int = Field(
         default=0,

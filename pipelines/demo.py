@@ -108,7 +108,8 @@ def demo_principal(settings: Settings, tenant: str, user_id: str) -> Principal:
 
 def search_demo(settings: Settings, tenant: str, user_id: str) -> None:
     principal = demo_principal(settings, tenant, user_id)
-    service = SearchService(settings, make_client(settings), default_embedder(settings))
+    client = make_client(settings)
+    service = SearchService(settings, client, default_embedder(settings, client))
     for query in DEMO_QUERIES:
         typer.echo(f"\n$ ctxdb search {query!r}   (as {principal.user_id})")
         response = service.search(principal, SearchRequest(query=query, top_k=3))

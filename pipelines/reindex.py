@@ -44,7 +44,7 @@ def build_verify_swap(
         store,
         es.client(),
         es.settings(),
-        embedder.embedder(config.model),
+        embedder.embedder(store, config.model),
         min_coverage_pct=config.min_coverage_pct,
     )
     context.log.info(f"reindex done: {report.as_metadata()}")

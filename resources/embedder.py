@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dagster import ConfigurableResource, InitResourceContext
+from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 
-from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.runtime import OnnxEmbedder
 from ctxdb.settings import get_settings
+from ctxdb.storage.delta import DeltaStore
 
 
 class EmbedderResource(ConfigurableResource):
@@ -21,30 +22,33 @@ class EmbedderResource(ConfigurableResource):
     device: str | None = None
     backend: str | None = None
 
-    _embedder: SentenceTransformerEmbedder | OnnxEmbedder | None = PrivateAttr(default=None)
+    _embedders: dict[str, SentenceTransformerEmbedder | OnnxEmbedder] = PrivateAttr(
+        default_factory=dict
+    )
 
-    def embedder(self, model_name: str | None = None) -> SentenceTransformerEmbedder | OnnxEmbedder:
-        """The run's embedder (weights load on first use and are shared within the process);
-        another `model_name` (a reindex to a new model) gets an embedder of its own."""
-        if model_name is not None and model_name != self.configured_model():
-            return self._build(model_name)
-        if self._embedder is None:
-            self._embedder = self._build(self.configured_model())
-        return self._embedder
+    def embedder(
+        self, store: DeltaStore, model_name: str | None = None
+    ) -> SentenceTransformerEmbedder | OnnxEmbedder:
+        """The run's embedder of `model_name` (default: the configured model) for the memory in
+        `store`, whose vectors decide the `auto` backend; weights load on first use and are
+        shared within the process."""
+        name = model_name or self.configured_model()
+        if name not in self._embedders:
+            self._embedders[name] = self._build(name, store)
+        return self._embedders[name]
 
     def configured_model(self) -> str:
         return self.model_name or get_settings().embedding.model
 
-    def model_id(self) -> str:
+    def model_id(self, store: DeltaStore) -> str:
         """The id vectors are stored under: the model name plus the backend that produced them
         (the torch fallback's id when the ONNX backend could not be had)."""
-        return self.embedder().model_id
+        return self.embedder(store).model_id
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        self.embedder()
-
-    def _build(self, model_name: str) -> SentenceTransformerEmbedder | OnnxEmbedder:
+    def _build(
+        self, model_name: str, store: DeltaStore
+    ) -> SentenceTransformerEmbedder | OnnxEmbedder:
         settings = get_settings().embedding
         overrides = {"device": self.device, "backend": self.backend}
         settings = settings.model_copy(update={k: v for k, v in overrides.items() if v})
-        return make_embedder(settings, model_name=model_name, batch_size=self.batch_size)
+        return memory_embedder(settings, store, model_name=model_name, batch_size=self.batch_size)

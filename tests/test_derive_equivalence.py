@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
+import shutil
 import subprocess
 import sys
 import textwrap
-import random
-import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -74,9 +74,7 @@ def derived_tables(store: DeltaStore) -> dict[str, pl.DataFrame]:
 
 
 def settings(tmp_path: Path, batch: int, processes: int = 0) -> Settings:
-    return Settings(
-        home=tmp_path, derive_batch_conversations=batch, derive_processes=processes
-    )
+    return Settings(home=tmp_path, derive_batch_conversations=batch, derive_processes=processes)
 
 
 def assert_golden(tables: dict[str, pl.DataFrame]) -> None:

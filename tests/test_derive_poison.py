@@ -17,8 +17,8 @@ from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
 
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import erase as erasure
-from ctxdb.record import checks
 from ctxdb.record import batches as record_batches
+from ctxdb.record import checks
 from ctxdb.record.run import derive, last_derived_version
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (

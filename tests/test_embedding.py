@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from conftest_index import role_rows, write_rows
 
+from ctxdb.embedding.cache import BATCHES_PER_CALL
 from ctxdb.embedding.model import EmbedderUnavailable, SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
@@ -159,12 +160,26 @@ def test_model_that_cannot_load_leaves_rows_pending_then_catches_up(
     assert set(statuses(delta_store).values()) == {"ok"}
 
 
+def test_a_failing_call_is_retried_batch_by_batch_then_row_by_row(delta_store, embedder):
+    texts = [f"{'sentence ' * (i + 1)}end" for i in range(12)]  # distinct lengths: a fixed order
+    write_rows(delta_store, role_rows(texts))
+    calls: list[int] = []
+    poisoned = PoisonedEmbedder(embedder, {texts[5]})
+    encode = poisoned.encode
+    poisoned.encode = lambda batch: calls.append(len(batch)) or encode(batch)
+    report = embed_role_rows(delta_store, poisoned, batch_size=4)
+    assert (report.embedded, report.failed) == (11, 1)
+    assert calls == [12, 4, 4, 1, 1, 1, 1, 4]
+    assert statuses(delta_store)["c1-r5"] == "failed"
+
+
 def test_progress_is_logged(delta_store, embedder, caplog):
-    write_rows(delta_store, role_rows([f"text number {i}" for i in range(6)]))
+    write_rows(delta_store, role_rows([f"text number {i:02d}" for i in range(20)]))
     with caplog.at_level(logging.INFO, logger="ctxdb.embedding.stage"):
-        embed_role_rows(delta_store, embedder, batch_size=2, progress_every_s=0)
+        embed_role_rows(delta_store, embedder, batch_size=1, progress_every_s=0)
     progress = [r.getMessage() for r in caplog.records if "rows/s" in r.getMessage()]
-    assert progress[0].startswith("embedded 2/6") and progress[-1].startswith("embedded 6/6")
+    assert progress[0].startswith(f"embedded {BATCHES_PER_CALL}/20")
+    assert progress[-1].startswith("embedded 20/20")
 
 
 def test_deleted_role_rows_lose_their_status(delta_store, embedder):

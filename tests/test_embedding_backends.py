@@ -9,19 +9,31 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from conftest_index import role_rows, write_rows
+from deltalake import write_deltalake
 
 from ctxdb.embedding import export
-from ctxdb.embedding.backends import make_embedder
-from ctxdb.embedding.model import DEFAULT_MODEL, SentenceTransformerEmbedder, resolve_model_path
+from ctxdb.embedding.backends import make_embedder, memory_embedder, resolve_backend
+from ctxdb.embedding.model import (
+    DEFAULT_MODEL,
+    EmbedderUnavailable,
+    SentenceTransformerEmbedder,
+    resolve_model_path,
+)
 from ctxdb.embedding.runtime import OnnxEmbedder, backend_model_id, length_batches
-from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.embedding.stage import embed_role_rows, stored_model_ids
+from ctxdb.index.client import make_client
+from ctxdb.index.lifecycle import ensure_index
+from ctxdb.index.mappings import ROWS
+from ctxdb.search.service import IndexMatchedEmbedder, ModelQueryEmbedder, default_embedder
 from ctxdb.settings import EmbeddingSettings
-from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
+from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
 
 pytestmark = pytest.mark.model
 
@@ -159,6 +171,84 @@ def test_backends_never_share_cached_vectors(delta_store, fp32: OnnxEmbedder, em
 def test_settings_pick_the_backend(cache_dir: Path) -> None:
     onnx = make_embedder(EmbeddingSettings(backend="onnx-int8", onnx_cache_dir=cache_dir))
     assert isinstance(onnx, OnnxEmbedder) and onnx.quantize and onnx.cache_dir == cache_dir
-    assert isinstance(make_embedder(EmbeddingSettings()), SentenceTransformerEmbedder)
+    torch = make_embedder(EmbeddingSettings(backend="torch"))
+    assert isinstance(torch, SentenceTransformerEmbedder)
+    default = make_embedder(EmbeddingSettings())  # auto, with no vectors yet: ONNX fp32
+    assert isinstance(default, OnnxEmbedder) and not default.quantize
     with pytest.raises(ValueError, match="unknown embedding backend"):
         make_embedder(EmbeddingSettings().model_copy(update={"backend": "tensorrt"}))
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        ((), "onnx"),
+        (("torch",), "torch"),
+        (("onnx-int8",), "onnx-int8"),
+        (("torch", "onnx"), "onnx"),
+        (("torch", "onnx-int8"), "onnx-int8"),
+    ],
+)
+def test_auto_keeps_the_backend_of_the_memory(stored: tuple[str, ...], expected: str) -> None:
+    ids = {backend_model_id(DEFAULT_MODEL, b) for b in stored} | {"another-model+onnx"}
+    assert resolve_backend("auto", DEFAULT_MODEL, ids) == expected
+    assert resolve_backend("torch", DEFAULT_MODEL, ids) == "torch"
+
+
+def test_auto_never_re_embeds_a_torch_memory(delta_store, embedder, cache_dir: Path) -> None:
+    auto = EmbeddingSettings(onnx_cache_dir=cache_dir, batch_size=8)
+    assert stored_model_ids(delta_store, [DEFAULT_MODEL]) == set()
+    assert isinstance(memory_embedder(auto, delta_store), OnnxEmbedder)
+    write_rows(delta_store, role_rows(["the openpyxl timezone bug", "budget meeting notes"]))
+    assert embed_role_rows(delta_store, embedder, batch_size=8).embedded == 2  # built with torch
+    assert stored_model_ids(delta_store, [DEFAULT_MODEL]) == {DEFAULT_MODEL}
+    kept = memory_embedder(auto, delta_store)
+    assert isinstance(kept, SentenceTransformerEmbedder) and kept.model_id == DEFAULT_MODEL
+    write_rows(delta_store, role_rows(["a third row"], start=2))
+    report = embed_role_rows(delta_store, kept, batch_size=8)
+    assert (report.to_process, report.embedded) == (1, 1)
+
+    onnx = memory_embedder(auto.model_copy(update={"backend": "onnx"}), delta_store)
+    assert embed_role_rows(delta_store, onnx, batch_size=8).embedded == 3  # an explicit switch
+    assert stored_model_ids(delta_store, [DEFAULT_MODEL]) == {f"{DEFAULT_MODEL}+onnx"}
+    assert isinstance(memory_embedder(auto, delta_store), OnnxEmbedder)
+
+
+def test_model_ids_are_read_from_the_data_when_the_log_has_no_statistics(delta_store) -> None:
+    statuses = pl.DataFrame(
+        {
+            "row_id": ["r1", "r2"],
+            "model_id": [DEFAULT_MODEL, DEFAULT_MODEL],
+            "text_hash": ["h1", "h2"],
+            "embedding_status": ["ok", "ok"],
+            "error": [None, None],
+            "attempts": [0, 0],
+            "updated_at": [datetime.now(UTC)] * 2,
+        }
+    ).to_arrow()
+    write_deltalake(
+        delta_store.uri(ROW_EMBEDDINGS),
+        statuses.cast(ROW_EMBEDDINGS_SCHEMA),
+        configuration={"delta.dataSkippingNumIndexedCols": "1"},  # statistics of row_id only
+    )
+    files = pl.DataFrame(delta_store.table(ROW_EMBEDDINGS).get_add_actions(flatten=True))
+    assert "min.model_id" not in files.columns
+    assert stored_model_ids(delta_store, [DEFAULT_MODEL]) == {DEFAULT_MODEL}
+
+
+def test_search_embeds_queries_on_the_backend_of_the_live_index(
+    settings, es, cache_dir: Path, embedder, torch_vectors: np.ndarray
+) -> None:
+    auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
+    before_any_index = IndexMatchedEmbedder(auto, es)
+    assert isinstance(before_any_index.inner, OnnxEmbedder)
+    ensure_index(es, auto.elasticsearch.index_prefix, ROWS, dims=384, model_id=DEFAULT_MODEL)
+    matched = IndexMatchedEmbedder(auto, es)
+    assert isinstance(matched.inner, SentenceTransformerEmbedder)
+    query = default_embedder(auto, es).embed_query(TEXTS[1])
+    assert float(np.dot(query, torch_vectors[1])) == pytest.approx(1.0, abs=1e-6)
+
+    down = make_client(auto.replace(elasticsearch={"url": "http://127.0.0.1:9", "max_retries": 0}))
+    with pytest.raises(EmbedderUnavailable, match="cannot read the index's model id"):
+        IndexMatchedEmbedder(auto, down).load()
+    assert ModelQueryEmbedder(IndexMatchedEmbedder(auto, down)).embed_query("q") is None

@@ -24,6 +24,7 @@ from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
 from assets.shards import ALL_SHARDS_TAGS, SHARD_COUNT
 from ctxdb.cli.ops import job_tags
+from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.stage import covered_mark, embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.lease import LeaseHeld, shard_lease_name, writer_lease
@@ -206,12 +207,13 @@ def assert_shard_runs_equal_one_run(
 @pytest.mark.model
 @pytest.mark.slow
 def test_two_shards_in_parallel_processes_equal_one_run(
-    es_settings: Settings, embedder, tmp_path: Path
+    es_settings: Settings, tmp_path: Path
 ) -> None:
     one, fanned = one_run_and_fanned(es_settings)
     es = make_client(es_settings)
     assert_shard_runs_equal_one_run(run_two_shard_processes(fanned, tmp_path), one, fanned, es)
     fan_store = DeltaStore.from_settings(fanned)
+    embedder = memory_embedder(fanned.embedding, fan_store, batch_size=8)  # the runs' backend
 
     # per-shard watermarks and index states, nothing global
     model_id = embedder.model_id

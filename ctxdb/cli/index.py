@@ -11,7 +11,7 @@ import typer
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
-from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.checks import verify_ids
 from ctxdb.index.client import make_client
@@ -103,9 +103,9 @@ def reindex_command(
 ) -> None:
     """Build new index versions from Delta, verify, swap aliases atomically, drop the old ones."""
     settings = get_settings()
-    embedder = make_embedder(settings.embedding, model_name=model)
-    es = make_client(settings)
     store = DeltaStore.from_settings(settings)
+    embedder = memory_embedder(settings.embedding, store, model_name=model)
+    es = make_client(settings)
     try:
         report = reindex(store, es, settings, embedder, min_coverage_pct=min_coverage)
     except ReindexFailed as exc:
@@ -131,7 +131,7 @@ def sync_command(
     """Embed new role rows, then sync the live indices with Delta (as memory_job's assets do)."""
     settings = get_settings()
     store = DeltaStore.from_settings(settings)
-    embedder = make_embedder(settings.embedding)
+    embedder = memory_embedder(settings.embedding, store)
     if embed:
         report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
         typer.echo(json.dumps({"embedding": report.as_metadata()}, default=str))

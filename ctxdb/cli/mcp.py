@@ -81,8 +81,8 @@ def mcp_command(
         )
         raise typer.Exit(1) from None
     assert secret is not None
-    embedder = None if no_semantic else WarmEmbedder(default_embedder(settings))
     client = make_client(settings)
+    embedder = None if no_semantic else WarmEmbedder(default_embedder(settings, client))
     service = SearchService(settings, client, embedder)
     typer.echo(f"ctxdb mcp: serving as user {principal.user_id!r} on stdio", err=True)
     serve_stdio(settings, service, Resolver(settings, client), secret, agent_for_project)

@@ -71,8 +71,9 @@ def _run(action: Callable[[], T]) -> T:
 
 
 def _service(settings: Settings, semantic: bool = True) -> SearchService:
-    embedder = default_embedder(settings) if semantic else None
-    return SearchService(settings, make_client(settings), embedder)
+    client = make_client(settings)
+    embedder = default_embedder(settings, client) if semantic else None
+    return SearchService(settings, client, embedder)
 
 
 def render_response(response: SearchResponse) -> str:

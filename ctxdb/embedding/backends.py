@@ -1,28 +1,67 @@
-"""The configured embedder: torch (sentence-transformers) or ONNX Runtime fp32 / int8."""
+"""The configured embedder: torch (sentence-transformers) or ONNX Runtime fp32 / int8, or `auto`:
+the backend a memory already embeds with, ONNX Runtime fp32 for a new one."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from ctxdb.embedding.model import SentenceTransformerEmbedder
-from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder
+from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder, backend_model_id
+from ctxdb.embedding.stage import stored_model_ids
 from ctxdb.settings import EmbeddingSettings
+from ctxdb.storage.delta import DeltaStore
+
+AUTO = "auto"
+AUTO_PREFERENCE = ("onnx", "onnx-int8", "torch")  # when a memory holds vectors of several
+
+
+def resolve_backend(backend: str, model_name: str, stored_ids: Collection[str]) -> str:
+    """`backend`, or for `auto` the one whose model id the memory's vectors already carry
+    (ONNX fp32 first when several do), and ONNX fp32 when none does (a new memory).
+
+    `auto` never re-embeds an existing memory: one built with torch stays on torch."""
+    if backend != AUTO:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown embedding backend {backend!r}; expected auto or {BACKENDS}")
+        return backend
+    stored = [b for b in AUTO_PREFERENCE if backend_model_id(model_name, b) in stored_ids]
+    return stored[0] if stored else AUTO_PREFERENCE[0]
 
 
 def make_embedder(
-    settings: EmbeddingSettings, *, model_name: str | None = None, batch_size: int | None = None
+    settings: EmbeddingSettings,
+    *,
+    model_name: str | None = None,
+    batch_size: int | None = None,
+    stored_ids: Collection[str] = (),
 ) -> SentenceTransformerEmbedder | OnnxEmbedder:
-    """The embedder `settings.backend` names (CTXDB_EMBEDDING_BACKEND), loaded on first use."""
-    if settings.backend not in BACKENDS:
-        raise ValueError(f"unknown embedding backend {settings.backend!r}; expected {BACKENDS}")
+    """The embedder `settings.backend` names (CTXDB_EMBEDDING_BACKEND), loaded on first use;
+    `stored_ids` are the model ids of the memory's vectors, which `auto` keeps to."""
     name = model_name or settings.model
+    backend = resolve_backend(settings.backend, name, stored_ids)
     size = batch_size or settings.batch_size
-    if settings.backend == "torch":
+    if backend == "torch":
         return SentenceTransformerEmbedder(
             name, batch_size=size, device=settings.device, threads=settings.threads
         )
     return OnnxEmbedder(
         name,
-        quantize=settings.backend == "onnx-int8",
+        quantize=backend == "onnx-int8",
         batch_size=size,
         threads=settings.threads,
         cache_dir=settings.onnx_cache_dir,
     )
+
+
+def memory_embedder(
+    settings: EmbeddingSettings,
+    store: DeltaStore,
+    *,
+    model_name: str | None = None,
+    batch_size: int | None = None,
+) -> SentenceTransformerEmbedder | OnnxEmbedder:
+    """The embedder for the memory in `store`: with `auto`, on the backend its vectors of the
+    model already have."""
+    name = model_name or settings.model
+    stored = stored_model_ids(store, [name]) if settings.backend == AUTO else ()
+    return make_embedder(settings, model_name=name, batch_size=batch_size, stored_ids=stored)

@@ -20,6 +20,8 @@ from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA
 
 log = logging.getLogger(__name__)
 
+BATCHES_PER_CALL = 8  # batches handed to the embedder at once, which orders them by token length
+
 
 def cached_hashes(store: DeltaStore, model_id: str, hashes: pl.Series) -> pl.Series:
     """The subset of `hashes` already in the embeddings cache for `model_id`."""
@@ -74,8 +76,9 @@ def embed_texts(
 ) -> dict[str, str]:
     """Embed unique (text_hash, text) pairs into the cache; returns {text_hash: error} failures.
 
-    Texts are sorted by length so batches pad little; vectors are appended to the cache every
-    `flush_rows` so an interrupted run keeps its progress.
+    Texts are sorted by length and handed to the embedder `BATCHES_PER_CALL` batches at a time,
+    so it can order them by token length and batches pad little; vectors are appended to the
+    cache every `flush_rows` so an interrupted run keeps its progress.
     """
     ordered = texts.sort(pl.col("text").str.len_chars())
     hashes, values = ordered.get_column("text_hash").to_list(), ordered.get_column("text").to_list()
@@ -100,9 +103,10 @@ def embed_texts(
         pending_hashes.clear()
         pending_vectors.clear()
 
-    for start in range(0, len(values), batch_size):
-        batch_hashes = hashes[start : start + batch_size]
-        vectors, errors = encode_with_retry(embedder, values[start : start + batch_size])
+    step = batch_size * BATCHES_PER_CALL
+    for start in range(0, len(values), step):
+        batch_hashes = hashes[start : start + step]
+        vectors, errors = encode_with_retry(embedder, values[start : start + step], batch_size)
         for h, vector, error in zip(batch_hashes, vectors, errors, strict=True):
             if error is None:
                 pending_hashes.append(h)

@@ -139,13 +139,18 @@ class SentenceTransformerEmbedder:
 
 
 def encode_with_retry(
-    embedder: Embedder, texts: list[str]
+    embedder: Embedder, texts: list[str], batch_size: int | None = None
 ) -> tuple[np.ndarray | None, list[str | None]]:
-    """Encode one batch; on failure retry row by row. Returns vectors (NaN rows failed), errors."""
+    """Encode `texts` in one call; on failure retry them `batch_size` at a time, and a batch that
+    still fails row by row. Returns vectors (NaN rows failed) and one error (or None) per text."""
     try:
         return embedder.encode(texts), [None] * len(texts)
     except Exception as exc:
-        log.warning("embedding batch of %d failed (%s); retrying row by row", len(texts), exc)
+        log.warning("embedding %d texts failed (%s); retrying in smaller parts", len(texts), exc)
+    if batch_size and len(texts) > batch_size:
+        starts = range(0, len(texts), batch_size)
+        parts = [encode_with_retry(embedder, texts[i : i + batch_size]) for i in starts]
+        return np.vstack([v for v, _ in parts]), [e for _, errors in parts for e in errors]
     vectors = np.full((len(texts), embedder.dims), np.nan, dtype=np.float32)
     errors: list[str | None] = []
     for i, text in enumerate(texts):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,6 +28,7 @@ import polars as pl
 
 from ctxdb.embedding.cache import cached_hashes, embed_texts
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
+from ctxdb.embedding.runtime import BACKENDS, backend_model_id
 from ctxdb.storage.changes import (
     ChangesUnavailable,
     row_count,
@@ -46,6 +47,25 @@ FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
 ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id"]
+
+
+def stored_model_ids(store: DeltaStore, model_names: Collection[str] = ()) -> set[str]:
+    """Model ids the memory's embedding statuses carry, from the min and max statistics the Delta
+    log keeps per file (no data read); the column itself is read only when the table has rows
+    but its statistics name none of the ids `model_names` would have (absent or truncated)."""
+    dt = store.table(ROW_EMBEDDINGS)
+    if dt is None:
+        return set()
+    files = pl.DataFrame(dt.get_add_actions(flatten=True))
+    if files.is_empty():
+        return set()
+    bounds = [c for c in ("min.model_id", "max.model_id") if c in files.columns]
+    ids = set(pl.concat([files.get_column(c) for c in bounds]).drop_nulls()) if bounds else set()
+    wanted = {backend_model_id(name, b) for name in model_names for b in BACKENDS}
+    if wanted and not ids & wanted:
+        column = store.scan(ROW_EMBEDDINGS).select("model_id").unique().collect()
+        ids = set(column.get_column("model_id").drop_nulls())
+    return ids
 
 
 def _scoped(mark: str, shard: Shard | None) -> str:

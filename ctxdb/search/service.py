@@ -12,17 +12,19 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import numpy as np
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.backends import AUTO, make_embedder
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
+from ctxdb.index.lifecycle import alias_target, index_meta
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.search import catalog
@@ -92,13 +94,62 @@ class ModelQueryEmbedder:
         return list(vector)
 
 
-def default_embedder(settings: Settings) -> QueryEmbedder:
-    """The configured model on the configured backend (the one that embedded the rows), loaded
-    on the first query."""
-    return ModelQueryEmbedder(
-        make_embedder(settings.embedding, batch_size=1),
-        cache_size=settings.search.query_cache_size,
-    )
+def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
+    """The model id the live rows index records in its `_meta` (none before the first build)."""
+    target = alias_target(client, alias_name(settings.elasticsearch.index_prefix, ROWS))
+    model_id = index_meta(client, target).get("model_id") if target else None
+    return {model_id} if model_id else set()
+
+
+class IndexMatchedEmbedder:
+    """The configured model on the backend the live index's vectors were made with (for the
+    `auto` backend), chosen at the first query, so a service started before its first index
+    build still matches it; until the index can be read the semantic arm is left out."""
+
+    def __init__(self, settings: Settings, client: Elasticsearch) -> None:
+        self.settings, self.client = settings, client
+        self._embedder: Embedder | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def inner(self) -> Embedder:
+        self.load()
+        assert self._embedder is not None
+        return self._embedder
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def load(self) -> None:
+        with self._lock:
+            if self._embedder is None:
+                try:
+                    stored = index_model_ids(self.client, self.settings)
+                except (ApiError, TransportError) as exc:
+                    raise EmbedderUnavailable(f"cannot read the index's model id: {exc}") from exc
+                self._embedder = make_embedder(
+                    self.settings.embedding, batch_size=1, stored_ids=stored
+                )
+        self._embedder.load()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode(texts)
+
+
+def default_embedder(settings: Settings, client: Elasticsearch | None = None) -> QueryEmbedder:
+    """The configured model on the backend that embedded the rows (with `auto`, the one the live
+    index records, read through `client`), loaded on the first query."""
+    embedder: Embedder
+    if settings.embedding.backend == AUTO and client is not None:
+        embedder = IndexMatchedEmbedder(settings, client)
+    else:
+        embedder = make_embedder(settings.embedding, batch_size=1)
+    return ModelQueryEmbedder(embedder, cache_size=settings.search.query_cache_size)
 
 
 @contextmanager

@@ -174,7 +174,7 @@ def create_app(
     """The app; the client and embedder default to the configured ones (model loads lazily)."""
     client = client or make_client(settings)
     if embedder is None and load_model:
-        embedder = default_embedder(settings)
+        embedder = default_embedder(settings, client)
     app = FastAPI(
         title="ctxdb conversation search",
         version="1",
