@@ -221,6 +221,7 @@ def _search(settings, store, searches: int) -> dict:
         "searches": sample.height,
         "with_hits": answered,
         "seconds": time.perf_counter() - started,
+        "query_model_id": app.state.service.embedder.embedder.model_id,
     }
 
 
