@@ -134,6 +134,37 @@ def speed(
     }
 
 
+def gemm_gflops(seconds: float = 2.0, size: int = 2048) -> dict[str, float]:
+    """This machine's fp32 GEMM rate (GFLOP/s) in torch (MKL) and in ONNX Runtime (MLAS), on the
+    threads the backends use: the ceiling each backend's dense layers run against, which decides
+    the ONNX / torch ratio more than anything ctxdb does (MKL takes its AVX2 path on AMD CPUs)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    a = np.random.default_rng(0).random((size, size), dtype=np.float32)
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [size, size]) for n in "abc"]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])], "g", spec[:2], spec[2:]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    t = torch.from_numpy(a)
+    runs = {"torch": lambda: t @ t, "onnxruntime": lambda: session.run(None, {"a": a, "b": a})}
+    out = {}
+    for name, run in runs.items():
+        run()
+        started, count = time.perf_counter(), 0
+        while time.perf_counter() - started < seconds:
+            run()
+            count += 1
+        out[name] = round(2 * size**3 * count / (time.perf_counter() - started) / 1e9, 1)
+    return out
+
+
 def ranked_turns(
     rows: pl.DataFrame, vectors: np.ndarray, query: np.ndarray, q: Any
 ) -> tuple[list[tuple[str, str]], dict[tuple[str, str], float]]:
@@ -236,8 +267,10 @@ def main(
             b: getattr(e, "threads", torch.get_num_threads()) for b, e in embedders_.items()
         },
         "batch_size": batch_size,
+        "gemm_gflops": gemm_gflops(),
         "speed": speed(embedders_, sample, rounds, batch_size),
     }
+    typer.echo(f"fp32 GEMM GFLOP/s on this machine: {report['gemm_gflops']}")
     typer.echo(json.dumps(report["speed"], indent=2))
     if not skip_quality:
         report["quality"] = {qs.name: quality(qs, embedders_, batch_size) for qs in query_sets}
