@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest_index import role_rows, write_rows
+from conftest_index import role_rows, turn_tables, write_rows
 from deltalake import write_deltalake
 
 from ctxdb.embedding import export
@@ -29,9 +29,15 @@ from ctxdb.embedding.model import (
 from ctxdb.embedding.runtime import OnnxEmbedder, backend_model_id, length_batches
 from ctxdb.embedding.stage import embed_role_rows, stored_model_ids
 from ctxdb.index.client import make_client
-from ctxdb.index.lifecycle import ensure_index
-from ctxdb.index.mappings import ROWS
-from ctxdb.search.service import IndexMatchedEmbedder, ModelQueryEmbedder, default_embedder
+from ctxdb.index.lifecycle import alias_target, ensure_index, index_meta
+from ctxdb.index.mappings import ROWS, alias_name
+from ctxdb.index.sync import sync_live
+from ctxdb.search.service import (
+    IndexMatchedEmbedder,
+    ModelQueryEmbedder,
+    default_embedder,
+    index_model_ids,
+)
 from ctxdb.settings import EmbeddingSettings
 from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA
 
@@ -252,3 +258,21 @@ def test_search_embeds_queries_on_the_backend_of_the_live_index(
     with pytest.raises(EmbedderUnavailable, match="cannot read the index's model id"):
         IndexMatchedEmbedder(auto, down).load()
     assert ModelQueryEmbedder(IndexMatchedEmbedder(auto, down)).embed_query("q") is None
+
+
+def test_a_switch_of_backend_moves_the_index_and_the_query_embedder_with_it(
+    delta_store, settings, es, embedder, fp32: OnnxEmbedder, cache_dir: Path
+) -> None:
+    """A torch memory, moved to ONNX by one run with the backend set: the sync records the new
+    model id in the live index, so `auto` then embeds queries with ONNX as well."""
+    auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
+    write_rows(delta_store, role_rows(TEXTS[:3]))
+    turn_tables(delta_store, 3)
+    for model in (embedder, fp32):  # torch first, then one run with CTXDB_EMBEDDING_BACKEND=onnx
+        embed_role_rows(delta_store, model, batch_size=8)
+        sync_live(delta_store, es, auto, model_id=model.model_id)
+        live = alias_target(es, alias_name(auto.elasticsearch.index_prefix, ROWS))
+        assert index_meta(es, live)["model_id"] == model.model_id
+        assert index_model_ids(es, auto) == {model.model_id}
+    assert memory_embedder(auto.embedding, delta_store).model_id == fp32.model_id
+    assert isinstance(IndexMatchedEmbedder(auto, es).inner, OnnxEmbedder)

@@ -167,6 +167,19 @@ def index_meta(es: Elasticsearch, name: str) -> dict:
     return es.indices.get_mapping(index=name).body[name]["mappings"].get("_meta", {})
 
 
+def record_model_id(es: Elasticsearch, name: str, model_id: str) -> None:
+    """Set `_meta.model_id` of index `name` to the id its vectors were synced under, when it
+    differs (a sync after a switch of backend): the search service's `auto` query embedder reads
+    it."""
+    meta = index_meta(es, name)
+    if meta.get("model_id") == model_id:
+        return
+    es.indices.put_mapping(index=name, meta={**meta, "model_id": model_id})
+    log.info(
+        "%s: vectors now synced under model id %s (was %s)", name, model_id, meta.get("model_id")
+    )
+
+
 def drop_abandoned(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
     """Delete versions above the live one that no alias points at (interrupted builds)."""
     live = alias_target(es, alias_name(prefix, kind))

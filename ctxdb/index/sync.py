@@ -10,7 +10,7 @@ from elasticsearch import ConnectionError as ESConnectionError
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.lease import writer_lease_for
-from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index
+from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index, record_model_id
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import settings_layout
 from ctxdb.index.sources import SOURCES
@@ -93,6 +93,7 @@ def _sync_live(
                     shard=shard,
                 )
             )
+            record_model_id(es, index, model_id)
         if shard is not None and shard.index != 0:
             continue
         dropped = drop_retired(
