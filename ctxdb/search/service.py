@@ -103,8 +103,8 @@ def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
 
 class IndexMatchedEmbedder:
     """The configured model on the backend the live index's vectors were made with (for the
-    `auto` backend), chosen at the first query, so a service started before its first index
-    build still matches it; until the index can be read the semantic arm is left out."""
+    `auto` backend), chosen at the first query that can read the index's `_meta` (until then the
+    semantic arm is left out) and kept until the process restarts."""
 
     def __init__(self, settings: Settings, client: Elasticsearch) -> None:
         self.settings, self.client = settings, client
