@@ -42,6 +42,7 @@ def role_row_embeddings(
 ) -> Iterator[MaterializeResult]:
     store = delta.store()
     model = embedder.embedder(store)
+    context.log.info(f"embedding role rows with {model.model_id}")
     shards = run_shards(context)
     report = combined(
         [
