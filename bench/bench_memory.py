@@ -156,7 +156,8 @@ def _model_id(settings, store) -> str:
     from ctxdb.embedding.stage import stored_model_ids
 
     name = settings.embedding.model
-    backend = resolve_backend(settings.embedding.backend, name, stored_model_ids(store, [name]))
+    stored = stored_model_ids(store, [name])
+    backend = resolve_backend(settings.embedding.backend, name, stored, settings.embedding.device)
     return backend_model_id(name, backend)
 
 
@@ -170,13 +171,14 @@ def _fill_cache(store, settings, leave: int) -> int:
     hashes = store.read(ROLE_ROWS, columns=["text_hash"]).get_column("text_hash").unique().sort()
     hashes = hashes.head(max(0, hashes.len() - leave))
     rng = np.random.default_rng(7)
+    model_id = _model_id(settings, store)
     for start in range(0, hashes.len(), 50_000):
         part = hashes.slice(start, 50_000)
         vectors = rng.standard_normal((part.len(), 384), dtype=np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         frame = pl.DataFrame(
             {
-                "model_id": [_model_id(settings, store)] * part.len(),
+                "model_id": [model_id] * part.len(),
                 "text_hash": part,
                 "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
                 "created_at": [datetime.now(UTC)] * part.len(),

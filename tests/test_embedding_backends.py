@@ -199,6 +199,8 @@ def test_auto_keeps_the_backend_of_the_memory(stored: tuple[str, ...], expected:
     ids = {backend_model_id(DEFAULT_MODEL, b) for b in stored} | {"another-model+onnx"}
     assert resolve_backend("auto", DEFAULT_MODEL, ids) == expected
     assert resolve_backend("torch", DEFAULT_MODEL, ids) == "torch"
+    on_gpu = "torch" if not stored else expected  # ONNX Runtime runs here on the CPU only
+    assert resolve_backend("auto", DEFAULT_MODEL, ids, device="cuda") == on_gpu
 
 
 def test_auto_never_re_embeds_a_torch_memory(delta_store, embedder, cache_dir: Path) -> None:
@@ -246,10 +248,10 @@ def test_search_embeds_queries_on_the_backend_of_the_live_index(
     settings, es, cache_dir: Path, embedder, torch_vectors: np.ndarray
 ) -> None:
     auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
-    before_any_index = IndexMatchedEmbedder(auto, es)
-    assert isinstance(before_any_index.inner, OnnxEmbedder)
-    ensure_index(es, auto.elasticsearch.index_prefix, ROWS, dims=384, model_id=DEFAULT_MODEL)
     matched = IndexMatchedEmbedder(auto, es)
+    assert isinstance(matched.inner, OnnxEmbedder)  # provisional: no index yet
+    ensure_index(es, auto.elasticsearch.index_prefix, ROWS, dims=384, model_id=DEFAULT_MODEL)
+    matched.load()  # the next query finds the index built with torch
     assert isinstance(matched.inner, SentenceTransformerEmbedder)
     query = default_embedder(auto, es).embed_query(TEXTS[1])
     assert float(np.dot(query, torch_vectors[1])) == pytest.approx(1.0, abs=1e-6)
@@ -276,3 +278,19 @@ def test_a_switch_of_backend_moves_the_index_and_the_query_embedder_with_it(
         assert index_model_ids(es, auto) == {model.model_id}
     assert memory_embedder(auto.embedding, delta_store).model_id == fp32.model_id
     assert isinstance(IndexMatchedEmbedder(auto, es).inner, OnnxEmbedder)
+
+
+def test_a_switch_back_takes_every_row_back(delta_store, embedder, fp32: OnnxEmbedder) -> None:
+    """torch, then ONNX, then torch again: the last run finds statuses of another model id and
+    takes every row back (from the cache), not only the rows changed since torch's old
+    watermark."""
+    write_rows(delta_store, role_rows(TEXTS[:4]))
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    assert embed_role_rows(delta_store, fp32, batch_size=8).embedded == 4
+    write_rows(delta_store, role_rows(["one row more"], start=4))
+    back = embed_role_rows(delta_store, embedder, batch_size=8)
+    assert (back.to_process, back.cache_hits, back.embedded) == (5, 4, 1)
+    statuses = delta_store.read(ROW_EMBEDDINGS)
+    assert statuses.get_column("model_id").unique().to_list() == [DEFAULT_MODEL]
+    assert stored_model_ids(delta_store) == {DEFAULT_MODEL}
+    assert embed_role_rows(delta_store, embedder, batch_size=8).to_process == 0

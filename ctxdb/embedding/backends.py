@@ -15,9 +15,12 @@ AUTO = "auto"
 AUTO_PREFERENCE = ("onnx", "onnx-int8", "torch")  # when a memory holds vectors of several
 
 
-def resolve_backend(backend: str, model_name: str, stored_ids: Collection[str]) -> str:
+def resolve_backend(
+    backend: str, model_name: str, stored_ids: Collection[str], device: str = "cpu"
+) -> str:
     """`backend`, or for `auto` the one whose model id the memory's vectors already carry
-    (ONNX fp32 first when several do), and ONNX fp32 when none does (a new memory).
+    (ONNX fp32 first when several do), and for a new memory ONNX fp32 on the CPU, torch on any
+    other device (the ONNX backend runs on the CPU only).
 
     `auto` never re-embeds an existing memory: one built with torch stays on torch."""
     if backend != AUTO:
@@ -25,7 +28,9 @@ def resolve_backend(backend: str, model_name: str, stored_ids: Collection[str]) 
             raise ValueError(f"unknown embedding backend {backend!r}; expected auto or {BACKENDS}")
         return backend
     stored = [b for b in AUTO_PREFERENCE if backend_model_id(model_name, b) in stored_ids]
-    return stored[0] if stored else AUTO_PREFERENCE[0]
+    if stored:
+        return stored[0]
+    return AUTO_PREFERENCE[0] if device == "cpu" else "torch"
 
 
 def make_embedder(
@@ -38,7 +43,7 @@ def make_embedder(
     """The embedder `settings.backend` names (CTXDB_EMBEDDING_BACKEND), loaded on first use;
     `stored_ids` are the model ids of the memory's vectors, which `auto` keeps to."""
     name = model_name or settings.model
-    backend = resolve_backend(settings.backend, name, stored_ids)
+    backend = resolve_backend(settings.backend, name, stored_ids, settings.device)
     size = batch_size or settings.batch_size
     if backend == "torch":
         return SentenceTransformerEmbedder(

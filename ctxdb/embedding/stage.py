@@ -8,8 +8,10 @@ Each run reads only what changed: the `role_rows` version it covered and the num
 left to retry are committed per model as watermarks in `role_row_embeddings`' Delta log. The next
 run reads the role rows changed since (`ctxdb.storage.changes`: the change data feed, or the files
 the log added and removed), plus the rows left to retry, and the statuses of just those rows; a
-run with nothing new reads no rows at all. Without a watermark (first run, another model) or when
-the older changes can no longer be read, it reads every role row.
+run with nothing new reads no rows at all. Without a watermark (first run, another model), when
+the statuses also carry another model id (a switch back to a model or backend used before, whose
+old watermark no longer covers every row), or when the older changes can no longer be read, it
+reads every role row.
 
 Given a `Shard`, a run covers only the role rows of that shard's conversations
 (`ctxdb.storage.shards`) and keeps its own watermarks, so the shards of one count run in parallel
@@ -154,6 +156,10 @@ def embed_role_rows(
     version = store.version(ROLE_ROWS)
     since = watermark(store, ROW_EMBEDDINGS, covered_mark(embedder.model_id, shard))
     retry = watermark(store, ROW_EMBEDDINGS, retry_mark(embedder.model_id, shard)) or 0
+    others = stored_model_ids(store) - {embedder.model_id} if since is not None else set()
+    if others:  # another model or backend ran since this one's watermark: statuses to take back
+        log.info("statuses of %s: a full pass for %s", sorted(others), embedder.model_id)
+        since = None
     report = EmbedReport(total_rows=row_count(store, ROLE_ROWS))
     if version is None or (since == version and retry == 0):
         report.seconds = time.monotonic() - started

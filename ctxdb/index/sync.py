@@ -79,21 +79,21 @@ def _sync_live(
     for kind in KINDS:
         index = _ensure(es, settings, kind, model_id)
         if kind in SOURCES:
-            reports.append(
-                sync_index(
-                    store,
-                    es,
-                    SOURCES[kind],
-                    index,
-                    model_id=model_id,
-                    chunk_size=settings.elasticsearch.chunk_size,
-                    threads=settings.elasticsearch.bulk_threads,
-                    timeout_s=settings.elasticsearch.bulk_timeout_s,
-                    max_retries=settings.elasticsearch.bulk_max_retries,
-                    shard=shard,
-                )
+            report = sync_index(
+                store,
+                es,
+                SOURCES[kind],
+                index,
+                model_id=model_id,
+                chunk_size=settings.elasticsearch.chunk_size,
+                threads=settings.elasticsearch.bulk_threads,
+                timeout_s=settings.elasticsearch.bulk_timeout_s,
+                max_retries=settings.elasticsearch.bulk_max_retries,
+                shard=shard,
             )
-            record_model_id(es, index, model_id)
+            reports.append(report)
+            if not report.skipped:  # the documents it wrote carry `model_id`
+                record_model_id(es, index, model_id)
         if shard is not None and shard.index != 0:
             continue
         dropped = drop_retired(

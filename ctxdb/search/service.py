@@ -22,7 +22,7 @@ import numpy as np
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.backends import AUTO, make_embedder
+from ctxdb.embedding.backends import AUTO, make_embedder, resolve_backend
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.lifecycle import alias_target, index_meta
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
@@ -95,27 +95,41 @@ class ModelQueryEmbedder:
 
 
 def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
-    """The model id the live rows index records in its `_meta` (none before the first build)."""
+    """The model id most vectors of the live rows index carry (the documents' own `model_id`),
+    else its `_meta.model_id`; none before the first build."""
     target = alias_target(client, alias_name(settings.elasticsearch.index_prefix, ROWS))
-    model_id = index_meta(client, target).get("model_id") if target else None
+    if target is None:
+        return set()
+    response = client.search(
+        index=target,
+        size=0,
+        query={"exists": {"field": "embedding"}},
+        aggs={"ids": {"terms": {"field": "model_id", "size": 1}}},
+    )
+    buckets = response["aggregations"]["ids"]["buckets"]
+    model_id = buckets[0]["key"] if buckets else index_meta(client, target).get("model_id")
     return {model_id} if model_id else set()
 
 
 class IndexMatchedEmbedder:
     """The configured model on the backend the live index's vectors were made with (for the
-    `auto` backend), chosen at the first query that can read the index's `_meta` (until then the
-    semantic arm is left out) and kept until the process restarts."""
+    `auto` backend). The choice is made at the first query that finds the index's model id and
+    kept until the process restarts; before the first build the default backend serves queries
+    provisionally, and while the node cannot be reached the semantic arm is left out."""
 
     def __init__(self, settings: Settings, client: Elasticsearch) -> None:
         self.settings, self.client = settings, client
-        self._embedder: Embedder | None = None
+        self._current: Embedder | None = None
+        self._decided = False
+        self._built: dict[str, Embedder] = {}
         self._lock = threading.Lock()
 
     @property
     def inner(self) -> Embedder:
-        self.load()
-        assert self._embedder is not None
-        return self._embedder
+        if self._current is None:
+            self.load()
+        assert self._current is not None
+        return self._current
 
     @property
     def model_id(self) -> str:
@@ -127,15 +141,19 @@ class IndexMatchedEmbedder:
 
     def load(self) -> None:
         with self._lock:
-            if self._embedder is None:
+            if not self._decided:
                 try:
                     stored = index_model_ids(self.client, self.settings)
                 except (ApiError, TransportError) as exc:
                     raise EmbedderUnavailable(f"cannot read the index's model id: {exc}") from exc
-                self._embedder = make_embedder(
-                    self.settings.embedding, batch_size=1, stored_ids=stored
-                )
-        self._embedder.load()
+                settings = self.settings.embedding
+                backend = resolve_backend(settings.backend, settings.model, stored, settings.device)
+                if backend not in self._built:
+                    chosen = settings.model_copy(update={"backend": backend})
+                    self._built[backend] = make_embedder(chosen, batch_size=1)
+                self._current, self._decided = self._built[backend], bool(stored)
+        assert self._current is not None
+        self._current.load()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.encode(texts)
