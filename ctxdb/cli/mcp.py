@@ -8,7 +8,6 @@ capture records them.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -18,24 +17,10 @@ from ctxdb.capture.claude_code.turns import agent_for_project
 from ctxdb.cli.app import app
 from ctxdb.cli.search import TokenOpt
 from ctxdb.index.client import make_client
-from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
+from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
 from ctxdb.serve.auth import Authenticator, AuthError
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
-
-
-class WarmEmbedder:
-    """Loads the model in the background from the start; a query waits for that load instead of
-    starting another."""
-
-    def __init__(self, embedder: QueryEmbedder) -> None:
-        self.embedder = embedder
-        self.loading = threading.Thread(target=embedder.embed_query, args=("warm up",), daemon=True)
-        self.loading.start()
-
-    def embed_query(self, text: str) -> list[float] | None:
-        self.loading.join()
-        return self.embedder.embed_query(text)
 
 
 def read_token(settings: Settings, token: str | None, token_file: Path | None) -> str | None:

@@ -28,7 +28,7 @@ from ctxdb.search.models import (
     TurnView,
     Weights,
 )
-from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
 from ctxdb.serve.auth import Authenticator, AuthError, Principal, TokenStore
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
@@ -247,12 +247,16 @@ def serve(
     host: Annotated[str, typer.Option()] = "127.0.0.1",
     port: Annotated[int, typer.Option()] = 8080,
 ) -> None:
-    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs)."""
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs); the query model loads in
+    the background from the start."""
     import uvicorn
 
     from ctxdb.serve.http import create_app
 
-    uvicorn.run(create_app(get_settings()), host=host, port=port)
+    settings = get_settings()
+    client = make_client(settings)
+    embedder = WarmEmbedder(default_embedder(settings, client))
+    uvicorn.run(create_app(settings, client, embedder), host=host, port=port)
 
 
 @tokens_app.command("issue")

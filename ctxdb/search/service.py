@@ -94,6 +94,20 @@ class ModelQueryEmbedder:
         return list(vector)
 
 
+class WarmEmbedder:
+    """Loads the model in the background from the start; a query waits for that load instead of
+    starting another."""
+
+    def __init__(self, embedder: QueryEmbedder) -> None:
+        self.embedder = embedder
+        self.loading = threading.Thread(target=embedder.embed_query, args=("warm up",), daemon=True)
+        self.loading.start()
+
+    def embed_query(self, text: str) -> list[float] | None:
+        self.loading.join()
+        return self.embedder.embed_query(text)
+
+
 def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
     """The model id most vectors of the live rows index carry (the documents' own `model_id`),
     else its `_meta.model_id`; none before the first build."""
