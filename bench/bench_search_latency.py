@@ -13,7 +13,8 @@ fusion and TurnLog materialization; the HTTP figures add uvicorn, JSON and token
 Python and HTTP calls alternate which goes first, so both see the same load and caches.
 
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_latency.py --rows 100000`. Queries
-are embedded by the configured backend (`CTXDB_EMBEDDING_BACKEND`: torch, onnx, onnx-int8).
+are embedded by the configured backend (`CTXDB_EMBEDDING_BACKEND`: torch, onnx, onnx-int8; auto,
+the default: the backend of an index built before, else ONNX fp32).
 
 Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--routing` (user:
 every document routed by its user, searches touch one shard), `--sort` (user: every segment sorted
@@ -56,7 +57,7 @@ from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_name, turn_doc_i
 from ctxdb.index.routing import USER, routing_key
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search.models import SearchRequest
-from ctxdb.search.service import ModelQueryEmbedder, SearchService
+from ctxdb.search.service import ModelQueryEmbedder, SearchService, index_model_ids
 from ctxdb.serve.auth import Principal, TokenStore
 from ctxdb.serve.http import create_app
 from ctxdb.settings import get_settings
@@ -527,7 +528,8 @@ def main(
     layout = {"routing": routing, "vector_index": index_type, "shards": shards, "sort": sort}
     settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
-    embedder = make_embedder(settings.embedding, batch_size=64)  # CTXDB_EMBEDDING_BACKEND
+    stored = index_model_ids(client, settings)  # `auto`: the backend of an index built before
+    embedder = make_embedder(settings.embedding, batch_size=64, stored_ids=stored)
     now = datetime.now(UTC)
     user_ids = [f"u{i:05d}" for i in range(owners)]
     building = not client.indices.exists_alias(name=alias_name(prefix, ROWS))
