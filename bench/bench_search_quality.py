@@ -58,7 +58,7 @@ import ctxdb.search.service
 import ctxdb.search.temporal
 import ctxdb.text
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.backends import make_embedder
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
@@ -478,10 +478,12 @@ def main(
 ) -> None:
     base: Settings = get_settings()
     base = base.replace(**_groups(overrides)) if overrides else base
-    embedder = SentenceTransformerEmbedder(
-        base.embedding.model, batch_size=base.embedding.batch_size
-    )
-    report: dict[str, Any] = {"settings": base.search.model_dump(mode="json"), "sets": {}}
+    embedder = make_embedder(base.embedding)  # CTXDB_EMBEDDING_BACKEND; auto: ONNX fp32
+    report: dict[str, Any] = {
+        "settings": base.search.model_dump(mode="json"),
+        "model_id": embedder.model_id,
+        "sets": {},
+    }
     prepared: dict[str, list[Prepared]] = {}
     qids: dict[str, list[str]] = {}
     for name in sets.split(","):

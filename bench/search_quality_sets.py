@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import TURNS, alias_name
@@ -72,7 +72,7 @@ def set_settings(base: Settings, prefix: str) -> Settings:
     )
 
 
-def build_memory(qs: QuerySet, embedder: SentenceTransformerEmbedder) -> float:
+def build_memory(qs: QuerySet, embedder: Embedder) -> float:
     """Land, derive, embed and index the set (idempotent); returns seconds taken."""
     started = time.monotonic()
     settings = qs.settings
