@@ -13,10 +13,13 @@ scratch.
 Modes, interleaved in rotated order for `--rounds` rounds (the 2 cores are shared, so each round
 sees about the same load):
 
-- `one`: one process, torch intra-op threads 1, `embed_role_rows` over every row (one partition);
-- `fan`: two processes at once, torch threads 1 each, `embed_role_rows(shard=Shard(i, 2))`;
-- `one-2t`: one process with torch threads 2 (the unpartitioned stage as configured by default on
+- `one`: one process, intra-op threads 1, `embed_role_rows` over every row (one partition);
+- `fan`: two processes at once, threads 1 each, `embed_role_rows(shard=Shard(i, 2))`;
+- `one-2t`: one process with threads 2 (the unpartitioned stage as configured by default on
   a 2-core machine), for reference.
+
+The embedder is the configured one (`CTXDB_EMBEDDING_BACKEND`; `auto`, the default, gives these
+fresh roots ONNX fp32; `torch` measures sentence-transformers), threads set per process.
 
 Every process loads the model and encodes a warm-up batch first, then waits at a start line; the
 clock runs from the release until the last process has committed its statuses. Reported: seconds
@@ -43,7 +46,7 @@ from typing import Annotated
 import polars as pl
 import typer
 
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.backends import make_embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
@@ -92,7 +95,8 @@ def fresh_root(source: DeltaStore, scratch: Path, name: str) -> Path:
 
 def worker(root: str, shard: str, threads: int, go: str) -> None:
     """One embedding process: load, warm up, wait for the start line, embed, report."""
-    embedder = SentenceTransformerEmbedder(batch_size=64, threads=threads)
+    settings = get_settings().embedding.model_copy(update={"threads": threads})
+    embedder = make_embedder(settings, batch_size=64)
     embedder.encode(WARMUP)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
@@ -106,6 +110,7 @@ def worker(root: str, shard: str, threads: int, go: str) -> None:
         "cpu_s": time.process_time() - cpu,
         "rows": report.to_process,
         "embedded": report.embedded,
+        "model_id": embedder.model_id,
     }
     sys.stdout.write(json.dumps(done) + "\n")
 
@@ -141,6 +146,7 @@ def run_mode(mode: str, source: DeltaStore, scratch: Path) -> dict:
         "rows_per_s": round(rows / seconds, 1),
         "per_process_rows": [d["rows"] for d in done],
         "per_process_cpu_s": [round(d["cpu_s"], 1) for d in done],
+        "model_id": done[0]["model_id"],
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
     }
