@@ -134,8 +134,8 @@ class IndexMatchedEmbedder:
     def __init__(self, settings: Settings, client: Elasticsearch) -> None:
         self.settings, self.client = settings, client
         self._current: Embedder | None = None
+        self._backend: str | None = None
         self._decided = False
-        self._built: dict[str, Embedder] = {}
         self._lock = threading.Lock()
 
     @property
@@ -162,10 +162,10 @@ class IndexMatchedEmbedder:
                     raise EmbedderUnavailable(f"cannot read the index's model id: {exc}") from exc
                 settings = self.settings.embedding
                 backend = resolve_backend(settings.backend, settings.model, stored, settings.device)
-                if backend not in self._built:
+                if backend != self._backend:
                     chosen = settings.model_copy(update={"backend": backend})
-                    self._built[backend] = make_embedder(chosen, batch_size=1)
-                self._current, self._decided = self._built[backend], bool(stored)
+                    self._current, self._backend = make_embedder(chosen, batch_size=1), backend
+                self._decided = bool(stored)
         assert self._current is not None
         self._current.load()
 
