@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
 
+from ctxdb.index.mappings import DEFAULT_REPLICAS, replica_settings
 from ctxdb.settings import Settings
 from ctxdb.storage.shards import Shard
 
@@ -268,7 +269,7 @@ def acquire(
 def _create_lease_index(es: Elasticsearch, index: str) -> None:
     es.options(ignore_status=400).indices.create(
         index=index,
-        settings={"number_of_shards": 1, "number_of_replicas": 0},
+        settings={"number_of_shards": 1, **replica_settings(DEFAULT_REPLICAS)},
         mappings=MAPPING,
     )
 

@@ -17,9 +17,13 @@ VECTOR_INDEX_TYPES = ("hnsw", "int8_hnsw", "bbq_hnsw")
 quantized vectors (the float vectors stay on disk for rescoring)."""
 DEFAULT_VECTOR_INDEX = "int8_hnsw"
 
+DEFAULT_REPLICAS = "0-1"
+"""Replicas of every index (`CTXDB_INDEX_REPLICAS`): `auto_expand_replicas` 0-1, so a single
+node stays green and on two or more nodes each shard has a copy on another node, and the memory
+stays searchable (and the writer lease writable) when one node is lost."""
+
 _SETTINGS: dict[str, Any] = {
     "number_of_shards": 1,
-    "number_of_replicas": 0,
     "refresh_interval": "5s",
 }
 """`refresh_interval`: every writer (sync, retention, erasure, reindex) refreshes when it is
@@ -36,6 +40,14 @@ vector iterators of a search filtered to that user skip whole blocks of other us
 
 _KEYWORD = {"type": "keyword"}
 _DATE = {"type": "date"}
+
+
+def replica_settings(replicas: str) -> dict[str, Any]:
+    """The index settings for `replicas`: a range (`0-1`, `1-all`) follows the number of nodes
+    (`auto_expand_replicas`); a number is a fixed `number_of_replicas`."""
+    if replicas.isdigit():
+        return {"number_of_replicas": int(replicas), "auto_expand_replicas": "false"}
+    return {"auto_expand_replicas": replicas}
 
 
 def _identity() -> dict[str, Any]:
@@ -111,18 +123,20 @@ def index_body(
     shards: int = 1,
     routed: bool = False,
     sorted_by_user: bool = False,
+    replicas: str = DEFAULT_REPLICAS,
 ) -> dict[str, Any]:
     """The full create-index body for `kind` ('rows' or 'turns').
 
     `routed` with several shards makes routing required, so a write or get that forgets it
     fails instead of landing on the wrong shard (one shard holds everything either way).
-    `sorted_by_user` sorts every segment by user and conversation (`USER_SORT`)."""
+    `sorted_by_user` sorts every segment by user and conversation (`USER_SORT`). `replicas` as
+    `replica_settings` reads it."""
     if vector_index not in VECTOR_INDEX_TYPES:
         raise ValueError(f"vector index {vector_index!r} is not one of {VECTOR_INDEX_TYPES}")
     mappings = rows_mapping(dims, vector_index) if kind == ROWS else turns_mapping()
     if routed and shards > 1:
         mappings = {"_routing": {"required": True}, **mappings}
-    settings = {**_SETTINGS, "number_of_shards": shards}
+    settings = {**_SETTINGS, "number_of_shards": shards, **replica_settings(replicas)}
     if sorted_by_user:
         settings |= USER_SORT
     return {"settings": settings, "mappings": mappings}
