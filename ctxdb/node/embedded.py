@@ -287,7 +287,9 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def _launch(node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadline: float) -> None:
+def launch(node: EmbeddedNode, home: Path, jdk: Jdk, settings: Settings, deadline: float) -> None:
+    """Start the prepared node `node` daemonized (as its system user under root); returns once
+    the launcher reports it started, raises NodeStartError when it died or `deadline` passed."""
     env = {
         "PATH": _SYSTEM_PATH,
         "HOME": str(node.instance),
@@ -347,7 +349,7 @@ def _start_locked(
     home = ensure_home(settings, node.cache)
     deadline = time.monotonic() + settings.node.start_timeout_s
     prepare_instance(node, home, extra_config)
-    _launch(node, home, jdk, settings, deadline)
+    launch(node, home, jdk, settings, deadline)
     while time.monotonic() < deadline:
         pid = running_pid(node)
         if pid is None:

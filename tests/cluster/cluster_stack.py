@@ -1,0 +1,191 @@
+"""The servers of the cluster stack and the helpers its tests share (imported by name; the
+fixtures that start and stop the servers are in tests/cluster/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import redis
+from conftest_ports import free_port_pair
+
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
+REGION = "us-east-1"
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` loopback ports p, each with p and p + 100 free, no two of them overlapping."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port_pair()
+        taken = {p + d for p in ports for d in (0, 100)}
+        if port not in taken and port + 100 not in taken:
+            ports.append(port)
+    return ports
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def wait_ready(
+    what: str, ready: Callable[[], bool], process: subprocess.Popen, log: Path, timeout_s: float
+) -> None:
+    """Poll `ready` until it holds; RuntimeError with `log`'s tail when `process` exits first or
+    `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited ({process.returncode}):\n{log_tail(log)}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s:\n{log_tail(log)}")
+        time.sleep(0.2)
+
+
+def start_process(
+    command: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.Popen:
+    """A server process in a session of its own (it and its children stop together)."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM the process group of `process`, SIGKILL it when it outlives `timeout_s`."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """A running moto S3 endpoint with one bucket, and how ctxdb reaches it."""
+
+    endpoint: str
+    bucket: str
+    process: subprocess.Popen
+    log: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The AWS environment of a process that reaches the endpoint: pyarrow's S3 filesystem
+        (the landing location) reads only this; delta-rs reads it under its storage options."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """CTXDB_DELTA_STORAGE_OPTIONS for the endpoint: plain HTTP, fake keys. delta-rs 1.x
+        commits with conditional puts (If-None-Match), which moto honours: no locking provider."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+        }
+
+    def prefix(self) -> str:
+        """A fresh `s3://<bucket>/<unique>` for one test's Delta root and landing location."""
+        return f"s3://{self.bucket}/{uuid.uuid4().hex[:12]}"
+
+    def settings(self, settings: Settings) -> Settings:
+        """`settings` with its Delta root and landing location under a fresh prefix."""
+        prefix = self.prefix()
+        return settings.replace(
+            delta_root=f"{prefix}/delta",
+            delta_storage_options=self.storage_options,
+            landing={"uri": f"{prefix}/landing"},
+        )
+
+    def alive(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=5) as response:
+                return response.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+
+@dataclass(frozen=True)
+class RedisServer:
+    port: int
+    process: subprocess.Popen
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def alive(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_timeout=2).ping())
+        except redis.RedisError:
+            return False
+
+
+def environment(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment of a ctxdb process (CLI, Dagster, Celery worker) on `settings`' memory."""
+    env = {
+        **os.environ,
+        "CTXDB_HOME": str(settings.home),
+        "ELASTICSEARCH_URL": settings.elasticsearch.url,
+        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}",
+    }
+    if settings.delta_root:
+        env["CTXDB_DELTA_ROOT"] = settings.delta_root
+        env["CTXDB_DELTA_STORAGE_OPTIONS"] = json.dumps(settings.delta_storage_options)
+    if settings.landing.uri:
+        env["CTXDB_LANDING_URI"] = settings.landing.uri
+    return {**env, **extra}
+
+
+def ctxdb(settings: Settings, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """Run the `ctxdb` CLI on `settings`' memory; the result, whatever its exit status."""
+    return subprocess.run(
+        [str(SCRIPTS / "ctxdb"), *args],
+        cwd=ROOT,
+        env=environment(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def table_rows(store: DeltaStore, table: str) -> int:
+    dt = store.table(table)
+    return 0 if dt is None else store.scan(table).select(pl.len()).collect().item()

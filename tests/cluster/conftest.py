@@ -1,0 +1,110 @@
+"""The cluster stack (`make test-cluster`): real servers on free loopback ports, one of each per
+session, started on first use and stopped when the session ends.
+
+- `es_cluster`: three Elasticsearch nodes from the embedded node's distribution
+  (`ctxdb.node.cluster`), run as the embedded node's system user under root;
+- `s3_server`: `moto_server`, an S3 endpoint, with one bucket; each test's Delta tables and
+  landing location live under `s3://<bucket>/<unique>/`;
+- `redis_server`: Debian's `redis-server` (nothing persisted), the Celery broker and backend.
+
+Each start waits for readiness under a deadline and fails with the server's last log lines.
+The servers and helpers are in tests/cluster/cluster_stack.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from cluster_stack import (
+    SCRIPTS,
+    RedisServer,
+    S3Server,
+    free_ports,
+    start_process,
+    stop_process,
+    wait_ready,
+)
+
+from ctxdb.node.cluster import LocalCluster, start_cluster, stop_cluster
+from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings, get_settings
+
+CLUSTER_NODES = 3
+CLUSTER_HEAP = "512m"  # three nodes beside the suite's own node on a 2-core, 23 GiB machine
+CLUSTER_START_S = 300.0
+SERVER_START_S = 60.0
+BUCKET = "ctxdb-cluster"
+SAMPLE_USERS, SAMPLE_CONVERSATIONS, SAMPLE_PER_FILE = 3, 24, 400
+
+
+@pytest.fixture(scope="session")
+def es_cluster() -> Iterator[LocalCluster]:
+    """Three nodes, each master-eligible and data, green; stopped (data deleted) after."""
+    settings = get_settings().replace(node={"heap": CLUSTER_HEAP})
+    cluster = start_cluster(settings, free_ports(CLUSTER_NODES), CLUSTER_START_S)
+    yield cluster
+    stop_cluster(settings, cluster)
+
+
+@pytest.fixture
+def cluster_settings(es_cluster: LocalCluster, tmp_path: Path) -> Settings:
+    """Settings on the cluster's first node with home=tmp_path and a unique index prefix (the
+    cluster's data goes with it at the end of the session)."""
+    return get_settings().replace(
+        home=tmp_path,
+        elasticsearch={"url": es_cluster.urls[0], "index_prefix": f"t{uuid.uuid4().hex[:12]}"},
+    )
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """`moto_server` on a free loopback port with the bucket created, and the AWS environment
+    set in this process for the session (pyarrow's S3 filesystem takes it from there)."""
+    (port,) = free_ports(1)
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    command = [str(SCRIPTS / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    process = start_process(command, log)
+    server = S3Server(f"http://127.0.0.1:{port}", BUCKET, process, log)
+    try:
+        wait_ready(f"moto_server on {server.endpoint}", server.alive, process, log, SERVER_START_S)
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in server.env.items():
+                patch.setenv(name, value)
+            boto3.client("s3").create_bucket(Bucket=BUCKET)
+            yield server
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """Debian's redis-server on a free loopback port, nothing persisted."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server not found: apt-get install -y redis-server")
+    (port,) = free_ports(1)
+    folder = tmp_path_factory.mktemp("redis")
+    log = folder / "redis.log"
+    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder)]
+    command += ["--save", "", "--appendonly", "no"]
+    process = start_process(command, log)
+    server = RedisServer(port, process)
+    try:
+        wait_ready(f"redis-server on port {port}", server.alive, process, log, SERVER_START_S)
+        yield server
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def sample_events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of generated sample event files (JSONL parts, every second one gzipped)."""
+    folder = tmp_path_factory.mktemp("sample")
+    generated = generate_events(users=SAMPLE_USERS, conversations=SAMPLE_CONVERSATIONS, seed=7)
+    write_sample(generated, folder, per_file=SAMPLE_PER_FILE)
+    return folder
