@@ -47,10 +47,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import fusion_variants
 import numpy as np
 import typer
 from search_quality_metrics import METRICS, query_metrics, summarize
-from search_quality_sets import LabeledQuery, QuerySet, build_memory, generator_set, realistic_set
+from search_quality_sets import (
+    LabeledQuery,
+    QuerySet,
+    build_memory,
+    chitchat_set,
+    generator_set,
+    realistic_set,
+)
 
 import ctxdb.search.arms
 import ctxdb.search.filters
@@ -63,7 +71,7 @@ from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.fusion import FusionParams, arm_weights, dedup_turns, rank_turns
-from ctxdb.search.models import ARMS, Arm
+from ctxdb.search.models import ARMS, Arm, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
@@ -71,6 +79,10 @@ from ctxdb.settings import Settings, get_settings
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
 SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_life_days=7, cap=2)
+PLAIN_RRF = FusionParams(
+    weights=arm_weights(1.0, 1.0), recency_weight=0.0, half_life_days=7, cap=None
+)
+SETS = {"generator": generator_set, "realistic": realistic_set, "chitchat": chitchat_set}
 ARM_SETTINGS = (
     "lexical_min_match",
     "trigram_min_match",
@@ -148,6 +160,7 @@ class Prepared:
     convs: np.ndarray
     ranks: dict[Arm, np.ndarray]
     coverage: dict[Arm, np.ndarray]
+    scores: dict[Arm, np.ndarray]
     age_days: np.ndarray
     tie: np.ndarray
     in_window: np.ndarray
@@ -160,12 +173,14 @@ class Prepared:
 def prepare(c: Collected, now) -> Prepared:
     per_turn: dict[Key, dict[Arm, int]] = {}
     cover: dict[Key, dict[Arm, float]] = {}
+    score: dict[Key, dict[Arm, float]] = {}
     ts: dict[Key, float] = {}
     topic, hint = split_time_hint(c.query.request.query.strip())
     for arm, rows in with_coverage(c.rows, topic).items():
         for rank, row in enumerate(dedup_turns(rows), start=1):
             per_turn.setdefault(row.key, {})[arm] = rank
             cover.setdefault(row.key, {})[arm] = row.coverage
+            score.setdefault(row.key, {})[arm] = row.score
             ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
     keys = list(per_turn)
     stamps = np.array([ts[k] for k in keys])
@@ -184,6 +199,7 @@ def prepare(c: Collected, now) -> Prepared:
         convs=np.array([conv_ids[k[0]] for k in keys], dtype=np.int64),
         ranks={arm: np.array([per_turn[k].get(arm, 0) for k in keys]) for arm in ARMS},
         coverage={arm: np.array([cover[k].get(arm, 0.0) for k in keys]) for arm in ARMS},
+        scores={arm: np.array([score[k].get(arm, 0.0) for k in keys]) for arm in ARMS},
         age_days=np.maximum(0.0, (now.timestamp() - stamps) / 86400.0),
         tie=tie,
         in_window=inside,
@@ -215,16 +231,25 @@ class Config:
         )
 
 
-def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
-    if not p.keys:
-        return []
+def fused_scores(p: Prepared, cfg: Config) -> np.ndarray:
+    """The final score of every candidate under `cfg` (before the cap)."""
+    return _fused(p, cfg)[0]
+
+
+def _fused(p: Prepared, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     rrf = np.zeros(len(p.keys))
     for arm, weight in zip(ARMS, (cfg.semantic, cfg.lexical, cfg.trigram), strict=True):
         r = p.ranks[arm]
         scale = weight * p.coverage[arm] ** cfg.coverage
         rrf = rrf + np.where(r > 0, scale / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
     final = rrf * (1.0 + cfg.recency * 2.0 ** (-p.age_days / cfg.half_life))
-    final = final * (1.0 + cfg.time * p.in_window)
+    return final * (1.0 + cfg.time * p.in_window), rrf
+
+
+def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
+    if not p.keys:
+        return []
+    final, rrf = _fused(p, cfg)
     order = np.lexsort((p.tie, -rrf, -final))
     cap = None if p.scope == "conversation" else cfg.cap
     out: list[Key] = []
@@ -308,6 +333,7 @@ def evaluate(
             (c.query.kind, query_metrics(arm_alone(c, arm), c.query.relevant)) for c in collected
         )
     results["shipped"] = score_config(prepared, config_of(SHIPPED))
+    results["rrf60"] = score_config(prepared, config_of(PLAIN_RRF))
     if answers is not None:
         results["fused"] = summarize(
             (c.query.kind, query_metrics(answer, c.query.relevant))
@@ -462,10 +488,13 @@ def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
 
 
 def main(
-    sets: Annotated[str, typer.Option(help="Comma-separated: generator, realistic.")] = (
-        "generator,realistic"
-    ),
+    sets: Annotated[
+        str, typer.Option(help="Comma-separated: generator, realistic, chitchat.")
+    ] = "chitchat,realistic,generator",
     sweep: Annotated[bool, typer.Option(help="Grid and cross-validation of fusion.")] = False,
+    variants: Annotated[
+        bool, typer.Option(help="Fusion variants (fusion_variants.py) on every set.")
+    ] = False,
     fresh: Annotated[bool, typer.Option(help="Re-query instead of the cache.")] = False,
     service_check: Annotated[
         bool, typer.Option(help="Run every query through SearchService.search (the fused row).")
@@ -487,7 +516,7 @@ def main(
     prepared: dict[str, list[Prepared]] = {}
     qids: dict[str, list[str]] = {}
     for name in sets.split(","):
-        qs = realistic_set(base) if name == "realistic" else generator_set(base)
+        qs = SETS[name](base)
         if prefix_suffix:
             prefix = qs.settings.elasticsearch.index_prefix + prefix_suffix
             qs.settings = qs.settings.replace(
@@ -498,6 +527,7 @@ def main(
         service = SearchService(qs.settings, make_client(qs.settings), ModelQueryEmbedder(embedder))
         collected = collected_rows(service, qs, fresh)
         preps = [prepare(c, qs.now) for c in collected]
+        default_cfg = config_of(service.fusion_params(SearchRequest(query="defaults", top_k=25)))
         check_fast_fusion(collected, preps, qs.now)
         answers = service_answers(service, qs) if service_check else None
         results = evaluate(collected, preps, answers)
@@ -508,6 +538,10 @@ def main(
         report["sets"][name] = {"turns": qs.turns, "offline_agreement": same, "results": results}
         prepared[name] = preps
         qids[name] = [q.qid for q in qs.queries]
+    if variants:
+        rows = fusion_variants.compare(prepared, lambda p: fused_scores(p, default_cfg))
+        typer.echo(fusion_variants.render(rows, list(prepared)))
+        report["variants"] = rows
     if sweep and len(prepared) > 1:
         cv = cross_validate(prepared, qids)
         typer.echo(json.dumps(cv, indent=2))

@@ -1,9 +1,11 @@
-"""The two labeled query sets of the search quality bench, each built through ctxdb's pipeline.
+"""The labeled query sets of the search quality bench, each built through ctxdb's pipeline.
 
 generator  `ctxdb.sample` (seed 3: 3 users, 600 conversations): queries from the generator's
            ground truth, one category per way of asking (see `generator_queries`).
 realistic  `bench/data/realistic` (hand-written multi-session chats, `build_realistic_set.py`):
            the questions as written, relevant = their evidence turns, one category per kind.
+chitchat   `bench/data/chitchat` (real chats between people, the BYU Chit-Chat Challenge corpus,
+           `build_chitchat_set.py`): single-hop, temporal, multi-hop and open-domain questions.
 
 Each set lands its events into its own home and index prefix (`landing -> derive -> embed ->
 index`), with a ten-year retention so the fixed reference time of the set stays searchable.
@@ -37,6 +39,7 @@ from ctxdb.storage.delta import DeltaStore
 
 Key = tuple[str, str]
 REALISTIC = Path(__file__).parent / "data" / "realistic"
+CHITCHAT = Path(__file__).parent / "data" / "chitchat"
 EXACT_REFS_PER_TOPIC = 2  # keeps the one-turn ref queries from outnumbering the other categories
 RETENTION_DAYS = 3650
 TOP_K = 25  # every query asks for 25 turns; @5 and @10 read the head of that list
@@ -98,12 +101,16 @@ def build_memory(qs: QuerySet, embedder: Embedder) -> float:
 # --- realistic set -------------------------------------------------------------------------
 
 
-def realistic_set(base: Settings, data: Path = REALISTIC, prefix: str = "") -> QuerySet:
-    """The hand-written chats; the prefix carries a hash of the events so edits rebuild."""
+def realistic_set(
+    base: Settings, data: Path = REALISTIC, prefix: str = "", name: str = "realistic"
+) -> QuerySet:
+    """A set of chats with labeled questions (`events.jsonl`, `questions.jsonl`,
+    `manifest.json` in `data`); the prefix carries a hash of the events so edits rebuild."""
     events = (data / "events.jsonl").read_bytes()
     manifest = json.loads((data / "manifest.json").read_text())
     fingerprint = hashlib.sha256(events).hexdigest()[:10]
-    settings = set_settings(base, prefix or f"bench-real-{fingerprint}")
+    short = {"realistic": "real", "chitchat": "chat"}.get(name, name)
+    settings = set_settings(base, prefix or f"bench-{short}-{fingerprint}")
     queries = []
     for line in (data / "questions.jsonl").read_text().splitlines():
         q = json.loads(line)
@@ -124,7 +131,7 @@ def realistic_set(base: Settings, data: Path = REALISTIC, prefix: str = "") -> Q
         shutil.copyfile(data / "events.jsonl", landing / "events-00000.jsonl")
 
     return QuerySet(
-        "realistic",
+        name,
         settings,
         datetime.fromisoformat(manifest["now"]),
         fingerprint,
@@ -221,6 +228,12 @@ def generator_queries(generated: Generated, rng: random.Random) -> list[LabeledQ
             }
             add("file-name", facts, hosting, query=f"where is {name}")
     return out
+
+
+def chitchat_set(base: Settings) -> QuerySet:
+    """Real conversations between people (`bench/data/chitchat`, `build_chitchat_set.py`):
+    questions the partners asked, labeled with the user's answer turns."""
+    return realistic_set(base, CHITCHAT, name="chitchat")
 
 
 def generator_set(
