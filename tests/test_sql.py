@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest_turn_record import NOW, build_sample
+from conftest_turn_record import NOW, build_sample, land_and_derive
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.landing.run import land
+from ctxdb.lifecycle.erase import erase
+from ctxdb.lifecycle.scope import Scope
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.sql import SqlError, connect, known_table_names, run_query, table_names
 from ctxdb.storage.tables import (
@@ -28,6 +35,7 @@ from ctxdb.storage.tables import (
 
 _register_all()
 runner = CliRunner()
+CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +64,7 @@ def test_every_table_is_a_view_with_its_rows(sample: tuple[Path, DeltaStore]) ->
     con, snapshot = connect(store)
     assert set(snapshot.versions) == set(names) and snapshot.skipped == {}
     for name in names:
-        ((count,),) = run_query(con, f"select count(*) from {name}").fetchall()
+        count = run_query(con, f"select count(*) from {name}").item()
         assert count == store.read(name).height, name
 
 
@@ -120,6 +128,12 @@ def test_errors_are_one_line(sample: tuple[Path, DeltaStore]) -> None:
     con, _ = connect(store, [ROLE_ROWS])
     with pytest.raises(SqlError):
         run_query(con, "select * from turn_logs")
+    nested = sql(root, "select [1, 2] as l", "-f", "csv")
+    assert nested.exit_code == 2 and nested.output.startswith("error: cannot write the result")
+    nowhere = sql(root, "select 1", "-o", str(root / "no" / "such" / "dir.txt"))
+    assert nowhere.exit_code == 2 and nowhere.output.startswith("error: --output")
+    interval = sql(root, "select interval 90 second as d", "-f", "csv")
+    assert interval.stdout.splitlines() == ["d", "00:01:30"]
 
 
 def test_shell_reads_statements_until_semicolon(sample: tuple[Path, DeltaStore]) -> None:
@@ -151,7 +165,160 @@ def test_every_query_in_the_analytics_doc_runs(sample: tuple[Path, DeltaStore], 
         store.overwrite(name, pl.from_arrow(schema.empty_table()), schema)
     con, _ = connect(store)
     for query in queries:
-        assert run_query(con, query).fetchall() is not None
+        assert run_query(con, query) is not None
     (coverage,) = [q for q in queries if "role_row_embeddings" in q]
-    rows = run_query(con, coverage).pl()
+    rows = run_query(con, coverage)
     assert rows["rows"].sum() == sampled.read(ROLE_ROWS).height
+
+
+def duckdb_home_untouched(home: Path) -> bool:
+    """No DuckDB extension directory was created under `home` (nothing installed or fetched)."""
+    return not (home / ".duckdb").exists()
+
+
+def test_as_of_before_erasure_skips_with_note_exit_2(tmp_path: Path) -> None:
+    """A version from before an erasure names files the erasure's VACUUM deleted: the table is
+    skipped with a note, and a query over it is a one-line error (exit 2), not an IOError."""
+    events = generate_events(users=2, conversations=4, seed=5, now=NOW, malformed_ratio=0)
+    write_sample(events, tmp_path / "landing", files_root=tmp_path / "files")
+    store = DeltaStore(str(tmp_path / "delta"))
+    settings = Settings(home=tmp_path)
+    land_and_derive(store, tmp_path / "landing", settings)
+    before = store.version(ROLE_ROWS)
+    row = store.read(ROLE_ROWS).row(0, named=True)
+    erase(store, None, settings, Scope("user_id", row["user_id"], tenant=row["tenant"]))
+    assert store.version(ROLE_ROWS) > before
+
+    old = sql(tmp_path, "select count(*) from role_rows", "--as-of", str(before))
+    assert old.exit_code == 2, old.output
+    assert "note: role_rows is not readable at that point" in old.output
+    assert "error: " in old.output and "Traceback" not in old.output
+    assert "IO Error" not in old.output
+    current = sql(tmp_path, "select count(*) as n from role_rows", "-f", "csv")
+    assert current.exit_code == 0, current.output
+    assert current.stdout.splitlines() == ["n", str(store.read(ROLE_ROWS).height)]
+
+
+def test_install_extension_refused_offline(sample: tuple[Path, DeltaStore], tmp_path) -> None:
+    """`install`/`load` are refused before DuckDB touches its extension directory or the net."""
+    root, _ = sample
+    for statement in (
+        "install httpfs",
+        "install httpfs from 'http://127.0.0.1:9/x'",
+        "load httpfs",
+    ):
+        env = {"CTXDB_HOME": str(root), "HOME": str(tmp_path)}
+        result = runner.invoke(app, ["sql", statement], env=env)
+        assert result.exit_code == 2, (statement, result.output)
+        assert result.output.startswith("error: Permission Error"), result.output
+        assert duckdb_home_untouched(tmp_path), statement
+
+
+def test_read_remote_url_refused(sample: tuple[Path, DeltaStore], tmp_path) -> None:
+    """A URL is refused at once, also with --allow-local-files: no httpfs autoload, no request."""
+    root, _ = sample
+    url = "select * from read_csv('https://example.com/rows.csv')"
+    for extra in ([], ["--allow-local-files", str(tmp_path)]):
+        result = runner.invoke(
+            app, ["sql", url, *extra], env={"CTXDB_HOME": str(root), "HOME": str(tmp_path)}
+        )
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("error: Permission Error"), result.output
+        assert duckdb_home_untouched(tmp_path)
+
+
+def test_copy_into_delta_root_refused(sample: tuple[Path, DeltaStore], tmp_path) -> None:
+    """COPY TO, ATTACH and reads of local files are refused by default; --allow-local-files DIR
+    opens DIR only, and a DIR inside or holding the Delta root is refused."""
+    root, store = sample
+    table_dir = Path(store.uri(ROLE_ROWS))
+    files = sorted(table_dir.rglob("*"))
+    target = table_dir / "x.parquet"
+    copy = f"copy (select * from role_rows limit 1) to '{target}'"
+    refused = sql(root, copy)
+    assert refused.exit_code == 2 and refused.output.startswith("error: Permission Error")
+    outside = tmp_path / "mine"
+    outside.mkdir()
+    opened = sql(root, copy, "--allow-local-files", str(outside))
+    assert opened.exit_code == 2 and opened.output.startswith("error: Permission Error")
+    for holder in (root, table_dir):
+        wide = sql(root, "select 1", "--allow-local-files", str(holder))
+        assert wide.exit_code == 2, wide.output
+        assert wide.output.startswith("error: --allow-local-files") and "Delta root" in wide.output
+    into = sql(root, "select 1", "-f", "parquet", "-o", str(target))
+    assert into.exit_code == 2 and into.output.startswith("error: --output")
+    assert sorted(table_dir.rglob("*")) == files
+    assert not target.exists()
+
+    (outside / "roles.csv").write_text("role,label\nuser,U\nassistant,A\n")
+    join = (
+        f"copy (select label, count(*) n from role_rows join read_csv('{outside}/roles.csv') "
+        f"using (role) group by label order by label) to '{outside}/out.csv'"
+    )
+    assert sql(root, join).exit_code == 2
+    ok = sql(root, join, "--allow-local-files", str(outside))
+    assert ok.exit_code == 0, ok.output
+    written = pl.read_csv(outside / "out.csv")
+    counts = store.read(ROLE_ROWS)["role"].value_counts()
+    expected = {"A": "assistant", "U": "user"}
+    for label, n in written.iter_rows():
+        assert n == counts.filter(pl.col("role") == expected[label])["count"].item()
+
+
+def test_shell_survives_failing_statement(sample: tuple[Path, DeltaStore]) -> None:
+    """A statement failing while it runs (a bad cast), while it binds, or refused: one error line
+    each, and the shell goes on to the next statement."""
+    root, store = sample
+    script = (
+        "select cast(role as integer) from role_rows;\n"
+        "select nope from role_rows;\n"
+        "install httpfs;\n"
+        "set enable_external_access = true;\n"
+        "select count(*) as total from role_rows;\n"
+        ".quit\n"
+    )
+    result = runner.invoke(app, ["sql"], input=script, env={"CTXDB_HOME": str(root)})
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if "error: " in line]
+    assert len(errors) == 4, result.output
+    assert str(store.read(ROLE_ROWS).height) in result.output
+
+
+def test_long_query_times_out(sample: tuple[Path, DeltaStore]) -> None:
+    """--timeout interrupts a query that runs longer (one line, exit 2); --timeout 0 is no limit;
+    the shell survives a timed-out statement; the default is in --help."""
+    root, store = sample
+    endless = "select count(*) from role_rows, range(10000000000000)"
+    started = time.monotonic()
+    result = sql(root, endless, "--timeout", "1")
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 2, result.output
+    assert result.output == "error: the query ran longer than --timeout 1 s and was stopped\n"
+    assert elapsed < 30
+    quick = sql(root, "select count(*) as n from role_rows", "--timeout", "0", "-f", "csv")
+    assert quick.stdout.splitlines() == ["n", str(store.read(ROLE_ROWS).height)]
+    shell = runner.invoke(
+        app,
+        ["sql", "--timeout", "1"],
+        input=f"{endless};\nselect 41 + 1 as answer;\n.quit\n",
+        env={"CTXDB_HOME": str(root)},
+    )
+    assert shell.exit_code == 0 and "--timeout 1 s" in shell.output and "42" in shell.output
+    assert "default: 300" in runner.invoke(app, ["sql", "--help"]).output
+
+
+def test_long_query_output_is_only_its_rows(sample: tuple[Path, DeltaStore]) -> None:
+    """A query running past DuckDB's 2 s progress-bar delay, in a real process: stdout holds no
+    progress bar (DuckDB draws it on stdout), stderr only the timeout line."""
+    root, _ = sample
+    done = subprocess.run(
+        [CTXDB, "sql", "select count(*) from range(10000000000000)", "-f", "csv", "--timeout", "4"],
+        env={**os.environ, "CTXDB_HOME": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == "error: the query ran longer than --timeout 4 s and was stopped\n"

@@ -1,4 +1,5 @@
-"""`ctxdb sql`: SQL over every ctxdb Delta table with DuckDB (no network, no extension)."""
+"""`ctxdb sql`: SQL over every ctxdb Delta table with DuckDB (read-only: no files, network or
+extension; `--allow-local-files DIR` opens a directory; `--timeout` bounds each query)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import typer
 from ctxdb.cli.app import app
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.sql import SqlError, connect, run_query
+from ctxdb.storage.sql import (
+    DEFAULT_TIMEOUT_S,
+    SqlError,
+    connect,
+    local_dirs,
+    local_root,
+    run_query,
+)
 
 
 class Format(StrEnum):
@@ -40,11 +48,15 @@ def _as_of(value: str | None) -> int | datetime | None:
     return parsed
 
 
-def _emit(relation: duckdb.DuckDBPyRelation, fmt: Format, output: Path | None) -> None:
-    frame = relation.pl()
-    if fmt is Format.parquet:
-        if output is None:
-            raise typer.BadParameter("--format parquet needs --output FILE")
+def _check_output(store: DeltaStore, output: Path | None) -> None:
+    """`--output` may not land inside the Delta root (a stray file there misleads readers)."""
+    root = local_root(store)
+    if output is not None and root is not None and root in output.resolve().parents:
+        raise SqlError(f"--output {output}: inside the Delta root {root}; write elsewhere")
+
+
+def _emit(frame: pl.DataFrame, fmt: Format, output: Path | None) -> None:
+    if fmt is Format.parquet and output is not None:
         frame.write_parquet(output)
         typer.echo(f"wrote {frame.height} rows to {output}", err=True)
         return
@@ -61,8 +73,9 @@ def _emit(relation: duckdb.DuckDBPyRelation, fmt: Format, output: Path | None) -
         output.write_text(text)
 
 
-def _shell(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
-    """A minimal interactive loop: statements end with `;`, `.tables` lists, `.quit` leaves."""
+def _shell(con: duckdb.DuckDBPyConnection, tables: list[str], timeout: float) -> None:
+    """A minimal interactive loop: statements end with `;`, `.tables` lists, `.quit` leaves; a
+    failing or timed-out statement prints one error line and the loop goes on."""
     typer.echo(f"ctxdb sql ({len(tables)} tables; end statements with ';', .tables, .quit)")
     buffer: list[str] = []
     while True:
@@ -79,12 +92,12 @@ def _shell(con: duckdb.DuckDBPyConnection, tables: list[str]) -> None:
         if line.rstrip().endswith(";"):
             statement, buffer = "\n".join(buffer), []
             try:
-                relation = run_query(con, statement)
+                frame = run_query(con, statement, timeout)
             except SqlError as exc:
                 typer.echo(f"error: {exc}", err=True)
                 continue
-            if relation is not None:
-                _emit(relation, Format.table, None)
+            if frame is not None:
+                _emit(frame, Format.table, None)
 
 
 @app.command("sql")
@@ -100,12 +113,29 @@ def sql_command(
     ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    allow_local_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-local-files",
+            metavar="DIR",
+            help="Let queries read and write files under DIR (repeatable; not one holding or "
+            "inside the Delta root). Never the network or extensions.",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(min=0, help="Stop a query running longer than this many seconds (0: none)."),
+    ] = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Run SQL over the Delta tables (each table is a view named like the table)."""
+    """Run SQL over the Delta tables (each table is a view named like the table), read-only."""
+    if fmt is Format.parquet and output is None:
+        raise typer.BadParameter("--format parquet needs --output FILE")
     settings = get_settings()
     store = DeltaStore.from_settings(settings)
     try:
-        con, snapshot = connect(store, table or None, as_of=_as_of(as_of))
+        _check_output(store, output)
+        allowed = local_dirs(store, allow_local_files or [])
+        con, snapshot = connect(store, table or None, as_of=_as_of(as_of), allowed=allowed)
     except SqlError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -114,12 +144,20 @@ def sql_command(
     if query == "-":
         query = sys.stdin.read()
     if query is None:
-        _shell(con, sorted(snapshot.versions))
+        _shell(con, sorted(snapshot.versions), timeout)
         return
     try:
-        relation = run_query(con, query)
+        frame = run_query(con, query, timeout)
     except SqlError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if relation is not None:
-        _emit(relation, fmt, output)
+    if frame is None:
+        return
+    try:
+        _emit(frame, fmt, output)
+    except OSError as exc:
+        typer.echo(f"error: --output {output}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    except pl.exceptions.PolarsError as exc:
+        typer.echo(f"error: cannot write the result as {fmt}: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(2) from None

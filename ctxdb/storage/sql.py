@@ -1,22 +1,45 @@
-"""SQL over ctxdb's Delta tables with DuckDB, offline.
+"""SQL over ctxdb's Delta tables with DuckDB, offline and read-only.
 
 Each table is registered as a DuckDB view over the Arrow dataset of one Delta snapshot (the latest,
 or the one current at `as_of`), so DuckDB needs no `delta` extension (which it would download at
-first use) and reads only the files of that snapshot, with filter and projection pushdown.
+first use) and reads only the files of that snapshot, with filter and projection pushdown. Once
+the tables are registered the connection is locked down with DuckDB's own settings: no file access
+(except directories the caller opens), no network, no extension install or load, and no setting
+can be changed back.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
+import polars as pl
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow.dataset import Dataset
+from pyarrow.fs import FileType
 
 from ctxdb.storage import tables
 from ctxdb.storage.delta import DeltaStore
+
+DEFAULT_TIMEOUT_S = 300.0
+"""`ctxdb sql --timeout`: seconds a query may run before it is stopped (0: no limit)."""
+
+LOCKDOWN = (
+    "set enable_progress_bar = false",
+    "set enable_external_access = false",
+    "set autoinstall_known_extensions = false",
+    "set autoload_known_extensions = false",
+    "set lock_configuration = true",
+)
+"""DuckDB settings applied after the tables are registered, in this order (the lock comes last).
+The progress bar is off: DuckDB draws it on stdout, inside the query's output."""
+
+REFUSED_HINT = "ctxdb sql reads only its tables; --allow-local-files DIR opens a local directory"
 
 
 class SqlError(ValueError):
@@ -42,13 +65,12 @@ def table_names(store: DeltaStore) -> list[str]:
     A local root is listed (any directory holding a `_delta_log`); an object-store root is probed
     for the declared table names, since listing buckets needs credentials delta-rs already has.
     """
-    root = Path(store.root)
-    if "://" not in store.root or store.root.startswith("file://"):
-        root = Path(store.root.removeprefix("file://"))
-        if not root.is_dir():
-            return []
-        return sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir())
-    return [name for name in known_table_names() if store.exists(name)]
+    root = local_root(store)
+    if root is None:
+        return [name for name in known_table_names() if store.exists(name)]
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir())
 
 
 def _open(store: DeltaStore, name: str, as_of: int | datetime | None) -> DeltaTable:
@@ -58,15 +80,58 @@ def _open(store: DeltaStore, name: str, as_of: int | datetime | None) -> DeltaTa
     return dt
 
 
+def _missing_files(dataset: Dataset) -> int:
+    """How many of the snapshot's data files are gone (removed by a VACUUM since)."""
+    infos = dataset.filesystem.get_file_info(dataset.files)
+    return sum(info.type == FileType.NotFound for info in infos)
+
+
+def local_root(store: DeltaStore) -> Path | None:
+    """The store's root as a resolved local path; None on an object store."""
+    if "://" in store.root and not store.root.startswith("file://"):
+        return None
+    return Path(store.root.removeprefix("file://")).resolve()
+
+
+def local_dirs(store: DeltaStore, dirs: Sequence[Path]) -> list[Path]:
+    """`dirs` resolved, each an existing directory that neither holds nor lies in the Delta root
+    (SqlError otherwise), so opening them never lets a query write into a table."""
+    root = local_root(store)
+    resolved = []
+    for raw in dirs:
+        path = raw.expanduser().resolve()
+        if not path.is_dir():
+            raise SqlError(f"--allow-local-files {raw}: not a directory")
+        if root is not None and (path == root or path in root.parents or root in path.parents):
+            raise SqlError(
+                f"--allow-local-files {raw}: overlaps the Delta root {root}; "
+                "name a directory outside it"
+            )
+        resolved.append(path)
+    return resolved
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, allowed: Sequence[Path] = ()) -> None:
+    """No file access but under `allowed`, no network, no extension install or load, settings
+    locked. Apply after the tables are registered (delta-rs reads them, not DuckDB)."""
+    quoted = ", ".join("'" + str(path).replace("'", "''") + "/'" for path in allowed)
+    con.execute(f"set allowed_directories = [{quoted}]")
+    for statement in LOCKDOWN:
+        con.execute(statement)
+
+
 def connect(
     store: DeltaStore,
     names: list[str] | None = None,
     as_of: int | datetime | None = None,
+    allowed: Sequence[Path] = (),
 ) -> tuple[duckdb.DuckDBPyConnection, Snapshot]:
-    """An in-memory DuckDB connection with one view per table (all present tables by default).
+    """An in-memory, locked-down DuckDB connection with one view per table (all present tables by
+    default); queries may read and write files only under `allowed` (see `local_dirs`).
 
     With `as_of` (a version number or a time), each table is read as of that point; a table that
-    did not exist then, or whose files were vacuumed since, is skipped with the reason.
+    did not exist then, or whose files were vacuumed since (retention, erasure), is skipped with
+    the reason.
     """
     present = table_names(store)
     wanted = present if names is None else names
@@ -80,17 +145,60 @@ def connect(
         try:
             dt = _open(store, name, as_of)
             dataset = dt.to_pyarrow_dataset()
+            missing = _missing_files(dataset) if as_of is not None else 0
         except (DeltaError, TableNotFoundError, OSError, ValueError) as exc:
             skipped[name] = str(exc).splitlines()[0][:200]
             continue
+        if missing:
+            skipped[name] = f"{missing} of its files were removed since by VACUUM"
+            continue
         con.register(name, dataset)
         versions[name] = dt.version()
+    lock_down(con, allowed)
     return con, Snapshot(versions, skipped)
 
 
-def run_query(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation | None:
-    """Run one SQL statement; a DuckDB error becomes a one-line SqlError."""
+def _one_line(exc: duckdb.Error) -> str:
+    line = str(exc).splitlines()[0]
+    return f"{line} ({REFUSED_HINT})" if isinstance(exc, duckdb.PermissionException) else line
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _intervals_as_text(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """INTERVAL columns as DuckDB's text (polars reads no Arrow interval); others unchanged."""
+    types = [str(t) for t in relation.types]
+    if "INTERVAL" not in types:
+        return relation
+    columns = [
+        f"{_quoted(c)}::varchar as {_quoted(c)}" if t == "INTERVAL" else _quoted(c)
+        for c, t in zip(relation.columns, types, strict=True)
+    ]
+    return relation.project(", ".join(columns))
+
+
+def run_query(
+    con: duckdb.DuckDBPyConnection, query: str, timeout: float = DEFAULT_TIMEOUT_S
+) -> pl.DataFrame | None:
+    """Run SQL (several statements run in order) and return the last one's rows, None when it
+    returns none. It is interrupted after `timeout` seconds (0: no limit); a DuckDB error or a
+    timeout becomes a one-line SqlError."""
+    timer = threading.Timer(timeout, con.interrupt) if timeout > 0 else None
+    if timer is not None:
+        timer.start()
     try:
-        return con.sql(query)
+        relation = con.sql(query)
+        return None if relation is None else _intervals_as_text(relation).pl()
+    except pl.exceptions.PolarsError as exc:
+        raise SqlError(f"cannot read the result: {str(exc).splitlines()[0]}") from None
     except duckdb.Error as exc:
-        raise SqlError(str(exc).splitlines()[0]) from None
+        if timer is not None and timer.finished.is_set():
+            raise SqlError(
+                f"the query ran longer than --timeout {timeout:g} s and was stopped"
+            ) from None
+        raise SqlError(_one_line(exc)) from None
+    finally:
+        if timer is not None:
+            timer.cancel()
