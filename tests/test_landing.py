@@ -56,7 +56,7 @@ def test_generated_sample_lands_with_every_line_accounted_for(tmp_path: Path, st
     raw = store.read(RAW_TURN_EVENTS)
     assert raw.schema == pl.from_arrow(RAW_EVENTS_SCHEMA.empty_table()).schema
     assert raw["event_id"].is_unique().all()
-    assert raw["landed_version"].unique().to_list() == [0]
+    assert raw["landed_version"].unique().to_list() == [1]  # version 0 creates the table
     quarantine = store.read(QUARANTINED_EVENTS)
     assert quarantine.height == stats.quarantined
     files = store.read(LANDED_FILES)
@@ -93,7 +93,7 @@ def test_rerun_reads_no_file_twice_and_never_writes_an_event_twice(tmp_path: Pat
     redelivered = land(store, str(tmp_path / "in"), now=NOW)
     assert (redelivered.files, redelivered.landed, redelivered.duplicates) == (1, 0, 4)
     assert store.read(RAW_TURN_EVENTS).height == 4
-    assert store.version(RAW_TURN_EVENTS) == 0
+    assert store.version(RAW_TURN_EVENTS) == 1  # created empty, then one MERGE
 
 
 def test_a_grown_file_is_read_again_and_only_new_events_land(tmp_path: Path, store) -> None:
@@ -104,7 +104,7 @@ def test_a_grown_file_is_read_again_and_only_new_events_land(tmp_path: Path, sto
     write_jsonl(path, turn.events)
     stats = land(store, str(tmp_path / "in"), now=NOW)
     assert (stats.landed, stats.duplicates) == (1, 4)
-    assert store.read(RAW_TURN_EVENTS)["landed_version"].sort().to_list() == [0, 0, 0, 0, 1]
+    assert store.read(RAW_TURN_EVENTS)["landed_version"].sort().to_list() == [1, 1, 1, 1, 2]
 
 
 def test_events_for_purged_or_foreign_conversations_are_quarantined(tmp_path: Path, store) -> None:
@@ -125,15 +125,15 @@ def test_a_crash_between_commits_is_completed_by_the_next_run(
     tmp_path: Path, store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_jsonl(tmp_path / "in" / "a.jsonl", [*Turn("c1", "t1").basic().events, "{bad"])
-    real_append = DeltaStore.append
+    real_insert = DeltaStore.insert_new
 
-    def crash_on_landed_files(self, table, data, schema=None):
+    def crash_on_landed_files(self, table, data, keys, schema=None):
         # Stands in for a process crash after the events commit, before landed_files is written.
         if table == LANDED_FILES:
             raise RuntimeError("simulated crash")
-        return real_append(self, table, data, schema)
+        return real_insert(self, table, data, keys, schema)
 
-    monkeypatch.setattr(DeltaStore, "append", crash_on_landed_files)
+    monkeypatch.setattr(DeltaStore, "insert_new", crash_on_landed_files)
     with pytest.raises(RuntimeError, match="simulated crash"):
         land(store, str(tmp_path / "in"), now=NOW)
     monkeypatch.undo()
@@ -214,12 +214,12 @@ def test_waves_commit_separately_and_check_each_other(
     raw = store.read(RAW_TURN_EVENTS)
     assert raw.group_by("source_file").agg(pl.col("landed_version").unique()).sort("source_file")[
         "landed_version"
-    ].to_list() == [[0], [1]]
-    assert stats.landed_version == 1
+    ].to_list() == [[1], [2]]
+    assert stats.landed_version == 2
     files = store.read(LANDED_FILES).sort("source_file")
     assert files["duplicates"].to_list() == [0, 1, 0]
     assert files["quarantined"].to_list() == [0, 4, 0]
-    assert store.version(LANDED_FILES) == 2  # one commit per wave
+    assert store.version(LANDED_FILES) == 3  # created empty, then one commit per wave
 
 
 def test_many_waves_land_what_one_wave_lands(

@@ -227,3 +227,106 @@ def test_finding_8_a_quarantined_file_is_not_pending_for_the_sensor(
         land(store, str(landing), now=NOW)  # the requested run quarantines the file
         skipped = sensor.tick()
     assert isinstance(skipped, SkipReason) and "no new files" in str(skipped.skip_message)
+
+
+def _conflicts(store: DeltaStore) -> pl.DataFrame:
+    return (
+        store.read(QUARANTINED_EVENTS)
+        .filter(pl.col("reason") == "event_id_conflict")
+        .sort("source_file", "line_number")
+    )
+
+
+def _line(path: Path, number: int) -> str:
+    return path.read_text().splitlines()[number - 1]
+
+
+def test_issue_24_finding_3_event_id_reuse_with_different_content_is_quarantined(
+    tmp_path: Path, scanner: str
+) -> None:
+    """An id landed earlier, then sent again with other text: from another file, and from the
+    same file rewritten in place (same path and line number, which a rerun after a crash also
+    reads again). Each is an `event_id_conflict` row with the line's own bytes; a byte-identical
+    replay stays a plain duplicate."""
+    landing = tmp_path / "landing"
+    first = Turn("c1", "t1").add("user.submission", {"text": "hello"})
+    path = write_jsonl(landing / "a.jsonl", [first])
+    store = DeltaStore(str(tmp_path / "delta"))
+    land(store, str(landing), now=NOW, scanner=scanner)
+
+    edited = {**first, "payload": {"text": "hello, edited"}}
+    write_jsonl(landing / "b.jsonl", [edited, first])
+    write_jsonl(path, [{**first, "payload": {"text": "rewritten"}}, "", "", ""])
+    stats = land(store, str(landing), now=NOW, scanner=scanner)
+
+    assert (stats.landed, stats.duplicates, stats.quarantined) == (0, 1, 2)
+    conflicts = _conflicts(store)
+    assert conflicts["raw_line"].to_list() == [_line(path, 1), _line(landing / "b.jsonl", 1)]
+    assert set(conflicts["detail"]) == {
+        f"event_id {first['event_id']} was first landed with other payload"
+    }
+    landed = store.read(RAW_TURN_EVENTS)
+    assert landed.height == 1 and json.loads(landed["payload"].item()) == {"text": "hello"}
+
+
+def test_issue_24_finding_3_in_batch_duplicates_with_different_content_are_quarantined(
+    tmp_path: Path, scanner: str
+) -> None:
+    """Within one batch (one file, and two files of one wave) an id repeated with other content
+    is quarantined; the first line lands, and a content-identical repeat is a duplicate."""
+    landing = tmp_path / "landing"
+    one = Turn("c1", "t1").add("user.submission", {"text": "one"})
+    two = {**one, "payload": {"text": "two"}}
+    later = {**one, "occurred_at": "2026-11-20T10:00:00Z"}
+    reformatted = json.dumps(one, indent=2).replace("\n", "")  # the same content, other bytes
+    write_jsonl(landing / "a.jsonl", [one, two, reformatted])
+    write_jsonl(landing / "b.jsonl", [later])
+    store = DeltaStore(str(tmp_path / "delta"))
+    stats = land(store, str(landing), now=NOW, scanner=scanner)
+
+    assert (stats.landed, stats.duplicates, stats.quarantined) == (1, 1, 2)
+    conflicts = _conflicts(store)
+    assert conflicts["line_number"].to_list() == [2, 1]
+    assert conflicts["raw_line"].to_list() == [_line(landing / "a.jsonl", 2), json.dumps(later)]
+    assert conflicts["detail"].to_list() == [
+        f"event_id {one['event_id']} was first landed with other payload",
+        f"event_id {one['event_id']} was first landed with other occurred_at",
+    ]
+    landed = store.read(RAW_TURN_EVENTS)
+    assert json.loads(landed["payload"].item()) == {"text": "one"}
+
+
+@pytest.mark.parametrize("when", ["earlier_run", "same_batch"])
+def test_issue_24_finding_3_another_users_event_reusing_an_id_is_quarantined(
+    tmp_path: Path, scanner: str, when: str
+) -> None:
+    """Another user's event (in that user's own conversation) carrying an id u1's event already
+    has never overwrites or merges into u1's event: it is quarantined with its own bytes, and
+    u1's TurnLog is derived from u1's event, u2's TurnLog without it."""
+    landing = tmp_path / "landing"
+    mine = Turn("c1", "t1").basic().events
+    theirs = Turn("c2", "t1", user_id="u2").basic().events
+    theirs[0] = {**theirs[0], "event_id": mine[0]["event_id"]}
+    store = DeltaStore(str(tmp_path / "delta"))
+    write_jsonl(landing / "a.jsonl", mine)
+    if when == "earlier_run":
+        land(store, str(landing), now=NOW, scanner=scanner)
+    write_jsonl(landing / "b.jsonl", theirs)
+    land(store, str(landing), now=NOW, scanner=scanner)
+
+    conflicts = _conflicts(store)
+    assert conflicts["raw_line"].to_list() == [json.dumps(theirs[0])]
+    assert conflicts["detail"].to_list() == [
+        f"event_id {mine[0]['event_id']} was first landed with another owner"
+    ]
+    landed = store.read(RAW_TURN_EVENTS)
+    assert landed["event_id"].is_unique().all() and landed.height == 7
+    reused = landed.filter(pl.col("event_id") == mine[0]["event_id"])
+    assert reused.select("user_id", "conversation_id").row(0) == ("u1", "c1")
+    assert json.loads(reused["payload"].item()) == mine[0]["payload"]
+    derive(store, settings_for(tmp_path), now=NOW)
+    logs = store.read(TURN_LOGS)
+    assert set(logs["user_id"]) == {"u1", "u2"}
+    sources = dict(logs.select("user_id", "source_event_ids").iter_rows())
+    assert mine[0]["event_id"] in sources["u1"]
+    assert mine[0]["event_id"] not in sources["u2"]

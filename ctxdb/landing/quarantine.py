@@ -1,17 +1,19 @@
 """Events that validated but cannot land: ownership and purge refusals and re-used event ids
-become quarantine rows (the event re-serialized), appended once per (source_file, line_number);
-files that cannot be read at all become `quarantined_files` rows."""
+become quarantine rows (the line's own bytes, read again from its file), inserted once per
+(source_file, line_number) by a keyed MERGE; files that cannot be read at all become
+`quarantined_files` rows."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 
 import polars as pl
 
-from ctxdb.landing.files import CORRUPT_GZIP, LandingFile, Unreadable
-from ctxdb.landing.scan import EVENT_COLUMNS
+from ctxdb.landing.files import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
+from ctxdb.landing.scan import BOM, EVENT_COLUMNS
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
     QUARANTINE_SCHEMA,
@@ -66,13 +68,13 @@ def split_conflicts(
 
 
 def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFrame:
-    """Quarantine rows for events that validated but cannot be accepted (raw line re-serialized)."""
-    raw = rejected.select(pl.struct(EVENT_COLUMNS[:-2]).struct.json_encode().alias("raw_line"))
+    """Quarantine rows for events that validated but cannot be accepted, with their raw lines
+    (`raw_lines`)."""
     return pl.DataFrame(
         {
             "source_file": rejected["source_file"],
             "line_number": rejected["line_number"],
-            "raw_line": raw["raw_line"],
+            "raw_line": raw_lines(rejected),
             "reason": rejected["reason"],
             "detail": rejected["detail"],
             "event_id": rejected["event_id"],
@@ -82,21 +84,49 @@ def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFram
     )
 
 
+def raw_lines(events: pl.DataFrame) -> pl.Series:
+    """Each event's line as its file holds it (read again: refusals are few), or the event
+    re-serialized when the file no longer holds that line (rewritten or gone since)."""
+    lines: dict[tuple[str, int], str] = {}
+    for (path,), rows in events.group_by("source_file"):
+        data = read_landing_file(str(path))
+        if isinstance(data, Unreadable):
+            continue
+        split = data.removeprefix(BOM).split(b"\n")
+        for number in rows["line_number"]:
+            if 0 < number <= len(split):
+                line = split[number - 1].removesuffix(b"\r").decode("utf-8", "replace")
+                lines[(str(path), number)] = line
+    raw = []
+    for row in events.select(EVENT_COLUMNS).iter_rows(named=True):
+        line = lines.get((row["source_file"], row["line_number"]))
+        raw.append(line if line is not None and _holds(line, row) else _serialized(row))
+    return pl.Series("raw_line", raw, dtype=pl.String)
+
+
+def _holds(line: str, event: dict) -> bool:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("event_id") == event["event_id"]
+
+
+def _serialized(event: dict) -> str:
+    fields = {k: v for k, v in event.items() if k not in ("source_file", "line_number")}
+    fields["occurred_at"] = fields["occurred_at"].isoformat()
+    fields["payload"] = json.loads(fields["payload"])
+    return json.dumps(fields)
+
+
 def insert_quarantine(store: DeltaStore, rows: pl.DataFrame) -> int:
-    """Append quarantine rows whose (source_file, line_number) is not there yet: a run re-reading
-    a file after a crash adds nothing twice. Landing runs one at a time, so reading the keys of
-    these files and appending replaces a MERGE (which rewrote files and cost ~0.4 s per wave)."""
-    if rows.is_empty():
-        return 0
-    if store.exists(QUARANTINED_EVENTS):
-        present = (
-            store.scan(QUARANTINED_EVENTS)
-            .filter(pl.col("source_file").is_in(rows["source_file"].unique().implode()))
-            .select("source_file", "line_number")
-            .collect()
-        )
-        rows = rows.join(present, on=["source_file", "line_number"], how="anti")
-    return store.append(QUARANTINED_EVENTS, rows, QUARANTINE_SCHEMA)
+    """Insert quarantine rows whose (source_file, line_number) is not there yet, in one keyed
+    MERGE: a run re-reading a file after a crash, or a concurrent landing of the same file, adds
+    nothing twice."""
+    return store.insert_new(QUARANTINED_EVENTS, rows, QUARANTINE_KEY, QUARANTINE_SCHEMA)
+
+
+QUARANTINE_KEY = ["source_file", "line_number"]
 
 
 FILE_KEY = ["source_file", "size", "mtime", "reason"]

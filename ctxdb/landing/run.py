@@ -10,8 +10,9 @@ of a file is dropped. For each wave it drops event ids already present (counted 
 an id re-used with another owner or other content is quarantined as `event_id_conflict`),
 quarantines events for conversations owned by another identity or already purged, and commits
 quarantine -> events -> landed files in a background thread while the next wave is parsed. Each
-commit is atomic and each step idempotent, so a run killed between two commits is completed by
-the next run.
+commit is atomic and keyed (a MERGE inserting only rows whose key is not there: `event_id` for
+events), so a run killed between two commits is completed by the next run, and two runs at once
+store each event once.
 
 This module runs the landing; `files` lists and reads the files, `scan` parses them (a
 scanner, then the contract), `waves` checks and commits each wave, `quarantine` turns refused
@@ -21,6 +22,7 @@ events into quarantine rows.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -29,7 +31,8 @@ from datetime import UTC, datetime
 from ctxdb.landing.files import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.landing.scan import parse_files
-from ctxdb.landing.waves import EarlierWaves, commit, prepare, waves
+from ctxdb.index.lease import Lease
+from ctxdb.landing.waves import EarlierWaves, Wave, commit, prepare, waves
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     LANDED_FILES,
@@ -71,12 +74,20 @@ def land(
     """Land every pending file under `uri` into `raw_turn_events` (see module docstring);
     `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`).
 
-    `writer` is held around the whole run, from listing the pending files to the last commit:
-    the CLI and the Dagster asset pass the writer lease (`ctxdb.index.lease`), so two landings
-    (or a landing and any other writer) never run at once on the same store; two landings
-    overlapping would each land the files neither had recorded yet."""
-    with writer or nullcontext():
-        return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner)
+    Landing is exactly-once by itself: events go in with a MERGE keyed on `event_id`, and
+    quarantine and landed-file rows with keyed MERGEs, so two landings of the same files at once
+    store every event once (`waves.commit`). `writer` is held around the whole run, from listing
+    the pending files to the last commit: the CLI and the Dagster asset pass the writer lease
+    (`ctxdb.index.lease`), which keeps a second landing (or another writer) from doing the same
+    work beside it; when it yields a `Lease`, its `check()` runs before every commit, so a run
+    that lost the lease stops before its next commit (`LeaseLost`)."""
+    with writer or nullcontext() as held:
+        fence = held.check if isinstance(held, Lease) else _unfenced
+        return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner, fence)
+
+
+def _unfenced() -> None:
+    """No lease to check (a run without the writer lease)."""
 
 
 def _land(
@@ -86,6 +97,7 @@ def _land(
     max_files: int | None,
     threads: int,
     scanner: str,
+    fence: Callable[[], None],
 ) -> LandingStats:
     files = list_files(uri)
     todo = files_to_land(store, files)
@@ -108,9 +120,9 @@ def _land(
             for reason, count in wave.quarantine.group_by("reason").len().iter_rows():
                 stats.reasons[reason] = stats.reasons.get(reason, 0) + count
             if pending is not None:
-                _count(stats, pending.result())  # commits stay in order; a failure stops the run
-            pending = committer.submit(commit, store, wave, now)
-        _count(stats, pending.result())
+                _count(stats, *pending.result())  # commits stay in order; a failure stops the run
+            pending = committer.submit(_commit, store, wave, now, fence)
+        _count(stats, *pending.result())
     log.info(
         "landed %d events from %d files (%d duplicates, %d quarantined)",
         stats.landed,
@@ -127,8 +139,15 @@ def files_to_land(store: DeltaStore, files: list[LandingFile]) -> list[LandingFi
     return pending_files(files, landed, bad_bytes_files(store))
 
 
-def _count(stats: LandingStats, committed: tuple[int, int]) -> None:
-    written, version = committed
+def _commit(
+    store: DeltaStore, wave: Wave, now: datetime, fence: Callable[[], None]
+) -> tuple[Wave, int, int]:
+    return (wave, *commit(store, wave, now, fence))
+
+
+def _count(stats: LandingStats, wave: Wave, written: int, version: int) -> None:
+    """Add a committed wave's events; those a concurrent writer landed first are duplicates."""
+    stats.duplicates += wave.accepted.height - written
     if written:
         stats.landed += written
         stats.landed_version = version

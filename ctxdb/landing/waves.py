@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -117,8 +117,8 @@ def prepare(
     are checked from memory."""
     parsed = [p for _, p in group]
     events = pl.concat([p.events for p in parsed])
-    fresh, dropped, landed_lines = drop_known(store, before, events, earlier)
-    duplicates, reused = split_reused_ids(store, events, dropped, landed_lines, earlier)
+    fresh, dropped = drop_known(store, before, events, earlier)
+    duplicates, reused = split_reused_ids(store, events, dropped, earlier)
     owners = pl.concat([_owners(store, before, fresh), earlier.owners])
     accepted, refused = split_conflicts(
         fresh, owners, purged_among(store, fresh["conversation_id"])
@@ -128,24 +128,42 @@ def prepare(
     return Wave([f for f, _ in group], parsed, accepted, quarantine, duplicates, rejected)
 
 
-def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
-    """Commit one wave: quarantine, then events, then its landed files (each atomic and
-    idempotent, so a run killed between them is completed by the next run); unreadable files
-    go to `quarantined_files` instead of `landed_files`. Returns the events written and the
-    `raw_turn_events` version they landed as."""
+def commit(
+    store: DeltaStore, wave: Wave, now: datetime, fence: Callable[[], None] = lambda: None
+) -> tuple[int, int]:
+    """Commit one wave: quarantine, then events, then its landed files (each atomic and keyed,
+    so a run killed between them is completed by the next run, and a concurrent landing of the
+    same files adds nothing twice); unreadable files go to `quarantined_files` instead of
+    `landed_files`. `fence` runs before each commit (the writer lease's check: it raises when the
+    lease was lost). Returns the events written and the `raw_turn_events` version they landed
+    as.
+
+    The events go in with a MERGE that inserts only ids not in the table (`insert_at_next_version`
+    on `event_id`): whatever runs beside it, an event id is stored once."""
+    fence()
     insert_quarantine(store, wave.quarantine)
     unreadable = [(f, p.unreadable) for f, p in zip(wave.files, wave.parsed, strict=True)]
     insert_quarantined_files(store, [(f, u) for f, u in unreadable if u is not None], now)
-    version = store.version(RAW_TURN_EVENTS)
-    version = 0 if version is None else version + 1
-    rows = wave.accepted.with_columns(
-        pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("ingested_at"),
-        pl.lit(version, dtype=pl.Int64).alias("landed_version"),
+    written, version = store.insert_at_next_version(
+        RAW_TURN_EVENTS,
+        RAW_EVENTS_SCHEMA,
+        ["event_id"],
+        lambda version: wave.accepted.with_columns(
+            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("ingested_at"),
+            pl.lit(version, dtype=pl.Int64).alias("landed_version"),
+        ),
+        fence,
     )
-    written = store.append(RAW_TURN_EVENTS, rows, RAW_EVENTS_SCHEMA)
-    store.append(
+    if written < wave.accepted.height:
+        log.warning(
+            "%d events of this wave were landed meanwhile by a concurrent writer; skipped",
+            wave.accepted.height - written,
+        )
+    fence()
+    store.insert_new(
         LANDED_FILES,
         landed_files_frame(wave.files, wave.parsed, wave.duplicates, wave.rejected, now),
+        LANDED_FILE_KEY,
         LANDED_FILES_SCHEMA,
     )
     clear_quarantined_files(store, [f.path for f, u in unreadable if u is None])
@@ -159,64 +177,56 @@ def commit(store: DeltaStore, wave: Wave, now: datetime) -> tuple[int, int]:
     return written, version
 
 
+LANDED_FILE_KEY = ["source_file", "size", "mtime"]
+
+
 def drop_known(
     store: DeltaStore, before: int | None, events: pl.DataFrame, earlier: EarlierWaves
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split off events whose id is already landed, accepted by an earlier wave of this run, or
-    repeated earlier in this batch; also returns where the landed ones came from (`LINE`).
+    repeated earlier in this batch.
 
-    The test runs on the id column alone (the line columns are read for the matching rows only);
-    the wide frame is filtered only when something drops.
+    The test runs on the id column alone; the wide frame is filtered only when something drops.
     """
     ids = events["event_id"]
     keep = first_distinct(ids)
-    known = pl.DataFrame(schema={c: events.schema[c] for c in LINE})
     if before is not None and not events.is_empty():
         known = (
             store.scan(RAW_TURN_EVENTS, before)
-            .select(LINE)
+            .select("event_id")
             .filter(pl.col("event_id").is_in(ids.implode()))
             .collect()
-            .cast({c: events.schema[c] for c in LINE})
         )
         if not known.is_empty():
             keep = keep & ~ids.is_in(known["event_id"].implode())
     if earlier.hashes:
         keep = keep & ~earlier.contains(ids)
     if keep.all():
-        return events, events.clear(), known
-    return events.filter(keep), events.filter(~keep), known
+        return events, events.clear()
+    return events.filter(keep), events.filter(~keep)
 
 
 CONTENT = [c for c in ENVELOPE_COLUMNS if c != "event_id"] + ["payload"]
 """What an event id stands for: a dropped event whose id first came with other values here is a
 re-used id (a conflict, quarantined), not a duplicate."""
 REUSED_ID = "event_id_conflict"
-LINE = ["event_id", "source_file", "line_number"]
 
 
 def split_reused_ids(
-    store: DeltaStore,
-    events: pl.DataFrame,
-    dropped: pl.DataFrame,
-    landed_lines: pl.DataFrame,
-    earlier: EarlierWaves,
+    store: DeltaStore, events: pl.DataFrame, dropped: pl.DataFrame, earlier: EarlierWaves
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Split the events `drop_known` dropped into duplicates (the same event again) and re-used
     ids (`reason`/`detail` set): another owner or other content than the event that first came
     with the id (landed, accepted by an earlier wave, or earlier in this batch). Payloads are
-    compared as JSON values, so a re-serialized copy is a duplicate.
-
-    An event landed from the same file and line (`landed_lines`: a run re-reading files after a
-    crash) is the same line: only the other dropped events are compared, so a rerun does not
-    read back every landed payload."""
+    compared as JSON values, so a re-serialized copy is a duplicate. Every dropped event is
+    compared, also one read again from the file and line it landed from: a file rewritten in
+    place with other text under the same ids is a conflict, not a duplicate."""
     marked = dropped.with_row_index("_row")
-    candidates = marked.join(landed_lines, on=LINE, how="anti")
     rows: list[int] = []
     details: list[str] = []
-    if not candidates.is_empty():
-        first = _first_holders(store, events, candidates, earlier)
-        joined = candidates.join(
+    if not marked.is_empty():
+        first = _first_holders(store, events, marked, earlier)
+        joined = marked.join(
             first, on="event_id", how="left", suffix="_first", maintain_order="left"
         )
         differs = pl.any_horizontal([pl.col(c).ne_missing(pl.col(f"{c}_first")) for c in CONTENT])

@@ -12,8 +12,9 @@ from typing import TypeVar
 
 import polars as pl
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.table import TableMerger
 
 from ctxdb.settings import Settings
 from ctxdb.storage.errors import StorageError, os_errno
@@ -152,8 +153,9 @@ class DeltaStore:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
         replaced when `update` (and `update_when` holds); with `delete_unmatched`, table rows the
         source lacks are deleted (those matching `delete_when`, when given). The first write
-        creates the table. Returns the inserted, updated and deleted row counts. A commit conflict
-        with a concurrent writer reruns the MERGE on the new snapshot (`rerun_on_conflict`)."""
+        creates the table empty, then merges (`create`). Returns the inserted, updated and
+        deleted row counts. A commit conflict with a concurrent writer reruns the MERGE on the
+        new snapshot (`rerun_on_conflict`)."""
         return rerun_on_conflict(
             table,
             lambda: self._merge_once(
@@ -172,30 +174,59 @@ class DeltaStore:
         delete_when: str | None,
     ) -> dict[str, int]:
         dt = self.table(table)
-        if dt is None:
-            with self.guarded(table):
-                write_deltalake(
-                    self.uri(table),
-                    source,
-                    mode="append",
-                    storage_options=self.storage_options or None,
-                    configuration=table_properties(table),
-                )
-            return {"inserted": source.num_rows, "updated": 0, "deleted": 0}
-        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        merger = dt.merge(source, predicate=predicate, source_alias="s", target_alias="t")
+        dt = self.create(table, source.schema) if dt is None else dt
+        merger = _merger(dt, source, keys)
         if update:
             merger = merger.when_matched_update_all(predicate=update_when)
         merger = merger.when_not_matched_insert_all()
         if delete_unmatched:
             merger = merger.when_not_matched_by_source_delete(predicate=delete_when)
         with self.guarded(table):
-            metrics = merger.execute()
-        return {
-            "inserted": int(metrics.get("num_target_rows_inserted", 0)),
-            "updated": int(metrics.get("num_target_rows_updated", 0)),
-            "deleted": int(metrics.get("num_target_rows_deleted", 0)),
-        }
+            return _counts(merger.execute())
+
+    def create(self, table: str, schema: pa.Schema) -> DeltaTable:
+        """The table, created empty with `schema` when it does not exist yet. Writers create a
+        table this way before their first MERGE: two first writes that each created the table
+        with their rows would both succeed (delta-rs commits the second as an append), while two
+        MERGEs into one table conflict and one reruns."""
+        with self.guarded(table):
+            return DeltaTable.create(
+                self.uri(table),
+                schema=pa.schema([_plain(f) for f in schema]),
+                mode="ignore",
+                storage_options=self.storage_options or None,
+                configuration=table_properties(table),
+            )
+
+    def insert_at_next_version(
+        self,
+        table: str,
+        schema: pa.Schema,
+        keys: Sequence[str],
+        rows: Callable[[int], pl.DataFrame],
+        before_commit: Callable[[], None] = lambda: None,
+    ) -> tuple[int, int]:
+        """MERGE-insert `rows(version)`, the rows for the table version this commit creates,
+        whose `keys` are not in the table yet; returns the rows inserted and that version.
+
+        The commit lands exactly as the version after the snapshot it read, or fails: a commit by
+        anyone else in between reruns the whole statement on the new snapshot (no silent retry
+        at a later version, so the rows always name the version they landed in). A key that a
+        concurrent writer inserted first is skipped. `before_commit` runs before each attempt
+        (the writer lease's fencing check)."""
+
+        def attempt() -> tuple[int, int]:
+            before_commit()
+            dt = self.table(table)
+            dt = self.create(table, schema) if dt is None else dt
+            version = dt.version() + 1
+            source = _to_arrow(rows(version), schema)
+            merger = _merger(dt, source, keys, CommitProperties(max_commit_retries=0))
+            with self.guarded(table):
+                metrics = merger.when_not_matched_insert_all().execute()
+            return _counts(metrics)["inserted"], version
+
+        return rerun_on_conflict(table, attempt)
 
     def upsert(
         self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
@@ -225,6 +256,35 @@ class DeltaStore:
             return 0
         with self.guarded(table, "delete from"):
             return int(dt.delete(predicate).get("num_deleted_rows", 0))
+
+
+def _merger(
+    dt: DeltaTable,
+    source: pa.Table,
+    keys: Sequence[str],
+    commit_properties: CommitProperties | None = None,
+) -> TableMerger:
+    """A MERGE of `source` (alias `s`) into `dt` (alias `t`) matched on equal `keys`."""
+    return dt.merge(
+        source,
+        predicate=" AND ".join(f"t.{k} = s.{k}" for k in keys),
+        source_alias="s",
+        target_alias="t",
+        commit_properties=commit_properties,
+    )
+
+
+def _counts(metrics: dict) -> dict[str, int]:
+    return {
+        "inserted": int(metrics.get("num_target_rows_inserted", 0)),
+        "updated": int(metrics.get("num_target_rows_updated", 0)),
+        "deleted": int(metrics.get("num_target_rows_deleted", 0)),
+    }
+
+
+def _plain(field: pa.Field) -> pa.Field:
+    """`field` with string views as plain strings (the type Delta stores)."""
+    return field.with_type(pa.string()) if pa.types.is_string_view(field.type) else field
 
 
 def _to_arrow(data: pl.DataFrame, schema: pa.Schema | None) -> pa.Table:
