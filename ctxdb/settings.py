@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,6 +86,13 @@ class ElasticsearchSettings(BaseSettings):
         validation_alias="CTXDB_INDEX_SHARDS",
         description="Primary shards of new indices.",
     )
+    replicas: str = Field(
+        default="0-1",
+        validation_alias="CTXDB_INDEX_REPLICAS",
+        description="Replicas of every index: a range (`0-1`, `1-all`) is auto_expand_replicas,"
+        " following the number of nodes; a number is a fixed number_of_replicas (applied to the"
+        " live indices by the next sync).",
+    )
     vector_index: Literal["hnsw", "int8_hnsw", "bbq_hnsw"] = Field(
         default="int8_hnsw",
         validation_alias="CTXDB_INDEX_VECTOR_TYPE",
@@ -125,6 +133,22 @@ class ElasticsearchSettings(BaseSettings):
         validation_alias="CTXDB_WRITER_LEASE_WAIT_S",
         description="Seconds a writer waits for a held writer lease before failing.",
     )
+    writer_lease_required: bool = Field(
+        default=True,
+        validation_alias="CTXDB_WRITER_LEASE_REQUIRED",
+        description="Landing and derivation refuse to run when Elasticsearch (the lease store)"
+        " does not answer; false lets them run without the lease (unsafe: nothing keeps another"
+        " writer from running beside them).",
+    )
+
+    @field_validator("replicas")
+    @classmethod
+    def _replica_count_or_range(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+|\d+-(\d+|all)", value):
+            raise ValueError(
+                f"CTXDB_INDEX_REPLICAS={value!r}: give a replica count (1) or a range (0-1, 0-all)"
+            )
+        return value
 
 
 class LandingSettings(BaseSettings):

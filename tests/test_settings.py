@@ -47,6 +47,7 @@ ENVIRONMENT = {
     "CTXDB_INDEX_ROUTING": ("elasticsearch", "routing", "none", "none"),
     "CTXDB_INDEX_SORT": ("elasticsearch", "sort", "none", "none"),
     "CTXDB_INDEX_SHARDS": ("elasticsearch", "shards", "3", 3),
+    "CTXDB_INDEX_REPLICAS": ("elasticsearch", "replicas", "0-all", "0-all"),
     "CTXDB_INDEX_VECTOR_TYPE": ("elasticsearch", "vector_index", "bbq_hnsw", "bbq_hnsw"),
     "CTXDB_INDEX_BULK_THREADS": ("elasticsearch", "bulk_threads", "3", 3),
     "CTXDB_ELASTICSEARCH_MAX_RETRIES": ("elasticsearch", "max_retries", "1", 1),

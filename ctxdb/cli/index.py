@@ -11,12 +11,13 @@ import typer
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.cli.app import app
+from ctxdb.cli.errors import configure_logging
 from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.checks import verify_ids
 from ctxdb.index.client import make_client
 from ctxdb.index.routing import layout_mismatches, settings_layout
-from ctxdb.index.status import all_status
+from ctxdb.index.status import IndexStatus, all_status
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 from ctxdb.settings import get_settings
@@ -28,8 +29,7 @@ app.add_typer(index_app, name="index")
 
 @index_app.callback()
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    configure_logging(logging.INFO)
 
 
 def _size(n: int) -> str:
@@ -40,11 +40,21 @@ def _size(n: int) -> str:
     return f"{n:.1f} TiB"
 
 
+def _replicas(row: IndexStatus) -> str:
+    """`1` for a fixed count, `0 (0-1)` for the count an auto-expand range gives now."""
+    if row.number_of_replicas is None:
+        return "-"
+    if row.auto_expand_replicas is None:
+        return str(row.number_of_replicas)
+    return f"{row.number_of_replicas} ({row.auto_expand_replicas})"
+
+
 @index_app.command()
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per index.")] = False,
 ) -> None:
-    """Per index: alias, concrete index and version, documents, vector coverage, size, model."""
+    """Per index: alias, concrete index and version, documents, vector coverage, size, replicas
+    (the live count, and the auto-expand range when set), health, model."""
     settings = get_settings()
     try:
         rows = all_status(make_client(settings), settings.elasticsearch.index_prefix)
@@ -56,7 +66,8 @@ def status(
             typer.echo(json.dumps(row.model_dump()))
         return
     typer.echo(
-        f"{'alias':<24} {'index':<28} {'ver':>3} {'docs':>9} {'vectors':>18} {'size':>10}  model"
+        f"{'alias':<24} {'index':<28} {'ver':>3} {'docs':>9} {'vectors':>18} {'size':>10} "
+        f"{'replicas':>10} {'health':<6}  model"
     )
     for row in rows:
         coverage = (
@@ -66,7 +77,8 @@ def status(
         )
         typer.echo(
             f"{row.alias:<24} {row.index or '(none)':<28} {row.version or '-':>3} {row.docs:>9} "
-            f"{coverage:>18} {_size(row.size_bytes):>10}  {row.model_id or '-'}"
+            f"{coverage:>18} {_size(row.size_bytes):>10} {_replicas(row):>10} "
+            f"{row.health or '-':<6}  {row.model_id or '-'}"
         )
     wanted = settings_layout(settings)
     for row in rows:

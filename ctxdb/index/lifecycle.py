@@ -17,7 +17,14 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name
+from ctxdb.index.mappings import (
+    ROWS,
+    TURNS,
+    alias_name,
+    index_body,
+    index_name,
+    replica_settings,
+)
 from ctxdb.index.routing import DEFAULT_LAYOUT, USER, index_layout, layout_mismatches
 from ctxdb.storage.faults import reached
 
@@ -74,9 +81,9 @@ def create_index(
 ) -> str:
     """Create `<prefix>-<kind>-v<version>` from the mappings module; optionally with its alias.
 
-    `layout` (`routing`, `vector_index`, `shards`, `sort`; see
+    `layout` (`routing`, `vector_index`, `shards`, `sort`, `replicas`; see
     `ctxdb.index.routing.settings_layout`) shapes the index and is recorded in its `_meta`, which
-    writes and reads follow.
+    writes and reads follow (all but `replicas`, which the index settings hold).
     `bulk_load` turns refresh off until `finish_bulk_load` (faster full builds).
     """
     name = index_name(prefix, kind, version)
@@ -88,6 +95,7 @@ def create_index(
         shards=shape["shards"],
         routed=shape["routing"] == USER,
         sorted_by_user=shape["sort"] == USER,
+        replicas=shape.pop("replicas"),
     )
     body["mappings"]["_meta"] = {
         "kind": kind,
@@ -125,7 +133,8 @@ def ensure_index(
     """The index behind the alias, creating the first version (with alias) when there is none.
 
     An existing index whose layout differs from `layout` is kept (documents are written and read
-    the way it records); the difference is logged, and a reindex applies it. Two writers that
+    the way it records); the difference is logged, and a reindex applies it. Replicas are the
+    exception: a dynamic setting, applied to the existing index in place. Two writers that
     find no index at once (shard runs on different workers) both try to create it: the index and
     its alias are created in one request, so the one that loses takes the winner's."""
     alias = alias_name(prefix, kind)
@@ -134,6 +143,8 @@ def ensure_index(
         if layout is not None:
             for line in layout_mismatches(index_layout(es, current), dict(layout)):
                 log.warning("%s: %s; run a reindex to apply the settings", current, line)
+            if "replicas" in layout:
+                apply_replicas(es, current, layout["replicas"])
         return current
     existing = versions(es, prefix, kind)
     version = max(existing, default=0) + 1
@@ -147,6 +158,33 @@ def ensure_index(
             raise
         log.info("%s was created by another writer at the same time", winner)
         return winner
+
+
+def replica_state(es: Elasticsearch, index: str) -> dict[str, str | None]:
+    """`number_of_replicas` and `auto_expand_replicas` of `index` as its live settings hold them
+    (`auto_expand_replicas` None when off)."""
+    found = es.indices.get_settings(index=index, name="index.*replicas", flat_settings=True)
+    live = next(iter(found.body.values()))["settings"]
+    expand = live.get("index.auto_expand_replicas")
+    return {
+        "number_of_replicas": live.get("index.number_of_replicas"),
+        "auto_expand_replicas": None if expand in (None, "false") else expand,
+    }
+
+
+def apply_replicas(es: Elasticsearch, index: str, replicas: str) -> bool:
+    """Give `index` the replicas `replicas` asks for (`replica_settings`) when its live settings
+    differ; True when they were changed. Replicas are a dynamic setting: no reindex needed."""
+    wanted = replica_settings(replicas)
+    state = replica_state(es, index)
+    if state["auto_expand_replicas"] == wanted["auto_expand_replicas"] or (
+        state["auto_expand_replicas"] is None
+        and state["number_of_replicas"] == str(wanted.get("number_of_replicas"))
+    ):
+        return False
+    es.indices.put_settings(index=index, settings=wanted)
+    log.info("%s: replicas %s -> %s", index, state, wanted)
+    return True
 
 
 def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:

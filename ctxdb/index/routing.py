@@ -21,7 +21,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError, helpers
 
-from ctxdb.index.mappings import DEFAULT_VECTOR_INDEX
+from ctxdb.index.mappings import DEFAULT_REPLICAS, DEFAULT_VECTOR_INDEX
 from ctxdb.settings import Settings
 
 USER = "user"
@@ -32,19 +32,23 @@ DEFAULT_LAYOUT: dict[str, Any] = {
     "vector_index": DEFAULT_VECTOR_INDEX,
     "shards": 1,
     "sort": NONE,
+    "replicas": DEFAULT_REPLICAS,
 }
-"""What an index is built with when no layout is given (tools and tests)."""
+"""What an index is built with when no layout is given (tools and tests). `replicas` is the one
+dynamic field: it is not recorded in `_meta`, the live index's settings hold it, and a sync
+applies a changed value in place (`ctxdb.index.lifecycle.apply_replicas`)."""
 
 
 def settings_layout(settings: Settings) -> dict[str, Any]:
-    """The layout new indices are built with: routing, vector index type, shard count and
-    document order."""
+    """The layout new indices are built with: routing, vector index type, shard count,
+    document order and replicas."""
     es = settings.elasticsearch
     return {
         "routing": es.routing,
         "vector_index": es.vector_index,
         "shards": es.shards,
         "sort": es.sort,
+        "replicas": es.replicas,
     }
 
 

@@ -9,7 +9,7 @@ from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
 from ctxdb.embedding.stage import SKIPPED
-from ctxdb.index.lifecycle import KINDS, alias_target, index_meta, version_of
+from ctxdb.index.lifecycle import KINDS, alias_target, index_meta, replica_state, version_of
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import index_layout
 
@@ -29,6 +29,11 @@ class IndexStatus(BaseModel):
     model_id: str | None
     layout: dict[str, Any] | None = None
     """`routing`, `vector_index` and `shards` the index was built with (`ctxdb.index.routing`)."""
+    number_of_replicas: int | None = None
+    auto_expand_replicas: str | None = None
+    """The live index's replica settings (`auto_expand_replicas` None when a fixed count)."""
+    health: str | None = None
+    """green, yellow (a replica unassigned) or red (a primary unassigned) for this index."""
 
 
 def count(es: Elasticsearch, index: str, query: dict | None = None) -> int:
@@ -70,6 +75,7 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
             model_id=None,
         )
     stats = es.indices.stats(index=index, metric="store")["indices"][index]
+    replicas = replica_state(es, index)
     with_vector = embeddable = pct = None
     if kind == ROWS:
         with_vector, embeddable, pct = vector_coverage(es, index)
@@ -85,6 +91,9 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
         size_bytes=int(stats["total"]["store"]["size_in_bytes"]),
         model_id=index_meta(es, index).get("model_id"),
         layout=index_layout(es, index),
+        number_of_replicas=replicas["number_of_replicas"],
+        auto_expand_replicas=replicas["auto_expand_replicas"],
+        health=es.cluster.health(index=index)["status"],
     )
 
 
