@@ -9,6 +9,7 @@ read: the run then succeeds only if it really reads nothing else."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ import polars as pl
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -26,12 +28,26 @@ from ctxdb.index.changed import changed_bases
 from ctxdb.index.checks import count_mismatches, verify_ids
 from ctxdb.index.client import make_client
 from ctxdb.index.documents import FINGERPRINT, ID
-from ctxdb.index.incremental import build_base, current_versions, plan_changes
+from ctxdb.index.incremental import (
+    build_base,
+    current_versions,
+    index_uuid,
+    plan_changes,
+    read_state,
+)
+from ctxdb.index.lifecycle import alias_target
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import ROWS_SOURCE, TURNS_SOURCE
 from ctxdb.index.sync import sync_live
 from ctxdb.settings import clear_settings_cache
-from ctxdb.storage.changes import ChangesUnavailable, table_changes, watermark
+from ctxdb.storage import changes as changes_module
+from ctxdb.storage.changes import (
+    READ_ATTEMPTS,
+    ChangesUnavailable,
+    ChangesUnreadable,
+    table_changes,
+    watermark,
+)
 from ctxdb.storage.tables import (
     CHANGE_FEED_PROPERTY,
     ROLE_ROWS,
@@ -273,3 +289,141 @@ def test_count_check_counts_and_verify_compares_every_id(
     assert result.exit_code == 1
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert {line["kind"]: line["ok"] for line in lines} == {ROWS: False, TURNS: True}
+
+
+def vacuum_after_compaction(store, table: str) -> None:
+    """Compact `table` and VACUUM the files compaction replaced (no retention window)."""
+    DeltaTable(store.uri(table)).optimize.compact()
+    DeltaTable(store.uri(table)).vacuum(
+        retention_hours=0, enforce_retention_duration=False, dry_run=False
+    )
+
+
+def expire_log(store, table: str) -> None:
+    """Checkpoint `table` and clean up every log entry before the checkpoint."""
+    DeltaTable(store.uri(table)).create_checkpoint()
+    DeltaTable(store.uri(table)).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds"}
+    )
+    DeltaTable(store.uri(table)).cleanup_metadata()
+
+
+def test_changes_after_a_vacuumed_or_expired_version_are_unavailable(delta_store, feed) -> None:
+    write_rows(delta_store, role_rows(["first"]))
+    set_feed(delta_store, [ROLE_ROWS], feed)
+    since = delta_store.version(ROLE_ROWS)
+    delta_store.append(ROLE_ROWS, role_rows(["appended"], conversation="c2"), ROLE_ROWS_SCHEMA)
+    assert table_changes(delta_store, ROLE_ROWS, since).changed()[0]["row_id"].to_list() == [
+        "c2-r0"
+    ]
+    # the append's file (which the feed of an append reads too) compacted away and vacuumed
+    vacuum_after_compaction(delta_store, ROLE_ROWS)
+    with pytest.raises(ChangesUnavailable, match="a file was vacuumed"):
+        table_changes(delta_store, ROLE_ROWS, since)
+    expire_log(delta_store, ROLE_ROWS)
+    with pytest.raises(ChangesUnavailable, match="log entries were cleaned up"):
+        table_changes(delta_store, ROLE_ROWS, since)
+
+
+@pytest.fixture
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(changes_module, "READ_BACKOFF_S", 0.01)
+
+
+def failing_feed(monkeypatch: pytest.MonkeyPatch, failures: int) -> list[int]:
+    """Make the first `failures` change data feed reads fail as a throttled S3 call would
+    (the failure injected by wrapping `DeltaTable.load_cdf`); returns the list of attempts."""
+    real = DeltaTable.load_cdf
+    attempts: list[int] = []
+
+    def load_cdf(self, *args, **kwargs):
+        attempts.append(len(attempts) + 1)
+        if len(attempts) <= failures:
+            raise DeltaError(
+                "Generic S3 error: Error performing GET s3://memory/role_rows/_delta_log/"
+                '00000000000000000002.json: response error "SlowDown", after 10 retries\n'
+                "  caused by: Server returned non-2xx status code: 503 Service Unavailable"
+            )
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "load_cdf", load_cdf)
+    return attempts
+
+
+def test_a_transient_feed_failure_is_retried_and_succeeds(
+    delta_store, monkeypatch, fast_retries, caplog
+) -> None:
+    """A failure test of the change feed read: the fault is injected by wrapping
+    `DeltaTable.load_cdf` (the feed itself is real), failing twice and then reading."""
+    write_rows(delta_store, role_rows(["first"]))
+    since = delta_store.version(ROLE_ROWS)
+    write_rows(delta_store, role_rows(["second"], start=1))
+    attempts = failing_feed(monkeypatch, failures=2)
+    with caplog.at_level(logging.WARNING, logger="ctxdb.storage.changes"):
+        changes = table_changes(delta_store, ROLE_ROWS, since)
+    assert changes.feed and changes.changed()[0]["row_id"].to_list() == ["c1-r1"]
+    assert attempts == [1, 2, 3]
+    retried = [r.getMessage() for r in caplog.records if r.name == "ctxdb.storage.changes"]
+    assert len(retried) == 2 and "SlowDown" in retried[0] and "try 2 of 4" in retried[0]
+
+
+@pytest.mark.es
+def test_a_persistent_feed_failure_is_raised_with_its_cause_and_no_full_pass(
+    delta_store, embedder, es_settings, monkeypatch, fast_retries, caplog
+) -> None:
+    """A failure test of the change feed read: every `DeltaTable.load_cdf` call fails (the fault
+    injected by wrapping it). The sync and the embedding stage raise it after the retries; the
+    index, its state and the embedding statuses stay as they were."""
+    es = make_client(es_settings)
+    write_rows(delta_store, role_rows(["first answer", "second answer"]))
+    turn_tables(delta_store, 1)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, es_settings, model_id=MODEL)
+    rows_index = alias_name(es_settings.elasticsearch.index_prefix, ROWS)
+    name = alias_target(es, rows_index)
+    state = read_state(delta_store, name, index_uuid(es, name))
+    write_rows(delta_store, role_rows(["third answer"], conversation="c2"))
+    statuses_before = delta_store.read(ROW_EMBEDDINGS).sort("row_id")
+
+    attempts = failing_feed(monkeypatch, failures=10**6)
+    with pytest.raises(ChangesUnreadable) as embedding_error:
+        embed_role_rows(delta_store, embedder, batch_size=8)
+    assert len(attempts) == READ_ATTEMPTS
+    assert delta_store.read(ROW_EMBEDDINGS).sort("row_id").equals(statuses_before)
+    with caplog.at_level(logging.WARNING), pytest.raises(ChangesUnreadable) as sync_error:
+        sync_live(delta_store, es, es_settings, model_id=MODEL)
+    for error in (embedding_error.value, sync_error.value):
+        assert "\n" not in str(error)
+        assert str(error).startswith("cannot read the changes after version")
+        assert f"({READ_ATTEMPTS} attempts): DeltaError: Generic S3 error" in str(error)
+        assert isinstance(error.__cause__, DeltaError)
+    assert read_state(delta_store, name, index_uuid(es, name)) == state
+    assert es.count(index=rows_index)["count"] == 2
+    assert "full sync" not in caplog.text and "full pass" not in caplog.text
+
+
+@pytest.mark.es
+def test_a_sync_whose_version_was_vacuumed_is_a_full_pass_that_says_why(
+    delta_store, es_settings, feed, caplog
+) -> None:
+    es = make_client(es_settings)
+    rows = role_rows(["first answer", "second answer"])
+    write_rows(delta_store, rows)
+    write_statuses(delta_store, statuses(rows))
+    turn_tables(delta_store, 1)
+    set_feed(delta_store, [*ROWS_SOURCE.tables, *TURNS_SOURCE.tables], feed)
+    first = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}
+    assert first[ROWS].docs == 2
+    fresh = role_rows(["third answer"], conversation="c2")
+    delta_store.append(ROLE_ROWS, fresh, ROLE_ROWS_SCHEMA)
+    write_statuses(delta_store, statuses(fresh))
+    vacuum_after_compaction(delta_store, ROLE_ROWS)
+    with caplog.at_level(logging.WARNING, logger="ctxdb.index.incremental"):
+        second = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}
+    assert (second[ROWS].full, second[ROWS].docs, second[ROWS].indexed) == (True, 3, 3)
+    assert second[TURNS].skipped
+    warned = [r for r in caplog.records if r.name == "ctxdb.index.incremental"]
+    assert [r.levelno for r in warned] == [logging.WARNING]
+    assert warned[0].getMessage().startswith("full sync of ")
+    assert "role_rows: the changes after version" in warned[0].getMessage()
+    assert "cannot be read any more: a file was vacuumed" in warned[0].getMessage()

@@ -237,13 +237,13 @@ def _candidates(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(role rows of `shard` that may need embedding, their statuses): the rows changed since the
     covered version plus, when the last run left some, the rows without a final status; every row
-    when there is no watermark or the changes cannot be read. Statuses of deleted rows are
-    dropped."""
+    when there is no watermark or the covered version is gone (`ChangesUnavailable`; any other
+    failure to read the changes is raised). Statuses of deleted rows are dropped."""
     if since is not None:
         try:
             changes = table_changes(store, ROLE_ROWS, since, version, columns=ROW_COLUMNS)
         except ChangesUnavailable as exc:
-            log.warning("role_rows changes since version %d unreadable (%s): full pass", since, exc)
+            log.warning("full pass over role_rows: version %d is gone (%s)", since, exc)
         else:
             new, old = (in_shard(frame, shard) for frame in changes.changed())
             _drop_statuses(store, old.join(new, on="row_id", how="anti"))

@@ -27,7 +27,9 @@ def changed_bases(
     store: DeltaStore, source: Source, old: Versions, new: Versions, model_id: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(base at `new`, base at `old`) of the documents in scope of a change between the two
-    versions; raises `ChangesUnavailable` when the older files can no longer be read."""
+    versions; raises `ChangesUnavailable` when the older version is gone (log cleaned up, a file
+    vacuumed) and `ChangesUnreadable` when reading kept failing (every read is retried:
+    `ctxdb.storage.changes.read_retried`)."""
     changes = {
         table: table_changes(store, table, old.get(table), new[table], source.schemas[table])
         for table in source.tables

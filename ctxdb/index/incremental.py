@@ -5,9 +5,10 @@ tables it was last synced from and its document count. A run whose sources have 
 does nothing. Otherwise only the documents in scope of a change are built, at the old and the new
 versions (`ctxdb.index.changed`: from the files the Delta log added and removed in between, plus
 the unchanged rows sharing a changed scope value), diffed by content fingerprint, and only changed
-documents are indexed; documents whose rows disappeared are deleted. When the old version can no
-longer be read (vacuumed) or there is no state, every document is indexed and ids found in the
-index but not in Delta are deleted.
+documents are indexed; documents whose rows disappeared are deleted. When the old version is gone
+(its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`) or there
+is no state, every document is indexed and ids found in the index but not in Delta are deleted;
+any other failure to read the changes is raised (`ChangesUnreadable`), never a full sync.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from itertools import chain
 
 import polars as pl
 import pyarrow as pa
-from deltalake.exceptions import DeltaError
 from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.index.bulk import BulkReport, bulk_write
@@ -30,17 +30,12 @@ from ctxdb.index.changed import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.failures import settle
 from ctxdb.index.routing import is_routed, stored_routing
-from ctxdb.storage.changes import ChangesUnavailable
+from ctxdb.storage.changes import ChangesUnavailable, read_retried
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard, in_shard
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
 log = logging.getLogger(__name__)
-
-OLD_VERSION_GONE: tuple[type[Exception], ...] = (FileNotFoundError, DeltaError)
-"""What reading a version that is no longer there raises: its data files were vacuumed
-(`FileNotFoundError`) or its log entries cleaned up (`DeltaError`). Only these fall back to a full
-sync; any other error is a fault and is raised."""
 
 Versions = dict[str, int | None]
 
@@ -104,10 +99,13 @@ def _bases(
     store: DeltaStore, source: Source, old: Versions, new: Versions, model_id: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(new, old) base frames: only the documents in scope of a change when the source declares
-    a scope, else every document at both versions."""
+    a scope, else every document at both versions; `ChangesUnavailable` when `old` is gone."""
     if source.scope:
         return changed_bases(store, source, old, new, model_id)
-    return build_base(store, source, new, model_id), build_base(store, source, old, model_id)
+    old_base = read_retried(
+        ",".join(source.tables), f"versions {old}", lambda: build_base(store, source, old, model_id)
+    )
+    return build_base(store, source, new, model_id), old_base
 
 
 def index_uuid(es: Elasticsearch, index: str) -> str:
@@ -209,14 +207,9 @@ def sync_index(
     if state is not None:
         try:
             new, old = _bases(store, source, state, target, model_id)
-        except (ChangesUnavailable, *OLD_VERSION_GONE) as exc:
+        except ChangesUnavailable as exc:
             log.warning(
-                "cannot read %s at %s (%s: %s); full sync of %s",
-                source.kind,
-                state,
-                type(exc).__name__,
-                exc,
-                index,
+                "full sync of %s: %s sources at %s are gone (%s)", index, source.kind, state, exc
             )
     if old is None:
         new = build_base(store, source, target, model_id)
