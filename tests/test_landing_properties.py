@@ -54,6 +54,8 @@ REASONS = {
     "missing_field",
     "naive_timestamp",
     "timestamp_out_of_range",
+    "number_out_of_range",
+    "nesting_too_deep",
     "wrong_type",
     "unsafe_id",
     "unsupported_schema_version",

@@ -5,11 +5,14 @@ whose model is chosen by `type` (docs/events.md). Validation is strict everywher
 coerced from another JSON type (`"5"` is not an integer, `1` is not a boolean, a number is not a
 timestamp), since the raw payload is stored as written and derivation reads it back as typed.
 Ids must be safe inside `conv:` refs, timestamps must carry a zone and lie in
-[`EARLIEST`, `LATEST`), payload limits follow the reference.
+[`EARLIEST`, `LATEST`), payload limits follow the reference. Every payload holds only what the
+tables and derivation read back: integers within signed 64-bit, finite numbers, at most
+`PAYLOAD_MAX_DEPTH` levels of nesting (`payload_problem`).
 """
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, Union
 
@@ -23,7 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_core import PydanticCustomError, to_json
+from pydantic_core import PydanticCustomError, from_json, to_json
 
 SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 256 * 1024
@@ -38,6 +41,11 @@ SUMMARY_MAX_REFS = 64
 REF_MAX_CHARS = 2_048
 ANCHORS_MAX = 32
 ANCHOR_MAX_CHARS = 256
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+"""Every integer in a payload lies in [INT64_MIN, INT64_MAX]: counts land in Int64 columns."""
+PAYLOAD_MAX_DEPTH = 64
+"""Levels of nesting a payload may hold, the payload object itself being level 1."""
 
 RefId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")]
 """Conversation, turn and event ids: letters, digits, `_` and `-` only (safe inside refs)."""
@@ -64,6 +72,8 @@ def utc_in_range(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[AwareDatetime, AfterValidator(utc_in_range)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""A count or size: non-negative and within an Int64 column."""
 SchemaVersion = Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION)]
 """The one schema version (an int field: strict `Literal[1]` still takes `1.0` and `true`)."""
 
@@ -121,7 +131,7 @@ class UserContext(Payload):
 class AttachmentUploaded(Payload):
     name: FileName
     mime: str = Field(min_length=1, max_length=255)
-    size: int = Field(ge=0)
+    size: Count
     storage_ref: str = Field(min_length=1, max_length=REF_MAX_CHARS)
     extracted_text: str | None = Field(default=None, max_length=100_000)
     batch_id: RefId | None = None
@@ -138,7 +148,7 @@ class ProgressStep(Payload):
 class FileHosted(Payload):
     path: RelPath
     mime: str = Field(min_length=1, max_length=255)
-    size: int = Field(ge=0)
+    size: Count
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
@@ -146,8 +156,8 @@ class AssistantCompletion(Payload):
     text: str = Field(default="", max_length=200_000)
     error: bool = False
     error_type: str | None = Field(default=None, max_length=256)
-    tokens_in: int | None = Field(default=None, ge=0)
-    tokens_out: int | None = Field(default=None, ge=0)
+    tokens_in: Count | None = None
+    tokens_out: Count | None = None
 
 
 class WorkingSummary(Payload):
@@ -192,7 +202,7 @@ class StreamAggregate(Payload):
     marker: Literal["canvas", "tool", "subsystem"]
     name: str = Field(min_length=1, max_length=256)
     chunks: list[str] | None = None
-    chunks_num: int | None = Field(default=None, ge=0)
+    chunks_num: Count | None = None
     text: str | None = Field(default=None, max_length=100_000)
 
 
@@ -252,6 +262,34 @@ class Envelope(BaseModel):
     conversation_id: RefId
     turn_id: RefId
     payload: dict[str, Any]
+
+
+INT64_RANGE = f"integer outside signed 64-bit [{INT64_MIN}, {INT64_MAX}]"
+
+
+def _int64(value: Any) -> bool:
+    """Whether `value` is no integer, or an integer within signed 64-bit."""
+    return not isinstance(value, int) or INT64_MIN <= value <= INT64_MAX
+
+
+def payload_problem(value: Any, path: str = "payload", depth: int = 1) -> tuple[str, str] | None:
+    """The first value of a decoded JSON payload the tables cannot hold, as (reason, detail):
+    an integer outside signed 64-bit or a non-finite number (`number_out_of_range`), or nesting
+    deeper than `PAYLOAD_MAX_DEPTH` (`nesting_too_deep`); None when every value fits. Unknown
+    payload keys count too: they are stored with the payload."""
+    if not _int64(value):
+        return "number_out_of_range", f"{path}: {INT64_RANGE}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "number_out_of_range", f"{path}: {value} is not a finite number"
+    if isinstance(value, dict | list):
+        if depth > PAYLOAD_MAX_DEPTH:
+            return "nesting_too_deep", f"{path}: nested deeper than {PAYLOAD_MAX_DEPTH} levels"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            problem = payload_problem(item, f"{path}.{key}", depth + 1)
+            if problem:
+                return problem
+    return None
 
 
 def _event_model(type_name: str, payload: type[Payload]) -> type[BaseModel]:
@@ -336,6 +374,8 @@ def _reason(error: ValidationError) -> EventError:
         return EventError("unsafe_id", f"{loc}: {first['msg']}")
     if loc == "schema_version":
         return EventError("unsupported_schema_version", first["msg"])
+    if kind in {"greater_than_equal", "less_than_equal"} and not _int64(first["input"]):
+        return EventError("number_out_of_range", f"{loc}: {INT64_RANGE}")
     if kind in WRONG_TYPE_ERRORS:
         got = JSON_TYPES.get(type(first["input"]), type(first["input"]).__name__)
         return EventError("wrong_type", f"{loc}: {first['msg']}, got a JSON {got}")
@@ -350,9 +390,13 @@ def parse_event(line: str | bytes) -> Any:
     if size > MAX_EVENT_BYTES:
         raise EventError("oversize", f"{size} bytes > {MAX_EVENT_BYTES}")
     try:
-        return _ADAPTER.validate_json(line)
+        event = _ADAPTER.validate_json(line)
     except ValidationError as exc:
         raise _reason(exc) from None
+    problem = payload_problem(from_json(line)["payload"])
+    if problem:
+        raise EventError(*problem)
+    return event
 
 
 def make_event(**fields: Any) -> dict[str, Any]:

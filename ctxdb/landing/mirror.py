@@ -15,6 +15,7 @@ msgspec would round).
 from __future__ import annotations
 
 import logging
+import re
 import types
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -69,6 +70,13 @@ def constraints(metadata: Sequence[Any]) -> tuple[dict[str, Any], tuple[Check, .
     meta: dict[str, Any] = {}
     checks: list[Check] = []
     for item in metadata:
+        if isinstance(item, FieldInfo):  # `Field(...)` inside `Annotated`, as in a union member
+            if item.alias or item.validation_alias or not item.is_required():
+                raise Unmirrored(f"a default or alias inside a type: {item!r}")
+            more, more_checks = constraints(item.metadata)
+            meta.update(more)
+            checks.extend(more_checks)
+            continue
         if isinstance(item, AfterValidator):
             checks.append(item.func)
             continue
@@ -277,6 +285,23 @@ PAYLOAD_DECODERS = _mirror_payloads()
 
 _REFUSED = (msgspec.MsgspecError, ValueError, ArithmeticError, KeyError)
 
+UNSURE_NUMBER = re.compile(rb"[0-9]{%d}|[eE]\+?[0-9]{3}" % len(str(events.INT64_MAX)))
+"""A number that may not fit (`events.payload_problem`): one with as many digits as INT64_MAX
+(fewer always fit), or a float with a 3-digit exponent (an overflow needs one, or 200+ digits)."""
+
+
+def storable(payload: bytes) -> bool:
+    """Whether the payload's JSON text holds no `events.payload_problem`, unknown keys included
+    (the typed decode skips them unchecked). Decoded again only when a number might not fit or
+    it holds more brackets than `events.PAYLOAD_MAX_DEPTH`."""
+    brackets = payload.count(b"{") + payload.count(b"[")
+    if brackets <= events.PAYLOAD_MAX_DEPTH and not UNSURE_NUMBER.search(payload):
+        return True
+    try:
+        return events.payload_problem(msgspec.json.decode(payload)) is None
+    except msgspec.MsgspecError:
+        return False
+
 
 def scan(data: bytes, max_bytes: int) -> tuple[pl.DataFrame, list[tuple[int, bytes]]]:
     """The non-blank lines of `data` the mirror accepts, as rows (envelope columns, `line_number`
@@ -292,6 +317,8 @@ def scan(data: bytes, max_bytes: int) -> tuple[pl.DataFrame, list[tuple[int, byt
                 raise ValueError("oversize")
             event = decode(line)
             payloads[event.type].decode(event.payload)
+            if not storable(bytes(event.payload)):
+                raise ValueError("payload not storable")
         except _REFUSED:
             if line.strip():
                 rejected.append((number, _chomp(line)))

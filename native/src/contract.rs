@@ -18,6 +18,8 @@ pub const SUMMARY_MAX_REFS: usize = 64;
 pub const REF_MAX_CHARS: usize = 2_048;
 pub const ANCHORS_MAX: usize = 32;
 pub const ANCHOR_MAX_CHARS: usize = 256;
+/// Levels of nesting a payload may hold, the payload object itself being level 1.
+pub const PAYLOAD_MAX_DEPTH: usize = 64;
 
 const ADAPTERS: [&str; 4] = ["minimal", "langgraph", "claude_code", "react"];
 
@@ -314,6 +316,62 @@ struct ConversationTitle<'a> {
     title: Str<'a>,
 }
 
+/// Whether a JSON number token fits the tables: an integer (no `.` or exponent) within i64, or
+/// a float that is finite as f64 (`1e400` parses to infinity).
+fn number_fits(token: &str) -> bool {
+    if token.bytes().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+        token.parse::<f64>().is_ok_and(f64::is_finite)
+    } else {
+        token.parse::<i64>().is_ok()
+    }
+}
+
+/// Whether the payload's JSON text (valid JSON) holds only what the tables hold, unknown keys
+/// included: every number fits (`number_fits`) and nesting is at most `PAYLOAD_MAX_DEPTH`
+/// (the contract's `payload_problem`). One pass over the bytes; strings are skipped whole.
+pub fn storable(payload: &str) -> bool {
+    let b = payload.as_bytes();
+    let (mut i, mut depth) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'"' => loop {
+                i += 1;
+                match memchr::memchr2(b'"', b'\\', &b[i..]) {
+                    Some(k) if b[i + k] == b'\\' => i += k + 1,
+                    Some(k) => {
+                        i += k + 1;
+                        break;
+                    }
+                    None => return false,
+                }
+            },
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > PAYLOAD_MAX_DEPTH {
+                    return false;
+                }
+                i += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += b[i..]
+                    .iter()
+                    .position(|c| !matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                    .unwrap_or(b.len() - i);
+                if !number_fits(&payload[start..i]) {
+                    return false;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    true
+}
+
 fn decode<'a, T: Deserialize<'a>>(payload: &'a str) -> Option<T> {
     serde_json::from_str(payload).ok()
 }
@@ -482,7 +540,7 @@ pub fn check_line(line: &[u8], max_bytes: usize) -> Option<Accepted<'_>> {
     }
     let occurred_at = parse_utc_micros(&env.occurred_at.0)?;
     let payload = env.payload.get();
-    if !payload_ok(&env.kind.0, payload) {
+    if !payload_ok(&env.kind.0, payload) || !storable(payload) {
         return None;
     }
     Some(Accepted {
@@ -531,5 +589,43 @@ mod tests {
             assert!(check_line(bad.as_bytes(), 1 << 18).is_none(), "{bad}");
         }
         assert!(check_line(LINE.as_bytes(), 100).is_none());
+    }
+
+    #[test]
+    fn a_payload_holds_only_numbers_and_nesting_the_tables_hold() {
+        for ok in [
+            r#"{"n":9223372036854775807,"m":-9223372036854775808,"f":1.5e308,"g":1e-400}"#,
+            r#"{"s":"12345678901234567890 \" 1e999 [[[","a":[{"b":[0.5,-0,2E+2]}]}"#,
+        ] {
+            assert!(storable(ok), "{ok}");
+        }
+        for bad in [
+            r#"{"n":9223372036854775808}"#,
+            r#"{"n":-9223372036854775809}"#,
+            r#"{"x":{"unknown":1e400}}"#,
+            r#"{"n":-1E+309}"#,
+        ] {
+            assert!(!storable(bad), "{bad}");
+        }
+        let nested = |levels: usize| {
+            format!("{{\"a\":{}{}}}", "[".repeat(levels - 1), "]".repeat(levels - 1))
+        };
+        assert!(storable(&nested(PAYLOAD_MAX_DEPTH)));
+        assert!(!storable(&nested(PAYLOAD_MAX_DEPTH + 1)));
+    }
+
+    #[test]
+    fn counts_beyond_i64_or_in_unknown_keys_are_left_to_the_contract() {
+        let completion = LINE
+            .replace("user.submission", "assistant.completion")
+            .replace(r#""hi \"there\"","event_type":"prompt"}"#, r#""x","tokens_out":7}"#);
+        assert!(check_line(completion.as_bytes(), 1 << 18).is_some());
+        for bad in [
+            completion.replace(":7}", &format!(":{}}}", "9".repeat(400))),
+            completion.replace(":7}", ":9223372036854775808}"),
+            completion.replace(":7}", r#":7,"junk":[1e400]}"#),
+        ] {
+            assert!(check_line(bad.as_bytes(), 1 << 18).is_none(), "{bad}");
+        }
     }
 }

@@ -274,6 +274,7 @@ fn ctxdb_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REF_MAX_CHARS", contract::REF_MAX_CHARS)?;
     m.add("ANCHORS_MAX", contract::ANCHORS_MAX)?;
     m.add("ANCHOR_MAX_CHARS", contract::ANCHOR_MAX_CHARS)?;
+    m.add("PAYLOAD_MAX_DEPTH", contract::PAYLOAD_MAX_DEPTH)?;
     m.add("EARLIEST_MICROS", timestamp::EARLIEST_MICROS)?;
     m.add("LATEST_MICROS", timestamp::LATEST_MICROS)?;
     Ok(())
