@@ -211,6 +211,13 @@ class SearchSettings(BaseSettings):
         le=4,
         description="Text arms' RRF contribution scaled by query coverage ** this (0: off).",
     )
+    diversity: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Diversity over conversations: each turn already picked from a conversation"
+        " scales that conversation's next one by (1 - this) (0: off).",
+    )
     recency_half_life_days: float = Field(
         default=180.0, gt=0, validation_alias="CTXDB_RECENCY_HALF_LIFE_DAYS"
     )

@@ -12,6 +12,7 @@ from ctxdb.search.fusion import (
     arm_weights,
     cap_per_conversation,
     dedup_turns,
+    diversify,
     fuse,
     rank_turns,
     recency_factor,
@@ -215,3 +216,30 @@ def test_request_validation_errors_are_clear() -> None:
         SearchRequest(query="x", targets=[])
     with pytest.raises(ValueError):
         SearchRequest(query="x", top_k=51)
+
+
+def test_diversity_scales_each_further_turn_of_a_conversation() -> None:
+    """Greedy selection: c1's second turn (final 1/62) is scaled by 0.5 below c2's first (1/63);
+    without diversity the fused order stands."""
+    a1, a2, a3, b1 = row("c1", "t1"), row("c1", "t2"), row("c1", "t3"), row("c2", "t1")
+    ranked = {"semantic": [a1, a2, b1, a3]}
+    plain = FusionParams(weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, cap=None)
+    keys = lambda turns: [(t.conversation_id, t.turn_id) for t in turns]  # noqa: E731
+    assert keys(rank_turns(ranked, plain, NOW, 4)) == [
+        ("c1", "t1"),
+        ("c1", "t2"),
+        ("c2", "t1"),
+        ("c1", "t3"),
+    ]
+    half = FusionParams(**{**plain.__dict__, "diversity": 0.5})
+    assert keys(rank_turns(ranked, half, NOW, 4)) == [
+        ("c1", "t1"),
+        ("c2", "t1"),
+        ("c1", "t2"),
+        ("c1", "t3"),
+    ]
+    slight = FusionParams(**{**plain.__dict__, "diversity": 0.01})
+    assert keys(rank_turns(ranked, slight, NOW, 4)) == keys(rank_turns(ranked, plain, NOW, 4))
+    fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
+    assert diversify(fused, 0.0, 4) == fused
+    assert len(diversify(fused, 0.9, 1)) == len(fused)  # turns past the pool keep their order

@@ -49,6 +49,18 @@ def test_fusion_params_take_the_request_else_the_settings() -> None:
     assert (asked.recency_weight, asked.half_life_days) == (0.0, 3)
 
 
+def test_rrf_k_and_diversity_take_the_request_else_the_settings() -> None:
+    svc = service(rrf_k=7, diversity=0.25)
+    default = svc.fusion_params(SearchRequest(query="q"))
+    assert (default.rrf_k, default.diversity) == (7, 0.25)
+    asked = svc.fusion_params(SearchRequest(query="q", rrf_k=60, diversity=0.0))
+    assert (asked.rrf_k, asked.diversity) == (60, 0.0)
+    with pytest.raises(ValueError, match="rrf_k"):
+        SearchRequest(query="q", rrf_k=0)
+    with pytest.raises(ValueError, match="diversity"):
+        SearchRequest(query="q", diversity=1.0)
+
+
 def test_per_conversation_cap_by_scope_setting_and_request() -> None:
     off = service(cap_user_scope=False, max_per_conversation=2)
     assert off.fusion_params(SearchRequest(query="q")).cap is None

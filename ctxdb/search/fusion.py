@@ -11,6 +11,11 @@ April", "last spring", "last week"; see `temporal.py`), else 0. An arm that did 
 turn contributes 0. Each arm is deduplicated to its best row per
 (conversation, turn) before ranks are assigned, so several rows of one turn never crowd out others.
 An optional per-conversation cap then keeps at most `cap` turns of one conversation.
+
+Diversity over conversations (`diversity` d in [0, 1), 0: off) picks the top k greedily, each turn
+already picked from a conversation scaling the final score of that conversation's next turn by
+(1 - d): a soft cap, a maximal-marginal-relevance selection whose similarity is "same
+conversation".
 """
 
 from __future__ import annotations
@@ -192,6 +197,32 @@ def fuse(
     return fused
 
 
+DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
+
+
+def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[FusedTurn]:
+    """The first `DIVERSITY_POOL x top_k` turns re-ordered greedily: each pick is the turn whose
+    final score times (1 - diversity) ** (turns already picked from its conversation) is highest
+    (ties: the earlier turn). Order is kept when `diversity` is 0."""
+    if diversity <= 0:
+        return list(fused)
+    pool = list(fused[: DIVERSITY_POOL * top_k])
+    picked: list[FusedTurn] = []
+    per_conv: dict[str, int] = {}
+    while pool:
+        best = max(
+            range(len(pool)),
+            key=lambda i: (
+                pool[i].final * (1.0 - diversity) ** per_conv.get(pool[i].conversation_id, 0),
+                -i,
+            ),
+        )
+        turn = pool.pop(best)
+        picked.append(turn)
+        per_conv[turn.conversation_id] = per_conv.get(turn.conversation_id, 0) + 1
+    return picked + list(fused[DIVERSITY_POOL * top_k :])
+
+
 def cap_per_conversation(
     fused: Sequence[FusedTurn], cap: int | None, top_k: int
 ) -> list[FusedTurn]:
@@ -219,6 +250,7 @@ class FusionParams:
     rrf_k: int = RRF_K
     window_weight: float = 0.0
     coverage_power: float = 0.0
+    diversity: float = 0.0
 
 
 def rank_turns(
@@ -228,8 +260,8 @@ def rank_turns(
     top_k: int,
     window: tuple[datetime, datetime] | None = None,
 ) -> list[FusedTurn]:
-    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, optional
-    cap)."""
+    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, diversity
+    over conversations, optional cap)."""
     fused = fuse(
         ranked,
         weights=params.weights,
@@ -241,4 +273,4 @@ def rank_turns(
         window_weight=params.window_weight,
         coverage_power=params.coverage_power,
     )
-    return cap_per_conversation(fused, params.cap, top_k)
+    return cap_per_conversation(diversify(fused, params.diversity, top_k), params.cap, top_k)

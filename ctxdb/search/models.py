@@ -89,6 +89,16 @@ class SearchRequest(BaseModel):
         le=4,
         description="Text arms count in proportion to coverage ** this (0: plain RRF).",
     )
+    rrf_k: int | None = Field(
+        default=None, ge=1, le=1000, description="Reciprocal-rank-fusion constant k."
+    )
+    diversity: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description="Diversity over conversations: each turn picked from a conversation scales"
+        " its next one by (1 - this) (0: off).",
+    )
     explain: bool = False
     snippets: list[Target] | None = Field(
         default=None, description="Snippet targets to materialize; default: the search targets."

@@ -408,9 +408,10 @@ class SearchService:
             recency_weight=pick(w.recency, s.weight_recency),
             half_life_days=pick(request.half_life_days, s.recency_half_life_days),
             cap=(request.max_per_conversation or s.max_per_conversation) if applies else None,
-            rrf_k=s.rrf_k,
+            rrf_k=s.rrf_k if request.rrf_k is None else request.rrf_k,
             window_weight=pick(w.time, s.weight_time),
             coverage_power=pick(request.coverage_power, s.coverage_power),
+            diversity=pick(request.diversity, s.diversity),
         )
 
     def run_arms(
