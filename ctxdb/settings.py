@@ -315,6 +315,17 @@ class AuthSettings(BaseSettings):
         default=None,
         description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json.",
     )
+    token_store: Literal["file", "elasticsearch"] = Field(
+        default="file",
+        description="Where hashed bearer tokens live: the local JSON file (tokens_path), or the"
+        " index <prefix>-tokens on the configured cluster, shared by every server.",
+    )
+    token_cache_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds a server keeps a token record read from Elasticsearch: a revocation"
+        " reaches every other server within this time (0: read on every request).",
+    )
     jwt_key: SecretStr | None = Field(
         default=None, description="JWT verification key (HS secret or PEM public key)."
     )

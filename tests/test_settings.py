@@ -120,6 +120,8 @@ ENVIRONMENT = {
     "CTXDB_COMPACTION_SMALL_FILE_MB": ("retention", "compaction_small_file_mb", "8", 8),
     "CTXDB_COMPACTION_MAX_SMALL_FILES": ("retention", "compaction_max_small_files", "4", 4),
     "CTXDB_AUTH_TOKENS_PATH": ("auth", "tokens_path", "/srv/tokens.json", Path("/srv/tokens.json")),
+    "CTXDB_AUTH_TOKEN_STORE": ("auth", "token_store", "elasticsearch", "elasticsearch"),
+    "CTXDB_AUTH_TOKEN_CACHE_S": ("auth", "token_cache_s", "2.5", 2.5),
     "CTXDB_AUTH_JWT_KEY": ("auth", "jwt_key", "k3y", "k3y"),
     "CTXDB_AUTH_JWT_ALGORITHMS": ("auth", "jwt_algorithms", '["RS256"]', ["RS256"]),
     "CTXDB_AUTH_JWT_AUDIENCE": ("auth", "jwt_audience", "ctxdb", "ctxdb"),

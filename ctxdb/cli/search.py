@@ -1,4 +1,4 @@
-"""`ctxdb search|conversations|turn|pull|serve` and `ctxdb tokens issue|revoke`.
+"""`ctxdb search|conversations|turn|pull|serve` and `ctxdb tokens issue|revoke|migrate`.
 
 The CLI runs as the principal of a bearer token (`--token` or CTXDB_TOKEN), never as a user id
 given on the command line. Output is human-readable, or JSON with `--json`.
@@ -29,13 +29,22 @@ from ctxdb.search.models import (
     Weights,
 )
 from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
-from ctxdb.serve.auth import Authenticator, AuthError, Principal, TokenStore
+from ctxdb.serve.auth import (
+    Authenticator,
+    AuthError,
+    Principal,
+    TokenStore,
+    TokenStoreUnavailable,
+    open_token_store,
+)
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
 
 T = TypeVar("T")
 
-tokens_app = typer.Typer(help="Issue and revoke bearer tokens (local hashed token store).")
+tokens_app = typer.Typer(
+    help="Issue, revoke and migrate bearer tokens (hashed; store: CTXDB_AUTH_TOKEN_STORE)."
+)
 app.add_typer(tokens_app, name="tokens")
 
 TokenOpt = Annotated[
@@ -53,6 +62,9 @@ def _principal(settings: Settings, token: str | None) -> Principal:
     except AuthError as exc:
         typer.echo(f"error: {exc} (pass --token or set CTXDB_TOKEN)", err=True)
         raise typer.Exit(1) from exc
+    except TokenStoreUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from exc
 
 
 def _run(action: Callable[[], T]) -> T:
@@ -273,13 +285,32 @@ def tokens_issue(
     if tenant is None and settings.auth.require_tenant:
         typer.echo("error: --tenant is required (CTXDB_AUTH_REQUIRE_TENANT is on)", err=True)
         raise typer.Exit(2)
-    typer.echo(TokenStore(settings.tokens_path).issue(user, tenant=tenant, label=label))
+    store = open_token_store(settings)
+    typer.echo(_run(lambda: store.issue(user, tenant=tenant, label=label)))
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
     """Revoke a token by its id (the part after `ctxdb_`)."""
-    if not TokenStore(get_settings().tokens_path).revoke(token_id):
+    store = open_token_store(get_settings())
+    if not _run(lambda: store.revoke(token_id)):
         typer.echo(f"error: no token {token_id!r}", err=True)
         raise typer.Exit(1)
     typer.echo(f"revoked {token_id}")
+
+
+@tokens_app.command("migrate")
+def tokens_migrate() -> None:
+    """Copy every token of the local file (CTXDB_AUTH_TOKENS_PATH) into the shared Elasticsearch
+    store (`<prefix>-tokens`), hashes only; tokens already there are kept, revocations carried
+    over. Then set CTXDB_AUTH_TOKEN_STORE=elasticsearch on every server."""
+    from ctxdb.serve.es_tokens import ElasticsearchTokenStore, migrate
+
+    settings = get_settings()
+    records = TokenStore(settings.tokens_path).tokens()
+    store = ElasticsearchTokenStore.from_settings(settings)
+    copied, present = _run(lambda: migrate(records, store))
+    typer.echo(
+        f"copied {copied} token(s) from {settings.tokens_path} to {store.index}"
+        f" ({present} already there)"
+    )

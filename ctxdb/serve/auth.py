@@ -1,14 +1,17 @@
-"""Principals and bearer-token authentication: a hashed local token store, or JWTs with a set key.
+"""Principals and bearer-token authentication: a hashed token store, or JWTs with a set key.
 
-Tokens issued by the local store look like `ctxdb_<id>_<secret>`; only `sha256(salt || secret)`
-is stored (the secret is 32 random bytes, so a fast hash is enough; comparison is constant-time).
-Issuing and revoking hold an exclusive `fcntl` lock on `<store>.lock` around the read-modify-write
-and replace the store atomically through a unique temporary file, so concurrent CLI runs neither
-lose tokens nor undo revocations, and a reader never sees a half-written file. Every failure of a
-local token answers the same message, so the reply does not tell a known token id from an unknown
-one. A token with two dots is treated as a JWT when a verification key is configured. With
-`CTXDB_AUTH_REQUIRE_TENANT` (the default) every principal needs a tenant: a JWT without a usable
-tenant claim and a stored token issued without one are refused.
+Tokens issued by a store look like `ctxdb_<id>_<secret>`; only `sha256(salt || secret)` is stored
+(the secret is 32 random bytes, so a fast hash is enough; comparison is constant-time). The store
+is a local JSON file (`TokenStore`, the embedded default) or an Elasticsearch index that several
+servers share (`ElasticsearchTokenStore` in `ctxdb.serve.es_tokens`); `CTXDB_AUTH_TOKEN_STORE`
+picks one (`open_token_store`). In the file store, issuing and revoking hold an exclusive `fcntl`
+lock on `<store>.lock` around the read-modify-write and replace the store atomically through a
+unique temporary file, so concurrent CLI runs neither lose tokens nor undo revocations, and a
+reader never sees a half-written file. Every failure of a stored token answers the same message,
+so the reply does not tell a known token id from an unknown one. A token with two dots is treated
+as a JWT when a verification key is configured. With `CTXDB_AUTH_REQUIRE_TENANT` (the default)
+every principal needs a tenant: a JWT without a usable tenant claim and a stored token issued
+without one are refused.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import jwt
 from pydantic import BaseModel
 
 from ctxdb.contract.identity import Principal
+from ctxdb.search.models import SearchUnavailable
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,11 @@ secret, revoked): the reply never tells which."""
 
 class AuthError(PermissionError):
     """Missing, malformed, unknown, revoked or invalid credentials (HTTP 401)."""
+
+
+class TokenStoreUnavailable(SearchUnavailable):
+    """The shared token store cannot be read or written (HTTP 503, CLI exit 3): a token is never
+    accepted, nor refused as invalid, while its record cannot be read."""
 
 
 class StoredToken(BaseModel):
@@ -59,11 +69,68 @@ def _digest(salt: str, secret: str) -> str:
     return hashlib.sha256(bytes.fromhex(salt) + secret.encode()).hexdigest()
 
 
+def new_token(
+    user_id: str, tenant: str | None = None, label: str | None = None
+) -> tuple[str, StoredToken]:
+    """A fresh token: the plaintext (shown once) and the record to store (its salted hash)."""
+    if not user_id:
+        raise ValueError("user_id must not be empty")
+    if tenant is not None and not tenant.strip():
+        raise ValueError("tenant must not be blank")
+    token_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    salt = secrets.token_hex(16)
+    stored = StoredToken(
+        token_id=token_id,
+        user_id=user_id,
+        tenant=tenant,
+        salt=salt,
+        digest=_digest(salt, secret),
+        label=label,
+        created_at=datetime.now(UTC),
+    )
+    return f"{TOKEN_PREFIX}_{token_id}_{secret}", stored
+
+
+def split_token(token: str) -> tuple[str, str]:
+    """`(token_id, secret)` of a `ctxdb_<id>_<secret>` token; AuthError (`BAD_TOKEN`) otherwise."""
+    prefix, _, rest = token.partition("_")
+    token_id, _, secret = rest.partition("_")
+    if prefix != TOKEN_PREFIX or not token_id or not secret:
+        raise AuthError(BAD_TOKEN)
+    return token_id, secret
+
+
+def check_token(stored: StoredToken | None, token_id: str, secret: str) -> Principal:
+    """The principal of `stored` when `secret` matches it and it is not revoked; AuthError
+    (`BAD_TOKEN`) otherwise, after the same hashing work for an unknown id."""
+    if stored is None:
+        _digest("00", secret)  # the same work as a known id, so timing does not tell either
+        raise AuthError(BAD_TOKEN)
+    if not hmac.compare_digest(stored.digest, _digest(stored.salt, secret)) or stored.revoked:
+        raise AuthError(BAD_TOKEN)
+    return Principal(user_id=stored.user_id, tenant=stored.tenant, token_id=token_id)
+
+
+class TokenStoreProtocol(Protocol):
+    """What the CLI and the Authenticator need of a token store (file or Elasticsearch)."""
+
+    def issue(self, user_id: str, tenant: str | None = None, label: str | None = None) -> str: ...
+
+    def revoke(self, token_id: str) -> bool: ...
+
+    def verify(self, token: str) -> Principal: ...
+
+
 class TokenStore:
     """Hashed bearer tokens in a JSON file (the embedded default)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+
+    def tokens(self) -> list[StoredToken]:
+        """Every stored record (revoked ones too)."""
+        return list(self._load().values())
 
     def _load(self) -> dict[str, StoredToken]:
         if not self.path.exists():
@@ -107,24 +174,9 @@ class TokenStore:
 
     def issue(self, user_id: str, tenant: str | None = None, label: str | None = None) -> str:
         """Create a token for `user_id`; returns the plaintext token (shown once, never stored)."""
-        if not user_id:
-            raise ValueError("user_id must not be empty")
-        if tenant is not None and not tenant.strip():
-            raise ValueError("tenant must not be blank")
-        token_id = secrets.token_hex(8)
-        secret = secrets.token_urlsafe(32)
-        salt = secrets.token_hex(16)
-        stored = StoredToken(
-            token_id=token_id,
-            user_id=user_id,
-            tenant=tenant,
-            salt=salt,
-            digest=_digest(salt, secret),
-            label=label,
-            created_at=datetime.now(UTC),
-        )
-        self._update(lambda tokens: tokens.__setitem__(token_id, stored))
-        return f"{TOKEN_PREFIX}_{token_id}_{secret}"
+        token, stored = new_token(user_id, tenant, label)
+        self._update(lambda tokens: tokens.__setitem__(stored.token_id, stored))
+        return token
 
     def revoke(self, token_id: str) -> bool:
         """Mark a token revoked; False when the store has no such token."""
@@ -140,25 +192,27 @@ class TokenStore:
 
     def verify(self, token: str) -> Principal:
         """The principal of a valid, unrevoked token; AuthError (always `BAD_TOKEN`) otherwise."""
-        prefix, _, rest = token.partition("_")
-        token_id, _, secret = rest.partition("_")
-        if prefix != TOKEN_PREFIX or not token_id or not secret:
-            raise AuthError(BAD_TOKEN)
-        stored = self._load().get(token_id)
-        if stored is None:
-            _digest("00", secret)  # the same work as a known id, so timing does not tell either
-            raise AuthError(BAD_TOKEN)
-        if not hmac.compare_digest(stored.digest, _digest(stored.salt, secret)) or stored.revoked:
-            raise AuthError(BAD_TOKEN)
-        return Principal(user_id=stored.user_id, tenant=stored.tenant, token_id=token_id)
+        token_id, secret = split_token(token)
+        return check_token(self._load().get(token_id), token_id, secret)
+
+
+def open_token_store(settings: Settings) -> TokenStoreProtocol:
+    """The configured token store (`CTXDB_AUTH_TOKEN_STORE`): the local file, or the index
+    `<prefix>-tokens` on the configured cluster."""
+    if settings.auth.token_store == "elasticsearch":
+        from ctxdb.serve.es_tokens import ElasticsearchTokenStore
+
+        return ElasticsearchTokenStore.from_settings(settings)
+    return TokenStore(settings.tokens_path)
 
 
 class Authenticator:
-    """Turns a bearer token into a Principal: JWT when a key is configured, else the token store."""
+    """Turns a bearer token into a Principal: JWT when a key is configured, else the configured
+    token store."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store = TokenStore(settings.tokens_path)
+        self.store = open_token_store(settings)
 
     def _verify_jwt(self, token: str, key: str) -> Principal:
         s = self.settings

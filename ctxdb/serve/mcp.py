@@ -8,7 +8,8 @@ argument.
   server starts and again on every call, so a revoked or expired token stops at once.
 * streamable HTTP at `/mcp` in `ctxdb serve`: the SDK's bearer middleware checks every request with
   ctxdb's `Authenticator` (local tokens and JWTs, as the HTTP API) before any MCP message is read;
-  a session answers only the principal that opened it.
+  a session answers only the principal that opened it. A token store that cannot be read answers
+  503, as in the HTTP API, not the SDK's 500.
 
 Another user's conversation, turn or ref answers exactly like a missing one ("not found"). Tool
 errors are one line for the model (`is_error`), never a stack trace; Elasticsearch detail goes to
@@ -33,10 +34,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import AnyHttpUrl, ValidationError
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxdb.contract.identity import Principal
 from ctxdb.search.service import SearchService
-from ctxdb.serve.auth import Authenticator, AuthError
+from ctxdb.serve.auth import Authenticator, AuthError, TokenStoreUnavailable
 from ctxdb.serve.mcp_tools import Identify, MemoryTools, ProjectAgent, problems
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings
@@ -167,8 +169,40 @@ def mcp_router(app: FastAPI, settings: Settings) -> APIRouter:
             yield
 
     router = APIRouter(lifespan=lifespan)
-    router.routes.append(Route("/mcp", endpoint=endpoint, include_in_schema=False))
+    router.routes.append(
+        Route("/mcp", endpoint=_StoreErrorsUnanswered(endpoint), include_in_schema=False)
+    )
     return router
+
+
+class _StoreErrorsUnanswered:
+    """The SDK's app answers 500 to an error raised while it verifies a token; when that error
+    is the token store being unavailable, its 500 is held back and the error re-raised, so the
+    API's SearchUnavailable handler answers 503. (An ASGI app object: a plain function would be
+    routed as a GET-only request handler.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            if held or (message["type"] == "http.response.start" and message["status"] == 500):
+                held.append(message)
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, hold)
+        except TokenStoreUnavailable:
+            raise
+        except BaseException:
+            for message in held:
+                await send(message)
+            raise
+        for message in held:
+            await send(message)
 
 
 def serve_stdio(

@@ -27,7 +27,7 @@ from ctxdb.capture.claude_code.install import (
     read_settings,
     write_settings,
 )
-from ctxdb.serve.auth import AuthError, TokenStore
+from ctxdb.serve.auth import AuthError, open_token_store
 from ctxdb.settings import Settings
 
 SERVER = "ctxdb"
@@ -43,7 +43,7 @@ def ensure_token(settings: Settings) -> Path:
     new token is issued and written (mode 600)."""
     config = hook_config(settings)
     path = token_path(settings)
-    store = TokenStore(settings.tokens_path)
+    store = open_token_store(settings)
     try:
         principal = store.verify(path.read_text().strip())
         if (principal.user_id, principal.tenant) == (config.user_id, config.tenant):
@@ -75,6 +75,7 @@ def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
             "CTXDB_HOME": str(settings.home.absolute()),
             "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
             "ELASTICSEARCH_URL": settings.elasticsearch.url,
+            "CTXDB_AUTH_TOKEN_STORE": settings.auth.token_store,
         },
     }
 
