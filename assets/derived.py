@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.index.lease import delta_writer_lease_for
 from ctxdb.record.run import TARGETS, derive, table_rows
 from ctxdb.storage.tables import DERIVE_FAILURES, DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
@@ -60,14 +60,14 @@ def turn_record(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
-    """Derive under the writer lease (held while Elasticsearch answers), wherever the run starts."""
+    """Derive under the writer lease (required unless CTXDB_WRITER_LEASE_REQUIRED=false)."""
     store = delta.store()
     settings = es.settings()
     stats = derive(
         store,
         settings,
         full=config.full,
-        writer=optional_writer_lease_for(es.client(), settings, "derivation"),
+        writer=delta_writer_lease_for(es.client(), settings, "derivation"),
     )
     if stats.to_version > stats.from_version:
         context.log.info(

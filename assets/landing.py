@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.index.lease import delta_writer_lease_for
 from ctxdb.landing.run import land
 from ctxdb.storage.tables import (
     LANDED_FILES,
@@ -56,7 +56,7 @@ def raw_turn_events(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
-    """Land under the writer lease (held while Elasticsearch answers), wherever the run starts."""
+    """Land under the writer lease (required unless CTXDB_WRITER_LEASE_REQUIRED=false)."""
     settings = es.settings()
     uri = config.path or settings.landing_uri
     store = delta.store()
@@ -66,7 +66,7 @@ def raw_turn_events(
         max_files=config.max_files,
         threads=settings.landing.threads,
         scanner=settings.landing.scanner,
-        writer=optional_writer_lease_for(es.client(), settings, "landing"),
+        writer=delta_writer_lease_for(es.client(), settings, "landing"),
     )
     context.log.info(
         f"landed {stats.landed} events from {stats.files} files "

@@ -13,7 +13,7 @@ import typer
 
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.index.lease import delta_writer_lease_for
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive, table_rows
 from ctxdb.sample.generate import generate_events, write_sample
@@ -100,7 +100,7 @@ def land_command(
             path or settings.landing_uri,
             threads=settings.landing.threads,
             scanner=settings.landing.scanner,
-            writer=optional_writer_lease_for(es, settings, "landing"),
+            writer=delta_writer_lease_for(es, settings, "landing"),
         )
     typer.echo(json.dumps(asdict(stats), default=str))
 
@@ -117,7 +117,7 @@ def derive_command(
             DeltaStore.from_settings(settings),
             settings,
             full=full,
-            writer=optional_writer_lease_for(es, settings, "derivation"),
+            writer=delta_writer_lease_for(es, settings, "derivation"),
         )
     typer.echo(json.dumps(asdict(stats), default=str))
 

@@ -68,9 +68,13 @@ class LeaseLost(RuntimeError):
     """The lease expired and was taken over while this operation still ran."""
 
 
+class LeaseUnavailable(RuntimeError):
+    """The lease store (Elasticsearch) does not answer and the operation requires the lease."""
+
+
 @dataclass
 class Lease:
-    """A held lease; `check()` raises if it was lost (call it before an irreversible step)."""
+    """A held lease; `check()` raises if it was lost (call it before each commit)."""
 
     es: Elasticsearch
     index: str
@@ -85,11 +89,34 @@ class Lease:
     depth: int = 1
 
     def check(self) -> None:
+        """Fencing: raise `LeaseLost` unless the lease is still this holder's, read from the lease
+        document itself (a realtime get): there, naming this owner and acquisition, and not
+        expired. A check that cannot reach Elasticsearch fails too (the lease cannot be shown to
+        be ours)."""
+        if not self.lost.is_set():
+            problem = self._held_problem()
+            if problem is not None:
+                self.lost.set()
+                log.error("lost the %s lease of %s: %s", self.name, self.operation, problem)
         if self.lost.is_set():
             raise LeaseLost(
-                f"the {self.name} lease of {self.operation} ({self.owner}) expired and was taken"
-                " over; stopping before anything irreversible"
+                f"the {self.name} lease of {self.operation} ({self.owner}) expired or was taken"
+                " over; stopping before the next commit"
             )
+
+    def _held_problem(self) -> str | None:
+        """Why the lease document does not show this holder holding the lease (None: it does)."""
+        try:
+            source = _bounded(self.es).get(index=self.index, id=self.name)["_source"]
+        except NotFoundError:
+            return "the lease document is gone"
+        except (TransportError, ApiError) as exc:
+            return f"cannot read the lease document ({_first_line(exc)})"
+        if (source["owner"], source["acquired_at"]) != (self.owner, self.acquired_at):
+            return f"now held by {source['operation']} ({source['owner']})"
+        if datetime.fromisoformat(source["expires_at"]) <= datetime.now(UTC):
+            return f"expired at {source['expires_at']}"
+        return None
 
     def renew(self) -> None:
         """Push the expiry `ttl_s` ahead, conditional on still holding the lease."""
@@ -177,12 +204,22 @@ def writer_lease(
 
 @contextmanager
 def optional_writer_lease(
-    es: Elasticsearch | None, prefix: str, operation: str, *, ttl_s: float, wait_s: float = 0.0
+    es: Elasticsearch | None,
+    prefix: str,
+    operation: str,
+    *,
+    ttl_s: float,
+    wait_s: float = 0.0,
+    required: bool = False,
 ) -> Iterator[Lease | None]:
-    """The writer lease for operations that also run while Elasticsearch is down (retention,
-    erasure): held when Elasticsearch answers, None (with a warning) when it does not, since the
-    operation then leaves its Elasticsearch deletes pending instead of writing."""
+    """The writer lease for operations that may also run while Elasticsearch is down: held when
+    Elasticsearch answers; when it does not, `LeaseUnavailable` if `required`, else None (with a
+    warning). Retention and erasure run without it (they then leave their Elasticsearch deletes
+    pending instead of writing); landing and derivation require it unless
+    `CTXDB_WRITER_LEASE_REQUIRED=false` (`delta_writer_lease_for`)."""
     if es is None:
+        if required:
+            raise LeaseUnavailable(f"{operation} requires the writer lease: no Elasticsearch")
         yield None
         return
     with ExitStack() as stack:
@@ -193,6 +230,12 @@ def optional_writer_lease(
         except (TransportError, ApiError) as exc:
             if isinstance(exc, ConflictError):
                 raise
+            if required:
+                raise LeaseUnavailable(
+                    f"{operation} refuses to run without the writer lease: Elasticsearch does not"
+                    f" answer ({_first_line(exc)}); start it, or set"
+                    " CTXDB_WRITER_LEASE_REQUIRED=false to run without the lease (unsafe)"
+                ) from None
             log.warning("%s runs without the writer lease (Elasticsearch: %s)", operation, exc)
             lease = None
         yield lease
@@ -223,6 +266,23 @@ def optional_writer_lease_for(
         operation,
         ttl_s=settings.elasticsearch.writer_lease_ttl_s,
         wait_s=settings.elasticsearch.writer_lease_wait_s,
+    )
+
+
+def delta_writer_lease_for(
+    es: Elasticsearch | None, settings: Settings, operation: str
+) -> AbstractContextManager[Lease | None]:
+    """The writer lease of landing and derivation: `optional_writer_lease` with the settings'
+    prefix, ttl and wait, required unless `CTXDB_WRITER_LEASE_REQUIRED=false`. Their Delta
+    writes are exactly-once by themselves (keyed MERGEs); the lease keeps two runs from doing
+    the same work at once, and its `check()` fences every commit."""
+    return optional_writer_lease(
+        es,
+        settings.elasticsearch.index_prefix,
+        operation,
+        ttl_s=settings.elasticsearch.writer_lease_ttl_s,
+        wait_s=settings.elasticsearch.writer_lease_wait_s,
+        required=settings.elasticsearch.writer_lease_required,
     )
 
 
@@ -354,6 +414,11 @@ def release(lease: Lease) -> None:
         log.warning("the %s lease was no longer ours to release", lease.name)
     except (TransportError, ApiError) as exc:
         log.warning("could not release the %s lease (%s); it expires by itself", lease.name, exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 def _bounded(es: Elasticsearch) -> Elasticsearch:

@@ -16,7 +16,7 @@ others are derived (`ctxdb.record.failures`). Deriving it later (a new event) cl
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 import polars as pl
 import pyarrow as pa
 
+from ctxdb.index.lease import Lease
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
 from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
 from ctxdb.record.failures import clear_failures, record_failures
@@ -94,11 +95,12 @@ def write_table(
     conversations: Sequence[str] | None,
     keep: Sequence[str] = (),
 ) -> dict[str, int]:
-    """One MERGE: upsert `data` and delete the touched conversations' rows it no longer holds
-    (`conversations=None`: `data` is the whole table, so every row it lacks is deleted, except
-    those of the conversations in `keep`, whose derivation failed). When the table holds no row
-    of `conversations` yet (new conversations), the MERGE could only insert: the rows are
-    appended instead, without reading or rewriting any file of the table."""
+    """One MERGE on the table's natural key: upsert `data` and delete the touched conversations'
+    rows it no longer holds (`conversations=None`: `data` is the whole table, so every row it
+    lacks is deleted, except those of the conversations in `keep`, whose derivation failed).
+    Always a keyed MERGE, also for conversations new to the table: a concurrent derivation's
+    commit makes it rerun (`DeltaStore.merge`), so no TurnLog or role row is ever stored twice,
+    whatever runs beside it."""
     if conversations is not None and not conversations:
         return dict(WRITTEN)
     if conversations is not None:
@@ -106,10 +108,6 @@ def write_table(
     else:
         delete_when = f"NOT ({sql_in('t.conversation_id', keep)})" if keep else None
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
-    appendable = conversations is not None and source.num_rows > 0
-    if appendable and not holds_any(store, target.table, conversations):
-        store.append(target.table, pl.from_arrow(source), target.schema)
-        return {**WRITTEN, "inserted": source.num_rows}
     return store.merge(
         target.table,
         source,
@@ -118,16 +116,6 @@ def write_table(
         delete_unmatched=True,
         delete_when=delete_when,
     )
-
-
-def holds_any(store: DeltaStore, table: str, conversations: Sequence[str]) -> bool:
-    """Whether `table` has a row of any of `conversations` (reads its `conversation_id`s)."""
-    dt = store.table(table)
-    if dt is None:
-        return False
-    present = pl.from_arrow(dt.to_pyarrow_table(columns=["conversation_id"]))
-    ids = pl.Series(conversations, dtype=pl.String).implode()
-    return bool(present.select(pl.col("conversation_id").is_in(ids).any()).item())
 
 
 def table_rows(store: DeltaStore, table: str) -> int:
@@ -146,14 +134,23 @@ def derive(
 ) -> DeriveStats:
     """Derive every conversation touched since the last run (all of them when `full`).
 
-    `writer` is held around the whole run: the CLI and the Dagster asset pass the writer lease
-    (`ctxdb.index.lease`), so two derivations never run at once on the same store (each would
-    otherwise insert the same new rows)."""
-    with writer or nullcontext():
-        return _derive(store, settings, now or datetime.now(UTC), full)
+    Every derived table is written with keyed MERGEs (`write_table`), so derivation is
+    exactly-once by itself. `writer` is held around the whole run: the CLI and the Dagster asset
+    pass the writer lease (`ctxdb.index.lease`), which keeps two derivations from doing the same
+    work at once; when it yields a `Lease`, its `check()` runs before every batch's writes and
+    before the state commit, so a run that lost the lease stops before its next commit."""
+    with writer or nullcontext() as held:
+        fence = held.check if isinstance(held, Lease) else _unfenced
+        return _derive(store, settings, now or datetime.now(UTC), full, fence)
 
 
-def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) -> DeriveStats:
+def _unfenced() -> None:
+    """No lease to check (a run without the writer lease)."""
+
+
+def _derive(
+    store: DeltaStore, settings: Settings, now: datetime, full: bool, fence: Callable[[], None]
+) -> DeriveStats:
     dt = store.table(RAW_TURN_EVENTS)
     if dt is None:
         return DeriveStats()
@@ -190,6 +187,7 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
     if processes > 1:
         log.info("deriving %d batches in %d processes", len(batches), processes)
     for done, result in enumerate(derived_batches(batches, settings, now, processes), start=1):
+        fence()
         _write_batch(store, result, stats)
         if len(batches) > 1:
             log.info(
@@ -200,10 +198,12 @@ def _derive(store: DeltaStore, settings: Settings, now: datetime, full: bool) ->
                 stats.events,
             )
     if full:
+        fence()
         for target in TARGETS:
             stale = drop_stale(store, target.table, conversations)
             stats.written.setdefault(target.table, dict(WRITTEN))["deleted"] += stale
     stats.to_version = to_version
+    fence()
     store.append(
         DERIVE_STATE,
         pl.DataFrame(
