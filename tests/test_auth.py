@@ -9,8 +9,10 @@ from pathlib import Path
 
 import jwt
 import pytest
+from pydantic import ValidationError
 
-from ctxdb.serve.auth import BAD_TOKEN, Authenticator, AuthError, TokenStore
+from ctxdb.serve.auth import BAD_TOKEN, Authenticator, AuthError, TokenStore, open_token_store
+from ctxdb.serve.es_tokens import ElasticsearchTokenStore
 from ctxdb.settings import Settings
 
 
@@ -58,6 +60,21 @@ def test_revoked_token_stops_working(tmp_path) -> None:
     with pytest.raises(AuthError, match="revoked"):
         store.verify(token)
     assert store.revoke("nosuch") is False
+
+
+def test_the_file_store_is_the_default_and_the_setting_picks_elasticsearch(tmp_path) -> None:
+    """Building a store reaches no cluster; CTXDB_AUTH_TOKEN_STORE names one of two stores."""
+    assert isinstance(Authenticator(Settings(home=tmp_path)).store, TokenStore)
+    shared = Settings(
+        home=tmp_path,
+        elasticsearch={"index_prefix": "acme"},
+        auth={"token_store": "elasticsearch", "token_cache_s": 0},
+    )
+    store = open_token_store(shared)
+    assert isinstance(store, ElasticsearchTokenStore)
+    assert (store.index, store.cache_s) == ("acme-tokens", 0)
+    with pytest.raises(ValidationError, match="token_store"):
+        Settings(home=tmp_path, auth={"token_store": "redis"})
 
 
 def test_missing_token_is_rejected(tmp_path) -> None:

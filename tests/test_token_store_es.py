@@ -20,6 +20,7 @@ from conftest_ops import ensure_indices
 from conftest_ports import free_port_pair
 from fastapi.testclient import TestClient
 
+from ctxdb.capture.claude_code.mcp import ensure_token, server_entry
 from ctxdb.index.client import make_client
 from ctxdb.serve.auth import (
     BAD_TOKEN,
@@ -136,6 +137,19 @@ def test_migrate_copies_hashes_keeps_revocations_and_runs_again_as_a_no_op(
     assert store.verify(after).user_id == "carol"
     with pytest.raises(AuthError, match=BAD_TOKEN):
         store.verify(kept)
+
+
+def test_claude_code_token_goes_to_the_configured_store(settings: Settings) -> None:
+    """The MCP registration of Claude Code issues its token into the shared store, and the server
+    entry it writes tells `ctxdb mcp` to read that store."""
+    capture = es_store_settings(settings).replace(claude_code={"user_id": "ann", "tenant": "t1"})
+    path = ensure_token(capture)
+    token = path.read_text().strip()
+    principal = ElasticsearchTokenStore.from_settings(capture).verify(token)
+    assert (principal.user_id, principal.tenant) == ("ann", "t1")
+    assert not capture.tokens_path.exists()
+    assert ensure_token(capture) == path and path.read_text().strip() == token  # kept while valid
+    assert server_entry(capture, path)["env"]["CTXDB_AUTH_TOKEN_STORE"] == "elasticsearch"
 
 
 def _cli_env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
