@@ -206,20 +206,25 @@ def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[
     (ties: the earlier turn). Order is kept when `diversity` is 0."""
     if diversity <= 0:
         return list(fused)
-    pool = list(fused[: DIVERSITY_POOL * top_k])
+    pool = fused[: DIVERSITY_POOL * top_k]
+    queues: dict[str, list[int]] = {}  # per conversation, its pool positions in fused order
+    for i, turn in enumerate(pool):
+        queues.setdefault(turn.conversation_id, []).append(i)
     picked: list[FusedTurn] = []
-    per_conv: dict[str, int] = {}
-    while pool:
-        best = max(
-            range(len(pool)),
-            key=lambda i: (
-                pool[i].final * (1.0 - diversity) ** per_conv.get(pool[i].conversation_id, 0),
-                -i,
+    taken: dict[str, int] = {}
+    while queues:
+        # a conversation's best remaining turn is its first: only the heads compete
+        conv = max(
+            queues,
+            key=lambda c: (
+                pool[queues[c][0]].final * (1.0 - diversity) ** taken.get(c, 0),
+                -queues[c][0],
             ),
         )
-        turn = pool.pop(best)
-        picked.append(turn)
-        per_conv[turn.conversation_id] = per_conv.get(turn.conversation_id, 0) + 1
+        picked.append(pool[queues[conv].pop(0)])
+        taken[conv] = taken.get(conv, 0) + 1
+        if not queues[conv]:
+            del queues[conv]
     return picked + list(fused[DIVERSITY_POOL * top_k :])
 
 
