@@ -1,5 +1,6 @@
 """The writer lease on the real node: one index writer at a time, across clients (each client here
-stands for another process or machine), renewal, takeover of an expired lease, re-entrancy."""
+stands for another process or machine), renewal, takeover of an expired lease, re-entrancy, and
+fencing (issue 25: a landing or derivation that lost its lease stops before its next commit)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
+from conftest_turn_record import NOW, Turn, write_jsonl
 
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
@@ -24,12 +26,19 @@ from ctxdb.index.lease import (
     owner_id,
     release,
     writer_lease,
+    writer_lease_for,
 )
 from ctxdb.index.lifecycle import alias_target, versions
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import reindex
+from ctxdb.landing import run as landing_run
+from ctxdb.landing.run import land
 from ctxdb.lifecycle.retention import sweep
+from ctxdb.record import run as record_run
+from ctxdb.record.run import derive, last_derived_version
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import LANDED_FILES, RAW_TURN_EVENTS, ROLE_ROWS, TURN_LOGS
 
 pytestmark = pytest.mark.es
 
@@ -188,3 +197,66 @@ def test_releasing_when_elasticsearch_is_gone_leaves_the_lease_to_expire(es, set
     lease.es = es
     release(lease)
     assert holder(es, settings.elasticsearch.index_prefix) is None
+
+
+def steal(es, prefix: str) -> None:
+    """Another writer takes the lease over (as after this holder's lease expired)."""
+    es.index(
+        index=lease_index(prefix),
+        id="writer",
+        document={
+            "owner": "elsewhere:1",
+            "operation": "retention",
+            "acquired_at": "2026-12-02T00:00:00+00:00",
+            "expires_at": "2099-01-01T00:00:00+00:00",
+        },
+        refresh=True,
+    )
+
+
+def test_issue_25_a_landing_that_lost_its_lease_stops_before_its_next_commit(
+    es, settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is taken over right after the first wave's commits (a hook between two writes);
+    the landing stops with `LeaseLost` before the second wave's first commit, without waiting
+    for a renewal (the check reads the lease document)."""
+    for name in ("a", "b"):
+        write_jsonl(tmp_path / "in" / f"{name}.jsonl", Turn(f"c-{name}", "t1").basic().events)
+    monkeypatch.setattr("ctxdb.landing.run.WAVE_ROWS", 1)  # one file per wave
+    real_commit = landing_run.commit
+
+    def commit_then_lose_the_lease(*args, **kwargs):
+        committed = real_commit(*args, **kwargs)
+        steal(es, settings.elasticsearch.index_prefix)
+        return committed
+
+    monkeypatch.setattr("ctxdb.landing.run.commit", commit_then_lose_the_lease)
+    store = DeltaStore(settings.delta_uri)
+    with pytest.raises(LeaseLost, match="stopping before the next commit"):
+        land(store, str(tmp_path / "in"), now=NOW, writer=writer_lease_for(es, settings, "landing"))
+    assert set(store.read(RAW_TURN_EVENTS)["conversation_id"]) == {"c-a"}
+    assert store.read(LANDED_FILES)["source_file"].str.ends_with("a.jsonl").all()
+    assert holder(es, settings.elasticsearch.index_prefix)["owner"] == "elsewhere:1"
+
+
+def test_issue_25_a_derivation_that_lost_its_lease_does_not_advance_its_state(
+    es, settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease is taken over after the first derived table is written: the derivation stops
+    before its next commit and `derive_state` stays behind, so the next run redoes the work."""
+    write_jsonl(tmp_path / "in" / "a.jsonl", Turn("c1", "t1").basic().events)
+    store = DeltaStore(settings.delta_uri)
+    land(store, str(tmp_path / "in"), now=NOW)
+    real_write = record_run.write_table
+
+    def write_then_lose_the_lease(*args, **kwargs):
+        written = real_write(*args, **kwargs)
+        steal(es, settings.elasticsearch.index_prefix)
+        return written
+
+    monkeypatch.setattr("ctxdb.record.run.write_table", write_then_lose_the_lease)
+    with pytest.raises(LeaseLost):
+        derive(store, settings, now=NOW, writer=writer_lease_for(es, settings, "derivation"))
+    assert store.read(TURN_LOGS).height == 1
+    assert not store.exists(ROLE_ROWS)  # the next table's commit never ran
+    assert last_derived_version(store) == -1

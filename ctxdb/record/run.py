@@ -137,8 +137,8 @@ def derive(
     Every derived table is written with keyed MERGEs (`write_table`), so derivation is
     exactly-once by itself. `writer` is held around the whole run: the CLI and the Dagster asset
     pass the writer lease (`ctxdb.index.lease`), which keeps two derivations from doing the same
-    work at once; when it yields a `Lease`, its `check()` runs before every batch's writes and
-    before the state commit, so a run that lost the lease stops before its next commit."""
+    work at once; when it yields a `Lease`, its `check()` runs before every commit, so a run that
+    lost the lease stops before its next commit (and leaves `derive_state` behind)."""
     with writer or nullcontext() as held:
         fence = held.check if isinstance(held, Lease) else _unfenced
         return _derive(store, settings, now or datetime.now(UTC), full, fence)
@@ -187,8 +187,7 @@ def _derive(
     if processes > 1:
         log.info("deriving %d batches in %d processes", len(batches), processes)
     for done, result in enumerate(derived_batches(batches, settings, now, processes), start=1):
-        fence()
-        _write_batch(store, result, stats)
+        _write_batch(store, result, stats, fence)
         if len(batches) > 1:
             log.info(
                 "derived batch %d of %d: %d conversations, %d events so far",
@@ -228,14 +227,18 @@ def _derive(
     return stats
 
 
-def _write_batch(store: DeltaStore, result: Result, stats: DeriveStats) -> None:
-    """Write one derived batch, adding its counts to `stats`."""
+def _write_batch(
+    store: DeltaStore, result: Result, stats: DeriveStats, fence: Callable[[], None]
+) -> None:
+    """Write one derived batch, adding its counts to `stats`; `fence` runs before each commit."""
     for target in TARGETS:
         data = pl.from_arrow(result.tables[target.table])
+        fence()
         written = write_table(store, target, data, result.done)
         total = stats.written.setdefault(target.table, dict(WRITTEN))
         for key, value in written.items():
             total[key] = total.get(key, 0) + value
+    fence()
     record_failures(store, result.failures)
     clear_failures(store, result.done)
     stats.conversations += len(result.done)
