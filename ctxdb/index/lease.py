@@ -19,6 +19,12 @@ looks for the other kind (the global holder refreshes and searches the shard lea
 holder reads the global document in real time) and gives its own back when it finds one live;
 whichever of two racing holders looks second sees the first. Landing, derivation, reindex,
 retention, erasure and compaction keep the global lease.
+
+Landing and derivation are exactly-once by their Delta writes alone (keyed MERGEs), so for them
+the lease guards throughput, not correctness. They require it (`delta_writer_lease_for`: refused
+with `LeaseUnavailable` while Elasticsearch does not answer, unless
+`CTXDB_WRITER_LEASE_REQUIRED=false`) and fence every commit with `Lease.check()`, which reads the
+lease document itself.
 """
 
 from __future__ import annotations
