@@ -424,6 +424,10 @@ class ClaudeCodeSettings(BaseSettings):
     exclude: list[str] = Field(
         default_factory=list, description="Project folders never captured (JSON list of paths)."
     )
+    projects: str = Field(
+        default="~/.claude/projects",
+        description="Claude Code's projects folder: the only place the hook reads transcripts.",
+    )
 
 
 class CaptureSettings(BaseSettings):

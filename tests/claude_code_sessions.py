@@ -31,13 +31,18 @@ class Session:
 
     path: Path
     cwd: str
-    session_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    session_id: str = ""
+    """The session id; by default the transcript's file name (`<session_id>.jsonl`), the way
+    Claude Code names it and the hook requires."""
     start: datetime = field(default_factory=lambda: datetime(2026, 11, 20, 9, 0, tzinfo=UTC))
     lines: list[dict[str, Any]] = field(default_factory=list)
     _parent: str | None = None
     _clock: int = 0
     _msg: int = 0
     _tool: int = 0
+
+    def __post_init__(self) -> None:
+        self.session_id = self.session_id or self.path.stem
 
     def _ts(self) -> str:
         self._clock += 1
@@ -282,3 +287,85 @@ def final_answers(session: Session) -> dict[str, str]:
             if texts:
                 answers[current] = texts[-1]
     return answers
+
+
+FIXTURES = Path(__file__).parent / "data" / "claude_code"
+"""Real Claude Code transcripts (tests/data/claude_code/SOURCE.md)."""
+
+
+def fixture_transcripts() -> list[Path]:
+    """The real session transcripts of the fixture folder (sub-agent files left out)."""
+    return sorted(p for p in FIXTURES.rglob("*.jsonl") if "subagents" not in p.parts)
+
+
+def _user_text(line: dict[str, Any]) -> str | None:
+    """The text a user typed on a transcript line (a prompt or a command), else None."""
+    if line.get("type") == "system" and line.get("subtype") == "local_command":
+        content = line.get("content") or ""
+        return content if "<command-name>" in content else None
+    if line.get("type") != "user" or line.get("isMeta") or line.get("isSidechain"):
+        return None
+    if line.get("isCompactSummary"):
+        return None
+    content = line["message"]["content"]
+    if isinstance(content, list):
+        if any(b.get("type") == "tool_result" for b in content):
+            return None
+        content = "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+    text = content.strip()
+    if not text or text.startswith(("[Request interrupted", "<local-command", "<task-notif")):
+        return None
+    return text
+
+
+def hook_points(lines: list[dict[str, Any]], session: str, transcript: Path) -> list[tuple]:
+    """Where Claude Code runs the hooks while it writes `lines`: (lines written by then,
+    payload). UserPromptSubmit before a prompt or command line, PostToolUse before the result
+    line of each tool that succeeded, Stop before each `stop_hook_summary` line (with
+    `last_assistant_message`), SessionEnd at the end; none for interrupts and task notices."""
+    cwd = next(line["cwd"] for line in lines if line.get("cwd"))
+    base = {"session_id": session, "transcript_path": str(transcript), "cwd": cwd}
+    tools: dict[str, dict] = {}
+    answer = ""
+    points: list[tuple] = []
+    for i, line in enumerate(lines):
+        content = (line.get("message") or {}).get("content")
+        if line.get("type") == "assistant" and isinstance(content, list):
+            for block in content:
+                if block.get("type") == "tool_use":
+                    tools[block["id"]] = block
+                elif block.get("type") == "text" and block["text"].strip():
+                    answer = block["text"]
+        text = _user_text(line)
+        if text is not None:
+            points.append((i, {**base, "hook_event_name": "UserPromptSubmit", "prompt": text}))
+        elif line.get("type") == "user" and isinstance(content, list) and not line.get("isMeta"):
+            for block in content:
+                tool = tools.get(block.get("tool_use_id", ""))
+                if block.get("type") == "tool_result" and tool and not block.get("is_error"):
+                    post = {"tool_name": tool["name"], "tool_input": tool["input"]}
+                    post = {**base, "hook_event_name": "PostToolUse", **post}
+                    points.append((i, {**post, "tool_use_id": tool["id"]}))
+        elif line.get("type") == "system" and line.get("subtype") == "stop_hook_summary":
+            stop = {"hook_event_name": "Stop", "stop_hook_active": False}
+            points.append((i, {**base, **stop, "last_assistant_message": answer}))
+    points.append((len(lines), {**base, "hook_event_name": "SessionEnd", "reason": "other"}))
+    return points
+
+
+def replay(source: Path, projects: Path, run: Any) -> Path:
+    """Write the real transcript `source` into `projects/<folder>/` line by line as Claude Code
+    does, calling `run(payload)` at each of its hook points; returns the transcript written."""
+    raw = source.read_bytes().splitlines(keepends=True)
+    lines = [json.loads(r) for r in raw]
+    target = projects / source.parent.name / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"")
+    written = 0
+    with target.open("ab") as file:
+        for upto, payload in hook_points(lines, source.stem, target):
+            file.write(b"".join(raw[written:upto]))
+            file.flush()
+            written = upto
+            run(payload)
+    return target

@@ -45,8 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def capture(tmp_path: Path) -> Settings:
-    """Settings of a fresh home whose Claude Code turns belong to `ann`."""
-    return Settings(home=tmp_path / "home", claude_code={"user_id": "ann"})
+    """Settings of a fresh home whose Claude Code turns belong to `ann`; the hook reads
+    transcripts anywhere under `tmp_path`."""
+    return Settings(
+        home=tmp_path / "home", claude_code={"user_id": "ann", "projects": str(tmp_path)}
+    )
 
 
 def landed_events(settings: Settings) -> pl.DataFrame:

@@ -148,8 +148,9 @@ class _TurnRows:
 
 
 def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
-    """One turn's role rows: each user submission, the final answer and, for rich recordings,
-    summaries, internal notes and readable attachments."""
+    """One turn's role rows: each user submission, the final answer (none for a turn cancelled
+    before any answer) and, for rich recordings, summaries, internal notes and readable
+    attachments."""
     blocks = turn.blocks
     turn_tag = f"turn:{turn.turn_id}"
     projection = projection_tag(turn)
@@ -157,7 +158,8 @@ def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     _user_rows(out, turn_tag, projection)
     final = [i for i, b in enumerate(blocks) if b["type"] == COMPLETION][-1]
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if turn.error else [])
-    out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
+    if blocks[final]["text"] or not blocks[final]["meta"].get("cancelled"):
+        out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
     if turn.recording_kind == "rich":
         _rich_rows(out, turn_tag, projection)
     return out.rows

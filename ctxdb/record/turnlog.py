@@ -564,8 +564,12 @@ def assemble_turn(
         drafts = [d for d in drafts if d[0] != 7 or d is last]
     if not completions:
         error_type = payloads[closed].get("error_type") or "missing_completion"
-        meta = {"error": True, "error_type": error_type}
-        block = _block(COMPLETION, "assistant", turn_id, iso[closed], "", ERROR_TEXT, meta, PLAIN)
+        cancelled = payloads[closed].get("status") == "cancelled"
+        meta = {"error": not cancelled, "error_type": error_type}
+        if cancelled:  # stopped by the user: no answer, and none invented
+            meta["cancelled"] = True
+        text = "" if cancelled else ERROR_TEXT
+        block = _block(COMPLETION, "assistant", turn_id, iso[closed], "", text, meta, PLAIN)
         drafts.append((7, n, n, ts[closed], block))
     if not any(d[0] == 0 for d in drafts):
         meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}

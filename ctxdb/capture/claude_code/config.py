@@ -28,6 +28,8 @@ class HookConfig(NamedTuple):
     user_id: str
     exclude: tuple[str, ...] = ()
     """Project folders (and their sub-folders) that are never captured."""
+    projects: str = "~/.claude/projects"
+    """The only folder whose transcripts the hook reads (Claude Code's projects folder)."""
 
     @property
     def identity(self) -> Identity:
@@ -48,8 +50,13 @@ class HookConfig(NamedTuple):
         )
 
     def dump(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self._asdict(), indent=2) + "\n")
+        """Write the config as JSON, private to the account (0600 in a 0700 folder)."""
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent, 0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.chmod(path, 0o600)
+        with open(fd, "w") as file:
+            file.write(json.dumps(self._asdict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: Path) -> HookConfig:

@@ -1,19 +1,26 @@
 """`ctxdb capture claude-code hook`: one Claude Code hook payload (JSON on stdin) -> events.
 
 Claude Code runs the hook once per event, each time in a new process, so a turn spans several
-processes: UserPromptSubmit ends any turn still open, PostToolUse adds a step, Stop closes the
-turn (with `last_assistant_message` when the payload has it), SessionEnd closes what is left.
-Between processes the session's state (transcript offset, the open turn) lives in
-`<state>/sessions/<session>.json`, guarded by a lock file.
+processes. Between processes the session's state (transcript offset, the open turn) lives in
+`<state>/sessions/<session>.json`, guarded by a lock file (waited for at most `LOCK_TIMEOUT_S`).
 
-Each process first reads what the transcript (`transcript_path`) gained since the last one and
-feeds it through the same `TurnMapper` the importer uses, so turn and event ids come from the
-transcript's uuids and an import of the same session adds nothing. Only when the transcript
-cannot be read does a turn get ids from the payload alone (logged).
+Each process first reads what the transcript gained since the last one and feeds it through the
+same `TurnMapper` the importer uses, so turns end where the transcript says they end and every id
+and time comes from the transcript: hooks and an import of the same session write the same bytes,
+whichever runs first. UserPromptSubmit ends the turn still open (an interrupted one), Stop ends
+the answered turn once the transcript holds its answer (`last_assistant_message`; waited for at
+most `STOP_WAIT_S`, else the transcript's `stop_hook_summary` line ends it at the next hook),
+SessionEnd ends what is left. A task notice never starts a turn, nor does a local command.
+
+The transcript is read only when it is a regular file named `<session_id>.jsonl` inside the
+projects folder (`HookConfig.projects`, symlinks resolved and kept inside it), at most
+`MAX_READ_BYTES` per process (the rest is read by the next hooks). Only when it cannot be read
+does a turn get ids from the payload alone (logged; an import then lands it as another turn).
 
 The hook always exits 0 and writes nothing to stdout or stderr: errors go to `<state>/hook.log`.
-Its import path is the standard library plus this package's pure modules (no pydantic, polars,
-torch, elasticsearch or dagster), so a cold process stays fast (bench/bench_claude_code.py).
+Files it writes are private to the account (umask 077). Its import path is the standard library
+plus this package's pure modules (no pydantic, polars, torch, elasticsearch or dagster), so a cold
+process stays fast (bench/bench_claude_code.py).
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,7 +38,7 @@ from typing import Any
 
 from ctxdb.capture.claude_code import spool
 from ctxdb.capture.claude_code.config import HookConfig
-from ctxdb.capture.claude_code.transcript import read_from, tool_title
+from ctxdb.capture.claude_code.transcript import read_file, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
 
 try:
@@ -41,19 +50,41 @@ log = logging.getLogger("ctxdb.capture.claude_code.hook")
 
 HANDLED = frozenset({"UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd"})
 MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+MAX_READ_BYTES = 32 * 1024 * 1024
+"""Transcript bytes one hook process reads at most (about 0.3 s of parsing)."""
+LOCK_TIMEOUT_S = 5.0
+"""How long a hook waits for the session lock before giving up (logged; the next hook catches
+up, nothing is lost). Claude Code's timeout for the hook is `install.HOOK_TIMEOUT_S` (10 s)."""
+STOP_WAIT_S = 1.0
+"""How long Stop waits for the transcript to hold the answer the payload reports."""
+NOTICE = "<task-notification>"
 
 
 class HookError(ValueError):
     """A payload the hook cannot use (logged, never raised to Claude Code)."""
 
 
+class Unreadable(OSError):
+    """A transcript the hook will not read (outside the projects folder, not a regular file...)."""
+
+
 @contextmanager
-def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (parallel tool hooks of one session run one at a time)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as file:
+def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (hooks of one session run one at a time); HookError
+    when another process holds it longer than `timeout` seconds."""
+    spool.private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, spool.FILE_MODE)
+    with open(fd, "rb") as file:
         if fcntl is not None:
-            fcntl.flock(file.fileno(), fcntl.LOCK_EX)
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise HookError(f"{path.name} stayed locked {timeout:g} s") from None
+                    time.sleep(0.02)
         yield
 
 
@@ -73,53 +104,116 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, ensure_ascii=False))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, spool.FILE_MODE)
+    with open(fd, "w", encoding="utf-8") as file:
+        file.write(json.dumps(state, ensure_ascii=False))
     os.replace(tmp, path)
 
 
-def catch_up(state: dict[str, Any], mapper: TurnMapper, transcript: Any) -> tuple[list, bool]:
-    """Events for what the transcript gained since the last hook; False when it is unreadable."""
+def open_transcript(transcript: str, session: str, projects: str) -> Any:
+    """The transcript opened for reading, when it is a regular file named `<session>.jsonl`
+    whose real path lies inside `projects`; else Unreadable (never blocks: no FIFO, no device)."""
+    name = f"{session}.jsonl"
+    path = os.path.abspath(os.path.expanduser(transcript))
+    root = os.path.realpath(os.path.expanduser(projects))
+    real = os.path.realpath(path)
+    if os.path.basename(path) != name or os.path.basename(real) != name:
+        raise Unreadable(f"transcript {transcript} is not named {name}")
+    if os.path.commonpath([root, real]) != root:
+        raise Unreadable(f"transcript {transcript} is outside {projects}")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(real, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Unreadable(f"transcript {transcript} is not a regular file")
+    return open(fd, "rb")
+
+
+def catch_up(
+    state: dict[str, Any], mapper: TurnMapper, transcript: Any, projects: str
+) -> tuple[list, bool, bool]:
+    """Events for what the transcript gained since the last hook, whether it was readable and
+    whether it was read to its end."""
     if not isinstance(transcript, str) or not transcript:
-        return [], False
+        return [], False, False
     if state["transcript"] != transcript:
         state["transcript"], state["offset"] = transcript, 0
     try:
-        batch = read_from(Path(transcript), state["offset"])
+        with open_transcript(transcript, mapper.session_id, projects) as file:
+            batch = read_file(file, state["offset"], limit=MAX_READ_BYTES)
     except OSError as exc:
         log.warning("transcript %s unreadable: %s", transcript, exc)
-        return [], False
+        return [], False, False
     if batch.bad:
         log.warning("transcript %s: %d lines are not JSON (skipped)", transcript, batch.bad)
     state["offset"] = batch.offset
-    return mapper.feed(batch.records), True
+    return mapper.feed(batch.records), True, batch.rest == 0 or batch.truncated
 
 
-def _open_turn(mapper: TurnMapper, state: dict[str, Any], readable: bool) -> list[dict]:
-    """Make sure a turn is open: the prompt waiting in the transcript, or (transcript unreadable)
-    the prompt the UserPromptSubmit payload carried."""
-    if mapper.turn is not None:
-        return []
-    if mapper.candidate is not None:
-        return mapper.start()
-    if not readable and state["prompt"]:
-        log.warning("session %s: no transcript, turn ids from the hook payload", mapper.session_id)
-        return mapper.start_fallback(state["prompt"]["text"], state["prompt"]["ts"])
-    return []
+def _answered(mapper: TurnMapper, answer: Any) -> bool:
+    """True when the open turn's last text read is the answer the Stop payload reports (or the
+    payload reports none)."""
+    if mapper.turn is None:
+        return False
+    if not isinstance(answer, str) or not answer.strip():
+        return True
+    return mapper.turn["text"].rstrip().endswith(answer.strip())
 
 
-def _payload_step(mapper: TurnMapper, payload: dict[str, Any], now: str) -> list[dict]:
-    """The step of a PostToolUse payload, when there is no transcript to take it from. With a
-    transcript the step comes from its tool result (time and status), exactly as an import takes
-    it, so a session captured by hooks and imported later lands each event once."""
-    name = str(payload.get("tool_name") or "tool")
-    tool_use_id = payload.get("tool_use_id")
-    if not isinstance(tool_use_id, str) or not tool_use_id:
-        tool_use_id = f"{name}-{now}"
-    return mapper.hook_step(tool_use_id, name, tool_title(name, payload.get("tool_input")), now)
+def _stop(
+    state: dict[str, Any], mapper: TurnMapper, payload: dict[str, Any], done: bool, projects: str
+) -> list[dict]:
+    """Stop with a readable transcript: close the turn once the transcript holds its answer,
+    reading what it gains for up to `STOP_WAIT_S`; a turn still unanswered stays open."""
+    answer = payload.get("last_assistant_message")
+    events: list[dict] = []
+    deadline = time.monotonic() + STOP_WAIT_S
+    while not (done and _answered(mapper, answer)):
+        if (mapper.turn is None and mapper.candidate is None) or time.monotonic() >= deadline:
+            if mapper.turn is not None:
+                log.info("session %s: Stop before its answer was written", mapper.session_id)
+            return events
+        time.sleep(0.05)
+        more, _, done = catch_up(state, mapper, payload.get("transcript_path"), projects)
+        events += more
+    return events + mapper.close()
+
+
+def _fallback(
+    event: str, payload: dict[str, Any], mapper: TurnMapper, state: dict[str, Any], now: str
+) -> list[dict]:
+    """Without a readable transcript: a turn from the payloads alone (UserPromptSubmit's prompt,
+    PostToolUse's tool, Stop's `last_assistant_message`: a prompt no answer followed, such as a
+    local command, makes no turn), ids from the clock."""
+    if event in ("UserPromptSubmit", "SessionEnd"):
+        return mapper.close(now)
+    events: list[dict] = []
+    prompt = state["prompt"]
+    if event in ("PostToolUse", "Stop") and mapper.turn is None and prompt:
+        answer = payload.get("last_assistant_message")
+        if event == "PostToolUse" or isinstance(answer, str) and answer.strip():
+            log.warning(
+                "session %s: no transcript, turn ids from the hook payload", mapper.session_id
+            )
+            events += mapper.start_fallback(prompt["text"], prompt["ts"])
+    if event == "PostToolUse":
+        name = str(payload.get("tool_name") or "tool")
+        tool_use_id = payload.get("tool_use_id")
+        if not isinstance(tool_use_id, str) or not tool_use_id:
+            tool_use_id = f"{name}-{now}"
+        title = tool_title(name, payload.get("tool_input"))
+        return events + mapper.hook_step(tool_use_id, name, title, now)
+    answer = payload.get("last_assistant_message") if event == "Stop" else None
+    return events + mapper.close(now, answer if isinstance(answer, str) else None)
+
+
+def _is_prompt(text: Any) -> bool:
+    return isinstance(text, str) and not text.lstrip().startswith(NOTICE)
 
 
 def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) -> list[dict]:
-    """Apply one hook payload to its session; return the events written (published on close)."""
+    """Apply one hook payload to its session; return the events written (published once a turn
+    closes)."""
     event = payload.get("hook_event_name")
     if event not in HANDLED or payload.get("agent_id"):
         return []
@@ -128,32 +222,28 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
         raise HookError(f"{event} payload has no session_id")
     if config.excludes(payload.get("cwd")):
         return []
+    if event == "UserPromptSubmit" and not _is_prompt(payload.get("prompt")):
+        return []
     now = now or utc_now()
     key = safe_id(session)
     sessions = Path(config.state) / "sessions"
     with locked(sessions / f"{key}.lock"):
         state = load_state(sessions / f"{key}.json")
         mapper = TurnMapper(config.identity, session, state["mapper"])
-        events, readable = catch_up(state, mapper, payload.get("transcript_path"))
-        if mapper.state["project"] is None and isinstance(payload.get("cwd"), str):
-            mapper.state["project"] = payload["cwd"]
-        if event == "UserPromptSubmit":
-            events += mapper.close(now)
-            prompt = payload.get("prompt")
-            state["prompt"] = {"text": prompt, "ts": now} if isinstance(prompt, str) else None
-        elif event == "PostToolUse":
-            events += _open_turn(mapper, state, readable)
-            if not readable:
-                events += _payload_step(mapper, payload, now)
-        elif event == "Stop":
-            events += _open_turn(mapper, state, readable)
-            answer = payload.get("last_assistant_message")
-            if readable and mapper.turn is not None and mapper.turn["text"]:
-                events += mapper.close()  # the transcript's answer and times, as an import reads
-            else:
-                events += mapper.close(now, answer if isinstance(answer, str) else None)
+        transcript = payload.get("transcript_path")
+        events, readable, done = catch_up(state, mapper, transcript, config.projects)
+        if readable:
+            if event == "Stop":
+                events += _stop(state, mapper, payload, done, config.projects)
+            elif event != "PostToolUse" and done:
+                events += mapper.close()
         else:
-            events += mapper.close(now)
+            if mapper.state["project"] is None and isinstance(payload.get("cwd"), str):
+                mapper.state["project"] = payload["cwd"]
+            events += _fallback(event, payload, mapper, state, now)
+        if event == "UserPromptSubmit":
+            prompt = payload["prompt"]
+            state["prompt"] = {"text": prompt, "ts": now}
         part = Path(config.spool) / f"{key}-{state['seq']:06d}.jsonl.part"
         spool.append(part, events)
         if any(e["type"] == "turn.closed" for e in events) or event == "SessionEnd":
@@ -175,7 +265,7 @@ def _config_path(argv: Sequence[str]) -> Path | None:
 
 def _setup_log(config: HookConfig | None) -> None:
     path = config.log_path if config else Path.home() / ".ctxdb-claude-code-hook.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    spool.private_dir(path.parent)
     handler = logging.FileHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)
@@ -193,6 +283,7 @@ def _default_config() -> HookConfig:
 
 def run(argv: Sequence[str], stdin: Any = None) -> int:
     """Run one hook: read the payload, apply it, log any failure; always 0, never any output."""
+    os.umask(0o077)
     config = None
     try:
         path = _config_path(argv)

@@ -6,7 +6,9 @@ hook command holds this machine's paths. Install adds one command hook for each 
 UserPromptSubmit, PostToolUse (matcher `*`), Stop and SessionEnd, keeps every other setting, and
 is idempotent (a second install replaces its own entries with identical ones). Uninstall removes
 exactly the entries whose command runs the ctxdb hook, then any group, event list or `hooks`
-object it left empty; a file left empty is removed.
+object it left empty; a file left empty is removed. A settings file that is a symlink (dotfiles)
+is written through the link; a `hooks` value that is not an object, or an event whose value is
+not a list, is refused (InstallError) rather than dropped.
 
 Install also writes the hook's configuration (`hook.json`, see `config.py`) from the settings.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxdb.capture.claude_code.config import HookConfig
+from ctxdb.capture.claude_code.spool import private_dir
 from ctxdb.capture.claude_code.turns import ident
 from ctxdb.settings import Settings
 
@@ -66,6 +69,7 @@ def hook_config(settings: Settings) -> HookConfig:
         app=capture.app,
         user_id=ident(capture.user_id) if capture.user_id else os_user(),
         exclude=tuple(str(Path(p).expanduser().absolute()) for p in capture.exclude),
+        projects=str(Path(capture.projects).expanduser().absolute()),
     )
 
 
@@ -131,14 +135,19 @@ def remove_hooks(settings: dict[str, Any]) -> tuple[dict[str, Any], int]:
 def add_hooks(settings: dict[str, Any], command: str) -> dict[str, Any]:
     """`settings` with one ctxdb hook per event (earlier ctxdb entries replaced)."""
     result, _ = remove_hooks(settings)
-    hooks = dict(result.get("hooks") or {})
+    hooks = result.get("hooks") or {}
+    if not isinstance(hooks, dict):
+        raise InstallError(f"settings 'hooks' is a {type(hooks).__name__}, not an object")
+    hooks = dict(hooks)
     for event in EVENTS:
+        if event in hooks and not isinstance(hooks[event], list):
+            kind = type(hooks[event]).__name__
+            raise InstallError(f"settings 'hooks.{event}' is a {kind}, not a list")
         entry = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}
         group: dict[str, Any] = {"hooks": [entry]}
         if event == "PostToolUse":
             group = {"matcher": "*", **group}
-        existing = hooks.get(event)
-        hooks[event] = [*(existing if isinstance(existing, list) else []), group]
+        hooks[event] = [*hooks.get(event, []), group]
     return {**result, "hooks": hooks}
 
 
@@ -159,10 +168,12 @@ def read_settings(path: Path) -> dict[str, Any]:
 
 
 def write_settings(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` (atomically, 2-space JSON); an empty object removes the file instead."""
-    if not data:
+    """Write `data` (atomically, 2-space JSON) to `path`, or through it when it is a symlink;
+    an empty object removes the file instead."""
+    if not data and not path.is_symlink():
         path.unlink(missing_ok=True)
         return
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".ctxdb-tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -174,11 +185,14 @@ def install(settings: Settings, project: Path | None = None, user: bool = False)
     config = hook_config(settings)
     path = config_path(settings)
     config.dump(path)
-    for folder in (config.spool, config.state):
-        Path(folder).mkdir(parents=True, exist_ok=True)
+    for folder in (Path(config.spool).parent, Path(config.spool), Path(config.state)):
+        private_dir(folder)
     target = settings_file(project, user)
     before = read_settings(target)
-    after = add_hooks(before, hook_command(path))
+    try:
+        after = add_hooks(before, hook_command(path))
+    except InstallError as exc:
+        raise InstallError(f"{target}: {exc}; left unchanged") from None
     if after != before:
         write_settings(target, after)
     return Change(target, after != before, len(EVENTS))

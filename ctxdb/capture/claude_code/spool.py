@@ -1,17 +1,31 @@
-"""The hook's spool files: events appended to `<name>.jsonl.part`, published by a rename.
+"""The hook's spool files: events appended to `<name>.jsonl.part`, published under a new name.
 
 Landing lists only `*.jsonl` (and `.jsonl.gz`), so a `.part` file is never read while a turn is
-still being written; `publish` fsyncs it and renames it to `<name>.jsonl` (atomic on one file
-system). Standard library only (the hook imports it).
+still being written; `publish` fsyncs it and gives it a name no other publish can have
+(`<name>-<random>.jsonl`, created by a hard link that fails rather than replace a file), so a
+hook killed after publishing can never have its file overwritten by the next one. Every file is
+private to the account (0600, folders 0700). Standard library only (the hook imports it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (and its parents) and make it 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    if path.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
 
 
 def encode(events: Iterable[dict[str, Any]]) -> bytes:
@@ -24,43 +38,56 @@ def encode(events: Iterable[dict[str, Any]]) -> bytes:
 
 
 def append(part: Path, events: list[dict[str, Any]]) -> None:
-    """Append `events` to `part` (created with its folder); a line cut off by an earlier failed
-    write is ended first, so it stays one bad line instead of swallowing the next event."""
+    """Append `events` to `part` (created 0600 with its folder); a line cut off by an earlier
+    failed write is ended first, so it stays one bad line instead of swallowing the next event."""
     if not events:
         return
-    part.parent.mkdir(parents=True, exist_ok=True)
-    with open(part, "ab+") as file:
+    private_dir(part.parent)
+    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    with open(fd, "rb+") as file:
         data = encode(events)
-        if file.tell() > 0:
-            file.seek(-1, os.SEEK_END)
-            if file.read(1) != b"\n":
-                data = b"\n" + data
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data
         file.write(data)
         file.flush()
 
 
 def publish(part: Path) -> Path | None:
-    """fsync `part` and rename it to its `.jsonl` name; None when there is no such file."""
+    """fsync `part` and move it to a fresh `<name>-<random>.jsonl`; None when there is no
+    such file. The new name is created exclusively: an existing file is never replaced."""
     if not part.exists():
         return None
     with open(part, "rb+") as file:
         os.fsync(file.fileno())
-    final = part.with_name(part.name.removesuffix(".part"))
-    os.replace(part, final)
-    return final
+    stem = part.name.removesuffix(".part").removesuffix(".jsonl")
+    while True:
+        final = part.with_name(f"{stem}-{secrets.token_hex(6)}.jsonl")
+        try:
+            os.link(part, final)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links on this file system: a rename to a name nobody has
+            if final.exists():
+                continue
+            os.rename(part, final)
+            return final
+        os.unlink(part)
+        return final
 
 
 def write_atomic(path: Path, data: bytes) -> bool:
-    """Write `data` to `path` through a `.part` file and a rename; False (nothing written) when
-    the file already holds exactly these bytes."""
+    """Write `data` to `path` (0600) through a `.part` file and a rename; False (nothing
+    written) when the file already holds exactly these bytes."""
     try:
         if path.stat().st_size == len(data) and path.read_bytes() == data:
             return False
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    with open(part, "wb") as file:
+    private_dir(path.parent)
+    part = path.with_name(f"{path.name}.{secrets.token_hex(4)}.part")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    with open(fd, "wb") as file:
         file.write(data)
         file.flush()
         os.fsync(file.fileno())

@@ -3,9 +3,12 @@
 A transcript is JSONL. Lines of `type` user | assistant carry `uuid`, `parentUuid`,
 `sessionId`, `timestamp`, `cwd`, `isSidechain`, `isMeta` and `message{role, content}`; an
 assistant message is written as one line per content block (`text`, `thinking`, `tool_use`)
-sharing `message.id`; tool results come back as user lines holding `tool_result` blocks. Other
-types (system, summary, file-history-snapshot, queue-operation, attachment, ...) carry nothing a
-turn needs and are skipped.
+sharing `message.id`; tool results come back as user lines holding `tool_result` blocks. Of the
+`system` lines, `stop_hook_summary` (written after the Stop hooks ran: the answer ended) and
+`local_command` (a local command such as `/mcp` ran) mark where turns end; the other types
+(summary, file-history-snapshot, queue-operation, progress, attachment, ...) carry nothing a turn
+needs and are skipped. A background-task notice (`<task-notification>...` injected as a user line)
+is not a prompt: it is skipped.
 
 `classify` turns one decoded line into a small `Record` the turn mapper understands; `read_from`
 reads the complete lines after a byte offset (a truncated last line is left for later, a line that
@@ -15,20 +18,25 @@ is not JSON is counted as bad). Standard library only: the hook imports this mod
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 PROMPT = "prompt"
 ASSISTANT = "assistant"
 TOOL_RESULT = "tool_result"
 INTERRUPT = "interrupt"
+STOP = "stop"
+LOCAL = "local"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
 _COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOTALL)
-_NOT_PROMPTS = ("<local-command-stdout>", "<local-command-stderr>", "<local-command-caveat>")
+_LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
+_NOT_PROMPTS = ("<local-command-caveat>", "<task-notification>")
 _INTERRUPTED = "[Request interrupted by user"
 TITLE_CHARS = 200
+_SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL}
 
 
 class ToolUse(NamedTuple):
@@ -42,9 +50,11 @@ class ToolUse(NamedTuple):
 class Record:
     """One transcript line the turn mapper acts on.
 
-    kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output),
-    `assistant` (text blocks and tool uses of one line), `tool_result` (results of earlier tool
-    uses: `(tool_use_id, is_error)`) or `interrupt` (the user stopped the answer).
+    kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output, not a
+    task notice), `assistant` (text blocks and tool uses of one line), `tool_result` (results of
+    earlier tool uses: `(tool_use_id, is_error)`), `interrupt` (the user stopped the answer),
+    `stop` (the Stop hooks ran: the answer ended) or `local` (a local command ran and printed its
+    output: the command before it gets no answer).
     """
 
     __slots__ = (
@@ -85,9 +95,10 @@ class Record:
 class Batch:
     """Records read from a transcript after an offset; `offset` is where the next read starts,
     `lines` counts non-blank complete lines, `bad` those that are not JSON (`bad_lines`: their
-    1-based numbers), `truncated` says the last line was cut off."""
+    1-based numbers), `truncated` says the last line was cut off, `rest` counts the bytes after
+    `offset` left unread (`read_file` with a limit)."""
 
-    __slots__ = ("records", "offset", "lines", "bad", "truncated", "bad_lines")
+    __slots__ = ("records", "offset", "lines", "bad", "truncated", "bad_lines", "rest")
 
     def __init__(self, records: list[Record], offset: int) -> None:
         self.records = records
@@ -96,6 +107,7 @@ class Batch:
         self.bad = 0
         self.truncated = False
         self.bad_lines: list[int] = []
+        self.rest = 0
 
 
 def _text_of(content: Any) -> str:
@@ -163,6 +175,8 @@ def _user_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
         return None
     if text.startswith(_INTERRUPTED):
         return Record(INTERRUPT, **common)
+    if text.startswith(_LOCAL_OUTPUT):
+        return Record(LOCAL, **common)
     if text.startswith(_NOT_PROMPTS):
         return None
     if "<command-name>" in text:
@@ -204,18 +218,21 @@ def _assistant_record(line: dict[str, Any], common: dict[str, Any]) -> Record | 
 def classify(line: Any) -> Record | None:
     """The record of one decoded transcript line, or None when the line carries no turn data.
 
-    Skipped: non-objects, types other than user/assistant, meta lines (`isMeta`), sidechains
-    (sub-agents, `isSidechain`), compaction summaries (`isCompactSummary`), command output,
-    thinking blocks and empty messages.
+    Skipped: non-objects, types other than user/assistant/system, system lines other than
+    `stop_hook_summary` and `local_command`, meta lines (`isMeta`), sidechains (sub-agents,
+    `isSidechain`), compaction summaries (`isCompactSummary`), task notices, thinking blocks and
+    empty messages.
     """
     if not isinstance(line, dict):
         return None
     kind = line.get("type")
-    if kind not in ("user", "assistant"):
+    if kind not in ("user", "assistant", "system"):
         return None
     if line.get("isMeta") or line.get("isSidechain") or line.get("isCompactSummary"):
         return None
     if line.get("isVisibleInTranscriptOnly"):
+        return None
+    if kind == "system" and line.get("subtype") not in _SYSTEM_KINDS:
         return None
     common = {
         "ts": line.get("timestamp") if isinstance(line.get("timestamp"), str) else None,
@@ -223,6 +240,8 @@ def classify(line: Any) -> Record | None:
         "session_id": line.get("sessionId") if isinstance(line.get("sessionId"), str) else None,
         "cwd": line.get("cwd") if isinstance(line.get("cwd"), str) else None,
     }
+    if kind == "system":
+        return Record(_SYSTEM_KINDS[line["subtype"]], **common)
     if kind == "user":
         return _user_record(line, common)
     return _assistant_record(line, common)
@@ -270,10 +289,21 @@ def read_from(path: Path, offset: int = 0, final: bool = False) -> Batch:
     """The records of `path` after byte `offset` (see `parse_lines`); a shrunk file is re-read
     from the start."""
     with open(path, "rb") as file:
-        file.seek(0, 2)
-        size = file.tell()
-        if offset > size:
-            offset = 0
-        file.seek(offset)
-        data = file.read()
-    return parse_lines(data, offset, final)
+        return read_file(file, offset, final)
+
+
+def read_file(file: BinaryIO, offset: int = 0, final: bool = False, limit: int = -1) -> Batch:
+    """The records of an open transcript after byte `offset`, reading at most `limit` bytes
+    (all when negative): `Batch.rest` says how many bytes stay unread. A line longer than
+    `limit` is skipped as a bad line, so a reader never stalls on it."""
+    size = os.fstat(file.fileno()).st_size
+    if offset > size:
+        offset = 0
+    file.seek(offset)
+    data = file.read(limit)
+    batch = parse_lines(data, offset, final)
+    if 0 < limit <= len(data) and batch.offset == offset:
+        batch.offset, batch.bad = offset + len(data), batch.bad + 1
+        batch.bad_lines.append(batch.lines + 1)
+    batch.rest = max(0, size - batch.offset)
+    return batch

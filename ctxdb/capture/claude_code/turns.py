@@ -12,8 +12,13 @@ The hook (`hook.py`) and the importer (`importer.py`) feed the same records thro
 and landing keeps one copy.
 
 A prompt becomes a turn when the assistant starts answering it (a prompt that got no answer, such
-as a blocked prompt or a local command, is not a turn). The mapper's state is a JSON-ready dict:
-the hook keeps it on disk between invocations. Standard library only (the hook imports it).
+as a blocked prompt or a local command, is not a turn; a task notice is never a prompt). A turn
+ends where the transcript says so: at the next prompt, at the `stop_hook_summary` line Claude
+Code writes once the Stop hooks ran, at a local command, or at the end of a finished transcript;
+an interrupt marks it cancelled (the work a task notice triggers after an interrupt stays in the
+interrupted turn). Every time comes from the transcript, so hooks and an import write the same
+bytes. The mapper's state is a JSON-ready dict: the hook keeps it on disk between invocations.
+Standard library only (the hook imports it).
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from ctxdb.capture.claude_code.transcript import ASSISTANT, INTERRUPT, PROMPT, TOOL_RESULT, Record
+from ctxdb.capture.claude_code.transcript import (
+    ASSISTANT,
+    INTERRUPT,
+    LOCAL,
+    PROMPT,
+    STOP,
+    TOOL_RESULT,
+    Record,
+)
 from ctxdb.capture.private import strip_private
 
 ADAPTER = "claude_code"
@@ -165,6 +178,9 @@ class TurnMapper:
                     self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
                 else:
                     self.state["candidate"] = None
+            elif record.kind in (STOP, LOCAL):
+                events += self.close()
+                self.state["candidate"] = None
             elif record.kind == TOOL_RESULT and self.turn is not None:
                 events += self._results(record)
             elif record.kind == ASSISTANT:
