@@ -20,11 +20,12 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 PYTEST_ARGS ?=
 
-.PHONY: help install venv run test es-start es-stop es-status es-logs validate dagster-dev
+.PHONY: help install venv run test test-cluster es-start es-stop es-status es-logs validate dagster-dev
 
 help:
 	@echo "make run          install, start Elasticsearch, run the main job"
 	@echo "make test         install, start Elasticsearch, run the test suite"
+	@echo "make test-cluster install, run tests/cluster on a 3-node cluster, moto S3 and Redis"
 	@echo "make dagster-dev  open the Dagster UI on http://127.0.0.1:3000"
 	@echo "make es-start | es-stop | es-status | es-logs | validate | install"
 
@@ -66,6 +67,15 @@ test: es-start
 	else echo "cargo not found: the native scanner's Rust tests are skipped" >&2; fi
 	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; fi; exit $$status
+
+# The cluster stack (tests/cluster, left out of `make test`): the session's fixtures start three
+# Elasticsearch nodes, moto's S3 server and Debian's redis-server on free loopback ports and stop
+# them at the end; the wall time is printed.
+test-cluster: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
+	@command -v redis-server >/dev/null || \
+		{ echo "redis-server not found: apt-get install -y redis-server" >&2; exit 1; }
+	@started=$$(date +%s); status=0; $(BIN)/pytest tests/cluster $(PYTEST_ARGS) || status=$$?; \
+	echo "make test-cluster: exit $$status after $$(( $$(date +%s) - started )) s"; exit $$status
 
 validate: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster definitions validate
