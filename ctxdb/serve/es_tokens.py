@@ -21,7 +21,13 @@ import time
 from typing import Any
 
 from elastic_transport import TransportError
-from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError
+from elasticsearch import (
+    ApiError,
+    BadRequestError,
+    ConflictError,
+    Elasticsearch,
+    NotFoundError,
+)
 
 from ctxdb.contract.identity import Principal
 from ctxdb.index.client import make_client
@@ -89,14 +95,18 @@ class ElasticsearchTokenStore:
         )
 
     def ensure_index(self) -> None:
-        """Create the token index with its mapping unless it exists."""
+        """Create the token index with its mapping unless it exists (another server creating
+        it at the same time is fine; any other refusal is raised)."""
         try:
             if not self.client.indices.exists(index=self.index):
-                self.client.options(ignore_status=400).indices.create(
+                self.client.indices.create(
                     index=self.index,
                     settings={"number_of_shards": 1, **replica_settings(DEFAULT_REPLICAS)},
                     mappings=MAPPING,
                 )
+        except BadRequestError as exc:
+            if exc.error != "resource_already_exists_exception":
+                raise
         except (ApiError, TransportError) as exc:
             raise _unavailable("create", exc) from exc
 
