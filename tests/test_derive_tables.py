@@ -212,8 +212,9 @@ def test_only_touched_conversations_are_recomputed(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "in" / "2.jsonl", second.events)
     land(store, str(tmp_path / "in"), now=NOW + timedelta(hours=1))
     stats = derive(store, settings_for(tmp_path), now=NOW + timedelta(hours=1))
-    assert (stats.conversations, stats.turns, stats.from_version, stats.to_version) == (1, 2, 0, 1)
-    assert last_derived_version(store) == 1
+    # raw_turn_events: version 0 creates the table, 1 and 2 are the two landings
+    assert (stats.conversations, stats.turns, stats.from_version, stats.to_version) == (1, 2, 1, 2)
+    assert last_derived_version(store) == 2
     after = store.read(TURN_LOGS)
     assert after.filter(pl.col("conversation_id") == "ca").equals(untouched)
     catalog = store.read(TURN_CATALOG).filter(pl.col("conversation_id") == "cb").sort("ordinal")
