@@ -23,7 +23,7 @@ from ctxdb.index.status import all_status
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import SearchService, default_embedder
-from ctxdb.serve.auth import Authenticator, AuthError, Principal, TokenStore
+from ctxdb.serve.auth import Authenticator, AuthError, Principal, open_token_store
 from ctxdb.settings import Settings, get_settings
 from ctxdb.storage import tables
 from ctxdb.storage.delta import DeltaStore
@@ -100,7 +100,7 @@ def demo_principal(settings: Settings, tenant: str, user_id: str) -> Principal:
             return Authenticator(settings).authenticate(token_file.read_text().strip())
         except AuthError:
             pass
-    token = TokenStore(settings.tokens_path).issue(user_id, tenant=tenant, label="make run")
+    token = open_token_store(settings).issue(user_id, tenant=tenant, label="make run")
     token_file.write_text(token)
     typer.echo(f"issued a search token for {user_id} in {token_file}")
     return Authenticator(settings).authenticate(token)
