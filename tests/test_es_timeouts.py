@@ -7,13 +7,23 @@ The node here is a second embedded node on a free port (the shared one is never 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from conftest import delete_prefix_indices
 from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
 
@@ -23,6 +33,7 @@ from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.client import make_client
 from ctxdb.index.health import check_cluster
+from ctxdb.index.lease import KEEP_TIMEOUT_S
 from ctxdb.index.sync import sync_live
 from ctxdb.node import distribution, embedded
 from ctxdb.settings import Settings
@@ -31,6 +42,7 @@ from ctxdb.storage.delta import DeltaStore
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
 MODEL = "all-MiniLM-L6-v2"
+CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 
 
 @dataclass
@@ -120,3 +132,119 @@ def test_finding_14_frozen_node_fails_the_writer_and_a_rerun_converges(
     sync_live(delta_store, es, settings, model_id=MODEL)
     mismatches = count_mismatches(delta_store, es, "frozen")
     assert mismatches and all(check.ok for check in mismatches), mismatches
+
+
+class FreezingProxy:
+    """A fake standing in for a node that freezes mid-bulk: a TCP proxy to the real session node
+    that forwards every request until the first `/_bulk` one, then answers nothing more (that
+    request, every request on an open connection, every new connection: accepted, never read),
+    as a SIGSTOPped JVM whose kernel still accepts connections. `frozen_at` is when it froze."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.frozen_at: float | None = None
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(client)
+            if self.frozen_at is None:
+                upstream = socket.create_connection(self.upstream)
+                self.held.append(upstream)
+                for args in ((client, upstream, True), (upstream, client, False)):
+                    threading.Thread(target=self._pipe, args=args, daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if request and self.frozen_at is None and b"/_bulk" in data:
+                    self.frozen_at = time.monotonic()
+                if self.frozen_at is not None:
+                    continue
+                sink.sendall(data)
+
+    def close(self) -> None:
+        self.server.close()
+        for held in self.held:
+            held.close()
+
+
+def assert_quiet_client(stderr: str) -> None:
+    """The error line last, no traceback and none of the client's own retry or node lines."""
+    assert stderr.splitlines()[-1].startswith("error: "), stderr
+    for noise in ("Traceback", "Retrying request", "Urllib3HttpNode", "elastic_transport"):
+        assert noise not in stderr, stderr
+
+
+def sync_env(home: Path, url: str, prefix: str, **settings: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CTXDB_HOME": str(home),
+        "ELASTICSEARCH_URL": url,
+        "CTXDB_INDEX_PREFIX": prefix,
+        **settings,
+    }
+
+
+def test_issue_24_finding_5_frozen_node_fails_the_cli_sync_in_the_documented_time_in_one_line(
+    es_base_settings: Settings, delta_store: DeltaStore, embedder, tmp_path: Path
+) -> None:
+    write_rows(delta_store, role_rows([f"answer about a frozen node {i}" for i in range(24)]))
+    turn_tables(delta_store, 3)
+    embed_role_rows(delta_store, embedder, batch_size=16)
+    url = urlsplit(es_base_settings.elasticsearch.url)
+    proxy = FreezingProxy((url.hostname, url.port))
+    prefix = f"frz{uuid.uuid4().hex[:10]}"
+    bulk_timeout_s, request_timeout_s = 8, 3
+    env = sync_env(
+        tmp_path,
+        f"http://127.0.0.1:{proxy.port}",
+        prefix,
+        CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT=str(request_timeout_s),
+        CTXDB_INDEX_BULK_TIMEOUT_S=str(bulk_timeout_s),
+        CTXDB_INDEX_CHUNK_SIZE="2",  # many chunks: more bulk requests queued than in flight
+    )
+    try:
+        done = subprocess.run(
+            [CTXDB, "index", "sync", "--no-embed"], env=env, capture_output=True, text=True
+        )
+        ended = time.monotonic()
+    finally:
+        proxy.close()
+        with make_client(es_base_settings) as es:
+            delete_prefix_indices(es, prefix)
+    assert proxy.frozen_at is not None, done.stderr
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "error: Elasticsearch did not answer a bulk request within 8 s; nothing was marked "
+        "indexed, rerun to catch up"
+    ], done.stderr
+    assert_quiet_client(done.stderr)
+    # docs/configuration.md: the one hung request's timeout (the chunks queued behind it are
+    # never sent), then at most a lease renewal and the lease release (KEEP_TIMEOUT_S each); no
+    # renewal is due here (ttl 120 s), so only the release; 4 s for the process to exit
+    waited = ended - proxy.frozen_at
+    assert waited < bulk_timeout_s + KEEP_TIMEOUT_S + 4, (waited, done.stderr)
+
+
+def test_issue_24_finding_5_stopped_node_fails_the_cli_sync_in_one_line(
+    delta_store: DeltaStore, embedder, tmp_path: Path
+) -> None:
+    write_rows(delta_store, role_rows(["answer about a stopped node"]))
+    embed_role_rows(delta_store, embedder, batch_size=16)
+    closed = free_port_pair()  # nothing listens: connections are refused, and retried
+    env = sync_env(tmp_path, f"http://127.0.0.1:{closed}", "stopped")
+    done = subprocess.run(
+        [CTXDB, "index", "sync", "--no-embed"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: Elasticsearch at http://127.0.0.1:{closed} is unreach")

@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     import typer
 
     from ctxdb.cli.app import app
-    from ctxdb.cli.errors import describe, exit_status
+    from ctxdb.cli.errors import configure_logging, describe, exit_status
 
+    configure_logging()
     _register_all()
     try:
         app(args=args, prog_name="ctxdb")

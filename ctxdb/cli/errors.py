@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+from typing import TextIO
+
 from pydantic import ValidationError
 
 from ctxdb.index.lease import LeaseHeld, LeaseLost
@@ -9,6 +13,9 @@ from ctxdb.index.lease import LeaseHeld, LeaseLost
 MAX_CHARS = 500
 LEASE_EXIT = 2
 """Exit status when another writer holds the lease (try again later)."""
+CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
+"""The Elasticsearch client's loggers: each retry and dead-node mark is a warning with a
+traceback; the error they end in reaches the `error:` line, so the CLI shows only their errors."""
 
 
 def validation_line(exc: ValidationError) -> str:
@@ -36,3 +43,41 @@ def describe(exc: BaseException) -> str:
 
 def exit_status(exc: BaseException) -> int:
     return LEASE_EXIT if isinstance(exc, LeaseHeld | LeaseLost) else 1
+
+
+class OneLine(logging.Formatter):
+    """A log record as one line: its message, then `: <cause>` for an exception, no traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(record.getMessage().split("\n"))
+        if record.exc_info and record.exc_info[1] is not None:
+            text = f"{text}: {describe(record.exc_info[1])}"
+        return text
+
+
+class StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record comes (as logging's last resort does)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        """`StreamHandler.setStream` has nothing to replace: the stream is `sys.stderr`."""
+
+
+def configure_logging(level: int = logging.WARNING) -> None:
+    """CLI logging: records at `level` and above on stderr, each one line (`OneLine`), the
+    Elasticsearch client's only at ERROR. Idempotent: every command group may call it."""
+    root = logging.getLogger()
+    if not any(isinstance(handler, StderrHandler) for handler in root.handlers):
+        handler = StderrHandler()
+        handler.setFormatter(OneLine())
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name in CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)

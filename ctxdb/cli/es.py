@@ -9,6 +9,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from ctxdb.cli.app import app
+from ctxdb.cli.errors import configure_logging
 from ctxdb.index.errors import ElasticsearchSetupError
 from ctxdb.index.health import check_cluster, cluster_status
 from ctxdb.node import embedded
@@ -22,8 +23,7 @@ T = TypeVar("T")
 
 @es_app.callback()
 def _logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("elastic_transport").setLevel(logging.WARNING)
+    configure_logging(logging.INFO)
 
 
 def _or_exit(action: Callable[[], T]) -> T:

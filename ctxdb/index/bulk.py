@@ -13,9 +13,10 @@ node that stops answering (a frozen or overloaded JVM) fails the write with
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -101,13 +102,26 @@ def _results(
     """Send chunks of `actions`, up to `threads` requests in flight, results in order.
 
     Documents are built on the calling thread while earlier chunks are serialized and indexed
-    on worker threads, so building, serialization and Elasticsearch's own work overlap.
+    on worker threads, so building, serialization and Elasticsearch's own work overlap. Once a
+    request fails, no further chunk is sent: a node that stopped answering holds the write for
+    one request timeout, not one per queued chunk.
     """
+    failed = threading.Event()
+
+    def send(chunk: list[dict[str, Any]]) -> list[tuple[bool, dict[str, Any]]]:
+        if failed.is_set():
+            raise CancelledError("an earlier bulk request failed")
+        try:
+            return _send_chunk(es, chunk, max_retries, timeout_s)
+        except BaseException:
+            failed.set()
+            raise
+
     iterator = iter(actions)
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bulk") as pool:
         in_flight: deque[Future] = deque()
         while chunk := list(islice(iterator, chunk_size)):
-            in_flight.append(pool.submit(_send_chunk, es, chunk, max_retries, timeout_s))
+            in_flight.append(pool.submit(send, chunk))
             if len(in_flight) > threads:
                 yield from in_flight.popleft().result()
         while in_flight:
