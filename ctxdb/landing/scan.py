@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import msgspec
 import polars as pl
@@ -200,15 +201,47 @@ def polars_schema(names: Iterable[str], schema) -> dict[str, pl.DataType]:
     return {name: empty.schema[name] for name in names}
 
 
+class _Ids(msgspec.Struct):
+    event_id: Any = None
+    conversation_id: Any = None
+
+
+_IDS = msgspec.json.Decoder(_Ids)
+
+
+def _ids(raw_line: str) -> tuple[str | None, str | None]:
+    """A raw line's event and conversation ids as JSON path matching gives them (a string as
+    is, another value as its JSON text), read by msgspec, which reads lines polars does not (a
+    number past 64 bits, nesting past 127 levels); (None, None) when it cannot read the line."""
+    try:
+        ids = _IDS.decode(raw_line)
+    except msgspec.DecodeError:
+        return None, None
+    return _text_of(ids.event_id), _text_of(ids.conversation_id)
+
+
+def _text_of(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return msgspec.json.encode(value).decode()
+
+
 def quarantine_frame(bad: pl.DataFrame, source_file: str, now: datetime) -> pl.DataFrame:
     """Quarantine rows (QUARANTINE_SCHEMA) from line_number/raw_line/reason/detail columns."""
+    read = [_ids(line) for line in bad["raw_line"]]
+    found = {
+        name: pl.Series([ids[i] for ids in read], dtype=pl.String)
+        for i, name in enumerate(("event_id", "conversation_id"))
+    }
     return bad.select(
         pl.lit(source_file).alias("source_file"),
         pl.col("line_number").cast(pl.Int64),
         pl.col("raw_line"),
         pl.col("reason"),
         pl.col("detail"),
-        pl.col("raw_line").str.json_path_match("$.event_id").alias("event_id"),
-        pl.col("raw_line").str.json_path_match("$.conversation_id").alias("conversation_id"),
+        *(
+            pl.col("raw_line").str.json_path_match(f"$.{name}").fill_null(ids).alias(name)
+            for name, ids in found.items()
+        ),
         pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("quarantined_at"),
     )
