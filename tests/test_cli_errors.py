@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from dagster import DagsterEventType, DagsterInstance
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 import ctxdb.storage.delta as delta_module
@@ -95,6 +97,34 @@ def test_finding_20_read_only_delta_directory_is_one_line(shared_dir: Path) -> N
     assert line.endswith("permission denied (read-only directory?)")
 
 
+@pytest.mark.parametrize("root", ["read-only directory", "regular file"])
+def test_issue_24_finding_6_first_landing_onto_an_unwritable_delta_root_is_one_line(
+    root: str, shared_dir: Path
+) -> None:
+    env = {"CTXDB_HOME": str(shared_dir), "HOME": str(shared_dir)}
+    write_events(shared_dir / "landing")
+    delta = shared_dir / "delta"  # still empty: the landing would create its first table
+    prefix: tuple[str, ...] = ()
+    if root == "regular file":
+        delta.write_text("not a directory\n")
+        expected = "not a directory (a file is in the way)"
+    else:
+        delta.mkdir(mode=0o555)
+        delta.chmod(0o555)
+        # chmod does not stop root: as root, the command runs as `nobody`, whom it does stop
+        if os.geteuid() == 0:
+            prefix = ("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups")
+        expected = "permission denied (read-only directory?)"
+    done = run_cli(["land"], env, prefix, cwd=shared_dir)
+    assert done.returncode == 1
+    line = assert_one_error_line(done.stderr, alone=False)
+    table = r"(raw_turn_events|quarantined_events|landed_files)"
+    assert re.fullmatch(
+        rf"error: cannot write table {table} at {delta}/\1: {re.escape(expected)}", line
+    )
+    assert "TableNotFoundError" not in done.stderr
+
+
 @pytest.mark.parametrize(
     "failure",
     [
@@ -111,13 +141,18 @@ def test_finding_20_disk_full_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # A fake write: no small file system can be mounted here, so the Delta writer is replaced by
-    # one that fails as delta-rs does on a full disk (an OSError, or its `(os error 28)` text).
+    # A fake write: no small file system can be mounted here, so the Delta writers (a table's
+    # creation before its first MERGE, a plain write) are replaced by ones that fail as delta-rs
+    # does on a full disk (an OSError, or its `(os error 28)` text).
     def full_disk(*args, **kwargs):
         raise failure
 
+    class FullDisk(DeltaTable):
+        create = staticmethod(full_disk)
+
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     write_events(tmp_path / "landing")
+    monkeypatch.setattr(delta_module, "DeltaTable", FullDisk)
     monkeypatch.setattr(delta_module, "write_deltalake", full_disk)
     status, stderr = run_main(["land"], capsys)
     assert status == 1

@@ -79,11 +79,11 @@ class DeltaStore:
 
     def table(self, table: str) -> DeltaTable | None:
         """The Delta table, or None when it has never been written."""
-        try:
-            with self.guarded(table, "open"):
+        with self.guarded(table, "open"):
+            try:
                 return DeltaTable(self.uri(table), storage_options=self.storage_options or None)
-        except TableNotFoundError:
-            return None
+            except TableNotFoundError:
+                return None
 
     def exists(self, table: str) -> bool:
         return self.table(table) is not None

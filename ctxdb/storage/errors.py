@@ -1,8 +1,10 @@
 """Storage failures in one line: which table, what was being done, and the cause.
 
 delta-rs reports a full or read-only disk as a long `DeltaError`/`OSError` chain ending in
-`... (os error 28)`; `StorageError` keeps only the table, the action and the operating system's
-reason, so the CLI and the job logs can show one line instead of a traceback.
+`... (os error 28)`, and a table directory it cannot create (the first write under a read-only or
+non-directory root) as `TableNotFoundError: Could not create local directory: ... Os { code: 13,
+... }`; `StorageError` keeps only the table, the action and the operating system's reason, so the
+CLI and the job logs can show one line instead of a traceback.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ _REASONS = {
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied (read-only directory?)",
     errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "not a directory (a file is in the way)",
 }
-_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_OS_ERROR = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
 
 
 class StorageError(OSError):
@@ -44,8 +47,9 @@ def reason(code: int) -> str:
 
 
 def os_errno(exc: BaseException) -> int | None:
-    """The operating-system error behind `exc` (an OSError, or delta-rs' `(os error N)`)."""
+    """The operating-system error behind `exc` (an OSError, or delta-rs' `(os error N)` or
+    `Os { code: N, ... }`)."""
     if isinstance(exc, OSError) and exc.errno:
         return exc.errno
     found = _OS_ERROR.search(str(exc))
-    return int(found.group(1)) if found else None
+    return int(found.group(1) or found.group(2)) if found else None
