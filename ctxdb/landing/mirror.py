@@ -9,7 +9,8 @@ quarantine. No limit is restated here: lengths, bounds, patterns, literals, defa
 does not know (another validator kind, a transforming constraint) is not mirrored, and every line
 of that event type takes the pydantic path: slower, never wrong. Timestamps are taken only in the
 strict RFC 3339 form the native scanner takes (pydantic truncates digits past microseconds where
-msgspec would round).
+msgspec would round). The contract's whole-payload rule (`events.payload_problem`: integers
+within 64 bits, finite numbers, bounded nesting, unknown keys included) is held by `storable`.
 """
 
 from __future__ import annotations
