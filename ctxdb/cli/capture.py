@@ -8,6 +8,7 @@ loading the other commands (a hook runs once per Claude Code event and must star
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ import typer
 
 from ctxdb.capture.claude_code import hook as cc_hook
 from ctxdb.capture.claude_code import mcp
+from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import SETTLE_S, find_transcripts, import_transcripts
 from ctxdb.capture.claude_code.install import (
     InstallError,
@@ -23,7 +25,12 @@ from ctxdb.capture.claude_code.install import (
     install,
     uninstall,
 )
-from ctxdb.capture.claude_code.turns import agent_for_project
+from ctxdb.capture.claude_code.turns import Identity, agent_for_project
+from ctxdb.capture.codex import importer as codex
+from ctxdb.capture.gemini import hook as gemini_hook
+from ctxdb.capture.gemini import importer as gemini
+from ctxdb.capture.gemini.session import project_hash
+from ctxdb.capture.hosts import import_sessions
 from ctxdb.cli.app import app
 from ctxdb.settings import get_settings
 
@@ -168,3 +175,118 @@ def import_claude_code(
         typer.echo(f"  {problem}", err=True)
     if len(stats.problems) > 20:
         typer.echo(f"  ... and {len(stats.problems) - 20} more", err=True)
+
+
+codex_app = typer.Typer(help="Codex CLI: import its session rollouts.", no_args_is_help=True)
+capture_app.add_typer(codex_app, name="codex")
+gemini_app = typer.Typer(help="Gemini CLI: import its chat sessions.", no_args_is_help=True)
+capture_app.add_typer(gemini_app, name="gemini")
+SettleOption = Annotated[
+    float, typer.Option(help="A session untouched this many seconds is finished (last turn).")
+]
+
+
+def _host(adapter: str, app_name: str) -> tuple[Path, Identity, HookConfig]:
+    """Where a host's events go (`<landing>/<adapter>`), whose they are, and the opt-outs."""
+    try:
+        config = hook_config(get_settings())
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    spool_dir = Path(config.spool).parent.parent / adapter
+    return spool_dir, Identity(config.tenant, app_name, config.user_id), config
+
+
+def _import(source: Path, files: list[Path], spool_dir: Path, run: Callable) -> None:
+    if not source.exists():
+        typer.echo(f"error: {source} does not exist", err=True)
+        raise typer.Exit(2)
+    total = sum(p.stat().st_size for p in files)
+    with typer.progressbar(length=total, label="importing", file=sys.stderr) as bar:
+        stats = run(files, bar.update)
+    typer.echo(
+        f"{stats.files} sessions, {stats.lines} lines ({stats.bad_lines} not JSON, "
+        f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
+        f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
+        + (f"; {stats.skipped} excluded" if stats.skipped else "")
+        + (f"; {stats.failed} failed" if stats.failed else "")
+    )
+    for problem in stats.problems[:20]:
+        typer.echo(f"  {problem}", err=True)
+
+
+@codex_app.command("import")
+def import_codex(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A rollout or a folder of them (default: ~/.codex/sessions)."),
+    ] = None,
+    settle_s: SettleOption = SETTLE_S,
+) -> None:
+    """Backfill Codex CLI rollouts as landing files (re-imports add nothing new)."""
+    source = (path or codex.SESSIONS).expanduser()
+    spool_dir, identity, config = _host(codex.ADAPTER, "codex")
+    files = codex.find_rollouts(source) if source.exists() else []
+    _import(
+        source,
+        files,
+        spool_dir,
+        lambda found, step: import_sessions(
+            found,
+            spool_dir,
+            identity,
+            codex.rollout_events,
+            settle_s,
+            excluded=config.excludes,
+            progress=step,
+        ),
+    )
+
+
+def _gemini_excluded(config: HookConfig) -> Callable[[str | None], bool]:
+    """Gemini sessions name their project by hash: the hashes of the excluded folders."""
+    hashes = {project_hash(folder) for folder in config.exclude}
+    return lambda digest: digest in hashes
+
+
+@gemini_app.command("import")
+def import_gemini(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="A session file or a folder of them (default: ~/.gemini/tmp)."),
+    ] = None,
+    settle_s: SettleOption = SETTLE_S,
+) -> None:
+    """Backfill Gemini CLI chat sessions as landing files (re-imports add nothing new)."""
+    source = (path or gemini.SESSIONS).expanduser()
+    spool_dir, identity, config = _host(gemini.ADAPTER, "gemini-cli")
+    files = gemini.find_sessions(source) if source.exists() else []
+    _import(
+        source,
+        files,
+        spool_dir,
+        lambda found, step: import_sessions(
+            found,
+            spool_dir,
+            identity,
+            gemini.session_events,
+            settle_s,
+            excluded=_gemini_excluded(config),
+            progress=step,
+        ),
+    )
+
+
+@gemini_app.command("hook")
+def gemini_hook_command() -> None:
+    """Run from Gemini CLI's AfterAgent / SessionEnd hooks: import the payload's session."""
+    spool_dir, identity, _ = _host(gemini.ADAPTER, "gemini-cli")
+    raise typer.Exit(gemini_hook.run(spool_dir, identity, gemini.SESSIONS))
+
+
+@gemini_app.command("project")
+def gemini_project_command(
+    folder: Annotated[Path | None, typer.Argument(help="Project folder (default: here).")] = None,
+) -> None:
+    """Print the agent id a Gemini CLI project's turns are recorded under (its projectHash)."""
+    typer.echo(project_hash(str((folder or Path.cwd()).absolute())))

@@ -32,9 +32,9 @@ SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 256 * 1024
 """Largest accepted raw line (UTF-8 bytes); longer lines are quarantined as `oversize`."""
 
-ADAPTERS = ("minimal", "langgraph", "claude_code", "react")
+ADAPTERS = ("minimal", "langgraph", "claude_code", "react", "codex", "gemini_cli")
 RICH_ADAPTERS = frozenset({"react"})
-Adapter = Literal["minimal", "langgraph", "claude_code", "react"]
+Adapter = Literal["minimal", "langgraph", "claude_code", "react", "codex", "gemini_cli"]
 
 SUMMARY_MAX_CHARS = 24_000
 SUMMARY_MAX_REFS = 64

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ctxdb.contract.events import ADAPTERS, MAX_EVENT_BYTES, SCHEMA_VERSION
+from ctxdb.contract.events import MAX_EVENT_BYTES, SCHEMA_VERSION
 from ctxdb.contract.refs import make_ref
 from ctxdb.sample.topics import TOPICS, Topic
 from ctxdb.storage.files import turn_file_path
@@ -28,6 +28,8 @@ AGENTS = {
     "react": "kdcube",
 }
 TENANTS = ("acme", "globex")
+SAMPLE_ADAPTERS = tuple(AGENTS)
+"""Adapters the sample rotates through (fixed, so the sample never changes with the contract)."""
 APP = "chat"
 
 
@@ -481,7 +483,7 @@ def generate_events(
     files: dict[str, bytes] = {}
     facts: list[Fact] = []
     for c in range(conversations):
-        adapter = ADAPTERS[c % len(ADAPTERS)]
+        adapter = SAMPLE_ADAPTERS[c % len(SAMPLE_ADAPTERS)]
         user = f"u{rng.randrange(users):04d}"
         tenant = TENANTS[0] if int(user[1:]) % 5 else TENANTS[1]
         conversation_id = f"c{rng.getrandbits(64):016x}"

@@ -1,0 +1,46 @@
+"""`ctxdb capture codex import [PATH]`: Codex CLI rollouts as landing files.
+
+Each rollout goes through `RolloutReader` and `HostMapper` and becomes one events file,
+`<landing>/codex/import/<rollout>.jsonl`, rewritten only when its bytes change (see
+`ctxdb.capture.hosts.import_sessions`). Event ids are `cx-<turn>-start|prompt|answer|close` and
+`cx-<call_id>`; the turn is Codex's own `turn_id` where the rollout has one, else
+`<session>-L<line of the prompt>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ctxdb.capture.claude_code.importer import Mapped
+from ctxdb.capture.claude_code.transcript import INTERRUPT, Record
+from ctxdb.capture.claude_code.turns import Identity
+from ctxdb.capture.codex.rollout import RolloutReader
+from ctxdb.capture.hosts import HostMapper, read_json_lines
+
+ADAPTER = "codex"
+PREFIX = "cx"
+SESSIONS = Path("~/.codex/sessions")
+
+
+def find_rollouts(path: Path) -> list[Path]:
+    """The rollouts at `path` (a file, or every `rollout-*.jsonl` below a folder)."""
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("rollout-*.jsonl") if p.is_file())
+
+
+def rollout_events(
+    path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
+) -> Mapped:
+    """The events of one rollout; its last turn is closed once the file has `settled` (as
+    cancelled when Codex never ended it)."""
+    read = read_json_lines(path)
+    reader = RolloutReader(path.stem)
+    records = [r for number, line in read.values for r in reader.records(number, line)]
+    mapper = HostMapper(identity, reader.session_id, ADAPTER, PREFIX, clean)
+    events = mapper.feed(records)
+    if settled and reader.open_task:
+        events += mapper.feed([Record(INTERRUPT)])
+    events += mapper.finish(settled)
+    return Mapped(events, reader.cwd, read.lines, read.bad, read.truncated)

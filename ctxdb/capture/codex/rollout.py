@@ -1,0 +1,185 @@
+"""Codex CLI rollouts: `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl` read into turn records.
+
+Each line is `{timestamp, type, payload}`. `session_meta` names the session (`payload.id`) and
+its folder (`cwd`). `event_msg` lines carry what the user saw: `user_message` (the prompt as
+typed), `task_started` / `task_complete` / `turn_aborted` (a turn began, ended, was interrupted;
+newer versions give each a `turn_id`) and `token_count` (`info.total_token_usage`, running
+totals for the session). `response_item` lines carry what the model saw and did: `message`
+(role user: the prompt plus injected context such as AGENTS.md and `<environment_context>`,
+never read here; role assistant: `output_text` blocks), `function_call` / `custom_tool_call`
+with their `*_output` (linked by `call_id`), `web_search_call`, and `reasoning` (never recorded).
+`turn_context`, `compacted` and the other `event_msg` types carry nothing a turn needs.
+
+`records` turns the lines into the records `HostMapper` understands: the prompt is the
+`user_message` (so injected context never becomes a prompt), the answer is the last assistant
+message of the turn, each call is a step, `task_complete` ends the turn, `turn_aborted` ends it
+as cancelled, and a turn that was started but neither completed nor aborted before the next one
+(Codex exited mid-turn) is cancelled too. Token counts become per-call deltas of the totals, so a
+`token_count` line written twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ctxdb.capture.claude_code.transcript import (
+    ASSISTANT,
+    INTERRUPT,
+    PROMPT,
+    STOP,
+    TOOL_RESULT,
+    Record,
+    ToolUse,
+    tool_title,
+)
+from ctxdb.capture.hosts import Tokens
+
+INJECTED = (
+    "<environment_context>",
+    "<user_instructions>",
+    "# AGENTS.md instructions",
+    "<turn_aborted>",
+)
+"""Context Codex writes as user input; never a prompt."""
+_EXIT = re.compile(r"Process exited with code (\d+)")
+
+
+def _arguments(raw: Any) -> Any:
+    """A call's arguments: the JSON object its `arguments` string holds (a `command` list joined
+    into one line), else the raw value."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {"arguments": raw}
+    if isinstance(value, dict) and isinstance(value.get("command"), list):
+        value = {**value, "command": " ".join(str(part) for part in value["command"])}
+    return value
+
+
+def _failed(output: Any) -> bool:
+    """True when a call's output reports a non-zero exit code (text or `metadata.exit_code`)."""
+    if not isinstance(output, str):
+        return False
+    match = _EXIT.search(output)
+    if match:
+        return match.group(1) != "0"
+    try:
+        decoded = json.loads(output)
+    except ValueError:
+        return False
+    metadata = decoded.get("metadata") if isinstance(decoded, dict) else None
+    code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+    return isinstance(code, int) and code != 0
+
+
+def _texts(content: Any) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    return [
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "output_text"
+        and isinstance(block.get("text"), str)
+        and block["text"].strip()
+    ]
+
+
+class RolloutReader:
+    """Reads one rollout's lines in order (`records`); `session_id` and `cwd` come from its
+    `session_meta`, `open_task` says a turn was started and has not ended."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.cwd: str | None = None
+        self.turn_id: str | None = None
+        self.prompted: str | None = None
+        self.open_task = False
+        self.totals = (0, 0)
+
+    def records(self, number: int, line: Any) -> Iterator[Record | Tokens]:
+        """The records of line `number` (decoded)."""
+        if not isinstance(line, dict) or not isinstance(line.get("payload"), dict):
+            return
+        payload, ts = line["payload"], line.get("timestamp")
+        ts = ts if isinstance(ts, str) else None
+        if line.get("type") == "session_meta":
+            if isinstance(payload.get("id"), str) and payload["id"]:
+                self.session_id = payload["id"]
+            if isinstance(payload.get("cwd"), str) and self.cwd is None:
+                self.cwd = payload["cwd"]
+        elif line.get("type") == "event_msg":
+            yield from self._event(number, payload, ts)
+        elif line.get("type") == "response_item":
+            yield from self._item(number, payload, ts)
+
+    def _common(self, ts: str | None) -> dict[str, Any]:
+        return {"ts": ts, "session_id": self.session_id, "cwd": self.cwd}
+
+    def _event(self, number: int, payload: dict, ts: str | None) -> Iterator[Record | Tokens]:
+        kind = payload.get("type")
+        if kind == "task_started":
+            if self.open_task:
+                yield Record(INTERRUPT, **self._common(ts))
+                yield Record(STOP, **self._common(ts))
+            self.open_task = True
+            self.turn_id = (
+                payload.get("turn_id") if isinstance(payload.get("turn_id"), str) else None
+            )
+        elif kind == "user_message":
+            text = payload.get("message")
+            if not isinstance(text, str) or not text.strip() or text.lstrip().startswith(INJECTED):
+                return
+            uuid = f"{self.session_id}-L{number}"
+            if self.turn_id and self.prompted != self.turn_id:
+                uuid, self.prompted = self.turn_id, self.turn_id
+            yield Record(PROMPT, uuid=uuid, text=text.strip(), **self._common(ts))
+        elif kind in ("task_complete", "turn_aborted"):
+            if kind == "turn_aborted":
+                yield Record(INTERRUPT, **self._common(ts))
+            yield Record(STOP, **self._common(ts))
+            self.open_task = False
+        elif kind == "token_count":
+            info = payload.get("info")
+            usage = info.get("total_token_usage") if isinstance(info, dict) else None
+            if isinstance(usage, dict):
+                now = (int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
+                delta = (now[0] - self.totals[0], now[1] - self.totals[1])
+                self.totals = now
+                if delta[0] > 0 or delta[1] > 0:
+                    yield Tokens(max(delta[0], 0), max(delta[1], 0))
+
+    def _item(self, number: int, payload: dict, ts: str | None) -> Iterator[Record]:
+        kind = payload.get("type")
+        common = self._common(ts)
+        if kind == "message" and payload.get("role") == "assistant":
+            texts = _texts(payload.get("content"))
+            if texts:
+                yield Record(ASSISTANT, texts=texts, **common)
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            call_id = payload.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                return
+            name = str(payload.get("name") or ("shell" if kind == "local_shell_call" else "tool"))
+            raw = {"input": payload.get("input")}
+            if kind != "custom_tool_call":
+                raw = _arguments(payload.get("arguments" if kind == "function_call" else "action"))
+            yield Record(
+                ASSISTANT, tool_uses=[ToolUse(call_id, name, tool_title(name, raw))], **common
+            )
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            call_id = payload.get("call_id")
+            if isinstance(call_id, str) and call_id:
+                yield Record(
+                    TOOL_RESULT, results=[(call_id, _failed(payload.get("output")))], **common
+                )
+        elif kind == "web_search_call":
+            action = payload.get("action")
+            call_id = f"{self.session_id}-L{number}"
+            title = tool_title("web_search", action)
+            yield Record(ASSISTANT, tool_uses=[ToolUse(call_id, "web_search", title)], **common)
+            failed = payload.get("status") not in (None, "completed")
+            yield Record(TOOL_RESULT, results=[(call_id, failed)], **common)

@@ -1,0 +1,40 @@
+"""`ctxdb capture gemini import [PATH]`: Gemini CLI chat sessions as landing files.
+
+Each session file goes through `records` and `HostMapper` and becomes one events file,
+`<landing>/gemini_cli/import/<session file>.jsonl`, rewritten only when its bytes change (see
+`ctxdb.capture.hosts.import_sessions`). Event ids are `gm-<user message id>-start|prompt|answer|
+close` and `gm-<tool call id>`; the project (`agent`) is the session's `projectHash`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ctxdb.capture.claude_code.importer import Mapped
+from ctxdb.capture.claude_code.turns import Identity
+from ctxdb.capture.gemini.session import read_session, records
+from ctxdb.capture.hosts import HostMapper
+
+ADAPTER = "gemini_cli"
+PREFIX = "gm"
+SESSIONS = Path("~/.gemini/tmp")
+
+
+def find_sessions(path: Path) -> list[Path]:
+    """The session files at `path` (a file, or every `session-*.json[l]` below a folder)."""
+    if path.is_file():
+        return [path]
+    return sorted(
+        p for p in path.rglob("session-*.json*") if p.is_file() and p.suffix in (".json", ".jsonl")
+    )
+
+
+def session_events(
+    path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
+) -> Mapped:
+    """The events of one session file; its last turn is closed once the file has `settled`."""
+    session = read_session(path)
+    mapper = HostMapper(identity, session.session_id, ADAPTER, PREFIX, clean)
+    events = mapper.feed(records(session)) + mapper.finish(settled)
+    return Mapped(events, session.project_hash, session.lines, session.bad, session.truncated)

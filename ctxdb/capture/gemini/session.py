@@ -1,0 +1,173 @@
+"""Gemini CLI sessions: `~/.gemini/tmp/<project>/chats/session-*.json` read into turn records.
+
+A session file is one JSON object `{sessionId, projectHash, startTime, lastUpdated, messages}`;
+newer Gemini CLI versions append the same data as JSON lines to `session-*.jsonl` (a first line
+with `sessionId` and `projectHash`, then one line per message, a later line with the same `id`
+replacing the message, `{"$set": {...}}` updating the metadata (`messages` in it replaces them
+all) and `{"$rewindTo": id}` dropping that message and everything after it), folded here the way
+Gemini CLI's own loader (`chatRecordingService.loadConversationRecord`) folds them.
+
+Each message has `id`, `timestamp`, `type` (user | gemini | info | error | warning) and `content`
+(a string or a list of parts with `text`). A `gemini` message may add `toolCalls` (`id`, `name`,
+`args`, `status` success | error | cancelled, `result`), `thoughts` (never recorded) and `tokens`
+(`input`, `output`, ...). `projectHash` is the SHA-256 of the project folder's path.
+
+`records` turns the messages into the records `HostMapper` understands: a user message is a
+prompt unless Gemini CLI itself ignores it (empty, a `/command`, `?`, `<session_context>`,
+`<hook_context>`); a gemini message is the answer so far and its tool calls (a call that did not
+finish is left unanswered, so its turn ends cancelled); info "Request cancelled." is an
+interrupt; an error message is an error answer; other info and warnings are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ctxdb.capture.claude_code.transcript import (
+    ASSISTANT,
+    INTERRUPT,
+    PROMPT,
+    TOOL_RESULT,
+    Record,
+    ToolUse,
+    tool_title,
+)
+from ctxdb.capture.hosts import Tokens, read_json_lines
+
+CANCELLED = "Request cancelled."
+IGNORED = ("/", "?", "<session_context>", "<hook_context>")
+"""User input Gemini CLI does not treat as conversation (its `isIgnoredUserContent`)."""
+FINISHED = {"success": False, "error": True}
+"""Tool call status -> failed; any other status (cancelled, still running) is unanswered."""
+
+
+class Session(NamedTuple):
+    """One session file folded: its metadata, messages and line counts."""
+
+    session_id: str
+    project_hash: str | None
+    messages: list[dict[str, Any]]
+    lines: int
+    bad: int
+    truncated: bool
+
+
+def project_hash(folder: str) -> str:
+    """The `projectHash` Gemini CLI gives a project folder (SHA-256 of its path)."""
+    return hashlib.sha256(folder.encode()).hexdigest()
+
+
+def _fold(values: list[tuple[int, Any]]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Metadata and messages by id of a JSONL session, folded in order."""
+    meta: dict[str, Any] = {}
+    messages: dict[str, dict[str, Any]] = {}
+    for _, record in values:
+        if not isinstance(record, dict):
+            continue
+        if isinstance(record.get("$rewindTo"), str):
+            ids = list(messages)
+            cut = ids.index(record["$rewindTo"]) if record["$rewindTo"] in ids else 0
+            for key in ids[cut:]:
+                del messages[key]
+        elif isinstance(record.get("id"), str):
+            messages[record["id"]] = record
+        elif isinstance(record.get("$set"), dict) or isinstance(record.get("sessionId"), str):
+            update = record.get("$set", record)
+            if isinstance(update.get("messages"), list):
+                messages = {
+                    m["id"]: m
+                    for m in update["messages"]
+                    if isinstance(m, dict) and isinstance(m.get("id"), str)
+                }
+            meta.update({k: v for k, v in update.items() if k != "messages"})
+    return meta, messages
+
+
+def read_session(path: Path) -> Session:
+    """The session in `path` (a `.json` object or `.jsonl` records); ValueError when the file is
+    neither."""
+    if path.suffix == ".json":
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ValueError("not a Gemini CLI session (no messages list)")
+        meta = data
+        messages = [m for m in data["messages"] if isinstance(m, dict)]
+        lines, bad, truncated = len(messages), 0, False
+    else:
+        read = read_json_lines(path)
+        meta, by_id = _fold(read.values)
+        messages = list(by_id.values())
+        lines, bad, truncated = read.lines, read.bad, read.truncated
+    session = meta.get("sessionId") if isinstance(meta.get("sessionId"), str) else path.stem
+    digest = meta.get("projectHash") if isinstance(meta.get("projectHash"), str) else None
+    return Session(session, digest, messages, lines, bad, truncated)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    return "".join(
+        p if isinstance(p, str) else p.get("text", "")
+        for p in parts
+        if isinstance(p, str) or isinstance(p, dict) and isinstance(p.get("text"), str)
+    )
+
+
+def records(session: Session) -> Iterator[Record | Tokens]:
+    """The records of a folded session's messages, in order."""
+    common = {"session_id": session.session_id, "cwd": session.project_hash}
+    for message in session.messages:
+        kind, ts = message.get("type"), message.get("timestamp")
+        ts = ts if isinstance(ts, str) else None
+        text = _text(message.get("content")).strip()
+        if kind == "user" and text and not text.startswith(IGNORED):
+            yield Record(PROMPT, ts=ts, uuid=message.get("id"), text=text, **common)
+        elif kind == "info" and text == CANCELLED:
+            yield Record(INTERRUPT, ts=ts, **common)
+        elif kind == "error" and text:
+            yield Record(
+                ASSISTANT,
+                ts=ts,
+                message_id=message.get("id"),
+                texts=[text],
+                api_error=True,
+                **common,
+            )
+        elif kind == "gemini":
+            yield from _answer(message, text, ts, common)
+
+
+def _answer(
+    message: dict[str, Any], text: str, ts: str | None, common: dict
+) -> Iterator[Record | Tokens]:
+    calls = [
+        c
+        for c in message.get("toolCalls") or []
+        if isinstance(c, dict) and isinstance(c.get("id"), str)
+    ]
+    tools = [
+        ToolUse(
+            c["id"],
+            str(c.get("name") or "tool"),
+            tool_title(str(c.get("name") or "tool"), c.get("args")),
+        )
+        for c in calls
+    ]
+    if text or tools:
+        texts = [text] if text else []
+        yield Record(
+            ASSISTANT, ts=ts, message_id=message.get("id"), texts=texts, tool_uses=tools, **common
+        )
+    results = [(c["id"], FINISHED[c.get("status")]) for c in calls if c.get("status") in FINISHED]
+    if results:
+        yield Record(TOOL_RESULT, ts=ts, results=results, **common)
+    tokens = message.get("tokens")
+    if isinstance(tokens, dict):
+        used = Tokens(int(tokens.get("input") or 0), int(tokens.get("output") or 0))
+        if used.tokens_in or used.tokens_out:
+            yield used

@@ -1,0 +1,157 @@
+"""What every transcript-importing host shares: one turn mapper, token counts and the importer.
+
+Codex CLI (`ctxdb.capture.codex`) and Gemini CLI (`ctxdb.capture.gemini`) read their session files
+into the same `Record`s the Claude Code mapper understands (`ctxdb.capture.claude_code.transcript`)
+and feed them through `HostMapper`, the Claude Code `TurnMapper` with the host's own `adapter`
+and event-id prefix, plus `Tokens` records: the tokens a turn used are summed into its
+`assistant.completion` (`tokens_in`, `tokens_out`). Ids come from the session file, so importing a
+file twice writes the same bytes and landing keeps one copy of each event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ctxdb.capture.claude_code import spool
+from ctxdb.capture.claude_code.importer import SETTLE_S, ImportStats, Mapped
+from ctxdb.capture.claude_code.transcript import Record
+from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
+from ctxdb.capture.private import strip_private
+
+
+class Tokens(NamedTuple):
+    """Tokens one model call used: prompt (`tokens_in`) and output (`tokens_out`)."""
+
+    tokens_in: int
+    tokens_out: int
+
+
+class HostMapper(TurnMapper):
+    """`TurnMapper` for another host: events carry `adapter` and ids `<prefix>-...`; `Tokens`
+    records fed while a turn is open are added to its completion."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        session_id: str,
+        adapter: str,
+        prefix: str,
+        clean: Callable[[str], str] = strip_private,
+    ) -> None:
+        super().__init__(identity, session_id, {}, clean)
+        self.adapter = adapter
+        self.prefix = prefix
+
+    def feed(self, records: Iterable[Record | Tokens]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        for record in records:
+            if isinstance(record, Tokens):
+                if self.turn is not None:
+                    used = self.turn.setdefault("tokens", [0, 0])
+                    used[0] += record.tokens_in
+                    used[1] += record.tokens_out
+            else:
+                events += super().feed([record])
+        return events
+
+    def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
+        used = self.turn.get("tokens") if self.turn is not None else None
+        events = super().close(ts, text)
+        for event in events:
+            if event["type"] == "assistant.completion" and used:
+                event["payload"].update(tokens_in=used[0], tokens_out=used[1])
+        return events
+
+    def _event(
+        self, kind: str, suffix: str, ts: str, payload: dict[str, Any], step: bool = False
+    ) -> dict[str, Any]:
+        event = super()._event(kind, suffix, ts, payload, step)
+        event["event_id"] = f"{self.prefix}-{event['event_id'].removeprefix('cc-')}"
+        event["adapter"] = self.adapter
+        return event
+
+
+class JsonLines(NamedTuple):
+    """The decoded lines of a JSONL file: `(line number, value)` pairs, counts of non-blank
+    lines and of lines that are not JSON, and whether the last line was cut off."""
+
+    values: list[tuple[int, Any]]
+    lines: int
+    bad: int
+    truncated: bool
+
+
+def read_json_lines(path: Path) -> JsonLines:
+    """Every JSON line of `path`; a line that is not JSON is counted and skipped, a last line
+    without its newline that is not JSON is taken as cut off (the host is still writing it)."""
+    data = path.read_bytes()
+    rows = data.split(b"\n")
+    values: list[tuple[int, Any]] = []
+    lines = bad = 0
+    truncated = False
+    for number, raw in enumerate(rows, start=1):
+        if not raw.strip():
+            continue
+        try:
+            values.append((number, json.loads(raw)))
+        except ValueError:
+            if number == len(rows):
+                truncated = True
+                break
+            bad += 1
+        lines += 1
+    return JsonLines(values, lines, bad, truncated)
+
+
+def import_sessions(
+    paths: list[Path],
+    spool_dir: Path,
+    identity: Identity,
+    read: Callable[[Path, Identity, bool, Callable[[str], str]], Mapped],
+    settle_s: float = SETTLE_S,
+    clean: Callable[[str], str] = strip_private,
+    excluded: Callable[[str | None], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportStats:
+    """Write the events of every session file in `paths` to `<spool_dir>/import/<session>.jsonl`
+    (atomically, only when its bytes changed), except those of `excluded` projects. `read` maps
+    one file: (path, identity, settled, clean) -> `Mapped`; a file untouched for `settle_s`
+    seconds is settled (its last turn is closed). A file that cannot be read or is not a session
+    is counted in `failed` with a one-line reason, and the others are still imported."""
+    stats = ImportStats()
+    now = time.time()
+    for path in paths:
+        try:
+            settled = now - path.stat().st_mtime >= settle_s
+            mapped = read(path, identity, settled, clean)
+            if excluded is not None and excluded(mapped.project):
+                stats.skipped += 1
+                continue
+            events = mapped.events
+            target = spool_dir / "import" / f"{safe_id(path.stem)}.jsonl"
+            changed = bool(events) and spool.write_atomic(target, spool.encode(events))
+        except (OSError, ValueError) as exc:
+            stats.failed += 1
+            stats.problems.append(f"{path}: {exc}")
+            continue
+        finally:
+            if progress is not None:
+                progress(os.path.getsize(path) if path.exists() else 0)
+        stats.files += 1
+        stats.lines += mapped.lines
+        stats.bad_lines += mapped.bad
+        stats.truncated += int(mapped.truncated)
+        stats.turns += sum(e["type"] == "turn.closed" for e in events)
+        stats.events += len(events)
+        stats.written += int(changed)
+        stats.unchanged += int(not changed)
+        if mapped.bad:
+            stats.problems.append(f"{path}: {mapped.bad} lines are not JSON (skipped)")
+        if mapped.truncated:
+            stats.problems.append(f"{path}: last line cut off (ignored)")
+    return stats
