@@ -140,6 +140,22 @@ def kill_node(node: EmbeddedNode) -> int | None:
     return pid
 
 
+def restart_node(
+    settings: Settings, cluster: LocalCluster, node: EmbeddedNode, timeout_s: float
+) -> None:
+    """Start a stopped (or killed) node of `cluster` again on its data, and wait until every node
+    is back and the cluster green; NodeStartError with the node's last log lines after
+    `timeout_s`."""
+    home = ensure_home(settings, node.cache)
+    deadline = time.monotonic() + timeout_s
+    embedded.prepare_instance(node, home, node_extra_config(cluster, node))
+    node_settings = cluster.node_settings(settings, node)
+    embedded.launch(node, home, find_jdk(settings), node_settings, deadline)
+    if wait_for_cluster(cluster, "green", deadline) is None:
+        lines = "\n".join(embedded.failure_lines(node))
+        raise NodeStartError(f"{node.url} did not rejoin {cluster.name} green:\n{lines}")
+
+
 def stop_cluster(settings: Settings, cluster: LocalCluster) -> None:
     """Stop every node (in parallel) and delete their instance directories."""
     with ThreadPoolExecutor(max_workers=len(cluster.nodes)) as pool:

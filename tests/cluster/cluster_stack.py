@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -13,18 +14,23 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
+import pyarrow.fs as pafs
 import redis
 from conftest_ports import free_port_pair
 
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 REGION = "us-east-1"
+BUILT_AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def free_ports(count: int) -> list[int]:
@@ -184,6 +190,18 @@ def ctxdb(settings: Settings, *args: str, timeout_s: float = 600) -> subprocess.
         timeout=timeout_s,
         check=False,
     )
+
+
+def build_records(settings: Settings, sample: Path) -> DeltaStore:
+    """The sample landed into `settings`' landing location and derived (at a fixed time)."""
+    if "://" in settings.landing_uri:
+        pafs.copy_files(str(sample), settings.landing_uri)
+    else:
+        shutil.copytree(sample, settings.landing_uri)
+    store = DeltaStore.from_settings(settings)
+    land(store, settings.landing_uri, now=BUILT_AT)
+    derive(store, settings, now=BUILT_AT)
+    return store
 
 
 def table_rows(store: DeltaStore, table: str) -> int:

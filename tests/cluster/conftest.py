@@ -43,12 +43,18 @@ SAMPLE_USERS, SAMPLE_CONVERSATIONS, SAMPLE_PER_FILE = 3, 24, 400
 
 
 @pytest.fixture(scope="session")
-def es_cluster() -> Iterator[LocalCluster]:
+def cluster_node_settings() -> Settings:
+    """The settings the cluster's nodes start with (the embedded node's, a smaller heap)."""
+    return get_settings().replace(node={"heap": CLUSTER_HEAP})
+
+
+@pytest.fixture(scope="session")
+def es_cluster(cluster_node_settings: Settings) -> Iterator[LocalCluster]:
     """Three nodes, each master-eligible and data, green; stopped (data deleted) after."""
-    settings = get_settings().replace(node={"heap": CLUSTER_HEAP})
-    cluster = start_cluster(settings, free_ports(CLUSTER_NODES), CLUSTER_START_S)
+    ports = free_ports(CLUSTER_NODES)
+    cluster = start_cluster(cluster_node_settings, ports, CLUSTER_START_S)
     yield cluster
-    stop_cluster(settings, cluster)
+    stop_cluster(cluster_node_settings, cluster)
 
 
 @pytest.fixture

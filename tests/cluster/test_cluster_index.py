@@ -3,24 +3,17 @@ sync` builds the sample memory's indices on it, each shard with a replica on ano
 
 from __future__ import annotations
 
-import shutil
-from datetime import UTC, datetime
-
 import pytest
-from cluster_stack import ctxdb, table_rows
+from cluster_stack import build_records, ctxdb, table_rows
 from elasticsearch import Elasticsearch
 
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
-from ctxdb.landing.run import land
 from ctxdb.node.cluster import LocalCluster
-from ctxdb.record.run import derive
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.es, pytest.mark.model]
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def test_three_nodes_form_one_green_cluster(es_cluster: LocalCluster) -> None:
@@ -39,10 +32,7 @@ def test_three_nodes_form_one_green_cluster(es_cluster: LocalCluster) -> None:
 def test_index_sync_builds_the_memory_on_the_cluster(
     cluster_settings: Settings, es_cluster: LocalCluster, sample_events
 ) -> None:
-    shutil.copytree(sample_events, cluster_settings.landing_uri)
-    store = DeltaStore.from_settings(cluster_settings)
-    land(store, cluster_settings.landing_uri, now=NOW)
-    derive(store, cluster_settings, now=NOW)
+    store = build_records(cluster_settings, sample_events)
     assert table_rows(store, ROLE_ROWS) > 100
 
     synced = ctxdb(cluster_settings, "index", "sync")
@@ -55,7 +45,8 @@ def test_index_sync_builds_the_memory_on_the_cluster(
         for kind in (ROWS, TURNS):
             alias = alias_name(prefix, kind)
             assert es.count(index=alias)["count"] > 0
-            health = es.cluster.health(index=alias, wait_for_status="green", timeout="60s")
+            waiting = es.options(request_timeout=90)  # the health call waits on the server
+            health = waiting.cluster.health(index=alias, wait_for_status="green", timeout="60s")
             assert health["status"] == "green", health
             live = es.indices.get_settings(index=alias, flat_settings=True)
             (index,) = live.body

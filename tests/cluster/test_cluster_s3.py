@@ -4,23 +4,17 @@ build of the same sample events, table by table."""
 
 from __future__ import annotations
 
-import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
-from cluster_stack import S3Server
+from cluster_stack import S3Server, build_records
 
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, RAW_TURN_EVENTS, ROLE_ROWS
 
 pytestmark = pytest.mark.cluster
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def table_names(root: str) -> set[str]:
@@ -43,13 +37,6 @@ def comparable(frame: pl.DataFrame, landing: str) -> pl.DataFrame:
     return frame.with_columns(_order=frame.hash_rows()).sort("_order").drop("_order")
 
 
-def build(settings: Settings) -> DeltaStore:
-    store = DeltaStore.from_settings(settings)
-    land(store, settings.landing_uri, now=NOW)
-    derive(store, settings, now=NOW)
-    return store
-
-
 def test_land_and_derive_on_s3_equal_a_local_build(
     s3_server: S3Server, sample_events: Path, tmp_path: Path
 ) -> None:
@@ -57,10 +44,8 @@ def test_land_and_derive_on_s3_equal_a_local_build(
     local = Settings(home=tmp_path / "local", derive_batch_conversations=10, derive_processes=2)
     remote = s3_server.settings(local)
     assert remote.delta_uri.startswith("s3://") and remote.landing_uri.startswith("s3://")
-    shutil.copytree(sample_events, local.landing_uri)
-    pafs.copy_files(str(sample_events), remote.landing_uri)
-
-    local_store, remote_store = build(local), build(remote)
+    local_store = build_records(local, sample_events)
+    remote_store = build_records(remote, sample_events)
 
     tables = table_names(local.delta_uri)
     assert {RAW_TURN_EVENTS, LANDED_FILES, ROLE_ROWS} <= tables
