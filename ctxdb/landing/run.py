@@ -37,6 +37,7 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     LANDED_FILES,
     LANDED_FILES_SCHEMA,
+    RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
 )
 
@@ -106,7 +107,9 @@ def _land(
     stats.files = len(todo)
     if not todo:
         return stats
+    store.create(RAW_TURN_EVENTS, RAW_EVENTS_SCHEMA)
     before = store.version(RAW_TURN_EVENTS)
+    after: int | None = before
     earlier = EarlierWaves()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="landing-commit") as committer:
         pending = None
@@ -120,8 +123,8 @@ def _land(
             for reason, count in wave.quarantine.group_by("reason").len().iter_rows():
                 stats.reasons[reason] = stats.reasons.get(reason, 0) + count
             if pending is not None:
-                _count(stats, *pending.result())  # commits stay in order; a failure stops the run
-            pending = committer.submit(_commit, store, wave, now, fence)
+                after = _count(stats, *pending.result())  # in order; a failure stops the run
+            pending = committer.submit(_commit, store, wave, now, fence, after)
         _count(stats, *pending.result())
     log.info(
         "landed %d events from %d files (%d duplicates, %d quarantined)",
@@ -140,14 +143,18 @@ def files_to_land(store: DeltaStore, files: list[LandingFile]) -> list[LandingFi
 
 
 def _commit(
-    store: DeltaStore, wave: Wave, now: datetime, fence: Callable[[], None]
-) -> tuple[Wave, int, int]:
-    return (wave, *commit(store, wave, now, fence))
+    store: DeltaStore, wave: Wave, now: datetime, fence: Callable[[], None], after: int | None
+) -> tuple[Wave, int, int, int | None]:
+    return (wave, *commit(store, wave, now, fence, after))
 
 
-def _count(stats: LandingStats, wave: Wave, written: int, version: int) -> None:
-    """Add a committed wave's events; those a concurrent writer landed first are duplicates."""
+def _count(
+    stats: LandingStats, wave: Wave, written: int, version: int, after: int | None
+) -> int | None:
+    """Add a committed wave's events (those a concurrent writer landed first are duplicates);
+    returns the `after` of the next wave (`waves.commit`)."""
     stats.duplicates += wave.accepted.height - written
     if written:
         stats.landed += written
         stats.landed_version = version
+    return after

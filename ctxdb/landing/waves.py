@@ -129,36 +129,33 @@ def prepare(
 
 
 def commit(
-    store: DeltaStore, wave: Wave, now: datetime, fence: Callable[[], None] = lambda: None
-) -> tuple[int, int]:
+    store: DeltaStore,
+    wave: Wave,
+    now: datetime,
+    fence: Callable[[], None],
+    after: int | None,
+) -> tuple[int, int, int | None]:
     """Commit one wave: quarantine, then events, then its landed files (each atomic and keyed,
     so a run killed between them is completed by the next run, and a concurrent landing of the
     same files adds nothing twice); unreadable files go to `quarantined_files` instead of
     `landed_files`. `fence` runs before each commit (the writer lease's check: it raises when the
-    lease was lost). Returns the events written and the `raw_turn_events` version they landed
-    as.
+    lease was lost).
 
-    The events go in with a MERGE that inserts only ids not in the table (`insert_at_next_version`
-    on `event_id`): whatever runs beside it, an event id is stored once."""
+    `after` is the `raw_turn_events` version this run's duplicate checks cover (the version it
+    started from, then its own last commit), None once another writer has committed in between.
+    While it holds, the events are appended as exactly version `after + 1` (`append_after`);
+    when another writer committed since, they go in with a MERGE that inserts only ids not in
+    the table (`insert_at_next_version` on `event_id`): whatever runs beside it, an event id is
+    stored once. Returns the events written, the version they landed as, and the `after` of the
+    next wave."""
     fence()
     insert_quarantine(store, wave.quarantine)
     unreadable = [(f, p.unreadable) for f, p in zip(wave.files, wave.parsed, strict=True)]
     insert_quarantined_files(store, [(f, u) for f, u in unreadable if u is not None], now)
-    written, version = store.insert_at_next_version(
-        RAW_TURN_EVENTS,
-        RAW_EVENTS_SCHEMA,
-        ["event_id"],
-        lambda version: wave.accepted.with_columns(
-            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("ingested_at"),
-            pl.lit(version, dtype=pl.Int64).alias("landed_version"),
-        ),
-        fence,
-    )
-    if written < wave.accepted.height:
-        log.warning(
-            "%d events of this wave were landed meanwhile by a concurrent writer; skipped",
-            wave.accepted.height - written,
-        )
+    written, version = 0, -1
+    if not wave.accepted.is_empty():
+        fence()
+        written, version, after = _insert_events(store, wave.accepted, now, fence, after)
     fence()
     store.insert_new(
         LANDED_FILES,
@@ -174,7 +171,36 @@ def commit(
         version,
         wave.quarantine.height,
     )
-    return written, version
+    return written, version, after
+
+
+def _insert_events(
+    store: DeltaStore,
+    accepted: pl.DataFrame,
+    now: datetime,
+    fence: Callable[[], None],
+    after: int | None,
+) -> tuple[int, int, int | None]:
+    def rows(version: int) -> pl.DataFrame:
+        return accepted.with_columns(
+            pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("ingested_at"),
+            pl.lit(version, dtype=pl.Int64).alias("landed_version"),
+        )
+
+    if after is not None:
+        version = store.append_after(RAW_TURN_EVENTS, RAW_EVENTS_SCHEMA, rows, after)
+        if version is not None:
+            return accepted.height, version, version
+        log.warning("raw_turn_events moved past version %d: merging on event_id from now", after)
+    written, version = store.insert_at_next_version(
+        RAW_TURN_EVENTS, RAW_EVENTS_SCHEMA, ["event_id"], rows, fence
+    )
+    if written < accepted.height:
+        log.warning(
+            "%d events of this wave were landed meanwhile by a concurrent writer; skipped",
+            accepted.height - written,
+        )
+    return written, version, None
 
 
 LANDED_FILE_KEY = ["source_file", "size", "mtime"]

@@ -198,6 +198,27 @@ class DeltaStore:
                 configuration=table_properties(table),
             )
 
+    def append_after(
+        self, table: str, schema: pa.Schema, rows: Callable[[int], pl.DataFrame], after: int
+    ) -> int | None:
+        """Append `rows(after + 1)` as exactly version `after + 1` of the table and return that
+        version; None, with nothing written, when the table has moved past `after` (another
+        writer committed since). A writer that checked its rows against version `after` appends
+        them this way without a MERGE: the check still holds at the commit, or nothing lands."""
+        options = self.storage_options or None
+        dt = DeltaTable(self.uri(table), version=after, storage_options=options)
+        try:
+            with self.guarded(table):
+                write_deltalake(
+                    dt,
+                    _to_arrow(rows(after + 1), schema),
+                    mode="append",
+                    commit_properties=CommitProperties(max_commit_retries=0),
+                )
+        except CommitFailedError:
+            return None
+        return after + 1
+
     def insert_at_next_version(
         self,
         table: str,
