@@ -1,0 +1,144 @@
+"""Codex CLI capture on real rollouts (tests/data/codex/SOURCE.md): prompts are what the user
+typed (never the injected AGENTS.md or environment context), answers are the last assistant
+message of each turn, calls are steps, a turn Codex never finished or that was aborted is
+cancelled without an invented answer; imported through landing, derivation, embedding and
+indexing, a turn is found by its content, and a re-import lands nothing new."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxdb.capture.claude_code.turns import Identity
+from ctxdb.capture.codex.importer import ADAPTER, find_rollouts, rollout_events
+from ctxdb.capture.hosts import import_sessions
+from ctxdb.capture.private import strip_private
+from ctxdb.contract.events import parse_event
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
+from ctxdb.index.sync import sync_live
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.search import SearchRequest, SearchService
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
+
+DATA = Path(__file__).parent / "data" / "codex"
+COMPACTION = DATA / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
+RESUMED = DATA / "rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-95445d84846a.jsonl"
+ANN = Identity("local", "codex", "ann")
+SECOND_TURN = "019e162b-0011-7240-abbc-f7b732e49728"
+ABORTED = (
+    '{"timestamp":"2026-05-11T08:35:14.000Z","type":"event_msg","payload":{"type":"turn_aborted",'
+    f'"turn_id":"{SECOND_TURN}","reason":"interrupted"}}}}\n'
+)
+"""The `turn_aborted` line as Codex CLI 0.146.0 writes it (SOURCE.md), for the second turn."""
+
+
+def by_type(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["type"] == kind]
+
+
+def test_rollout_turns_prompts_answers_steps_and_tokens() -> None:
+    events = rollout_events(COMPACTION, ANN, True, strip_private).events
+    for event in events:
+        parse_event(json.dumps(event))
+    prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
+    assert prompts == ["show tools", "let's update the defailt context compart to 90 in env var"]
+    closed = by_type(events, "turn.closed")
+    assert [e["payload"]["status"] for e in closed] == ["ok", "ok"]
+    assert [e["turn_id"] for e in closed] == ["019e1625-d031-75e3-a85f-f143e43c0d84", SECOND_TURN]
+    answers = by_type(events, "assistant.completion")
+    assert answers[0]["payload"]["text"].startswith("Available tool groups in this session:")
+    assert answers[1]["payload"]["text"].startswith("Implemented the default context compaction")
+    assert answers[1]["payload"]["tokens_in"] > answers[1]["payload"]["tokens_out"] > 0
+    steps = by_type(events, "chat.step")
+    assert len(steps) == 105  # 99 function calls, 3 apply_patch, 3 web searches
+    assert {e["payload"]["tool"] for e in steps} == {
+        "exec_command",
+        "write_stdin",
+        "update_plan",
+        "apply_patch",
+        "web_search",
+    }
+    first = steps[0]["payload"]
+    assert first["title"].startswith("sed -n '1,180p' ")
+    assert sum(e["payload"]["status"] == "error" for e in steps) == 4  # exited with code != 0
+    assert {e["adapter"] for e in events} == {ADAPTER}
+    assert all(e["event_id"].startswith("cx-") for e in events)
+    assert all(e["agent"] == "Users-Sample_User-repos-codemie-ai-codemie-code" for e in events)
+
+
+def test_a_turn_codex_never_finished_is_cancelled() -> None:
+    events = rollout_events(RESUMED, ANN, True, strip_private).events
+    closed = by_type(events, "turn.closed")
+    assert [e["payload"]["status"] for e in closed] == ["ok"] * 5 + ["cancelled"]
+    cut = closed[-1]
+    assert cut["turn_id"] == "019c8a7f-8437-7be1-8b0c-419cba27ee82"
+    prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
+    assert not any("AGENTS.md" in p or "REDACTED_TEXT len=3021" in p for p in prompts)
+    assert len(by_type(events, "user.submission")) == 6  # the 7th prompt never got an answer
+    assert rollout_events(RESUMED, ANN, False, strip_private).events == events
+
+
+def test_turn_aborted_closes_the_turn_cancelled_with_no_invented_answer(tmp_path: Path) -> None:
+    lines = COMPACTION.read_text().splitlines(keepends=True)
+    end = max(i for i, line in enumerate(lines) if '"type":"agent_message"' in line)
+    cut = lines[:end]  # Escape pressed while the final answer was being written
+    last_said = next(
+        json.loads(line)["payload"]["content"][0]["text"]
+        for line in reversed(cut)
+        if '"role":"assistant"' in line
+    )
+    aborted = tmp_path / COMPACTION.name
+    aborted.write_text("".join(cut) + ABORTED)
+    events = rollout_events(aborted, ANN, False, strip_private).events
+    closed = by_type(events, "turn.closed")
+    assert closed[-1]["payload"] == {"status": "cancelled", "error_type": "interrupted"}
+    answer = by_type(events, "assistant.completion")[-1]["payload"]["text"]
+    assert answer == last_said
+    assert not answer.startswith("Implemented the default context compaction")
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_imported_rollouts_are_searchable_and_reimport_lands_nothing(
+    settings: Settings, query_embedder
+) -> None:
+    spool_dir = Path(settings.landing_uri) / "codex"
+    rollouts = find_rollouts(DATA)
+    stats = import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
+    assert (stats.files, stats.turns, stats.failed) == (2, 8, 0)
+    store = DeltaStore(settings.delta_uri)
+    landed = land(store, settings.landing_uri)
+    assert landed.quarantined == 0 and landed.landed == stats.events
+    derive(store, settings)
+    embed_role_rows(store, query_embedder.embedder, batch_size=32)
+    client = make_client(settings)
+    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    service = SearchService(settings, client, query_embedder)
+    ann = Principal(user_id="ann", tenant="local")
+
+    hits = service.search(
+        ann, SearchRequest(query="OpenCode context compaction threshold 0.9", top_k=5)
+    ).hits
+    assert hits[0].turn_id == SECOND_TURN
+    view = service.turn(ann, hits[0].conversation_id, SECOND_TURN)
+    assert view.messages[0].text.startswith("let's update the defailt context compart")
+    assert view.messages[-1].text.startswith("Implemented the default context compaction")
+
+    turns = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
+    assert turns.height == 8
+    again = import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
+    assert (again.written, again.unchanged) == (0, 2)
+    (spool_dir / "import" / f"{COMPACTION.stem}.jsonl").unlink()
+    import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
+    relanded = land(store, settings.landing_uri)
+    assert (relanded.landed, relanded.quarantined) == (0, 0)
+    derive(store, settings)
+    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
