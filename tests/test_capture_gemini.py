@@ -1,0 +1,147 @@
+"""Gemini CLI capture on real chat sessions (tests/data/gemini/SOURCE.md): one turn per user
+prompt, the answer is the last gemini text of the turn, every tool call is a step, token counts
+are summed per turn, "Request cancelled." closes the turn cancelled without an invented answer,
+the hook imports the session it is called for; imported through landing, derivation, embedding and
+indexing, a turn is found by its content, and a re-import lands nothing new."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from ctxdb.capture.claude_code.turns import Identity
+from ctxdb.capture.gemini import hook
+from ctxdb.capture.gemini.importer import ADAPTER, find_sessions, session_events
+from ctxdb.capture.gemini.session import project_hash
+from ctxdb.capture.hosts import import_sessions
+from ctxdb.capture.private import strip_private
+from ctxdb.contract.events import parse_event
+from ctxdb.contract.identity import Principal
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
+from ctxdb.index.sync import sync_live
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.search import SearchRequest, SearchService
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
+
+DATA = Path(__file__).parent / "data" / "gemini"
+EXPLAIN = DATA / "session-2025-12-01T21-45-5b959dae.json"
+FILE_OPS = DATA / "session-2026-01-16T11-01-file-ops-37b7abef.json"
+ANN = Identity("local", "gemini-cli", "ann")
+REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
+
+
+def by_type(events: list[dict], kind: str) -> list[dict]:
+    return [e for e in events if e["type"] == kind]
+
+
+def test_session_turns_prompts_answers_steps_and_tokens() -> None:
+    events = session_events(EXPLAIN, ANN, True, strip_private).events
+    for event in events:
+        parse_event(json.dumps(event))
+    prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
+    assert prompts[:2] == ["hi", "Explain what this is"]
+    assert len(prompts) == 3
+    assert [e["payload"]["status"] for e in by_type(events, "turn.closed")] == ["ok"] * 3
+    answers = by_type(events, "assistant.completion")
+    assert answers[1]["payload"]["text"].startswith("Based on my analysis of the files")
+    assert answers[0]["payload"]["tokens_in"] == 2752 and answers[0]["payload"]["tokens_out"] == 55
+    second = [e for e in by_type(events, "chat.step") if e["turn_id"] == answers[1]["turn_id"]]
+    assert [e["payload"]["tool"] for e in second] == ["list_directory"] + ["read_file"] * 4
+    assert second[1]["payload"]["title"].endswith("/assistants/lead.txt")
+    assert second[0]["event_id"] == "gm-list_directory-1764625554423-6b5d2c6179cc4"
+    assert {e["adapter"] for e in events} == {ADAPTER}
+    digest = "fb8e242a6fbbb5c48a1d0be57a8a4cc934d33e0a1caf73ab5d4ecaa17269960c"
+    assert {e["agent"] for e in events} == {digest}
+    assert len(project_hash("/any/folder")) == 64
+
+
+def test_request_cancelled_closes_the_turn_cancelled_with_no_invented_answer(
+    tmp_path: Path,
+) -> None:
+    data = json.loads(FILE_OPS.read_text())
+    review = next(i for i, m in enumerate(data["messages"]) if m["id"] == REVIEW_TURN)
+    tools = data["messages"][review + 1]
+    assert tools["type"] == "gemini" and tools["toolCalls"] and not tools["content"]
+    data["messages"] = (
+        data["messages"][: review + 2]
+        + [
+            {
+                "id": "cancel-1",
+                "timestamp": "2026-01-16T11:04:10.000Z",
+                "type": "info",
+                "content": "Request cancelled.",
+            }
+        ]
+        + data["messages"][review + 3 :]
+    )
+    cancelled = tmp_path / FILE_OPS.name
+    cancelled.write_text(json.dumps(data))
+    events = session_events(cancelled, ANN, True, strip_private).events
+    closed = {e["turn_id"]: e["payload"] for e in by_type(events, "turn.closed")}
+    assert closed[REVIEW_TURN] == {"status": "cancelled", "error_type": "interrupted"}
+    assert REVIEW_TURN not in {e["turn_id"] for e in by_type(events, "assistant.completion")}
+    assert len(by_type(events, "turn.closed")) == 5
+    assert len([s for s in by_type(events, "chat.step") if s["turn_id"] == REVIEW_TURN]) == 9
+
+
+def test_hook_imports_the_session_it_is_called_for(tmp_path: Path, capsys) -> None:
+    root = tmp_path / ".gemini" / "tmp"
+    chats = root / "907f2064" / "chats"
+    chats.mkdir(parents=True)
+    session = chats / FILE_OPS.name
+    session.write_bytes(FILE_OPS.read_bytes())
+    payload = {"hook_event_name": "AfterAgent", "session_id": "s", "transcript_path": str(session)}
+    assert hook.run(tmp_path / "spool", ANN, root, io.StringIO(json.dumps(payload))) == 0
+    assert capsys.readouterr().out == "{}\n"
+    written = (tmp_path / "spool" / "import" / f"{FILE_OPS.stem}.jsonl").read_text().splitlines()
+    assert len(written) == len(session_events(FILE_OPS, ANN, True, strip_private).events)
+    outside = {**payload, "transcript_path": str(FILE_OPS)}
+    with pytest.raises(ValueError, match="not a session file under"):
+        hook.handle(outside, tmp_path / "spool2", ANN, root)
+    assert hook.handle({**payload, "hook_event_name": "BeforeTool"}, tmp_path, ANN, root) is None
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_imported_sessions_are_searchable_and_reimport_lands_nothing(
+    settings: Settings, query_embedder
+) -> None:
+    spool_dir = Path(settings.landing_uri) / "gemini_cli"
+    sessions = find_sessions(DATA)
+    stats = import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
+    assert (stats.files, stats.turns, stats.failed) == (2, 8, 0)
+    store = DeltaStore(settings.delta_uri)
+    landed = land(store, settings.landing_uri)
+    assert landed.quarantined == 0 and landed.landed == stats.events
+    derive(store, settings)
+    embed_role_rows(store, query_embedder.embedder, batch_size=32)
+    client = make_client(settings)
+    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    service = SearchService(settings, client, query_embedder)
+    ann = Principal(user_id="ann", tenant="local")
+
+    hits = service.search(
+        ann, SearchRequest(query="hardcoded plugin registries adaptability security", top_k=5)
+    ).hits
+    assert hits[0].turn_id == REVIEW_TURN
+    view = service.turn(ann, hits[0].conversation_id, REVIEW_TURN)
+    assert view.messages[0].text.startswith("expore repository and figure out issues")
+    assert view.messages[-1].text.startswith("The repository exploration has identified")
+
+    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
+    again = import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
+    assert (again.written, again.unchanged) == (0, 2)
+    (spool_dir / "import" / f"{EXPLAIN.stem}.jsonl").unlink()
+    import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
+    relanded = land(store, settings.landing_uri)
+    assert (relanded.landed, relanded.quarantined) == (0, 0)
+    derive(store, settings)
+    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
