@@ -10,13 +10,13 @@ does not know (another validator kind, a transforming constraint) is not mirrore
 of that event type takes the pydantic path: slower, never wrong. Timestamps are taken only in the
 strict RFC 3339 form the native scanner takes (pydantic truncates digits past microseconds where
 msgspec would round). The contract's whole-payload rule (`events.payload_problem`: integers
-within 64 bits, finite numbers, bounded nesting, unknown keys included) is held by `storable`.
+within 64 bits, finite numbers, bounded nesting, unknown keys included) is held by
+`PayloadMirror`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import types
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -165,9 +165,12 @@ def _struct_field(name: str, info: FieldInfo, kind: Any) -> tuple:
     return (name, kind, info.default)
 
 
-def mirror_struct(model: type[BaseModel], overrides: dict[str, Any] | None = None) -> type:
+def mirror_struct(
+    model: type[BaseModel], overrides: dict[str, Any] | None = None, known_keys: bool = False
+) -> type:
     """A msgspec struct accepting a subset of what `model` accepts; `overrides` gives some fields
-    another type (whose checks are then the caller's)."""
+    another type (whose checks are then the caller's); `known_keys` refuses unknown keys even
+    where the model ignores them."""
     _plain_model(model)
     overrides = overrides or {}
     fields, checks = [], []
@@ -183,7 +186,7 @@ def mirror_struct(model: type[BaseModel], overrides: dict[str, Any] | None = Non
     return msgspec.defstruct(
         f"Mirror{model.__name__}",
         fields,
-        forbid_unknown_fields=model.model_config.get("extra") == "forbid",
+        forbid_unknown_fields=known_keys or model.model_config.get("extra") == "forbid",
         gc=False,
         namespace=namespace,
     )
@@ -262,11 +265,44 @@ def _timestamp(column: pl.Expr) -> pl.Expr:
     return pl.when(column.str.contains(STRICT_TIMESTAMP)).then(parsed)
 
 
-def _mirror_payloads() -> dict[str, msgspec.json.Decoder]:
+def _holds_any(kind: Any) -> bool:
+    return kind is Any or any(_holds_any(arg) for arg in get_args(kind))
+
+
+class PayloadMirror:
+    """The mirror of one payload model, holding the contract's whole-payload rule too
+    (`events.payload_problem`). A payload with known keys only (the usual case) is decoded once:
+    typed fields hold their bounds, and only the values of free-form fields (`dict[str, Any]`)
+    are walked. One with an unknown key (skipped unchecked by a decode) is checked whole."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self.known = msgspec.json.Decoder(mirror_struct(model, known_keys=True))
+        self.any_keys = msgspec.json.Decoder(mirror_struct(model))
+        self.free = tuple(
+            name
+            for name, info in model.model_fields.items()
+            if _holds_any(mirror_type(info.annotation, info.metadata)[0])
+        )
+
+    def check(self, payload: msgspec.Raw) -> None:
+        """Raise (msgspec or ValueError) unless the mirror accepts `payload`."""
+        try:
+            value = self.known.decode(payload)
+        except msgspec.ValidationError:
+            self.any_keys.decode(payload)
+            if not storable(bytes(payload)):
+                raise ValueError("payload not storable") from None
+            return
+        for name in self.free:
+            if events.payload_problem(getattr(value, name), f"payload.{name}", depth=2):
+                raise ValueError(f"payload.{name} not storable")
+
+
+def _mirror_payloads() -> dict[str, PayloadMirror]:
     decoders = {}
     for name, model in events.PAYLOADS.items():
         try:
-            decoders[name] = msgspec.json.Decoder(mirror_struct(model))
+            decoders[name] = PayloadMirror(model)
         except Unmirrored as exc:
             log.warning("event type %s is not mirrored (the contract checks it): %s", name, exc)
     return decoders
@@ -282,22 +318,14 @@ def _mirror_envelope() -> EnvelopeMirror | None:
 
 ENVELOPE = _mirror_envelope()
 PAYLOAD_DECODERS = _mirror_payloads()
-"""Per mirrored event type, the decoder that validates its payload."""
+"""Per mirrored event type, the mirror that validates its payload."""
 
 _REFUSED = (msgspec.MsgspecError, ValueError, ArithmeticError, KeyError)
-
-UNSURE_NUMBER = re.compile(rb"[0-9]{%d}|[eE]\+?[0-9]{3}" % len(str(events.INT64_MAX)))
-"""A number that may not fit (`events.payload_problem`): one with as many digits as INT64_MAX
-(fewer always fit), or a float with a 3-digit exponent (an overflow needs one, or 200+ digits)."""
 
 
 def storable(payload: bytes) -> bool:
     """Whether the payload's JSON text holds no `events.payload_problem`, unknown keys included
-    (the typed decode skips them unchecked). Decoded again only when a number might not fit or
-    it holds more brackets than `events.PAYLOAD_MAX_DEPTH`."""
-    brackets = payload.count(b"{") + payload.count(b"[")
-    if brackets <= events.PAYLOAD_MAX_DEPTH and not UNSURE_NUMBER.search(payload):
-        return True
+    (a typed decode skips them unchecked)."""
     try:
         return events.payload_problem(msgspec.json.decode(payload)) is None
     except msgspec.MsgspecError:
@@ -317,9 +345,7 @@ def scan(data: bytes, max_bytes: int) -> tuple[pl.DataFrame, list[tuple[int, byt
             if len(line) > max_bytes and len(_chomp(line)) > max_bytes:
                 raise ValueError("oversize")
             event = decode(line)
-            payloads[event.type].decode(event.payload)
-            if not storable(bytes(event.payload)):
-                raise ValueError("payload not storable")
+            payloads[event.type].check(event.payload)
         except _REFUSED:
             if line.strip():
                 rejected.append((number, _chomp(line)))
