@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import boto3
 import polars as pl
 import pyarrow.fs as pafs
 import redis
@@ -30,6 +31,9 @@ from ctxdb.storage.delta import DeltaStore
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 REGION = "us-east-1"
+KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+KEYS_ENV = {name.upper(): value for name, value in KEYS.items()}
+SERVER_START_S = 60.0
 BUILT_AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
@@ -105,11 +109,10 @@ class S3Server:
         (the landing location) reads only this; delta-rs reads it under its storage options."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_REGION": REGION,
             "AWS_DEFAULT_REGION": REGION,
             "AWS_ALLOW_HTTP": "true",
+            **KEYS_ENV,
         }
 
     @property
@@ -120,8 +123,7 @@ class S3Server:
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ALLOW_HTTP": "true",
             "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
+            **KEYS_ENV,
         }
 
     def prefix(self) -> str:
@@ -137,12 +139,37 @@ class S3Server:
             landing={"uri": f"{prefix}/landing"},
         )
 
+    def upload(self, folder: Path, uri: str) -> None:
+        """Put every file of `folder` under the `s3://` prefix `uri` (this endpoint's own
+        client, whatever the process's AWS environment says)."""
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION, **KEYS)
+        for path in sorted(folder.iterdir()):
+            s3.upload_file(str(path), bucket, f"{prefix}/{path.name}")
+
     def alive(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.endpoint}/moto-api/", timeout=5) as response:
                 return response.status == 200
         except (OSError, urllib.error.URLError):
             return False
+
+
+def start_s3_server(folder: Path, bucket: str, timeout_s: float) -> S3Server:
+    """`moto_server` on a free loopback port, ready, with `bucket` created."""
+    (port,) = free_ports(1)
+    log = folder / "moto.log"
+    command = [str(SCRIPTS / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    process = start_process(command, log)
+    server = S3Server(f"http://127.0.0.1:{port}", bucket, process, log)
+    try:
+        wait_ready(f"moto_server on {server.endpoint}", server.alive, process, log, timeout_s)
+        s3 = boto3.client("s3", endpoint_url=server.endpoint, region_name=REGION, **KEYS)
+        s3.create_bucket(Bucket=bucket)
+    except BaseException:
+        stop_process(process)
+        raise
+    return server
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 from cluster_stack import (
-    SCRIPTS,
+    SERVER_START_S,
     RedisServer,
     S3Server,
     free_ports,
     start_process,
+    start_s3_server,
     stop_process,
     wait_ready,
 )
@@ -37,7 +37,6 @@ from ctxdb.settings import Settings, get_settings
 CLUSTER_NODES = 3
 CLUSTER_HEAP = "512m"  # three nodes beside the suite's own node on a 2-core, 23 GiB machine
 CLUSTER_START_S = 300.0
-SERVER_START_S = 60.0
 BUCKET = "ctxdb-cluster"
 SAMPLE_USERS, SAMPLE_CONVERSATIONS, SAMPLE_PER_FILE = 3, 24, 400
 
@@ -71,20 +70,14 @@ def cluster_settings(es_cluster: LocalCluster, tmp_path: Path) -> Settings:
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """`moto_server` on a free loopback port with the bucket created, and the AWS environment
     set in this process for the session (pyarrow's S3 filesystem takes it from there)."""
-    (port,) = free_ports(1)
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    command = [str(SCRIPTS / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
-    process = start_process(command, log)
-    server = S3Server(f"http://127.0.0.1:{port}", BUCKET, process, log)
+    server = start_s3_server(tmp_path_factory.mktemp("moto"), BUCKET, SERVER_START_S)
     try:
-        wait_ready(f"moto_server on {server.endpoint}", server.alive, process, log, SERVER_START_S)
         with pytest.MonkeyPatch.context() as patch:
             for name, value in server.env.items():
                 patch.setenv(name, value)
-            boto3.client("s3").create_bucket(Bucket=BUCKET)
             yield server
     finally:
-        stop_process(process)
+        stop_process(server.process)
 
 
 @pytest.fixture(scope="session")

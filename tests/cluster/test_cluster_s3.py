@@ -4,12 +4,22 @@ build of the same sample events, table by table."""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
 
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
-from cluster_stack import S3Server, build_records
+from cluster_stack import (
+    SCRIPTS,
+    SERVER_START_S,
+    S3Server,
+    build_records,
+    environment,
+    start_s3_server,
+    stop_process,
+)
 
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import LANDED_FILES, RAW_TURN_EVENTS, ROLE_ROWS
@@ -61,3 +71,50 @@ def test_land_and_derive_on_s3_equal_a_local_build(
     assert different == []
     assert remote_store.read(LANDED_FILES)["mtime"].null_count() == 0
     assert {table: local_store.read(table).height for table in tables}[ROLE_ROWS] > 100
+
+
+@pytest.mark.es
+def test_an_object_store_gone_mid_derivation_fails_the_run_in_one_line(
+    cluster_settings: Settings, sample_events: Path, tmp_path: Path
+) -> None:
+    """The object store's failing: a moto server of this test's own, stopped once the
+    derivation's first batch committed its role rows; the rest of the run cannot write."""
+    server = start_s3_server(tmp_path, "ctxdb-outage", SERVER_START_S)
+    try:
+        settings = server.settings(cluster_settings)
+        # the landing location's AWS environment is this server's, not the session's
+        env = {**environment(settings), **server.env}
+        server.upload(sample_events, settings.landing_uri)
+        landed = subprocess.run(
+            [str(SCRIPTS / "ctxdb"), "land"], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert landed.returncode == 0, landed.stderr[-3000:]
+        # one conversation per batch, in this process: many commits, one after another
+        env |= {"CTXDB_DERIVE_BATCH_CONVERSATIONS": "1", "CTXDB_DERIVE_PROCESSES": "1"}
+        derive = subprocess.Popen(
+            [str(SCRIPTS / "ctxdb"), "derive"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        first_commit = f"/{ROLE_ROWS}/_delta_log/"
+        deadline = time.monotonic() + 300
+        while first_commit not in server.log.read_text(errors="replace"):
+            assert derive.poll() is None, derive.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no role_rows commit within 300 s"
+            time.sleep(0.02)
+    finally:
+        stop_process(server.process)
+    assert derive.poll() is None, "the derivation was over before the object store went"
+    out, err = derive.communicate(timeout=600)
+
+    assert derive.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
+    # Which line depends on where the connection breaks: between requests it names the table,
+    # its s3:// location and "connection refused"; in the middle of a response delta-rs' error
+    # carries no OS error code and the line is "OSError: Kernel error -> Generic S3 error"
+    # (docs/scale-out.md).
+    assert "S3" in lines[0] or settings.delta_uri in lines[0], lines[0]
+    assert out == ""
