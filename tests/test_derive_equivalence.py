@@ -62,7 +62,8 @@ def landed(tmp_path: Path) -> DeltaStore:
     poison = (pl.col("conversation_id") == POISONED) & (pl.col("type") == "assistant.completion")
     bad = json.dumps({"text": "x", "tokens_in": "5"})
     raw = raw.with_columns(
-        pl.when(poison).then(pl.lit(bad)).otherwise(pl.col("payload")).alias("payload")
+        pl.when(poison).then(pl.lit(bad)).otherwise(pl.col("payload")).alias("payload"),
+        pl.lit(0, dtype=pl.Int64).alias("landed_version"),  # as recorded: before the empty create
     )
     store.overwrite(RAW_TURN_EVENTS, raw, RAW_EVENTS_SCHEMA)
     return store
