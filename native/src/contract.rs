@@ -21,7 +21,7 @@ pub const ANCHOR_MAX_CHARS: usize = 256;
 /// Levels of nesting a payload may hold, the payload object itself being level 1.
 pub const PAYLOAD_MAX_DEPTH: usize = 64;
 
-const ADAPTERS: [&str; 4] = ["minimal", "langgraph", "claude_code", "react"];
+const ADAPTERS: [&str; 6] = ["minimal", "langgraph", "claude_code", "react", "codex", "gemini_cli"];
 
 /// A JSON string, borrowed from the line when it has no escapes.
 pub struct Str<'a>(Cow<'a, str>);
