@@ -1,13 +1,16 @@
 """Benchmark Claude Code capture (issue 13): the hook's latency as a cold process, and transcript
 import throughput against the landing stage's own rate on the same events. Not a test.
 
-    .venv/bin/python bench/bench_claude_code.py hook --turns 40 --tools 3
+    .venv/bin/python bench/bench_claude_code.py hook --turns 40 --tools 3 --prefill-mb 10
     .venv/bin/python bench/bench_claude_code.py import --sessions 200 --turns 40
 
 `hook` installs the hooks into a temporary project and replays synthetic sessions through the
 installed command exactly as Claude Code runs it (`sh -c '<command>'`, payload on stdin, a new
 Python process per event, transcript written as the session goes), timing every process from
 spawn to exit: p50/p95 per hook event and overall (target: p95 < 150 ms, interpreter included).
+`--prefill-mb N` starts the session with N MB of earlier turns (each ending in the
+`stop_hook_summary` line Claude Code writes): the first hook reads them all (timed apart, as
+`first read`), the timed turns then run on a transcript of that size.
 
 `import` writes synthetic transcripts in the documented shapes (prompts, thinking, text and
 tool_use lines sharing message ids, tool results with output), imports them (transcript lines/s),
@@ -22,17 +25,14 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ctxdb.capture.claude_code.importer import find_transcripts, import_transcripts
-from ctxdb.capture.claude_code.install import hook_config, install
-from ctxdb.landing.run import land
-from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
+from ctxdb.capture.claude_code.config import HookConfig
 
 WORDS = (
     "retry upload socket test flaky fixture parser config cache index query schema migration "
@@ -48,9 +48,10 @@ class Writer:
     """Synthetic transcript lines of one session (the shapes tests/claude_code_sessions.py uses);
     `events` are the hook payloads the session fires, each with the line count written by then."""
 
-    def __init__(self, path: Path, cwd: str, rng: random.Random) -> None:
-        self.path, self.cwd, self.rng = path, cwd, rng
+    def __init__(self, folder: Path, cwd: str, rng: random.Random) -> None:
+        self.cwd, self.rng = cwd, rng
         self.session_id = str(uuid.uuid4())
+        self.path = folder / f"{self.session_id}.jsonl"
         self.lines: list[str] = []
         self.hooks: list[tuple[int, dict]] = []
         self.parent: str | None = None
@@ -116,6 +117,15 @@ class Writer:
         self.assistant(f"msg_{uuid.uuid4().hex[:20]}", {"type": "text", "text": answer})
         stop = self.payload("Stop", stop_hook_active=False, last_assistant_message=answer)
         self.hooks.append((len(self.lines), stop))
+        self.summary()
+
+    def summary(self) -> None:
+        """The `stop_hook_summary` line Claude Code writes once the Stop hooks ran."""
+        self.clock += timedelta(seconds=1)
+        line = {"type": "system", "subtype": "stop_hook_summary", "hookCount": 1}
+        line |= {"uuid": str(uuid.uuid4()), "timestamp": self.clock.isoformat()}
+        line |= {"sessionId": self.session_id, "cwd": self.cwd, "isSidechain": False}
+        self.lines.append(json.dumps(line))
 
     def write(self, upto: int | None = None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,19 +141,52 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def bench_hook(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="ctxdb-bench-hook-"))
-    settings = Settings(home=root / "home")
+def hook_setup(root: Path, plain: bool) -> tuple[str, HookConfig]:
+    """The hook command and its config: installed into a project as `ctxdb capture claude-code
+    install` does, or (`plain`: the standard library only, no settings) `python -m` the hook
+    module with a config file written here."""
     project = root / "shop"
+    if plain:
+        config = HookConfig(
+            spool=str(root / "spool"),
+            state=str(root / "state"),
+            tenant="local",
+            app="claude-code",
+            user_id="bench",
+            projects=str(root / "projects"),
+        )
+        config.dump(root / "hook.json")
+        hook = f"{sys.executable} -m ctxdb.capture.claude_code.hook --config {root / 'hook.json'}"
+        return hook, config
+    from ctxdb.capture.claude_code.install import hook_config, install
+    from ctxdb.settings import Settings
+
+    settings = Settings(home=root / "home", claude_code={"projects": str(root / "projects")})
     install(settings, project=project)
     data = json.loads((project / ".claude" / "settings.local.json").read_text())
-    command = data["hooks"]["Stop"][0]["hooks"][0]["command"]
+    return data["hooks"]["Stop"][0]["hooks"][0]["command"], hook_config(settings)
+
+
+def bench_hook(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="ctxdb-bench-hook-"))
+    project = root / "shop"
+    command, config = hook_setup(root, args.plain)
     rng = random.Random(args.seed)
-    writer = Writer(root / "projects" / "-shop" / "s.jsonl", str(project), rng)
+    writer = Writer(root / "projects" / "-shop", str(project), rng)
+    while sum(len(line) + 1 for line in writer.lines) < args.prefill_mb * 1e6:
+        writer.turn(args.tools)
+    writer.hooks.clear()
+    first_read = None
     for _ in range(args.turns):
         writer.turn(args.tools)
     writer.hooks.append((len(writer.lines), writer.payload("SessionEnd", reason="other")))
     timings: dict[str, list[float]] = {}
+    if args.prefill_mb:
+        upto, payload = writer.hooks[0]
+        writer.write(upto)
+        start = time.perf_counter()
+        subprocess.run(command, shell=True, input=json.dumps(payload).encode(), check=True)
+        first_read = (time.perf_counter() - start) * 1000
     for upto, payload in writer.hooks:
         writer.write(upto)
         body = json.dumps(payload).encode()
@@ -153,13 +196,15 @@ def bench_hook(args: argparse.Namespace) -> None:
         assert done.returncode == 0 and not done.stdout, done
         timings.setdefault(payload["hook_event_name"], []).append(elapsed)
     every = [t for values in timings.values() for t in values]
-    report(f"hook processes: {len(every)} ({args.turns} turns x {args.tools} tools)")
+    size = writer.path.stat().st_size / 1e6
+    report(f"hook processes: {len(every)} ({args.turns} turns x {args.tools} tools), {size:.1f} MB")
+    if first_read is not None:
+        report(f"  first read of {args.prefill_mb} MB by one hook: {first_read:.0f} ms")
     for name, values in [*timings.items(), ("all", every)]:
         report(
             f"  {name:17s} n={len(values):4d}  p50 {statistics.median(values):6.1f} ms  "
             f"p95 {_pct(values, 0.95):6.1f} ms  max {max(values):6.1f} ms"
         )
-    config = hook_config(settings)
     published = sum(1 for _ in Path(config.spool).glob("*.jsonl"))
     log = Path(config.state) / "hook.log"
     errors = len(log.read_text().splitlines()) if log.exists() else 0
@@ -167,11 +212,17 @@ def bench_hook(args: argparse.Namespace) -> None:
 
 
 def bench_import(args: argparse.Namespace) -> None:
+    from ctxdb.capture.claude_code.importer import find_transcripts, import_transcripts
+    from ctxdb.capture.claude_code.install import hook_config
+    from ctxdb.landing.run import land
+    from ctxdb.settings import Settings
+    from ctxdb.storage.delta import DeltaStore
+
     root = Path(tempfile.mkdtemp(prefix="ctxdb-bench-import-"))
     rng = random.Random(args.seed)
     transcripts = root / "projects"
     for s in range(args.sessions):
-        writer = Writer(transcripts / f"-p{s % 10}" / f"s{s}.jsonl", f"/src/p{s % 10}", rng)
+        writer = Writer(transcripts / f"-p{s % 10}", f"/src/p{s % 10}", rng)
         for _ in range(args.turns):
             writer.turn(rng.randint(0, args.tools * 2))
         writer.write()
@@ -209,6 +260,8 @@ def main() -> None:
     hook.add_argument("--turns", type=int, default=40)
     hook.add_argument("--tools", type=int, default=3)
     hook.add_argument("--seed", type=int, default=7)
+    hook.add_argument("--prefill-mb", type=float, default=0.0)
+    hook.add_argument("--plain", action="store_true", help="python -m the hook, no settings")
     imp = sub.add_parser("import", help="transcript import vs landing throughput")
     imp.add_argument("--sessions", type=int, default=200)
     imp.add_argument("--turns", type=int, default=40)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Annotated
 import typer
 
 from ctxdb.cli.app import app
+from ctxdb.cli.dagster_env import job_environment, prefix_warning
 from ctxdb.index.client import make_client
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase
@@ -111,15 +113,22 @@ def jobs_run(
     ] = None,
 ) -> None:
     """Execute a job through `dagster job execute` in a subprocess (its exit status is ours).
-    `memory_job` runs over every shard partition at once; `shards_job` takes `--partition`."""
+    `memory_job` runs over every shard partition at once; `shards_job` takes `--partition`.
+    Without DAGSTER_HOME the job runs in the instance `<ctxdb home>/dagster`."""
+    from ctxdb.node.distribution import cache_root
+
+    settings = get_settings()
+    warning = prefix_warning(settings, cache_root(settings) / "prefixes.json")
+    if warning:
+        typer.echo(warning, err=True)
     dagster = Path(sys.executable).with_name("dagster")
     command = [str(dagster), "job", "execute", "-m", "pipelines.definitions", "-j", name]
     if config is not None:
         command += ["-c", str(config)]
-    tags = job_tags(name, partition, get_settings().shards)
+    tags = job_tags(name, partition, settings.shards)
     if tags:
         command += ["--tags", json.dumps(tags)]
-    done = subprocess.run(command, check=False)
+    done = subprocess.run(command, check=False, env=job_environment(settings, os.environ))
     raise typer.Exit(done.returncode)
 
 

@@ -263,12 +263,20 @@ def serve(
     the background from the start."""
     import uvicorn
 
+    from ctxdb.cli.dagster_env import prefix_warning
+    from ctxdb.node.distribution import cache_root
     from ctxdb.serve.http import create_app
 
     settings = get_settings()
+    warning = prefix_warning(settings, cache_root(settings) / "prefixes.json")
+    if warning:
+        typer.echo(warning, err=True)
     client = make_client(settings)
     embedder = WarmEmbedder(default_embedder(settings, client))
-    uvicorn.run(create_app(settings, client, embedder), host=host, port=port)
+    app_ = create_app(settings, client, embedder)
+    shown = f"[{host}]" if ":" in host else host
+    typer.echo(f"ctxdb viewer: http://{shown}:{port}/  (API docs: http://{shown}:{port}/docs)")
+    uvicorn.run(app_, host=host, port=port)
 
 
 @tokens_app.command("issue")

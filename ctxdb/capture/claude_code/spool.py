@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,7 @@ def publish(part: Path) -> Path | None:
         os.fsync(file.fileno())
     stem = part.name.removesuffix(".part").removesuffix(".jsonl")
     while True:
-        final = part.with_name(f"{stem}-{secrets.token_hex(6)}.jsonl")
+        final = part.with_name(f"{stem}-{os.urandom(6).hex()}.jsonl")
         try:
             os.link(part, final)
         except FileExistsError:
@@ -85,7 +84,7 @@ def write_atomic(path: Path, data: bytes) -> bool:
     except FileNotFoundError:
         pass
     private_dir(path.parent)
-    part = path.with_name(f"{path.name}.{secrets.token_hex(4)}.part")
+    part = path.with_name(f"{path.name}.{os.urandom(4).hex()}.part")
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     with open(fd, "wb") as file:
         file.write(data)
