@@ -148,3 +148,21 @@ def test_a_float_beyond_double_range_and_deep_nesting_are_refused() -> None:
     parse_event(nested(events.PAYLOAD_MAX_DEPTH - 1))  # the payload object is level 1
     with pytest.raises(EventError, match="nesting_too_deep: payload.extra.0"):
         parse_event(nested(events.PAYLOAD_MAX_DEPTH))
+
+
+def test_token_sums_of_a_turn_saturate_at_the_int64_bound(tmp_path: Path) -> None:
+    """Each count is within the bound, but two completions of one turn at INT64_MAX add up past
+    it: the turn derives with its sum saturated instead of failing its conversation."""
+    turn = Turn("c-sum", "t1")
+    turn.add("turn.started")
+    turn.add("user.submission", {"text": "q", "event_type": "prompt"})
+    for _ in range(2):
+        turn.add("assistant.completion", {"text": "a", "tokens_in": INT64_MAX, "tokens_out": 1})
+    turn.add("turn.closed", {"status": "ok"})
+    write_jsonl(tmp_path / "landing" / "a.jsonl", turn.events)
+    store = DeltaStore(str(tmp_path / "delta"))
+    assert land(store, str(tmp_path / "landing"), now=NOW).landed == 5
+    stats = derive(store, settings_for(tmp_path), now=NOW)
+    assert (stats.turns, stats.failed) == (1, 0)
+    row = store.read(TURN_LOGS).select("tokens_in", "tokens_out").row(0)
+    assert row == (INT64_MAX, 2)

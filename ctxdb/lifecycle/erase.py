@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -404,18 +405,21 @@ def _owners(
         if set(OWNER) <= set(columns_of(store, table))
     ]
     if "raw_line" in columns_of(store, QUARANTINED_EVENTS):
-        line = pl.col("raw_line")
-        frames.append(
+        lines = (
             store.scan(QUARANTINED_EVENTS)
             .filter(scope.in_raw_line())
-            .select(
-                tenant=line.str.json_path_match("$.tenant"),
-                app=line.str.json_path_match("$.app"),
-                user_id=line.str.json_path_match("$.user_id"),
-                conversation_id=pl.col("conversation_id"),
-            )
-            .filter(pl.col("tenant").is_not_null())
+            .select("raw_line", "conversation_id")
             .collect()
+        )
+        owners = pl.DataFrame(
+            [_line_owner(raw) for raw in lines["raw_line"]],
+            schema=dict.fromkeys(("tenant", "app", "user_id"), pl.String),
+            orient="row",
+        )
+        frames.append(
+            owners.with_columns(conversation_id=lines["conversation_id"]).filter(
+                pl.col("tenant").is_not_null()
+            )
         )
     error = None
     if es is not None:
@@ -428,6 +432,35 @@ def _owners(
     schema = dict.fromkeys(OWNER, pl.String)
     found = [frame.cast(schema) for frame in frames]
     return pl.concat([pl.DataFrame(schema=schema), *found]).unique(), error
+
+
+_OWNER_FIELD = {name: re.compile(rf'"{name}"\s*:\s*"((?:[^"\\]|\\.)*)"') for name in OWNER[:3]}
+
+
+def _line_owner(raw: str | None) -> tuple[str | None, str | None, str | None]:
+    """(tenant, app, user_id) a quarantined line names. Python's parser reads lines polars'
+    JSON path cannot (integers beyond 64 bits, NaN); a line no parser takes is read by its
+    `"field": "value"` pairs, so erasure still finds the owner of any line it will delete."""
+    if raw is None:
+        return None, None, None
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        event = None
+    if isinstance(event, dict):
+        return tuple(  # type: ignore[return-value]
+            value if isinstance(value := event.get(name), str) else None for name in OWNER[:3]
+        )
+    found = [pattern.search(raw) for pattern in _OWNER_FIELD.values()]
+    return tuple(_unescaped(match.group(1)) if match else None for match in found)  # type: ignore[return-value]
+
+
+def _unescaped(value: str) -> str:
+    """A JSON string's content decoded, or as written when its escapes are not valid JSON."""
+    try:
+        return json.loads(f'"{value}"')
+    except ValueError:
+        return value
 
 
 def _scan(store: DeltaStore, table: str, predicate: pl.Expr, columns: list[str]) -> pl.DataFrame:

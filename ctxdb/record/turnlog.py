@@ -24,6 +24,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_json
 
+from ctxdb.contract.events import INT64_MAX
 from ctxdb.contract.refs import make_ref
 
 RecordingKind = Literal["none", "minimal", "rich"]
@@ -582,7 +583,7 @@ def assemble_turn(
     final = [b for b in blocks if b["type"] == COMPLETION][-1]
     tokens = None
     if any(t is not None for t in tokens_in + tokens_out):
-        tokens = {"in": sum(t or 0 for t in tokens_in), "out": sum(t or 0 for t in tokens_out)}
+        tokens = {"in": _token_sum(tokens_in), "out": _token_sum(tokens_out)}
     return Turn(
         tenant=columns["tenant"][first],
         app=columns["app"][first],
@@ -621,3 +622,9 @@ BLOCK_EVENT_TYPES = [
     "react.anchors",
 ]
 """The event types that make (or add to) a TurnLog block."""
+
+
+def _token_sum(counts: list[int | None]) -> int:
+    """A turn's token count, saturated at the Int64 column's bound: each count is within it (the
+    contract's bound), but several completions of one turn may add up past it."""
+    return min(sum(t or 0 for t in counts), INT64_MAX)
