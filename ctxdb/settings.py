@@ -289,6 +289,23 @@ class RetentionSettings(BaseSettings):
         description="VACUUM window after an erasure for replaced files holding no erased row "
         "(files holding one are always deleted at once).",
     )
+    state_history_hours: int = Field(
+        default=24,
+        ge=0,
+        description="How long state tables (index_state, derive_state, landed_files, ...) keep "
+        "replaced files and log entries before the sweep's maintenance removes them.",
+    )
+    archive_days: int = Field(
+        default=0,
+        ge=0,
+        description="0: landing files whose every line expired are deleted by the sweep; N: "
+        "they are moved to archive_uri and deleted N days later.",
+    )
+    archive_uri: str | None = Field(
+        default=None,
+        description="Where fully expired landing files are archived (default <home>/"
+        "landing-archive).",
+    )
     compaction_target_mb: int = Field(
         default=128,
         validation_alias="CTXDB_COMPACTION_TARGET_MB",

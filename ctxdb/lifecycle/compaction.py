@@ -1,59 +1,37 @@
-"""Compaction: OPTIMIZE (bin-packing) of every ctxdb Delta table and a bound on small files.
+"""Table maintenance driven by the table registry (`ctxdb.storage.tables.POLICIES`): OPTIMIZE
+(bin-packing) with a bound on small files, VACUUM with each table's window, and the upkeep that
+keeps state tables bounded.
 
 Incremental landing, derivation and embedding append many small commits; compaction rewrites them
 into files near the target size. Tombstoned files are removed later by the retention sweep's
-VACUUM, so readers of recent versions are never broken.
+VACUUM, so readers of recent versions are never broken. State tables (`index_state`, rewritten by
+a MERGE on every sync; `derive_state`, one row per run; the failure and bookkeeping tables) are
+never read through time travel: every sweep drops their superseded rows, compacts them, vacuums
+them with the state history window, checkpoints their log and removes log entries older than that
+window (`delta.logRetentionDuration`), so their files stay bounded however many runs wrote them.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 from deltalake import DeltaTable
 from elasticsearch import Elasticsearch
+from pyarrow import fs as pafs
 
 from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.lifecycle.purge import delete_where, vacuum
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import (
-    CONVERSATION_TIMELINES,
-    DERIVE_STATE,
-    EMBEDDINGS,
-    INDEX_STATE,
-    LANDED_FILES,
-    PURGED_CONVERSATIONS,
-    QUARANTINED_EVENTS,
-    RAW_TURN_EVENTS,
-    REPLAY_ARTIFACTS,
-    RETENTION_PENDING,
-    RETENTION_REPORT,
-    ROLE_ROWS,
-    ROW_EMBEDDINGS,
-    TURN_CATALOG,
-    TURN_LOGS,
-)
+from ctxdb.storage.tables import CHANGE_FEED, policy, tables_where
 
 log = logging.getLogger(__name__)
 
-ALL_TABLES = (
-    RAW_TURN_EVENTS,
-    QUARANTINED_EVENTS,
-    LANDED_FILES,
-    TURN_LOGS,
-    CONVERSATION_TIMELINES,
-    ROLE_ROWS,
-    TURN_CATALOG,
-    REPLAY_ARTIFACTS,
-    EMBEDDINGS,
-    ROW_EMBEDDINGS,
-    RETENTION_PENDING,
-    RETENTION_REPORT,
-    INDEX_STATE,
-    DERIVE_STATE,
-    PURGED_CONVERSATIONS,
-)
+LOG_RETENTION = "delta.logRetentionDuration"
 MB = 1024 * 1024
 
 
@@ -120,10 +98,12 @@ def compact_all(
     store: DeltaStore,
     es: Elasticsearch | None,
     settings: Settings,
-    tables: tuple[str, ...] = ALL_TABLES,
+    tables: tuple[str, ...] | None = None,
 ) -> list[TableCompaction]:
     """OPTIMIZE every existing table with the configured target and small-file bound, holding
-    the writer lease while Elasticsearch answers (`LeaseHeld` while another writer runs)."""
+    the writer lease while Elasticsearch answers (`LeaseHeld` while another writer runs).
+    `tables`: default every table whose policy compacts it."""
+    tables = tables_where(compact=True) if tables is None else tables
     with optional_writer_lease_for(es, settings, "compaction"):
         results = [
             compact_table(
@@ -141,3 +121,87 @@ def compact_all(
 def unbounded(results: list[TableCompaction]) -> list[str]:
     """Tables that still hold more small files than the bound after compaction."""
     return [r.table for r in results if not r.bounded]
+
+
+def vacuum_windows(settings: Settings, hours: int | None = None) -> dict[str, int]:
+    """The VACUUM window of every table: `hours` (default the retention window) for content
+    tables, the state history window for state tables."""
+    window = settings.retention.vacuum_hours if hours is None else hours
+    state = settings.retention.state_history_hours
+    return {table: state if policy(table).state else window for table in tables_where()}
+
+
+def vacuum_all(
+    store: DeltaStore, settings: Settings, hours: int | None = None, dry_run: bool = False
+) -> dict[str, int]:
+    """VACUUM every existing table with its window (change-feed tables in full, so the deleted
+    rows' pre-images go too); returns the files removed per table."""
+    removed: dict[str, int] = {}
+    for table, window in vacuum_windows(settings, hours).items():
+        full = table in CHANGE_FEED
+        removed.update(vacuum(store, (table,), window, dry_run=dry_run, full=full))
+    return removed
+
+
+def table_files(store: DeltaStore, table: str) -> int:
+    """Every file under the table's folder: data, change data and log (0 when it is absent)."""
+    uri = store.uri(table)
+    filesystem, base = pafs.FileSystem.from_uri(uri if "://" in uri else _local_uri(uri))
+    if filesystem.get_file_info(base).type != pafs.FileType.Directory:
+        return 0
+    found = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
+    return sum(info.type == pafs.FileType.File for info in found)
+
+
+def maintain_state(store: DeltaStore, settings: Settings) -> dict[str, int]:
+    """Keep every state table bounded: drop superseded rows (`keep_latest`), OPTIMIZE, VACUUM
+    with the state history window, checkpoint, and delete log entries older than that window.
+    Returns each existing state table's file count afterwards."""
+    hours = settings.retention.state_history_hours
+    files: dict[str, int] = {}
+    for table in tables_where(state=True):
+        dt = store.table(table)
+        if dt is None:
+            continue
+        keep = policy(table).keep_latest
+        if keep is not None:
+            drop_superseded(store, table, *keep)
+        compact_table(
+            store,
+            table,
+            target_bytes=settings.retention.compaction_target_mb * MB,
+            small_bytes=settings.retention.compaction_small_file_mb * MB,
+            max_small=settings.retention.compaction_max_small_files,
+        )
+        set_log_retention(store, table, hours)
+        vacuum(store, (table,), hours, dry_run=False)
+        dt = store.table(table)
+        with store.guarded(table, "checkpoint"):
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+        files[table] = table_files(store, table)
+    return files
+
+
+def set_log_retention(store: DeltaStore, table: str, hours: int) -> None:
+    """Set `delta.logRetentionDuration` of `table` to `hours` unless it already is."""
+    dt = store.table(table)
+    wanted = f"interval {hours} hours"
+    if dt is None or dt.metadata().configuration.get(LOG_RETENTION) == wanted:
+        return
+    with store.guarded(table, "alter"):
+        dt.alter.set_table_properties({LOG_RETENTION: wanted})
+
+
+def drop_superseded(store: DeltaStore, table: str, key: str, order: str) -> int:
+    """Delete the rows of `table` below the highest `order` of their `key`."""
+    latest = store.scan(table).group_by(key).agg(pl.col(order).max()).collect().drop_nulls().rows()
+    deleted = 0
+    for value, top in latest:
+        literal = str(value).replace("'", "''")
+        deleted += delete_where(store, table, f"{key} = '{literal}' AND {order} < {int(top)}")
+    return deleted
+
+
+def _local_uri(path: str) -> str:
+    return Path(path).resolve().as_uri()

@@ -1,4 +1,5 @@
-"""Landing files rewritten without an erased scope's lines, read exactly as landing reads them.
+"""Landing files rewritten without an erased scope's lines or a sweep's expired lines, read
+exactly as landing reads them.
 
 Landing tells a gzip file by its magic bytes (`ctxdb.landing.files.unpack`), drops a UTF-8 byte
 order mark at the start, and splits the content on `\\n` only; a line is one event or one
@@ -38,6 +39,22 @@ def scope_lines(content: bytes, scope: Scope) -> int:
     return sum(scope.in_line(line) for line in body.split(b"\n"))
 
 
+def blanked(content: bytes, numbers: set[int]) -> tuple[bytes, int]:
+    """`content` with the lines numbered `numbers` (1-based, as landing numbers them) emptied,
+    and how many non-blank lines were emptied. Every other byte stays as it was and the other
+    lines keep their numbers (landing skips blank lines)."""
+    bom = BOM if content.startswith(BOM) else b""
+    lines = content[len(bom) :].split(b"\n")
+    gone = sum(1 for n in numbers if 0 < n <= len(lines) and lines[n - 1].strip())
+    kept = [b"" if n in numbers else line for n, line in enumerate(lines, 1)]
+    return bom + b"\n".join(kept), gone
+
+
+def is_blank(content: bytes) -> bool:
+    """True when no line of `content` holds anything but whitespace (or a byte order mark)."""
+    return not content.removeprefix(BOM).strip()
+
+
 def scrub(settings: Settings, sources: list[str], scope: Scope) -> int:
     """Rewrite each landing file in `sources` without the lines of `scope`; returns lines removed.
 
@@ -47,22 +64,27 @@ def scrub(settings: Settings, sources: list[str], scope: Scope) -> int:
     removed = 0
     for source in sources:
         filesystem, path = landing_file(settings, source)
-        raw = _read(filesystem, path)
+        raw = read(filesystem, path)
         if raw is None:
             continue
         kept, gone = without_scope(unpack(raw), scope)
         if not gone:
             continue
-        _replace(filesystem, path, gzip.compress(kept, mtime=0) if is_gzip(raw) else kept)
+        rewrite(filesystem, path, raw, kept)
         removed += gone
     return removed
+
+
+def rewrite(filesystem: pafs.FileSystem, path: str, raw: bytes, content: bytes) -> None:
+    """Replace the file whose bytes were `raw` with `content` (gzip again when it was gzip)."""
+    _replace(filesystem, path, gzip.compress(content, mtime=0) if is_gzip(raw) else content)
 
 
 def count(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int]:
     """Lines of `scope` in each landing file of `sources` (files gone count 0)."""
     counts: dict[str, int] = {}
     for source in sources:
-        raw = _read(*landing_file(settings, source))
+        raw = read(*landing_file(settings, source))
         counts[source] = 0 if raw is None else scope_lines(unpack(raw), scope)
     return counts
 
@@ -80,7 +102,7 @@ def landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]
     return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
 
 
-def _read(filesystem: pafs.FileSystem, path: str) -> bytes | None:
+def read(filesystem: pafs.FileSystem, path: str) -> bytes | None:
     """The raw bytes of a file (None when it is gone)."""
     if filesystem.get_file_info(path).type != pafs.FileType.File:
         return None

@@ -108,18 +108,25 @@ def deleted_by(
     return counts
 
 
-def vacuum(store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool) -> dict[str, int]:
+def vacuum(
+    store: DeltaStore, tables: Iterable[str], hours: int, dry_run: bool, full: bool = False
+) -> dict[str, int]:
     """VACUUM each existing table, removing files tombstoned more than `hours` ago.
 
     Only files the log removed are deleted (not a "full" vacuum), so a concurrent writer's
-    uncommitted files are never touched even with `hours=0`.
+    uncommitted files are never touched even with `hours=0`. `full` also deletes every other
+    file the current version does not read that is older than `hours`: the change data feed's
+    `_change_data` files (pre-images of deleted rows), which no log entry removes; the caller
+    holds the writer lease, so no writer of the table has uncommitted files.
     """
     removed: dict[str, int] = {}
     for table in tables:
         dt = store.table(table)
         if dt is None:
             continue
-        files = dt.vacuum(retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False)
+        files = dt.vacuum(
+            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, full=full
+        )
         removed[table] = len(files)
     return removed
 

@@ -1,22 +1,33 @@
-"""Retention: the TTL policy applied at derivation time and the sweep that physically purges.
+"""Retention: the TTL policy applied at derivation time and the sweep that physically purges, in
+every store: Delta, Elasticsearch, conversation file storage and the landing files.
 
 Sweep order (each step idempotent, so a run killed anywhere is finished by the next one):
 
-1. find expired rows in Delta (`expires_at <= cutoff`) and expired stragglers in Elasticsearch;
-2. record the run in `lifecycle_journal` (a killed run is resumed under the same run id) and the
-   Elasticsearch ids and storage paths to remove in `retention_pending`;
-3. DELETE the expired rows from Delta (role rows first, then TurnLogs, catalog, timelines, replay
-   artifacts, then the embedding statuses of every pending row id whose role row is gone, so the
-   statuses of rows an interrupted attempt purged go too) and prune embedding-cache entries no
-   row references; every delete commit carries the run id;
-4. bulk-delete every pending Elasticsearch id (404 = already gone) and remove pending files;
-5. clear the pending entries that were confirmed; Elasticsearch failures stay pending;
-6. VACUUM with the configured window, append a `retention_report` row whose deleted counts are
-   read from the tables' history for the run id (an interrupted attempt's deletes included), and
-   close the journal entry.
+1. find expired rows in Delta (`expires_at <= cutoff`; raw events by `occurred_at` + their TTL;
+   quarantine and failure rows by their `policy.clock` + the default TTL), the landing files
+   holding expired lines, and expired stragglers in Elasticsearch;
+2. record the run in `lifecycle_journal` (its header names the landing files; a killed run is
+   resumed under the same run id) and the Elasticsearch ids and storage paths to remove in
+   `retention_pending`;
+3. empty the expired lines of those landing files, deleting (or archiving) files left with no
+   line, and the landing files quarantined as unreadable past the default TTL
+   (`landing_retention`);
+4. DELETE the expired rows from Delta (role rows first, then TurnLogs, timelines, catalog, replay
+   artifacts, raw events, quarantine and failure rows, then the embedding statuses of every
+   pending row id whose role row is gone, so the statuses of rows an interrupted attempt purged go
+   too) and prune embedding-cache entries no row references; every delete commit carries the run
+   id;
+5. bulk-delete every pending Elasticsearch id (404 = already gone) and remove pending files;
+   clear the pending entries that were confirmed; Elasticsearch failures stay pending;
+6. VACUUM every table with its window (`compaction.vacuum_windows`), delete archive folders past
+   `archive_days`, keep the state tables bounded (`compaction.maintain_state`), append a
+   `retention_report` row whose deleted counts are read from the tables' history for the run id
+   (an interrupted attempt's deletes included), and close the journal entry.
 
-Delta is purged before Elasticsearch so the indexer, which reads Delta, cannot re-index a row the
-sweep is removing (see docs/operations.md for the full ordering argument).
+Landing files are rewritten before Delta is purged, so a landing run that re-reads a file finds
+the expired lines gone rather than landing them again as new events; Delta is purged before
+Elasticsearch so the indexer, which reads Delta, cannot re-index a row the sweep is removing (see
+docs/operations.md for the full ordering argument).
 """
 
 from __future__ import annotations
@@ -30,12 +41,20 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pyarrow as pa
+from deltalake import write_deltalake
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.index.lease import optional_writer_lease_for
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import journal
+from ctxdb.lifecycle.compaction import maintain_state, vacuum_all
 from ctxdb.lifecycle.journal import JournalRun
+from ctxdb.lifecycle.landing_retention import (
+    LandingSweep,
+    expire_archive,
+    expire_quarantined_files,
+    sweep_files,
+)
 from ctxdb.lifecycle.purge import (
     EsDeleteResult,
     columns_of,
@@ -46,44 +65,40 @@ from ctxdb.lifecycle.purge import (
     remove_paths,
     scan_ids,
     sql_ts,
-    vacuum,
 )
 from ctxdb.record.expiry import ttl_days_expr
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.files import TURN_KEY, turn_file_paths
 from ctxdb.storage.tables import (
-    CONVERSATION_TIMELINES,
+    DEFAULT_TTL,
     EMBEDDINGS,
+    EXPIRES_AT,
     QUARANTINED_EVENTS,
+    QUARANTINED_FILES,
     RAW_TURN_EVENTS,
-    REPLAY_ARTIFACTS,
     RETENTION_PENDING,
     RETENTION_PENDING_SCHEMA,
     RETENTION_REPORT,
     RETENTION_REPORT_SCHEMA,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
-    TURN_CATALOG,
     TURN_LOGS,
+    expiring,
+    policy,
+    tables_where,
 )
 
 log = logging.getLogger(__name__)
 
-# Tables whose rows carry their own `expires_at` and are swept by it.
-EXPIRING_TABLES = (ROLE_ROWS, TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, REPLAY_ARTIFACTS)
-# Every table the sweep may shrink (and therefore vacuums).
-SWEPT_TABLES = (
-    *EXPIRING_TABLES,
-    RAW_TURN_EVENTS,
-    QUARANTINED_EVENTS,
-    ROW_EMBEDDINGS,
-    EMBEDDINGS,
-    RETENTION_PENDING,
-)
+# Tables whose rows carry their own `expires_at` and are swept by it (role rows first).
+EXPIRING_TABLES = tuple(sorted(expiring(EXPIRES_AT), key=lambda table: table != ROLE_ROWS))
+# Tables whose rows expire the default TTL after their `policy.clock` column.
+DEFAULT_TTL_TABLES = expiring(DEFAULT_TTL)
 # Tables the sweep deletes rows from (its report counts these).
-PURGED_TABLES = (*EXPIRING_TABLES, RAW_TURN_EVENTS, QUARANTINED_EVENTS, ROW_EMBEDDINGS, EMBEDDINGS)
+PURGED_TABLES = tuple(table for table in tables_where() if policy(table).expires_by is not None)
 FILES = "files"
+LANDING = "landing"
 OPERATION = "retention"
 
 
@@ -96,6 +111,7 @@ class Expired:
     row_ids: list[str]
     turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
     raw_ids: pl.DataFrame | None = None  # event_id of expired raw events
+    sources: list[str] = field(default_factory=list)  # landing files holding expired lines
 
     def pending(self, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
         """The Elasticsearch ids and storage paths this sweep must remove."""
@@ -125,6 +141,8 @@ class RetentionReport:
     es_pending: int = 0
     files_removed: int = 0
     vacuumed_files: dict[str, int] = field(default_factory=dict)
+    landing: dict[str, int] = field(default_factory=dict)
+    state_files: dict[str, int] = field(default_factory=dict)
     oldest_remaining_ts: datetime | None = None
     error: str | None = None
 
@@ -152,6 +170,7 @@ class RetentionReport:
             "es_pending": self.es_pending,
             "files_removed": self.files_removed,
             "vacuumed_files": json.dumps(self.vacuumed_files, sort_keys=True),
+            "landing": json.dumps(self.landing, sort_keys=True),
             "oldest_remaining_ts": self.oldest_remaining_ts,
             "rows_per_s": self.rows_per_s,
             "error": self.error,
@@ -165,8 +184,9 @@ class RetentionReport:
 def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Expired:
     """Expired rows per table, the expired role-row ids and the expired turns (from TurnLogs).
 
-    Derived tables carry `expires_at`; raw events expire `occurred_at` + their tenant/app TTL and
-    quarantined lines `quarantined_at` + the default TTL.
+    Derived tables carry `expires_at`; raw events expire `occurred_at` + their tenant/app TTL,
+    quarantined lines and failure rows their `policy.clock` + the default TTL. `sources` are
+    the landing files of the expired raw events and quarantined lines.
     """
     counts: dict[str, int] = {}
     row_ids: list[str] = []
@@ -187,18 +207,31 @@ def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Exp
             row_ids = expired["row_id"].to_list()
         elif table == TURN_LOGS:
             turns = expired.unique()
-    raw_ids = _expired_raw_events(store, cutoff, settings)
-    if raw_ids is not None:
-        counts[RAW_TURN_EVENTS] = raw_ids.height
-    if "quarantined_at" in columns_of(store, QUARANTINED_EVENTS):
-        counts[QUARANTINED_EVENTS] = (
-            store.scan(QUARANTINED_EVENTS)
-            .filter(pl.col("quarantined_at") <= quarantine_cutoff(cutoff, settings))
-            .select(pl.len())
+    raw = _expired_raw_events(store, cutoff, settings)
+    sources = [] if raw is None else raw["source_file"].unique().to_list()
+    if raw is not None:
+        counts[RAW_TURN_EVENTS] = raw.height
+    for table in DEFAULT_TTL_TABLES:
+        clock = policy(table).clock
+        if clock not in columns_of(store, table):
+            continue
+        found = (
+            store.scan(table)
+            .filter(pl.col(clock) <= quarantine_cutoff(cutoff, settings))
+            .select("source_file" if table == QUARANTINED_EVENTS else pl.lit(1).alias("one"))
             .collect()
-            .item()
         )
-    return Expired(cutoff=cutoff, counts=counts, row_ids=row_ids, turns=turns, raw_ids=raw_ids)
+        counts[table] = found.height
+        if table == QUARANTINED_EVENTS:
+            sources += found["source_file"].unique().to_list()
+    return Expired(
+        cutoff=cutoff,
+        counts=counts,
+        row_ids=row_ids,
+        turns=turns,
+        raw_ids=None if raw is None else raw.select("event_id"),
+        sources=sorted(set(sources)),
+    )
 
 
 def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
@@ -208,13 +241,13 @@ def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
 def _expired_raw_events(
     store: DeltaStore, cutoff: datetime, settings: Settings
 ) -> pl.DataFrame | None:
-    if not {"event_id", "occurred_at"} <= set(columns_of(store, RAW_TURN_EVENTS)):
+    if not {"event_id", "occurred_at", "source_file"} <= set(columns_of(store, RAW_TURN_EVENTS)):
         return None
     days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=None)
     return (
         store.scan(RAW_TURN_EVENTS)
         .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
-        .select("event_id")
+        .select("event_id", "source_file")
         .collect()
     )
 
@@ -269,10 +302,11 @@ def purge_expired(
     deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys, run_id)
     if expired.raw_ids is not None:
         deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids, run_id)
-    if QUARANTINED_EVENTS in expired.counts:
-        before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
-        predicate = f"quarantined_at <= {before}"
-        deleted[QUARANTINED_EVENTS] = delete_where(store, QUARANTINED_EVENTS, predicate, run_id)
+    before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
+    for table in DEFAULT_TTL_TABLES:
+        if table in expired.counts and table != QUARANTINED_FILES:
+            predicate = f"{policy(table).clock} <= {before}"
+            deleted[table] = delete_where(store, table, predicate, run_id)
     deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at, run_id)
     return deleted
 
@@ -409,24 +443,33 @@ def _sweep(
         report.status = "dry_run"
         report.deleted_rows = dict(expired.counts)
         report.es_deleted = {kind: len(set(pending_now[kind])) for kind in (ROWS, TURNS)}
-        report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=True)
+        report.vacuumed_files = vacuum_all(store, settings, hours, dry_run=True)
+        report.landing = {"files_to_visit": len(expired.sources)}
         return _finish(store, report, clock)
 
     if run is None:
         header = {
             "started_at": started_at.isoformat(),
             "versions": journal.table_versions(store, PURGED_TABLES),
+            "sources": expired.sources,
         }
         run = JournalRun(run_id, OPERATION, header)
         journal.start(store, run)
     else:
         log.info("retention: resuming %s", run_id)
     record_pending(store, run_id, pending_now)
+    landing = LandingSweep()
+    sources = {*run.header.get("sources", []), *expired.sources}
+    sweep_files(store, settings, sources, cutoff, landing, run_id)
+    expire_quarantined_files(store, settings, cutoff, landing, run_id)
     purge_expired(store, expired, min(run.started_at, started_at), settings, run_id)
     finish_pending(store, es, settings, report)
-    report.vacuumed_files = vacuum(store, SWEPT_TABLES, hours, dry_run=False)
+    report.vacuumed_files = vacuum_all(store, settings, hours)
     report.oldest_remaining_ts = oldest_remaining(store)
     report.deleted_rows = deleted_by(store, PURGED_TABLES, run_id, run.versions)
+    landing.archive_days_removed = expire_archive(settings, cutoff)
+    report.landing = landing.as_dict()
+    report.state_files = maintain_state(store, settings)
     _finish(store, report, clock)
     for done in interrupted or [run]:
         journal.close(store, done.run_id)
@@ -479,5 +522,13 @@ def _finish(store: DeltaStore, report: RetentionReport, clock: float) -> Retenti
 
 
 def write_report(store: DeltaStore, report: RetentionReport, operation: str) -> None:
+    """Append the report row (merging in columns a table written by an older ctxdb lacks)."""
     row = pa.Table.from_pylist([report.as_row(operation)], schema=RETENTION_REPORT_SCHEMA)
-    store.append(RETENTION_REPORT, pl.from_arrow(row), schema=RETENTION_REPORT_SCHEMA)
+    with store.guarded(RETENTION_REPORT):
+        write_deltalake(
+            store.uri(RETENTION_REPORT),
+            row,
+            mode="append",
+            schema_mode="merge",
+            storage_options=store.storage_options or None,
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 TS = pa.timestamp("us", tz="UTC")
@@ -125,6 +127,7 @@ RETENTION_REPORT_SCHEMA = pa.schema(
         pa.field("oldest_remaining_ts", TS),
         pa.field("rows_per_s", pa.float64(), nullable=False),
         pa.field("error", pa.string()),
+        pa.field("landing", pa.string()),  # {"lines_removed": n, "files_removed": n, ...}
     ]
 )
 
@@ -388,3 +391,82 @@ SCHEMAS: dict[str, pa.Schema] = {
     DERIVE_FAILURES: DERIVE_FAILURES_SCHEMA,
     INDEX_FAILURES: INDEX_FAILURES_SCHEMA,
 }
+
+LANDING = "landing"
+DERIVATION = "derivation"
+EMBEDDING = "embedding"
+INDEXING = "indexing"
+LIFECYCLE = "lifecycle"
+
+# How the retention sweep shrinks a table (`TablePolicy.expires_by`).
+EXPIRES_AT = "expires_at"  # rows whose own `expires_at` has passed
+OCCURRED_AT = "occurred_at"  # raw events: `occurred_at` + their tenant/app TTL
+DEFAULT_TTL = "default_ttl"  # `quarantined_at` / `failed_at` + the default TTL
+ORPHANED = "orphaned"  # rows of purged rows or removed files (statuses, vectors, landed files)
+
+
+@dataclass(frozen=True)
+class TablePolicy:
+    """The maintenance policy of one table: who writes it, whether the retention sweep shrinks
+    it (and by what), and how its history is kept. Every table is compacted (OPTIMIZE) by the
+    compaction run and vacuumed by every sweep; the window is the retention VACUUM window, or,
+    for a `state` table (rewritten or appended by every run, never read through time travel),
+    the state history window, after which its log is checkpointed and trimmed too."""
+
+    writer: str
+    expires_by: str | None = None
+    clock: str | None = None
+    """The time column a DEFAULT_TTL row expires by."""
+    state: bool = False
+    compact: bool = True
+    keep_latest: tuple[str, str] | None = None
+    """(key, order) of a state table whose older rows per key are dropped by the maintenance."""
+
+
+POLICIES: dict[str, TablePolicy] = {
+    RAW_TURN_EVENTS: TablePolicy(LANDING, expires_by=OCCURRED_AT),
+    QUARANTINED_EVENTS: TablePolicy(LANDING, expires_by=DEFAULT_TTL, clock="quarantined_at"),
+    LANDED_FILES: TablePolicy(LANDING, expires_by=ORPHANED, state=True),
+    QUARANTINED_FILES: TablePolicy(
+        LANDING, expires_by=DEFAULT_TTL, clock="quarantined_at", state=True
+    ),
+    TURN_LOGS: TablePolicy(DERIVATION, expires_by=EXPIRES_AT),
+    CONVERSATION_TIMELINES: TablePolicy(DERIVATION, expires_by=EXPIRES_AT),
+    ROLE_ROWS: TablePolicy(DERIVATION, expires_by=EXPIRES_AT),
+    TURN_CATALOG: TablePolicy(DERIVATION, expires_by=EXPIRES_AT),
+    REPLAY_ARTIFACTS: TablePolicy(DERIVATION, expires_by=EXPIRES_AT),
+    DERIVE_STATE: TablePolicy(DERIVATION, state=True, keep_latest=("name", "landed_version")),
+    DERIVE_FAILURES: TablePolicy(DERIVATION, expires_by=DEFAULT_TTL, clock="failed_at", state=True),
+    EMBEDDINGS: TablePolicy(EMBEDDING, expires_by=ORPHANED),
+    ROW_EMBEDDINGS: TablePolicy(EMBEDDING, expires_by=ORPHANED),
+    INDEX_STATE: TablePolicy(INDEXING, state=True),
+    INDEX_FAILURES: TablePolicy(INDEXING, expires_by=DEFAULT_TTL, clock="failed_at", state=True),
+    RETENTION_PENDING: TablePolicy(LIFECYCLE, state=True),
+    RETENTION_REPORT: TablePolicy(LIFECYCLE),
+    LIFECYCLE_JOURNAL: TablePolicy(LIFECYCLE, state=True),
+    PURGED_CONVERSATIONS: TablePolicy(LIFECYCLE),
+}
+"""The one table registry: compaction, VACUUM, the retention sweep and `ctxdb tables` read it
+(docs/tables.md, "Maintenance policy"); a table in SCHEMAS without a policy fails the tests."""
+
+
+def policy(table: str) -> TablePolicy:
+    """The policy of `table` (KeyError naming it when it has none)."""
+    try:
+        return POLICIES[table]
+    except KeyError:
+        raise KeyError(f"table {table!r} has no policy in ctxdb.storage.tables.POLICIES") from None
+
+
+def tables_where(**wanted: object) -> tuple[str, ...]:
+    """Tables of the registry whose policy has every attribute in `wanted`, in SCHEMAS order."""
+    return tuple(
+        table
+        for table in SCHEMAS
+        if all(getattr(policy(table), name) == value for name, value in wanted.items())
+    )
+
+
+def expiring(kind: str) -> tuple[str, ...]:
+    """Tables the retention sweep shrinks by `kind` (EXPIRES_AT, DEFAULT_TTL, ...)."""
+    return tables_where(expires_by=kind)
