@@ -32,14 +32,14 @@ QUERY = "upload retries test fails with ConnectionResetError"
 def test_hook_captured_turns_are_searchable_by_their_user_only(
     settings: Settings, query_embedder, tmp_path: Path
 ) -> None:
-    ann = settings.replace(claude_code={"user_id": "ann"})
+    transcripts = tmp_path / "claude" / "projects"
+    ann = settings.replace(claude_code={"user_id": "ann", "projects": str(transcripts)})
     bob = settings.replace(
         home=tmp_path / "bob-home",
         landing={"uri": settings.landing_uri},
-        claude_code={"user_id": "bob"},
+        claude_code={"user_id": "bob", "projects": str(transcripts)},
     )
     shop, garden = tmp_path / "src" / "shop", tmp_path / "src" / "garden"
-    transcripts = tmp_path / "claude" / "projects"
     ann_session, ann_turns = coding_session(transcripts / "-shop" / "a.jsonl", str(shop))
     play(ann_session, installed_command(ann, shop), final_answers(ann_session))
     bob_session = Session(transcripts / "-garden" / "b.jsonl", str(garden))
