@@ -349,13 +349,22 @@ HOST = textwrap.dedent(
 )
 
 
-def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_path: Path) -> None:
-    landing = tmp_path / "landing"
+RECOVER = textwrap.dedent(
+    """
+    import sys
+    from ctxdb.capture import Recorder
+
+    rec = Recorder(sys.argv[1], tenant="acme", app="chat", agent="helper")
+    rec.flush()
+    rec.close()
+    """
+)
+
+
+def killed_host(landing: Path) -> None:
+    """Run HOST until its events are written, then SIGKILL it (its turns left open)."""
     host = subprocess.Popen(
-        [sys.executable, "-c", HOST, str(landing)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
+        [sys.executable, "-c", HOST, str(landing)], stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
         assert host.stdout is not None and host.stdout.readline().strip() == "written"
@@ -363,6 +372,11 @@ def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_pat
     finally:
         host.wait(timeout=30)
     assert host.returncode == -signal.SIGKILL
+
+
+def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    killed_host(landing)
     assert spooled(landing, ".jsonl.part") and spooled(landing, ".lock")
 
     stats, events = landed(landing, tmp_path / "delta")
@@ -398,6 +412,41 @@ def test_a_host_killed_mid_turn_is_closed_as_cancelled_by_the_next_start(tmp_pat
     assert again.flush()
     again.close()
     assert again.stats.recovered_turns == 0
+
+
+@pytest.mark.parametrize("point", ["capture:cancelled", "capture:sealed"])
+def test_issue_24_finding_7_a_recovery_killed_midway_and_resumed_writes_identical_cancels(
+    point: str, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    killed_host(landing)
+    recovery = subprocess.run(
+        [sys.executable, "-c", RECOVER, str(landing)],
+        env={**os.environ, "CTXDB_FAULT_KILL_AFTER": point},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert recovery.returncode == -signal.SIGKILL  # killed right after `point`
+    time.sleep(0.05)  # a later clock: nothing recovery writes may depend on it
+    resumed = recorder(landing)
+    assert resumed.flush()
+    resumed.close()
+    assert spooled(landing, ".jsonl.part") == [] and spooled(landing, ".lock") == []
+
+    cancel_ids = {cancel_event_id("c1", "t-open"), cancel_event_id("c2", "t-quiet")}
+    cancels = sorted(
+        line
+        for published in spooled(landing, ".jsonl")
+        for line in published.read_bytes().splitlines()
+        if json.loads(line)["event_id"] in cancel_ids
+    )
+    assert len(set(cancels)) == 2, cancels  # one byte string per turn, however often written
+    stats, events = landed(landing, tmp_path / "delta")
+    assert stats.quarantined == 0
+    t_open = events.filter(pl.col("turn_id") == "t-open")
+    cancel = t_open.filter(pl.col("event_id") == cancel_event_id("c1", "t-open"))
+    heard = t_open.filter(pl.col("type") != "turn.closed")["occurred_at"].max()
+    assert cancel["occurred_at"].to_list() == [heard]  # closed when it was last heard of
 
 
 def test_a_live_writer_is_never_recovered_by_another(tmp_path: Path) -> None:

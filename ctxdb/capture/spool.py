@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxdb.contract.events import SCHEMA_VERSION, parse_event
+from ctxdb.storage.faults import reached
 
 try:
     import fcntl
@@ -284,14 +285,19 @@ def _recover_writer(directory: Path, name: str, done: Recovered) -> None:
     if cancels:
         target = parts[-1] if parts else directory / f"{name}-recovered{PART}"
         _append_whole_lines(target, cancels)
+        reached("capture:cancelled")
         parts = parts if parts else [target]
+    # The journal goes before any part is sealed: a recovery killed from here on is resumed from
+    # the part files alone, whose last one holds the cancels until it is sealed last, so it never
+    # writes a cancel again (which, from the journal, would carry another `occurred_at`).
+    with contextlib.suppress(FileNotFoundError):
+        (directory / f"{name}.open").unlink()
     for part in parts:
         done.published.append(seal(part))
+        reached("capture:sealed")
     done.cancelled += still_open
     if cancels:
         log.warning("capture: closed %d turn(s) of dead writer %s as cancelled", len(cancels), name)
-    with contextlib.suppress(FileNotFoundError):
-        (directory / f"{name}.open").unlink()
 
 
 def _instant(value: str) -> datetime:

@@ -4,8 +4,10 @@ With `CTXDB_FAULT_KILL_AFTER=<point>[#<n>]` in the environment, the n-th (defaul
 the process passes `<point>` it kills itself with SIGKILL: no `finally`, no lease release, no
 flush, as a crash or the OOM killer would stop it. Points: `delta:<table>` after each Delta
 commit to that table (every `DeltaStore` write), `es:bulk` after each bulk request Elasticsearch
-answered, `es:alias_swap` after a reindex's alias swap. Unset (always, outside the tests in
-tests/test_faults.py), `reached` only reads the environment.
+answered, `es:alias_swap` after a reindex's alias swap, `capture:cancelled` after a recorder's
+crash recovery appended its cancel events and `capture:sealed` after it sealed a part file. Unset
+(always, outside tests/test_faults.py and tests/test_capture_recorder.py), `reached` only reads
+the environment.
 """
 
 from __future__ import annotations
