@@ -42,7 +42,8 @@ import json
 import pickle
 import time
 import zlib
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -539,7 +540,12 @@ def main(
         prepared[name] = preps
         qids[name] = [q.qid for q in qs.queries]
     if variants:
-        rows = fusion_variants.compare(prepared, lambda p: fused_scores(p, default_cfg))
+
+        def tweak(**changes: float) -> Callable[[Prepared], np.ndarray]:
+            cfg = replace(default_cfg, **changes)
+            return lambda p: fused_scores(p, cfg)
+
+        rows = fusion_variants.compare(prepared, tweak(), tweak)
         typer.echo(fusion_variants.render(rows, list(prepared)))
         report["variants"] = rows
     if sweep and len(prepared) > 1:

@@ -146,9 +146,18 @@ def headline(summary: dict) -> dict[str, float]:
     return out
 
 
-def variants(default_score: Callable) -> list[Variant]:
-    """Every fixed variant compared (the learned one is fitted per held-out set)."""
+def variants(default_score: Callable, tweak: Callable | None = None) -> list[Variant]:
+    """Every fixed variant compared (the learned one is fitted per held-out set); `tweak(**kw)`
+    makes the defaults' scorer with some knobs changed."""
     out = [Variant("defaults", default_score)]
+    if tweak is not None:
+        for k in (3, 10, 20, 60):
+            out.append(Variant(f"defaults k={k}", tweak(rrf_k=k)))
+        out.append(Variant("defaults coverage 0", tweak(coverage=0.0)))
+        out.append(Variant("defaults coverage 1", tweak(coverage=1.0)))
+        out.append(Variant("defaults recency 0", tweak(recency=0.0)))
+        out.append(Variant("defaults time 0", tweak(time=0.0)))
+        out.append(Variant("defaults k=60 coverage 0", tweak(rrf_k=60, coverage=0.0)))
     out += [Variant(f"rrf k={k}", rrf(k)) for k in (1, 2, 3, 5, 10, 20, 30, 60, 100, 200)]
     for sem in (0.5, 0.75):
         for k in (5, 20, 60):
@@ -165,10 +174,12 @@ def variants(default_score: Callable) -> list[Variant]:
     return out
 
 
-def compare(prepared: dict[str, Sequence], default_score: Callable) -> list[dict]:
+def compare(
+    prepared: dict[str, Sequence], default_score: Callable, tweak: Callable | None = None
+) -> list[dict]:
     """Every variant on every set, plus the learned combination fitted on the other sets."""
     rows = []
-    for v in variants(default_score):
+    for v in variants(default_score, tweak):
         rows.append(
             {"variant": v.name}
             | {
