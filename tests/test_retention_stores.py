@@ -16,7 +16,7 @@ from conftest_ops import run_pipeline
 
 from ctxdb.index.incremental import read_state, write_state
 from ctxdb.landing.run import land
-from ctxdb.lifecycle import landing_lines, retention
+from ctxdb.lifecycle import retention
 from ctxdb.lifecycle.compaction import maintain_state, table_files
 from ctxdb.lifecycle.landing_retention import archive_root
 from ctxdb.record.run import STATE_NAME, last_derived_version
@@ -29,6 +29,7 @@ from ctxdb.storage.tables import (
     EXPIRES_AT,
     INDEX_STATE,
     LANDED_FILES,
+    LIFECYCLE_JOURNAL,
     POLICIES,
     QUARANTINED_EVENTS,
     RAW_TURN_EVENTS,
@@ -59,21 +60,24 @@ def test_every_table_has_a_policy_that_fits_its_schema():
         policy("not_a_table")
 
 
-def _pipeline(store, es, settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _pipeline(store, es, settings) -> list[str]:
     """Two generated batches through the real landing, derivation and indexing: one 400 days
-    old (expired at the real now), one recent. Returns the old raw events and role rows."""
+    old (expired at the real now), one recent. Returns strings only the expired events hold:
+    their event ids and the texts of their role rows that no live event or row also has (the
+    generator reuses sentences across conversations)."""
     now = datetime.now(UTC)
     run_pipeline(store, es, settings, {"old": (1, now - timedelta(days=400)), "new": (2, now)})
-    old_raw = store.read(RAW_TURN_EVENTS).filter(pl.col("occurred_at") < now - timedelta(days=365))
-    old_rows = store.read(ROLE_ROWS).filter(pl.col("expires_at") <= now)
-    assert old_raw.height and old_rows.height
-    return old_raw, old_rows
-
-
-def _needles(old_raw: pl.DataFrame, old_rows: pl.DataFrame) -> list[str]:
-    """Strings only the expired events hold: their event ids and their role rows' texts."""
-    texts = [t[:60] for t in old_rows["text"].to_list() if len(t) >= 30]
-    return [*old_raw["event_id"].to_list(), *texts]
+    raw = store.read(RAW_TURN_EVENTS)
+    rows = store.read(ROLE_ROWS)
+    old = pl.col("occurred_at") < now - timedelta(days=365)
+    expired = pl.col("expires_at") <= now
+    live = "\n".join(
+        [*raw.filter(~old)["payload"].to_list(), *rows.filter(~expired)["text"].to_list()]
+    )
+    texts = [t[:60] for t in rows.filter(expired)["text"].to_list() if len(t) >= 30]
+    needles = [*raw.filter(old)["event_id"].to_list(), *(t for t in texts if t not in live)]
+    assert raw.filter(old).height and len(needles) > raw.filter(old).height
+    return needles
 
 
 def _landing_text(root: Path) -> str:
@@ -119,14 +123,14 @@ def _found(text: str, needles: list[str]) -> list[str]:
 
 @pytest.mark.es
 def test_after_a_sweep_no_expired_event_is_readable_in_any_store(store, es, ops_settings):
-    old_raw, old_rows = _pipeline(store, es, ops_settings)
-    needles = _needles(old_raw, old_rows)
+    needles = _pipeline(store, es, ops_settings)
     landing = Path(ops_settings.landing_uri)
     delta = Path(ops_settings.delta_uri)
     prefix = ops_settings.elasticsearch.index_prefix
     assert _found(_landing_text(landing), needles)
     assert _found(_delta_text(delta), needles)
-    live_events = store.read(RAW_TURN_EVENTS).height - old_raw.height
+    assert _es_hits(es, prefix, needles)
+    events = store.read(RAW_TURN_EVENTS).height
     quarantined = store.read(QUARANTINED_EVENTS).height
 
     report = retention.sweep(store, es, ops_settings)
@@ -135,8 +139,9 @@ def test_after_a_sweep_no_expired_event_is_readable_in_any_store(store, es, ops_
     assert _found(_landing_text(landing), needles) == []
     assert _found(_delta_text(delta), needles) == []
     assert _es_hits(es, prefix, needles) == 0
-    assert store.read(RAW_TURN_EVENTS).height == live_events
-    assert report.landing["lines_removed"] >= old_raw.height
+    expired_events = report.deleted_rows[RAW_TURN_EVENTS]
+    assert expired_events and store.read(RAW_TURN_EVENTS).height == events - expired_events
+    assert report.landing["lines_removed"] >= expired_events
     saved = json.loads(store.read(RETENTION_REPORT)["landing"][0])
     assert saved == report.landing
     # What is left in the landing files is exactly what is still live: landing it again adds
@@ -185,27 +190,24 @@ def test_fully_expired_files_are_archived_then_deleted(store, es, ops_settings):
 
 
 @pytest.mark.es
-def test_a_sweep_killed_between_landing_rewrites_is_finished_by_the_next(
+def test_a_sweep_killed_after_the_landing_rewrite_is_finished_by_the_next(
     store, es, ops_settings, monkeypatch
 ):
-    """The injected error after the first rewritten file stands in for the process dying."""
-    old_raw, old_rows = _pipeline(store, es, ops_settings)
-    needles = _needles(old_raw, old_rows)
+    """Killed after the landing files were rewritten and before Delta was purged (the injected
+    error stands in for the process dying): the next run finishes every store."""
+    needles = _pipeline(store, es, ops_settings)
     landing = Path(ops_settings.landing_uri)
-    real = landing_lines.rewrite
-    calls = []
 
-    def dies_after_one(*args):
-        if calls:
-            raise RuntimeError("simulated crash between two landing rewrites")
-        calls.append(args)
-        real(*args)
+    def crash(*args, **kwargs):
+        raise RuntimeError("simulated crash between the landing and Delta steps")
 
     with monkeypatch.context() as patch:
-        patch.setattr(landing_lines, "rewrite", dies_after_one)
+        patch.setattr(retention, "purge_expired", crash)
         with pytest.raises(RuntimeError):
             retention.sweep(store, es, ops_settings)
-    assert _found(_landing_text(landing), needles)
+    assert _found(_landing_text(landing), needles) == []
+    assert _found(_delta_text(Path(ops_settings.delta_uri)), needles)
+    assert store.read(LIFECYCLE_JOURNAL).height == 1  # the run is recorded as unfinished
 
     report = retention.sweep(store, es, ops_settings)
 
@@ -213,6 +215,8 @@ def test_a_sweep_killed_between_landing_rewrites_is_finished_by_the_next(
     assert _found(_landing_text(landing), needles) == []
     assert _found(_delta_text(Path(ops_settings.delta_uri)), needles) == []
     assert _es_hits(es, ops_settings.elasticsearch.index_prefix, needles) == 0
+    assert report.run_id == store.read(RETENTION_REPORT)["run_id"][0]  # resumed, same run
+    assert store.read(LIFECYCLE_JOURNAL).is_empty()
 
 
 def test_state_table_histories_stay_bounded_over_many_syncs(tmp_path: Path):
