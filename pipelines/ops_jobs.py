@@ -80,7 +80,8 @@ def retention_sweep(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[str]:
-    """Purge expired rows from Delta, Elasticsearch and storage; VACUUM; report."""
+    """Purge expired data from Delta, Elasticsearch, file storage and the landing files; VACUUM
+    every table with its window; keep the state tables bounded; report."""
     store = delta.store()
     report = sweep(
         store,
@@ -160,7 +161,8 @@ def compact_tables(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[int]:
-    """OPTIMIZE every Delta table and check small files stay bounded (under the writer lease)."""
+    """OPTIMIZE every table whose registry policy compacts it and check small files stay
+    bounded (under the writer lease)."""
     store = delta.store()
     results = compact_all(store, es.client(), es.settings())
     for result in results:
@@ -183,7 +185,8 @@ def compact_tables(
 @job(
     tags=WRITER_TAGS,
     hooks=FAILURE_HOOKS,
-    description="Daily retention sweep: Delta DELETE + VACUUM, ES deletes.",
+    description="Daily retention sweep: Delta DELETE, landing-file rewrite, ES deletes, VACUUM "
+    "and state-table upkeep.",
 )
 def retention_job() -> None:
     retention_sweep()

@@ -13,7 +13,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from conftest_ops import run_pipeline
+from typer.testing import CliRunner
 
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
 from ctxdb.index.incremental import read_state, write_state
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import retention
@@ -255,3 +258,13 @@ def test_state_table_histories_stay_bounded_over_many_syncs(tmp_path: Path):
     assert read_state(store, "idx-rows", "uuid-1") == ({ROLE_ROWS: 200}, 200)
     assert last_derived_version(store) == 200
     assert store.read(DERIVE_STATE).height == 1
+
+
+def test_cli_tables_lists_every_table_with_its_policy(tmp_path: Path, monkeypatch):
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
+    shown = CliRunner().invoke(app, ["tables"])
+    assert shown.exit_code == 0, shown.output
+    lines = {line.split("┆")[0].strip("│ "): line for line in shown.output.splitlines()}
+    for table in SCHEMAS:
+        assert policy(table).writer in lines[table], table

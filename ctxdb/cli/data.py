@@ -19,29 +19,7 @@ from ctxdb.record.run import derive, table_rows
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import (
-    CONVERSATION_TIMELINES,
-    DERIVE_STATE,
-    LANDED_FILES,
-    QUARANTINED_EVENTS,
-    RAW_TURN_EVENTS,
-    REPLAY_ARTIFACTS,
-    ROLE_ROWS,
-    TURN_CATALOG,
-    TURN_LOGS,
-)
-
-TURN_RECORD_TABLES = (
-    RAW_TURN_EVENTS,
-    QUARANTINED_EVENTS,
-    LANDED_FILES,
-    TURN_LOGS,
-    CONVERSATION_TIMELINES,
-    ROLE_ROWS,
-    TURN_CATALOG,
-    REPLAY_ARTIFACTS,
-    DERIVE_STATE,
-)
+from ctxdb.storage.tables import SCHEMAS, policy
 
 
 def _parse_now(value: str | None) -> datetime:
@@ -124,11 +102,19 @@ def derive_command(
 
 @app.command()
 def tables() -> None:
-    """Row count and Delta version of every turn-record table."""
+    """Row count, Delta version and maintenance policy (writer, what the retention sweep removes
+    by, state table or not) of every table in the registry."""
     store = DeltaStore.from_settings(get_settings())
     rows = [
-        {"table": name, "rows": table_rows(store, name), "version": store.version(name)}
-        for name in TURN_RECORD_TABLES
+        {
+            "table": name,
+            "rows": table_rows(store, name),
+            "version": store.version(name),
+            "writer": policy(name).writer,
+            "expires_by": policy(name).expires_by or "",
+            "state": policy(name).state,
+        }
+        for name in SCHEMAS
     ]
     with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         typer.echo(pl.DataFrame(rows))

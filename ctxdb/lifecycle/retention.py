@@ -177,7 +177,7 @@ class RetentionReport:
         }
 
     def as_metadata(self) -> dict[str, object]:
-        row = self.as_row()
+        row = {**self.as_row(), "state_files": json.dumps(self.state_files, sort_keys=True)}
         return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
