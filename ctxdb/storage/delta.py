@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import time
@@ -17,7 +18,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.table import TableMerger
 
 from ctxdb.settings import Settings
-from ctxdb.storage.errors import StorageError, os_errno
+from ctxdb.storage.errors import StorageError, object_store_cause, os_errno
 from ctxdb.storage.faults import reached
 from ctxdb.storage.tables import table_properties
 
@@ -61,8 +62,9 @@ class DeltaStore:
 
     @contextmanager
     def guarded(self, table: str, action: str = "write") -> Iterator[None]:
-        """Raise an operating-system failure inside the block (disk full, read-only directory) as
-        a one-line `StorageError` naming the table; other errors pass unchanged. A block that
+        """Raise an operating-system failure inside the block (disk full, read-only directory) or
+        an object store's (a response broken off) as a one-line `StorageError` naming the table;
+        other errors pass unchanged. A block that
         commits (any action but "open") is the commit point `delta:<table>` (see `faults`)."""
         try:
             yield
@@ -70,10 +72,11 @@ class DeltaStore:
             raise
         except Exception as exc:
             code = os_errno(exc)
-            if code is None:
+            cause = None if code is not None else object_store_cause(exc)
+            if code is None and cause is None:
                 raise
             log.debug("%s of %s failed: %s", action, table, exc)
-            raise StorageError(table, self.uri(table), action, code) from None
+            raise StorageError(table, self.uri(table), action, code or errno.EIO, cause) from None
         if action != "open":
             reached(f"delta:{table}")
 

@@ -3,8 +3,10 @@
 delta-rs reports a full or read-only disk as a long `DeltaError`/`OSError` chain ending in
 `... (os error 28)`, and a table directory it cannot create (the first write under a read-only or
 non-directory root) as `TableNotFoundError: Could not create local directory: ... Os { code: 13,
-... }`; `StorageError` keeps only the table, the action and the operating system's reason, so the
-CLI and the job logs can show one line instead of a traceback.
+... }`; an object store whose connection breaks in the middle of a response as `OSError: Kernel
+error -> Generic S3 error` with no operating-system code. `StorageError` keeps only the table,
+its URI, the action and the cause, so the CLI and the job logs can show one line instead of a
+traceback.
 """
 
 from __future__ import annotations
@@ -22,20 +24,25 @@ _REASONS = {
     errno.ENOTDIR: "not a directory (a file is in the way)",
 }
 _OS_ERROR = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
+_OBJECT_STORE_ERROR = re.compile(r"\bGeneric [A-Za-z0-9]+ error\b")
 
 
 class StorageError(OSError):
-    """A Delta table could not be written or read because of its storage (disk, permissions)."""
+    """A Delta table could not be written or read because of its storage (disk, permissions,
+    the object store); `cause` replaces the errno's reason when given."""
 
-    def __init__(self, table: str, uri: str, action: str, code: int) -> None:
-        super().__init__(code, reason(code))
+    def __init__(
+        self, table: str, uri: str, action: str, code: int, cause: str | None = None
+    ) -> None:
+        super().__init__(code, cause or reason(code))
         self.table = table
         self.uri = uri
         self.action = action
+        self.cause = cause
 
-    def __reduce__(self) -> tuple[type[StorageError], tuple[str, str, str, int]]:
+    def __reduce__(self) -> tuple[type[StorageError], tuple[str, str, str, int, str | None]]:
         """Pickle by the constructor's arguments (a derivation worker raises it to its caller)."""
-        return type(self), (self.table, self.uri, self.action, self.errno)
+        return type(self), (self.table, self.uri, self.action, self.errno, self.cause)
 
     def __str__(self) -> str:
         return f"cannot {self.action} table {self.table} at {self.uri}: {self.strerror}"
@@ -53,3 +60,10 @@ def os_errno(exc: BaseException) -> int | None:
         return exc.errno
     found = _OS_ERROR.search(str(exc))
     return int(found.group(1) or found.group(2)) if found else None
+
+
+def object_store_cause(exc: BaseException) -> str | None:
+    """`object store error (<its message>)` for an object store's failure that carries no
+    operating-system code (delta-rs' `Generic S3 error` when a response breaks off), else None."""
+    found = _OBJECT_STORE_ERROR.search(str(exc))
+    return f"object store error ({found.group(0)})" if found else None
