@@ -194,3 +194,25 @@ def test_finding_21_validation_problems_are_short_and_named(api: Api) -> None:
     detail = assert_short_4xx(api.post({"query": "x", "scope": "galaxy", "top_k": 0}))
     assert detail.startswith("scope: ") and "top_k: " in detail
     assert "JSON" in assert_short_4xx(api.post(content=b'{"query": '))
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/conversations/%E0%A4%A", "/conversations/%zz/turns/t1", "/conversations/c-k8s/turns/%C3%28"],
+)
+def test_issue_24_finding_8_viewer_address_with_a_malformed_escape_is_400(
+    api: Api, path: str
+) -> None:
+    page = api.http.get(path)  # the page itself says what is wrong (tests/test_viewer.py)
+    assert page.status_code == 400 and 'id="page-error"' in page.text
+    assert page.headers["content-type"].startswith("text/html")
+
+
+@pytest.mark.parametrize("path", ["/conversations/caf%C3%A9", "/?q=%zz", "/conversations/c-k8s"])
+def test_issue_24_finding_8_well_formed_viewer_addresses_are_200(api: Api, path: str) -> None:
+    assert api.http.get(path).status_code == 200
+
+
+def test_issue_24_finding_8_api_path_with_a_malformed_escape_is_a_short_4xx(api: Api) -> None:
+    for path in ("/v1/conversations/%E0%A4%A/turns/t1", "/v1/conversations/c-k8s/turns/%zz"):
+        assert "pattern" in assert_short_4xx(api.get(path))  # the id rules refuse it

@@ -180,3 +180,37 @@ def test_timeline_and_another_users_turn(
     wait_for(lambda: browser.find_element(By.ID, "not-found").is_displayed())
     assert "salaries" not in browser.page_source
     screenshot(browser, shots, "viewer-not-found")
+
+
+@pytest.mark.parametrize("address", ["/conversations/%E0%A4%A", "/conversations/c-k8s/turns/%zz"])
+@pytest.mark.parametrize("signed_in", [True, False])
+def test_issue_24_finding_8_a_malformed_escape_in_the_address_is_an_error_not_a_blank_page(
+    browser, base_url: str, search_env: SearchEnv, address: str, signed_in: bool
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    if signed_in:
+        sign_in(browser, base_url, search_env.tokens["alice"])
+        wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    else:
+        browser.execute_script("sessionStorage.clear()")
+    browser.get(base_url + address)
+    wait_for(lambda: browser.find_element(By.ID, "page-error").is_displayed())
+    assert browser.find_element(By.ID, "page-error-title").text == "Malformed address"
+    text = browser.find_element(By.ID, "page-error-text").text
+    assert text.startswith(f"The address {address} has a malformed %-escape"), text
+    assert not browser.find_element(By.ID, "app").is_displayed()
+    assert not browser.find_element(By.ID, "signin").is_displayed()
+
+
+def test_issue_24_finding_8_a_malformed_escape_in_query_or_hash_is_ignored(
+    browser, base_url: str, search_env: SearchEnv
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, base_url, search_env.tokens["alice"])
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    browser.get(base_url + "/conversations/c-k8s?from=%zz#%E0%A4%A")
+    wait_for(lambda: browser.find_element(By.ID, "conversation-view").is_displayed())
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row")) == 3
+    assert not browser.find_element(By.ID, "page-error").is_displayed()

@@ -8,9 +8,11 @@ origin.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
+from urllib.parse import unquote_to_bytes
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 _STATIC = resources.files("ctxdb.serve") / "static"
@@ -24,9 +26,28 @@ _HEADERS = {
 }
 
 
-def _page() -> Response:
+_BAD_ESCAPE = re.compile(rb"%(?![0-9A-Fa-f]{2})")
+
+
+def malformed_escape(raw_path: bytes) -> bool:
+    """Whether a request path has a malformed percent escape: a `%` not followed by two hex
+    digits, or escapes whose bytes are not UTF-8 (the server decodes those to U+FFFD)."""
+    if _BAD_ESCAPE.search(raw_path):
+        return True
+    try:
+        unquote_to_bytes(raw_path).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _page(request: Request) -> Response:
+    """The page; 400 when its path has a malformed escape (the page then says so itself)."""
     html = (_STATIC / "viewer.html").read_bytes()
-    return Response(html, media_type="text/html; charset=utf-8", headers=_HEADERS)
+    status = 400 if malformed_escape(request.scope.get("raw_path") or b"") else 200
+    return Response(
+        html, status_code=status, media_type="text/html; charset=utf-8", headers=_HEADERS
+    )
 
 
 def viewer_router() -> APIRouter:
@@ -34,16 +55,16 @@ def viewer_router() -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get("/")
-    def home() -> Response:
-        return _page()
+    def home(request: Request) -> Response:
+        return _page(request)
 
     @router.get("/conversations/{conversation_id}")
-    def conversation(conversation_id: str) -> Response:
-        return _page()
+    def conversation(request: Request, conversation_id: str) -> Response:
+        return _page(request)
 
     @router.get("/conversations/{conversation_id}/turns/{turn_id}")
-    def turn(conversation_id: str, turn_id: str) -> Response:
-        return _page()
+    def turn(request: Request, conversation_id: str, turn_id: str) -> Response:
+        return _page(request)
 
     @router.get("/static/{name}")
     def asset(name: str) -> Response:

@@ -42,6 +42,30 @@ function show(section) {
   for (const id of ["search-view", "conversation-view", "turn-view", "not-found"]) $(id).hidden = id !== section;
 }
 
+// The path's segments, decoded; null when one has a malformed %-escape (decodeURIComponent
+// throws a URIError: a "%" not followed by two hex digits, or bytes that are not UTF-8).
+function pathParts() {
+  try {
+    return location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  } catch (error) {
+    if (error instanceof URIError) return null;
+    throw error;
+  }
+}
+
+// A failure the page cannot show in one of its views: one line saying what and why.
+function pageError(title, message) {
+  $("signin").hidden = true; $("app").hidden = true;
+  $("page-error-title").textContent = title;
+  $("page-error-text").textContent = message;
+  $("page-error").hidden = false;
+}
+
+function badAddress() {
+  pageError("Malformed address", `The address ${location.pathname} has a malformed %-escape ` +
+    "(a % must be followed by two hex digits that spell UTF-8), so it names no conversation or turn.");
+}
+
 function signedOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   $("app").hidden = true; $("signout").hidden = true; $("who").textContent = "";
@@ -155,7 +179,8 @@ async function showTurn(conversationId, turnId) {
 }
 
 async function route() {
-  const parts = location.pathname.split("/").filter(Boolean).map(decodeURIComponent);
+  const parts = pathParts();
+  if (parts === null) return badAddress();
   try {
     if (parts[0] === "conversations" && parts.length === 4 && parts[2] === "turns") return await showTurn(parts[1], parts[3]);
     if (parts[0] === "conversations" && parts.length === 2) return await showConversation(parts[1]);
@@ -164,11 +189,12 @@ async function route() {
   } catch (error) {
     if (error.status === 401) return signedOut(error.message);
     if (error.status === 404) return show("not-found");
-    throw error;
+    pageError("Something went wrong", `error: ${error.message}`);
   }
 }
 
 async function start() {
+  if (pathParts() === null) return badAddress();
   if (!sessionStorage.getItem(TOKEN_KEY)) return signedOut("");
   try {
     await loadConversations();
