@@ -68,10 +68,6 @@ def raw_turn_events(
         scanner=settings.landing.scanner,
         writer=delta_writer_lease_for(es.client(), settings, "landing"),
     )
-    context.log.info(
-        f"landed {stats.landed} events from {stats.files} files "
-        f"({stats.duplicates} duplicates, {stats.quarantined} quarantined)"
-    )
     yield MaterializeResult(
         asset_key=RAW_TURN_EVENTS,
         metadata={

@@ -92,10 +92,8 @@ def search_index(
     ]
     metadata: dict[str, int | float | str | bool] = {"shard": shards_label(shards)}
     for report in reports:
-        context.log.info(
-            f"{report.index}: {report.indexed} indexed, {report.deleted} deleted"
-            + (" (no change)" if report.skipped else "")
-        )
+        if report.skipped:  # a sync logs its own counts (ctxdb log)
+            context.log.info(f"{report.index}: no change")
         for name, value in report.as_metadata().items():
             if name == "kind":
                 continue

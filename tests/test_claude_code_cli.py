@@ -10,8 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from claude_code_sessions import FIXTURES
 from conftest_ports import free_port_pair
 
+from ctxdb.capture.claude_code.importer import import_transcripts
+from ctxdb.capture.claude_code.install import hook_config
 from ctxdb.cli.dagster_env import JOB_SITE, job_environment, prefix_warning, project_instance_yaml
 from ctxdb.settings import Settings
 
@@ -20,30 +24,44 @@ CTXDB = Path(sys.executable).with_name("ctxdb")
 NOISE = ("BetaWarning", "PreviewWarning", "SupersessionWarning", "telemetry", "Traceback")
 
 
-def test_a_job_runs_from_any_folder_without_dagster_home(tmp_path: Path) -> None:
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_memory_job_runs_from_any_folder_without_dagster_home(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The guide's `ctxdb jobs run memory_job` on an imported real transcript, from a folder
+    that is not the checkout, without DAGSTER_HOME: it succeeds, prints no Dagster notice or
+    banner, and says each thing once."""
+    config = hook_config(settings)
+    source = FIXTURES / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
+    imported = import_transcripts([source], Path(config.spool).parent, config.identity, 0)
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    env |= {"CTXDB_HOME": str(tmp_path / "home"), "CTXDB_INDEX_PREFIX": f"t{os.getpid()}cc"}
-    env |= {"CTXDB_ES_CACHE_DIR": str(tmp_path / "es-cache")}
+    env |= {"CTXDB_HOME": str(settings.home), "CTXDB_ES_CACHE_DIR": str(tmp_path / "es-cache")}
+    env |= {"CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = subprocess.run(
-        [str(CTXDB), "jobs", "run", "compaction_job"],
+        [str(CTXDB), "jobs", "run", "memory_job"],
         cwd=elsewhere,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
-    assert "compaction_job" in output and "compacted 0 tables" in output
     assert not [word for word in NOISE if word in output]
-    instance = tmp_path / "home" / "dagster"
-    assert (instance / "dagster.yaml").resolve() == project_instance_yaml()
-    run_id = output.split(" - compaction_job - ", 1)[1].split(" - ", 1)[0]
-    assert (instance / "history").is_dir() and (instance / run_id).is_dir()  # the run's record
     said = [line.split(" - ", 5)[-1] for line in output.splitlines() if " - INFO - " in line]
+    landed = f"landed {imported.events} events from 1 files (0 duplicates, 0 quarantined)"
+    assert sum(line.endswith(f" - {landed}") for line in said) == 1
+    indexed = [line for line in said if " indexed, " in line]
+    assert len(indexed) == 2 and len({line.split(":")[0] for line in indexed}) == 2
     assert len(said) == len(set(said))  # no line printed twice
+    instance = settings.home / "dagster"
+    assert (instance / "dagster.yaml").resolve() == project_instance_yaml()
+    run_id = output.split(" - memory_job - ", 1)[1].split(" - ", 1)[0]
+    assert (instance / "history").is_dir() and (instance / run_id).is_dir()  # the run's record
 
 
 def test_job_environment_keeps_a_set_dagster_home_and_adds_the_warning_filter(

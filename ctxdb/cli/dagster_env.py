@@ -23,7 +23,10 @@ from ctxdb.settings import Settings
 
 JOB_SITE = Path(__file__).with_name("job_site")
 """Holds the `sitecustomize` that filters Dagster's notices in every process of a job run."""
-MINIMAL_INSTANCE = "telemetry:\n  enabled: false\n"
+MINIMAL_INSTANCE = (
+    "telemetry:\n  enabled: false\n"
+    "python_logs:\n  managed_python_loggers:\n    - ctxdb\n  python_log_level: INFO\n"
+)
 
 
 def project_instance_yaml() -> Path | None:
