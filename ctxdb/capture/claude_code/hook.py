@@ -73,7 +73,7 @@ def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive lock on `path` (hooks of one session run one at a time); HookError
     when another process holds it longer than `timeout` seconds."""
     spool.private_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, spool.FILE_MODE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _flag("O_CLOEXEC"), spool.FILE_MODE)
     with open(fd, "rb") as file:
         if fcntl is not None:
             deadline = time.monotonic() + timeout
@@ -104,10 +104,15 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, spool.FILE_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _flag("O_CLOEXEC"), spool.FILE_MODE)
     with open(fd, "w", encoding="utf-8") as file:
         file.write(json.dumps(state, ensure_ascii=False))
     os.replace(tmp, path)
+
+
+def _flag(name: str) -> int:
+    """An `os.O_*` flag, 0 where the platform has none (Windows)."""
+    return getattr(os, name, 0)
 
 
 def open_transcript(transcript: str, session: str, projects: str) -> Any:
@@ -121,7 +126,7 @@ def open_transcript(transcript: str, session: str, projects: str) -> Any:
         raise Unreadable(f"transcript {transcript} is not named {name}")
     if os.path.commonpath([root, real]) != root:
         raise Unreadable(f"transcript {transcript} is outside {projects}")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_RDONLY | _flag("O_NONBLOCK") | _flag("O_CLOEXEC") | _flag("O_NOFOLLOW")
     fd = os.open(real, flags)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)

@@ -42,12 +42,13 @@ def append(part: Path, events: list[dict[str, Any]]) -> None:
     if not events:
         return
     private_dir(part.parent)
-    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE)
     with open(fd, "rb+") as file:
         data = encode(events)
-        size = os.fstat(fd).st_size
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            data = b"\n" + data
+        if file.seek(0, os.SEEK_END) > 0:
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) != b"\n":
+                data = b"\n" + data
         file.write(data)
         file.flush()
 
@@ -85,7 +86,7 @@ def write_atomic(path: Path, data: bytes) -> bool:
         pass
     private_dir(path.parent)
     part = path.with_name(f"{path.name}.{os.urandom(4).hex()}.part")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     with open(fd, "wb") as file:
         file.write(data)
         file.flush()
