@@ -3,6 +3,11 @@ frozen node (SIGSTOP) fails the index writer with a clear error instead of hangi
 a rerun after the node thaws converges.
 
 The node here is a second embedded node on a free port (the shared one is never paused).
+
+Issue 24, finding 5: `ctxdb index sync` against a node that freezes mid-bulk fails within the
+bound docs/configuration.md states (one bulk timeout, then the lease release; it took 131 s with
+the defaults when every queued chunk waited its own timeout), and a frozen or stopped node ends
+in one `error:` line, without the client's retry warnings and their tracebacks.
 """
 
 from __future__ import annotations
