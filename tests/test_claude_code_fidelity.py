@@ -200,6 +200,28 @@ def test_a_stop_before_its_answer_is_written_leaves_the_turn_to_the_transcript(
     assert hooked == import_lines(target, config)
 
 
+def test_a_local_command_makes_no_turn_even_when_stop_follows(tmp_path: Path) -> None:
+    """d6e0bada: `/mcp` runs as a local command after an interrupted turn; its
+    UserPromptSubmit, and a Stop after it, make no turn (an import makes none)."""
+    config = hook_conf(tmp_path)
+    raw = INTERRUPTED.read_bytes().splitlines(keepends=True)
+    command = next(i for i, line in enumerate(raw) if b"<command-name>/mcp" in line)
+    target = tmp_path / "projects" / "p" / INTERRUPTED.name
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"".join(raw[:command]))
+    base = {"session_id": INTERRUPTED.stem, "transcript_path": str(target), "cwd": "/w"}
+    submitted = handle({**base, "hook_event_name": "UserPromptSubmit", "prompt": "/mcp"}, config)
+    assert [e["type"] for e in submitted][-1] == "turn.closed"  # the interrupted turn before it
+    target.write_bytes(b"".join(raw[: command + 3]))  # the command and its output
+    assert handle({**base, "hook_event_name": "Stop", "last_assistant_message": ""}, config) == []
+    target.write_bytes(b"".join(raw))
+    handle({**base, "hook_event_name": "SessionEnd"}, config)
+    hooked = lines_by_id(sorted(Path(config.spool).glob("*.jsonl")))
+    assert hooked == import_lines(target, config)
+    prompts = [json.loads(x)["payload"].get("text") for x in hooked.values()]
+    assert "/mcp" not in prompts
+
+
 def test_a_hook_killed_between_publish_and_state_save_loses_nothing(tmp_path: Path) -> None:
     """Each Stop publishes a file, then dies before saving the session state (the state file
     is put back as it was): the next hooks publish under new names, nothing is overwritten."""

@@ -173,10 +173,12 @@ def _stop(
     answer = payload.get("last_assistant_message")
     events: list[dict] = []
     deadline = time.monotonic() + STOP_WAIT_S
+    reported = isinstance(answer, str) and bool(answer.strip())
     while not (done and _answered(mapper, answer)):
-        if (mapper.turn is None and mapper.candidate is None) or time.monotonic() >= deadline:
+        open_prompt = mapper.turn is not None or mapper.candidate is not None
+        if not (reported and open_prompt) or time.monotonic() >= deadline:
             if mapper.turn is not None:
-                log.info("session %s: Stop before its answer was written", mapper.session_id)
+                log.info("session %s: Stop before its answer was read", mapper.session_id)
             return events
         time.sleep(0.05)
         more, _, done = catch_up(state, mapper, payload.get("transcript_path"), projects)
