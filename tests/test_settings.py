@@ -57,7 +57,9 @@ ENVIRONMENT = {
     "CTXDB_REINDEX_GRACE_S": ("elasticsearch", "reindex_grace_s", "5", 5.0),
     "CTXDB_WRITER_LEASE_TTL_S": ("elasticsearch", "writer_lease_ttl_s", "30", 30.0),
     "CTXDB_WRITER_LEASE_WAIT_S": ("elasticsearch", "writer_lease_wait_s", "900", 900.0),
+    "CTXDB_WRITER_LEASE_REQUIRED": ("elasticsearch", "writer_lease_required", "false", False),
     "CTXDB_CLAUDE_CODE_USER_ID": ("claude_code", "user_id", "ann", "ann"),
+    "CTXDB_CLAUDE_CODE_PROJECTS": ("claude_code", "projects", "/srv/claude", "/srv/claude"),
     "CTXDB_CLAUDE_CODE_TENANT": ("claude_code", "tenant", "acme", "acme"),
     "CTXDB_CLAUDE_CODE_APP": ("claude_code", "app", "cc", "cc"),
     "CTXDB_CLAUDE_CODE_EXCLUDE": ("claude_code", "exclude", '["/srv/secret"]', ["/srv/secret"]),
@@ -107,6 +109,7 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_LEXICAL_MIN_MATCH": ("search", "lexical_min_match", "2", "2"),
     "CTXDB_SEARCH_FUZZY_MIN_MATCH": ("search", "fuzzy_min_match", "3<70%", "3<70%"),
     "CTXDB_SEARCH_SNIPPET_CHARS": ("search", "snippet_chars", "200", 200),
+    "CTXDB_SEARCH_DIVERSITY": ("search", "diversity", "0.25", 0.25),
     "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),
     "CTXDB_RETENTION_RULES": (
         "retention",
