@@ -6,10 +6,14 @@ indices on the 3-node cluster. It builds the sample memory end to end, every ste
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pyarrow.fs as pafs
 import pytest
 from cluster_stack import (
@@ -17,6 +21,7 @@ from cluster_stack import (
     SCRIPTS,
     RedisServer,
     S3Server,
+    build_records,
     ctxdb,
     environment,
     start_process,
@@ -57,14 +62,17 @@ def executor_config(redis_server: RedisServer) -> dict:
     }
 
 
-@pytest.fixture
-def celery_workers(
-    stack_settings: Settings, redis_server: RedisServer, tmp_path: Path
-) -> Iterator[dict[str, str]]:
-    """Two solo-pool workers on the stack's environment; yields the environment that points the
-    Celery code location's executor at them."""
+def start_workers(
+    settings: Settings,
+    redis_server: RedisServer,
+    folder: Path,
+    names: tuple[str, ...],
+    **extra: str,
+) -> tuple[dict[str, str], list[tuple[subprocess.Popen, Path]]]:
+    """Solo-pool workers on `settings`' environment (plus `extra`), ready; the environment that
+    points the Celery code location's executor at them, and each worker's process and log."""
     config = executor_config(redis_server)
-    config_yaml = tmp_path / "celery.yaml"
+    config_yaml = folder / "celery.yaml"
     config_yaml.write_text(dump_run_config_yaml({"execution": {"config": config}}))
     executor_env = {
         "CTXDB_CELERY_BROKER": config["broker"],
@@ -72,23 +80,47 @@ def celery_workers(
         "CTXDB_CELERY_CONFIG_SOURCE": json.dumps(config["config_source"]),
     }
     workers = []
-    for name in WORKERS:
-        home = tmp_path / f"dagster_home_{name}"  # one instance each (see test_celery_executor)
-        home.mkdir()
-        command = [str(SCRIPTS / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
-        command += ["-y", str(config_yaml), "-n", name, "--", "--pool=solo"]
-        # the steps resolve the executor's config again on the worker: they read the same values
-        env = environment(stack_settings, **executor_env, DAGSTER_HOME=str(home))
-        log = tmp_path / f"{name}.log"
-        workers.append((start_process(command, log, env), log))
     try:
+        for name in names:
+            home = folder / f"dagster_home_{name}"  # one instance each (see test_celery_executor)
+            home.mkdir()
+            command = [str(SCRIPTS / "dagster-celery"), "worker", "start"]
+            command += ["-A", "dagster_celery.app", "-y", str(config_yaml), "-n", name]
+            command += ["--", "--pool=solo"]
+            # the steps resolve the executor's config again on the worker: the same values
+            env = environment(settings, **executor_env, **extra, DAGSTER_HOME=str(home))
+            log = folder / f"{name}.log"
+            workers.append((start_process(command, log, env), log))
         for process, log in workers:
             ready = lambda log=log: "ready." in log.read_text(errors="replace")  # noqa: E731
             wait_ready("celery worker", ready, process, log, WORKER_READY_S)
+    except BaseException:
+        for process, _ in workers:
+            stop_process(process)
+        raise
+    return executor_env, workers
+
+
+@pytest.fixture
+def celery_workers(
+    stack_settings: Settings, redis_server: RedisServer, tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    """Two solo-pool workers on the stack's environment; yields the environment that points the
+    Celery code location's executor at them."""
+    executor_env, workers = start_workers(stack_settings, redis_server, tmp_path, WORKERS)
+    try:
         yield executor_env
     finally:
         for process, _ in workers:
             stop_process(process)
+
+
+def memory_job(env: dict[str, str], home: Path, log: Path) -> subprocess.Popen:
+    """`memory_job` from the Celery code location, all shards, its instance in `home`."""
+    home.mkdir()
+    command = [str(SCRIPTS / "dagster"), "job", "execute", "-m", "pipelines.celery_definitions"]
+    command += ["-j", "memory_job", "--tags", json.dumps(ALL_SHARDS_TAGS)]
+    return start_process(command, log, {**env, "DAGSTER_HOME": str(home)})
 
 
 def test_memory_job_on_two_celery_workers_builds_the_memory(
@@ -116,5 +148,92 @@ def test_memory_job_on_two_celery_workers_builds_the_memory(
     rows = table_rows(store, ROLE_ROWS)
     assert rows > 100 and table_rows(store, TURN_CATALOG) > 0
     assert table_rows(store, ROW_EMBEDDINGS) == rows
+    verified = ctxdb(stack_settings, "index", "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
+
+
+KILLED_STEP = "turn_record"  # the derivation
+# a short writer lease the fresh run waits out; the derivation in batches of 2 conversations, one
+# process: a dozen commits, one after another
+KILL_ENV = {
+    "CTXDB_WRITER_LEASE_TTL_S": "10",
+    "CTXDB_WRITER_LEASE_WAIT_S": "120",
+    "CTXDB_DERIVE_BATCH_CONVERSATIONS": "2",
+    "CTXDB_DERIVE_PROCESSES": "1",
+}
+
+
+def step_mentions(log: Path) -> int:
+    """How often a worker's log names the derivation step (1: started, 2: finished too)."""
+    return log.read_text(errors="replace").count(f'step "{KILLED_STEP}"')
+
+
+def unique_keys(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """`frame`'s `keys`, sorted; asserts no key twice."""
+    picked = frame.select(keys)
+    assert picked.is_duplicated().sum() == 0, picked.filter(picked.is_duplicated()).head()
+    return picked.sort(keys)
+
+
+def test_a_worker_killed_mid_step_then_a_fresh_run_converges(
+    stack_settings: Settings,
+    redis_server: RedisServer,
+    s3_server: S3Server,
+    sample_events: Path,
+    tmp_path: Path,
+) -> None:
+    """A worker SIGKILLed (its process group, by pid) in the middle of memory_job's derivation
+    step, once the step committed its first batch of role rows; the run is abandoned, a fresh
+    worker joins and a fresh memory_job run on the same tables succeeds: the tables equal a
+    clean build's, no key twice, and `ctxdb index verify` passes."""
+    first = tmp_path / "first"
+    first.mkdir()
+    executor_env, workers = start_workers(stack_settings, redis_server, first, WORKERS, **KILL_ENV)
+    env = environment(stack_settings, **executor_env, **KILL_ENV)
+    run = memory_job(env, first / "dagster_home_run", first / "run.log")
+    store = DeltaStore.from_settings(stack_settings)
+    victim = None
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while victim is None or table_rows(store, ROLE_ROWS) == 0:
+            victim = next(((p, log) for p, log in workers if step_mentions(log)), None)
+            assert run.poll() is None, (first / "run.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no derivation commit within the run's time"
+            time.sleep(0.1)
+        os.killpg(victim[0].pid, signal.SIGKILL)
+        victim[0].wait()
+        assert step_mentions(victim[1]) == 1, "the derivation step was over before the kill"
+        committed = store.read(ROLE_ROWS).height
+    finally:
+        stop_process(run)  # its step's result never comes: the run is abandoned
+        for process, _ in workers:
+            stop_process(process)
+
+    second = tmp_path / "second"
+    second.mkdir()
+    executor_env, workers = start_workers(stack_settings, redis_server, second, ("w2",), **KILL_ENV)
+    try:
+        env = environment(stack_settings, **executor_env, **KILL_ENV)
+        rerun = memory_job(env, second / "dagster_home_run", second / "run.log")
+        assert rerun.wait(timeout=RUN_TIMEOUT_S) == 0, ((second / "run.log").read_text()[-4000:],)
+    finally:
+        for process, _ in workers:
+            stop_process(process)
+
+    clean = build_records(
+        s3_server.settings(stack_settings.replace(home=tmp_path / "clean")), sample_events
+    )
+    rows = store.read(ROLE_ROWS)
+    clean_rows = clean.read(ROLE_ROWS)
+    assert 0 < committed < rows.height  # the kill left the derivation half done
+    assert unique_keys(rows, ["row_id", "text_hash"]).equals(
+        unique_keys(clean_rows, ["row_id", "text_hash"])
+    )
+    keys = ["tenant", "app", "user_id", "conversation_id", "turn_id"]
+    assert unique_keys(store.read(TURN_CATALOG), keys).equals(
+        unique_keys(clean.read(TURN_CATALOG), keys)
+    )
+    embedded = unique_keys(store.read(ROW_EMBEDDINGS), ["row_id"])
+    assert embedded.equals(rows.select("row_id").sort("row_id"))
     verified = ctxdb(stack_settings, "index", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr[-3000:]
