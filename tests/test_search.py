@@ -148,7 +148,9 @@ def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
 
 
 def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
-    in_conv = SearchRequest(query="openpyxl", scope="conversation", conversation_id="c-k8s")
+    in_conv = SearchRequest(
+        query="openpyxl", scope="conversation", conversation_id="c-k8s", min_score=0
+    )
     assert {
         h.conversation_id for h in search_env.service.search(search_env.alice, in_conv).hits
     } == {"c-k8s"}

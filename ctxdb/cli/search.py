@@ -20,6 +20,7 @@ from ctxdb.cli.errors import describe
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
+    MIN_SCORE,
     MissingQuery,
     NotFound,
     SearchRequest,
@@ -99,7 +100,7 @@ def render_response(response: SearchResponse) -> str:
         ordinal = f" #{hit.ordinal}" if hit.ordinal is not None else ""
         lines.append(
             f"{i}. {hit.conversation_id}/{hit.turn_id}{ordinal}{title} {when} "
-            f"score={score}{matched}"
+            f"score={score}{matched}{' (weak match)' if hit.weak else ''}"
         )
         for snippet in hit.snippets:
             lines.append(f"     {snippet.target}: {snippet.text}")
@@ -120,6 +121,7 @@ def render_response(response: SearchResponse) -> str:
 def render_turn(view: TurnView) -> str:
     lines = [f"{view.conversation_id}/{view.turn_id} #{view.ordinal} {view.title or ''}".rstrip()]
     lines += [f"  {m.role}: {m.text}" for m in view.messages]
+    lines += [f"  step: {s.tool or s.kind}: {s.text}" for s in view.steps]
     lines += [f"  attachment: {a.filename} {a.ref or a.path}" for a in view.attachments]
     lines += [f"  file: {f.filename} {f.ref or f.path}" for f in view.files]
     lines += [f"  citation: {json.dumps(c)}" for c in view.citations]
@@ -156,6 +158,12 @@ def search(
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
     w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
+    min_score: Annotated[
+        float | None,
+        typer.Option(
+            "--min-score", help=f"Relevance floor 0..1 (default {MIN_SCORE}; 0 keeps every hit)."
+        ),
+    ] = None,
     explain: Annotated[
         bool, typer.Option("--explain", help="Per-arm ranks and contributions.")
     ] = False,
@@ -183,6 +191,7 @@ def search(
             weights=Weights(
                 semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
             ),
+            min_score=min_score,
             explain=explain,
         )
     except ValueError as exc:

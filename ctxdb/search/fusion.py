@@ -27,6 +27,7 @@ from functools import cached_property
 
 from ctxdb.search.arms import RowHit
 from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Target
+from ctxdb.search.relevance import relevance
 
 RRF_K = 60
 WEIGHT_MIN, WEIGHT_MAX = 0.0, 2.0
@@ -256,6 +257,7 @@ class FusionParams:
     window_weight: float = 0.0
     coverage_power: float = 0.0
     diversity: float = 0.0
+    min_score: float = 0.0  # relevance floor (relevance.py); 0: keep every turn
 
 
 def rank_turns(
@@ -265,8 +267,8 @@ def rank_turns(
     top_k: int,
     window: tuple[datetime, datetime] | None = None,
 ) -> list[FusedTurn]:
-    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, diversity
-    over conversations, optional cap)."""
+    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, turns
+    below the relevance floor dropped, diversity over conversations, optional cap)."""
     fused = fuse(
         ranked,
         weights=params.weights,
@@ -278,4 +280,6 @@ def rank_turns(
         window_weight=params.window_weight,
         coverage_power=params.coverage_power,
     )
+    if params.min_score > 0:
+        fused = [turn for turn in fused if relevance(turn.rows) >= params.min_score]
     return cap_per_conversation(diversify(fused, params.diversity, top_k), params.cap, top_k)

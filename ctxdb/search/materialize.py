@@ -19,7 +19,7 @@ from ctxdb.contract.refs import RefError, qualify
 from ctxdb.index.mappings import turn_doc_id
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
-from ctxdb.search.models import FileCard, Message, Snippet, Target, TurnView
+from ctxdb.search.models import FileCard, Message, Snippet, Step, Target, TurnView
 from ctxdb.text import words
 
 MAX_SNIPPETS_PER_TARGET = 3
@@ -157,11 +157,35 @@ def _is_hosted_file(block: dict[str, Any]) -> bool:
     )
 
 
+STEP_KINDS = {
+    "assistant.step": "step",
+    "react.tool.call": "tool_call",
+    "react.tool.result": "tool_result",
+    "react.thinking": "thinking",
+}
+
+
+def _step(block: dict[str, Any]) -> Step:
+    meta = block.get("meta") or {}
+    text = block.get("text")
+    return Step(
+        kind=STEP_KINDS[block["type"]],
+        text=text if isinstance(text, str) else "",
+        tool=meta.get("tool"),
+        status=meta.get("status"),
+        call_id=meta.get("call_id"),
+        ts=block.get("ts"),
+        path=block.get("path"),
+    )
+
+
 def turn_view(doc: dict[str, Any]) -> TurnView:
-    """Reconstruct a turn (messages, attachment cards, hosted files, citations) from its TurnLog."""
+    """Reconstruct a turn (messages, steps, attachment cards, hosted files, citations) from its
+    TurnLog."""
     payload = doc.get("payload") or {}
     blocks = payload.get("blocks") or []
     messages: list[Message] = []
+    steps: list[Step] = []
     attachments: list[FileCard] = []
     files: list[FileCard] = []
     summary = None
@@ -183,6 +207,8 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
             attachments.append(_card(block, doc["conversation_id"]))
         elif _is_hosted_file(block):
             files.append(_card(block, doc["conversation_id"]))
+        elif kind in STEP_KINDS:
+            steps.append(_step(block))
         elif target == "summary":
             summary = block.get("text")
     citations = [
@@ -197,6 +223,7 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
         ended_at=doc.get("ended_at"),
         error=bool(doc.get("error")),
         messages=messages,
+        steps=steps,
         attachments=attachments,
         files=files,
         citations=citations,

@@ -16,6 +16,8 @@ Mode = Literal["search", "catalog"]
 
 ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
 DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment")
+MIN_SCORE = 0.2  # default relevance floor (search/relevance.py)
+WEAK_BELOW = 0.35  # a kept hit below this relevance is marked weak
 
 
 class MissingQuery(ValueError):
@@ -98,6 +100,13 @@ class SearchRequest(BaseModel):
         lt=1,
         description="Diversity over conversations: each turn picked from a conversation scales"
         " its next one by (1 - this) (0: off).",
+    )
+    min_score: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Relevance floor: hits whose strongest arm signal (cosine, query coverage)"
+        f" is below this are dropped (default {MIN_SCORE}; 0: keep every hit).",
     )
     explain: bool = False
     snippets: list[Target] | None = Field(
@@ -202,6 +211,12 @@ class SearchHit(BaseModel):
     ordinal: int | None = None
     title: str | None = None
     agent: str | None = None
+    relevance: float | None = Field(
+        default=None,
+        description="Strongest arm signal on a 0..1 scale comparable across queries; None for"
+        " catalog hits.",
+    )
+    weak: bool = Field(default=False, description=f"A weak match: relevance below {WEAK_BELOW}.")
     snippets: list[Snippet] = Field(default_factory=list)
     explain: Explain | None = None
 
@@ -211,6 +226,13 @@ class SearchResponse(BaseModel):
     query: str
     hits: list[SearchHit]
     warnings: list[str] = Field(default_factory=list)
+
+
+class Identity(BaseModel):
+    """Who the bearer token speaks for (the viewer names the user in its header)."""
+
+    user_id: str
+    tenant: str | None = None
 
 
 class ConversationSummary(BaseModel):
@@ -232,6 +254,18 @@ class Message(BaseModel):
     ts: datetime | None = None
     path: str | None = None
     event_type: str | None = None
+
+
+class Step(BaseModel):
+    """One step of a turn's work: a progress step, a tool call or result, or the thinking."""
+
+    kind: Literal["step", "tool_call", "tool_result", "thinking"]
+    text: str = ""
+    tool: str | None = None
+    status: str | None = None
+    call_id: str | None = None
+    ts: datetime | None = None
+    path: str | None = None
 
 
 class FileCard(BaseModel):
@@ -257,6 +291,7 @@ class TurnView(BaseModel):
     ended_at: datetime | None = None
     error: bool = False
     messages: list[Message]
+    steps: list[Step] = Field(default_factory=list)
     attachments: list[FileCard]
     files: list[FileCard]
     citations: list[dict[str, Any]]

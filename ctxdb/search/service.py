@@ -39,6 +39,7 @@ from ctxdb.search.materialize import (
     turn_view,
 )
 from ctxdb.search.models import (
+    MIN_SCORE,
     Arm,
     ConversationList,
     MissingQuery,
@@ -49,6 +50,7 @@ from ctxdb.search.models import (
     SearchUnavailable,
     TurnView,
 )
+from ctxdb.search.relevance import is_weak, relevance
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings
 
@@ -412,6 +414,7 @@ class SearchService:
             window_weight=pick(w.time, s.weight_time),
             coverage_power=pick(request.coverage_power, s.coverage_power),
             diversity=pick(request.diversity, s.diversity),
+            min_score=pick(request.min_score, MIN_SCORE),
         )
 
     def run_arms(
@@ -510,6 +513,7 @@ class SearchService:
                 snippets = snippets_from_payload(
                     doc.get("payload") or {}, request.snippet_targets, query, s.search.snippet_chars
                 )
+            strength = relevance(turn.rows)
             hits.append(
                 SearchHit(
                     conversation_id=turn.conversation_id,
@@ -521,6 +525,8 @@ class SearchService:
                     ordinal=(doc or {}).get("ordinal"),
                     title=(doc or {}).get("title"),
                     agent=(doc or {}).get("agent") or best.agent,
+                    relevance=round(strength, 4),
+                    weak=is_weak(strength),
                     snippets=snippets,
                     explain=turn.explain if request.explain else None,
                 )

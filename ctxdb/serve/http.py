@@ -19,6 +19,7 @@ from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     ConversationList,
+    Identity,
     MissingQuery,
     NotFound,
     SearchRequest,
@@ -87,6 +88,12 @@ def healthz(client: Annotated[Elasticsearch, Depends(_client)]) -> dict[str, str
 def search(request: SearchRequest, caller: Caller, service: Service) -> SearchResponse:
     """Hybrid search, or catalog lookups (ordinal, or a window without a query)."""
     return service.search(caller, request)
+
+
+@search_router.get("/v1/me", response_model=Identity)
+def me(caller: Caller) -> Identity:
+    """The user and tenant the bearer token speaks for."""
+    return Identity(user_id=caller.user_id, tenant=caller.tenant)
 
 
 @search_router.get("/v1/conversations", response_model=ConversationList)

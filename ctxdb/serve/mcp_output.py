@@ -62,6 +62,9 @@ class HitOut(BaseModel):
     title: str | None = None
     agent: str | None = None
     score: float | None = Field(default=None, description="Fused score; null for catalog hits.")
+    weak: bool = Field(
+        default=False, description="A weak match: no arm matches the query strongly."
+    )
     matched_targets: list[str] = Field(default_factory=list)
     snippet_target: str | None = None
     snippet: Piece | None = None
@@ -167,8 +170,10 @@ def render_search(out: SearchOut) -> str:
         ordinal = f" #{hit.ordinal}" if hit.ordinal is not None else ""
         title = f" {hit.title!r}" if hit.title else ""
         matched = f" [{','.join(hit.matched_targets)}]" if hit.matched_targets else ""
+        weak = " (weak match)" if hit.weak else ""
         lines.append(
             f"{i}. {hit.conversation_id}/{hit.turn_id}{ordinal}{title} {_when(hit.ts)}{matched}"
+            f"{weak}"
         )
         if hit.snippet:
             whole = f"get_turn(conversation_id={hit.conversation_id!r}, turn_id={hit.turn_id!r})"

@@ -22,6 +22,7 @@ from ctxdb.contract.refs import RefError
 from ctxdb.search import catalog
 from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
+    MIN_SCORE,
     MissingQuery,
     NotFound,
     Scope,
@@ -160,6 +161,7 @@ class MemoryTools:
             title=hit.title,
             agent=hit.agent,
             score=hit.score,
+            weak=hit.weak,
             matched_targets=list(hit.matched_targets),
             snippet_target=snippet.target if snippet else None,
             snippet=piece,
@@ -203,6 +205,15 @@ class MemoryTools:
             datetime | None, Field(description="Only turns at or before (ISO time).")
         ] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="Hits to return.")] = 5,
+        min_score: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="Relevance floor 0..1: drop hits matching the query more weakly "
+                f"(default {MIN_SCORE}; 0 keeps every hit).",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SearchOut]:
         """Search your past conversations (hybrid: meaning, words, misspellings; recent first on
         ties). Each hit names its conversation and turn, time, title, the parts that matched and
@@ -220,6 +231,7 @@ class MemoryTools:
                 since=since,
                 until=until,
                 top_k=top_k,
+                min_score=min_score,
             )
             response = self.service.search(principal, request)
         out = SearchOut(
