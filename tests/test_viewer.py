@@ -1,7 +1,8 @@
 """The memory viewer in a real headless Chromium (Debian's chromium + chromedriver, Selenium):
 sign in, search with the explain breakdown, open a turn, download a file through the resolver,
-and another user's turn URL gives the not-found page. Screenshots are kept as test artifacts
-(and refresh docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
+and another user's turn URL gives the not-found page; a coding turn shows its steps and its
+markdown rendered safely (issue 27 item 7). Screenshots are kept as test artifacts (and refresh
+docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,28 @@ from pathlib import Path
 import pytest
 import uvicorn
 from conftest_ports import free_port_pair
-from conftest_search import SearchEnv
+from conftest_search import TENANT, SearchEnv, Turn, turn_doc
+from elasticsearch import helpers
 from fastapi.testclient import TestClient
 
+from ctxdb.index.mappings import TURNS, alias_name, turn_doc_id
 from ctxdb.serve.http import create_app
+
+LONG_TITLE = (
+    "Fix the failing integration tests of the payments service after upgrading pydantic to v2"
+)
+STORED_TITLE = LONG_TITLE[:80]  # derivation cuts a prompt-made title at 80 characters
+ANSWER = """The failures come from **pydantic v2**: `parse_obj` is *gone*.
+
+1. Replace `Model.parse_obj(data)` with `Model.model_validate(data)`
+2. Run the tests again
+
+```python
+payment = Payment.model_validate(data)
+```
+
+See the [guide](https://docs.pydantic.dev/latest/migration/), not [this](javascript:alert(1)).
+<script>window.pwned = 1</script> <b>stays text</b>"""
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
@@ -48,6 +67,48 @@ def base_url(search_env: SearchEnv) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def coding_turn(search_env: SearchEnv) -> tuple[str, str]:
+    """A Claude Code-like turn of alice: a long stored title, four steps, a markdown answer."""
+    turn = Turn(
+        "alice", "c-code", "t1", 0.2, "why do the payments tests fail since the upgrade?", ANSWER
+    )
+    doc = turn_doc(turn) | {"title": STORED_TITLE, "agent": "claude_code"}
+    ts = doc["started_at"]
+    steps = [
+        ("assistant.step", "Read tests/test_payments.py", {"tool": "Read", "status": "ok"}),
+        ("react.tool.call", "pytest -q tests/test_payments.py", {"tool": "Bash", "call_id": "c1"}),
+        (
+            "react.tool.result",
+            "FAILED tests/test_payments.py::test_refund\nAttributeError: parse_obj",
+            {"tool": "Bash", "call_id": "c1", "status": "error"},
+        ),
+        ("react.thinking", "The model API changed in v2.", {}),
+    ]
+    blocks = doc["payload"]["blocks"]
+    blocks[1:1] = [
+        {
+            "type": kind,
+            "author": "assistant",
+            "turn_id": "t1",
+            "ts": ts,
+            "mime": "text/plain",
+            "path": f"conv:tc:t1.step{i}",
+            "text": text,
+            "meta": meta,
+        }
+        for i, (kind, text, meta) in enumerate(steps)
+    ]
+    assert doc["tenant"] == TENANT
+    prefix = search_env.settings.elasticsearch.index_prefix
+    helpers.bulk(
+        search_env.client,
+        [{"_index": alias_name(prefix, TURNS), "_id": turn_doc_id("c-code", "t1"), "_source": doc}],
+        refresh="wait_for",
+    )
+    return "c-code", "t1"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +181,7 @@ def test_the_page_is_static_and_self_contained(search_env: SearchEnv) -> None:
     assert http.get("/static/viewer.js").headers["content-type"].startswith("text/javascript")
     assert http.get("/static/../http.py").status_code == 404
     assert http.get("/static/nope.js").status_code == 404
+    assert '<link rel="icon" type="image/svg+xml" href="data:image/svg+xml;base64,' in page.text
 
 
 def test_bad_token_is_refused(browser, base_url: str) -> None:
@@ -140,13 +202,23 @@ def test_sign_in_search_open_turn_and_download(
     wait_for(lambda: "Spreadsheet trouble" in browser.find_element(By.ID, "conversations").text)
     assert "Bob payroll" not in browser.find_element(By.ID, "conversations").text
 
+    wait_for(lambda: browser.find_element(By.ID, "who").text == "Signed in as alice")
+
     browser.find_element(By.ID, "query").send_keys("openpyxl formulas lost on save")
     browser.find_element(By.ID, "search-button").click()
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#hits .hit"))
     first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
     assert "Spreadsheet trouble" in first.text
-    assert "semantic=" in first.find_element(By.CSS_SELECTOR, ".explain").text
+    assert not browser.find_element(By.ID, "f-explain").is_selected()  # explain is opt-in
+    assert not browser.find_elements(By.CSS_SELECTOR, "#hits .explain")
+    assert "prompt: My openpyxl workbook" in first.text and "user:" not in first.text
     screenshot(browser, shots, "viewer-search")
+    browser.find_element(By.CSS_SELECTOR, "#search-form summary").click()
+    browser.find_element(By.ID, "f-explain").click()
+    browser.find_element(By.ID, "search-button").click()
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#hits .hit .explain"))
+    first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
+    assert "semantic=" in first.find_element(By.CSS_SELECTOR, ".explain").text
 
     first.find_element(By.CSS_SELECTOR, "a.hit-link").click()
     wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
@@ -157,6 +229,8 @@ def test_sign_in_search_open_turn_and_download(
     browser.get(base_url + "/conversations/c-sheets/turns/t1")
     wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
     assert "budget.xlsx" in browser.find_element(By.ID, "attachments").text
+    assert browser.find_element(By.ID, "attachments-section").is_displayed()
+    assert not browser.find_element(By.ID, "files-section").is_displayed()  # t1 hosts no file
     browser.find_element(By.CSS_SELECTOR, "#attachments button.download").click()
     target = downloads / "budget.xlsx"
     wait_for(target.exists)
@@ -180,6 +254,73 @@ def test_timeline_and_another_users_turn(
     wait_for(lambda: browser.find_element(By.ID, "not-found").is_displayed())
     assert "salaries" not in browser.page_source
     screenshot(browser, shots, "viewer-not-found")
+
+
+def test_a_coding_turn_shows_steps_and_safe_markdown(
+    browser, base_url: str, search_env: SearchEnv, coding_turn: tuple[str, str], shots: Path
+) -> None:
+    """Issue 27 item 7, each point checked in the page: steps shown, markdown rendered with a
+    <script> in the text shown as text, no empty headings, the title cut at a word boundary, no
+    internal labels, explain off by default, the user named in the header, a favicon."""
+    from selenium.webdriver.common.by import By
+
+    conversation, turn = coding_turn
+    sign_in(browser, base_url, search_env.tokens["alice"])
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    assert browser.find_element(By.ID, "who").text == "Signed in as alice"
+    assert not browser.find_element(By.ID, "f-explain").is_selected()
+    icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+    assert icon.startswith("data:image/svg+xml;base64,")
+
+    browser.get(f"{base_url}/conversations/{conversation}/turns/{turn}")
+    wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#steps li"))
+
+    steps = browser.find_elements(By.CSS_SELECTOR, "#steps li")
+    assert [s.text.split("\n")[0] for s in steps] == [
+        "Read tests/test_payments.py",
+        "Bash call pytest -q tests/test_payments.py",
+        "Bash result error FAILED tests/test_payments.py::test_refund",
+        "Thinking The model API changed in v2.",
+    ]
+    steps[2].find_element(By.TAG_NAME, "summary").click()
+    assert "AttributeError: parse_obj" in steps[2].find_element(By.TAG_NAME, "pre").text
+
+    answer = browser.find_element(By.CSS_SELECTOR, "#messages .message.assistant .markdown")
+    assert answer.find_element(By.TAG_NAME, "strong").text == "pydantic v2"
+    assert answer.find_element(By.TAG_NAME, "em").text == "gone"
+    assert [li.text for li in answer.find_elements(By.CSS_SELECTOR, "ol li")] == [
+        "Replace Model.parse_obj(data) with Model.model_validate(data)",
+        "Run the tests again",
+    ]
+    assert answer.find_element(By.TAG_NAME, "pre").text == "payment = Payment.model_validate(data)"
+    links = answer.find_elements(By.TAG_NAME, "a")
+    assert [a.get_attribute("href") for a in links] == [
+        "https://docs.pydantic.dev/latest/migration/"
+    ]
+    assert "[this](javascript:alert(1))" in answer.text
+    assert "<script>window.pwned = 1</script> <b>stays text</b>" in answer.text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#turn-view script, #turn-view b")
+    assert browser.execute_script("return window.pwned") is None
+
+    headings = [
+        h.text for h in browser.find_elements(By.CSS_SELECTOR, "#turn-view h2") if h.is_displayed()
+    ]
+    assert headings == ["Steps (4)"]  # no empty "Attachments" or "Files"
+
+    title = browser.find_element(By.ID, "turn-title").text
+    shown = title.split(" · turn ")[0]
+    assert shown.endswith("…") and len(shown) <= 60
+    cut = shown[:-1]
+    assert LONG_TITLE.startswith(cut) and LONG_TITLE[len(cut)] == " "  # a word boundary
+    aside = browser.find_element(By.ID, "conversations").text
+    assert STORED_TITLE not in aside and f"{cut}…" in aside
+
+    page = browser.find_element(By.TAG_NAME, "body").text
+    assert "event." not in page and "user.prompt" not in page
+    meta = browser.find_element(By.CSS_SELECTOR, "#messages .message.user .meta").text
+    assert meta.startswith("alice · ")
+    screenshot(browser, shots, "viewer-turn-steps")
 
 
 @pytest.mark.parametrize("address", ["/conversations/%E0%A4%A", "/conversations/c-k8s/turns/%zz"])
