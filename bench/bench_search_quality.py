@@ -1,7 +1,9 @@
-"""Search quality on two labeled sets: each arm alone and fused, per kind of question.
+"""Search quality on three labeled sets: each arm alone and fused, per kind of question.
 
-Sets (`search_quality_sets.py`): `generator` (the sample generator's ground truth, issue 5) and
-`realistic` (hand-written multi-session chats, `bench/data/realistic`, issue 15). Each is built
+Sets (`search_quality_sets.py`): `chitchat` (real conversations between people,
+`bench/data/chitchat`, issue 29; the primary set), `generator` (the sample generator's ground
+truth, issue 5) and `realistic` (hand-written multi-session chats, `bench/data/realistic`,
+issue 15). Each is built
 by the real pipeline (landing -> derivation -> embedding -> indexing) under its own home and
 index prefix, then every query runs through `SearchService`'s own arm bodies and `_msearch` as
 the turn's owner, at the set's fixed reference time. The ranked rows of every arm are cached
@@ -10,17 +12,19 @@ fusion sweeps re-rank without touching Elasticsearch.
 
 Systems: `semantic`, `lexical`, `trigram` (each arm alone: best row per turn, no cap),
 `shipped` (issue 5's fusion: weights 1/0.5/0.5, recency 0.2 with a 7-day half-life, at most 2
-turns per conversation, fused offline from the cached rows) and `fused` (`SearchService.search`
+turns per conversation, fused offline from the cached rows), `rrf60` (plain RRF: k 60, equal
+weights, nothing else) and `fused` (`SearchService.search`
 itself, with its defaults, on every query). The cache holds the rows as deep as a capped request
 fetches them (twice what the default, uncapped request fetches), so the sweep can score the cap
 on and off; the share of queries where the offline fusion of those rows under the defaults equals
 the service's answer is printed. Metrics: `search_quality_metrics.py`.
 
-`--sweep` scores a grid of fusion parameters on both sets and chooses defaults by
-cross-validation over both (never one alone):
+`--variants` scores the fusion variants of `fusion_variants.py` on every set. `--sweep` scores a
+grid of fusion parameters on the sets and chooses defaults by cross-validation over them (never
+one alone):
 
   objective  J_s(c) = (any@10 + ndcg@10) / 2, macro over kinds, on set s
-  joint      mean over the two sets of J_s(c) / max_c' J_s(c')  (each set's best counts 1)
+  joint      mean over the sets of J_s(c) / max_c' J_s(c')  (each set's best counts 1)
   leave-one-set-out  the best c on one set, scored on the other
   5-fold     queries of both sets split in 5 folds (by id hash); c chosen (rule below) on
              the joint objective of 4 folds, scored on the fifth; the mean over folds
