@@ -22,6 +22,9 @@ class LandingConfig(Config):
 
     path: str | None = None
     max_files: int | None = None
+    full: bool = False
+    """Compare every listed file with all of `landed_files`, not only those from the landing
+    cursor on (`ctxdb.landing.cursor`): the sensor sets it when an older file is pending."""
 
 
 @multi_asset(
@@ -64,6 +67,7 @@ def raw_turn_events(
         store,
         uri,
         max_files=config.max_files,
+        full=config.full,
         threads=settings.landing.threads,
         scanner=settings.landing.scanner,
         writer=delta_writer_lease_for(es.client(), settings, "landing"),

@@ -6,6 +6,14 @@ run key) when the run requested for the same files failed or was canceled, so an
 up without waiting for a new file. While the last requested run is queued or running, nothing is
 requested: that run lands whatever is pending when it starts.
 
+Only files from the landing floor on (`ctxdb.landing.cursor`) are compared with `landed_files`,
+so a tick reads the landed rows of recent files only. The cursor keeps the floor of the last tick
+and the digest of the listed files below it. A tick compares the files from the lower of the kept
+and the current floor on; when the part of the listing below the kept floor changed (a file
+appeared late with an old mtime), it compares every file instead, and a pending file below the
+current floor makes the run land with `full`. A new floor and digest are kept only while no
+pending file lies below them, so such a file is compared on every tick until it has landed.
+
 `landing_sensor` starts `memory_job`; `landing_fanout_sensor` (off by default) starts
 `records_job` instead, after which the shards embed and index in parallel (pipelines/fanout.py).
 """
@@ -14,7 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
 
 from dagster import (
     DagsterRunStatus,
@@ -27,8 +36,9 @@ from dagster import (
 )
 
 from assets.shards import ALL_SHARDS_TAGS
-from ctxdb.landing.files import LandingFile, list_files
-from ctxdb.landing.run import files_to_land
+from ctxdb.landing.cursor import landed_since, landing_floor, split
+from ctxdb.landing.files import LandingFile, list_files, pending_files
+from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.settings import get_settings
 from pipelines.fanout import records_job
 from pipelines.jobs import memory_job
@@ -49,11 +59,14 @@ RETRY = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 
 @dataclass(frozen=True)
 class Cursor:
-    """What the sensor requested last: for which pending files, which attempt, which run key."""
+    """What the sensor requested last: for which pending files, which attempt, which run key;
+    and the landing floor of the last tick (ISO) with the digest of the listed files below it."""
 
     digest: str = ""
     attempt: int = 0
     run_key: str = ""
+    floor: str = ""
+    older: str = ""
 
     @classmethod
     def parse(cls, text: str | None) -> Cursor:
@@ -71,6 +84,14 @@ def digest(files: list[LandingFile]) -> str:
     """A short hash of the pending files (path, size, mtime)."""
     text = "\n".join(f"{f.path}\0{f.size}\0{f.mtime}" for f in files)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def compared_from(cursor: Cursor, floor: datetime | None) -> datetime | None:
+    """The mtime from which listed files are compared: the lower of the kept and the current
+    landing floor; None (every file) without either."""
+    if not cursor.floor or floor is None:
+        return None
+    return min(datetime.fromisoformat(cursor.floor), floor)
 
 
 def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunStatus | None:
@@ -104,10 +125,23 @@ def request_landing(
 ) -> RunRequest | SkipReason:
     """The run request (with `run_tags`) for the pending landing files, or why there is none."""
     uri = get_settings().landing_uri
-    pending = files_to_land(delta.store(), list_files(uri))
+    store = delta.store()
+    floor = landing_floor(store)
+    files = list_files(uri)
+    cursor = Cursor.parse(context.cursor)
+    since = compared_from(cursor, floor)
+    recent, older = split(files, since)
+    if since is not None and digest(older) != cursor.older:
+        since, recent = None, files
+    pending = pending_files(recent, landed_since(store, since), bad_bytes_files(store))
+    full = floor is not None and any(f.mtime is not None and f.mtime < floor for f in pending)
+    if floor is not None and not full:
+        kept = replace(cursor, floor=floor.isoformat(), older=digest(split(files, floor)[1]))
+        if kept != cursor:
+            cursor = kept
+            context.update_cursor(cursor.dumps())
     if not pending:
         return SkipReason(f"no new files under {uri}")
-    cursor = Cursor.parse(context.cursor)
     status = last_status(context, cursor.run_key)
     if status in IN_FLIGHT:
         return SkipReason(f"run {cursor.run_key} is {status.value}; it lands what is pending")
@@ -115,13 +149,16 @@ def request_landing(
     if current == cursor.digest and status not in RETRY:
         return SkipReason("pending files already requested")
     attempt = cursor.attempt + 1 if current == cursor.digest else 1
-    request = Cursor(current, attempt, f"landing-{current}-{attempt}")
+    full_config = {"full": True} if full else {}
+    request = replace(
+        cursor, digest=current, attempt=attempt, run_key=f"landing-{current}-{attempt}"
+    )
     context.update_cursor(request.dumps())
     if attempt > 1:
         context.log.info(f"run {cursor.run_key} ended {status.value}; requesting attempt {attempt}")
     return RunRequest(
         run_key=request.run_key,
-        run_config={"ops": {"raw_turn_events": {"config": {"path": uri}}}},
+        run_config={"ops": {"raw_turn_events": {"config": {"path": uri, **full_config}}}},
         tags={
             "ctxdb/landing_files": str(len(pending)),
             "ctxdb/landing_attempt": str(attempt),

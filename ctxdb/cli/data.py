@@ -68,9 +68,13 @@ def generate(
 @app.command("land")
 def land_command(
     path: Annotated[str | None, typer.Option(help="Landing dir or URI (default settings).")] = None,
+    full: Annotated[
+        bool, typer.Option(help="Compare every file, also those older than the landing cursor.")
+    ] = False,
 ) -> None:
     """Land pending JSONL files into raw_turn_events (bad lines into quarantined_events), under
-    the writer lease."""
+    the writer lease. Files older than the landing cursor (the newest landed mtime less an hour)
+    are taken as landed unless --full."""
     settings = get_settings()
     with make_client(settings) as es:
         stats = land(
@@ -79,6 +83,7 @@ def land_command(
             threads=settings.landing.threads,
             scanner=settings.landing.scanner,
             writer=delta_writer_lease_for(es, settings, "landing"),
+            full=full,
         )
     typer.echo(json.dumps(asdict(stats), default=str))
 

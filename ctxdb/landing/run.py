@@ -4,7 +4,8 @@ Parsing is pure (`parse_bytes`): each line becomes either a validated event row 
 row with its reason; a scanner (the native one when built, else the pure-Python mirror) checks
 every line and only the lines it does not accept go through the pydantic contract. `land` adds
 the I/O: it lists the landing directory or object-store prefix, skips files already landed (same
-path, size and mtime), and lands the rest in waves. A file that cannot be read (a truncated gzip,
+path, size and mtime; only files from the landing cursor on are compared, see `cursor`), and
+lands the rest in waves. A file that cannot be read (a truncated gzip,
 an I/O error) is quarantined as a file and the others land. A UTF-8 byte order mark at the start
 of a file is dropped. For each wave it drops event ids already present (counted as duplicates;
 an id re-used with another owner or other content is quarantined as `event_id_conflict`),
@@ -28,15 +29,14 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ctxdb.index.lease import Lease
+from ctxdb.landing.cursor import landed_since, landing_floor, split
 from ctxdb.landing.files import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.landing.scan import parse_files
-from ctxdb.index.lease import Lease
 from ctxdb.landing.waves import EarlierWaves, Wave, commit, prepare, waves
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
-    LANDED_FILES,
-    LANDED_FILES_SCHEMA,
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
 )
@@ -71,9 +71,11 @@ def land(
     threads: int = 0,
     scanner: str = "auto",
     writer: AbstractContextManager[object] | None = None,
+    full: bool = False,
 ) -> LandingStats:
     """Land every pending file under `uri` into `raw_turn_events` (see module docstring);
-    `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`).
+    `scanner` picks the line scanner (`auto`, `native` or `python`; see `scan`). Only files at or
+    above the landing cursor are compared with `landed_files` unless `full` (`cursor`).
 
     Landing is exactly-once by itself: events go in with a MERGE keyed on `event_id`, and
     quarantine and landed-file rows with keyed MERGEs, so two landings of the same files at once
@@ -84,7 +86,7 @@ def land(
     that lost the lease stops before its next commit (`LeaseLost`)."""
     with writer or nullcontext() as held:
         fence = held.check if isinstance(held, Lease) else _unfenced
-        return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner, fence)
+        return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner, fence, full)
 
 
 def _unfenced() -> None:
@@ -99,11 +101,12 @@ def _land(
     threads: int,
     scanner: str,
     fence: Callable[[], None],
+    full: bool,
 ) -> LandingStats:
     files = list_files(uri)
-    todo = files_to_land(store, files)
+    todo = files_to_land(store, files, full)
     stats = LandingStats(skipped_files=len(files) - len(todo))
-    todo = todo[:max_files] if max_files else todo
+    todo = _oldest(todo, max_files) if max_files else todo
     stats.files = len(todo)
     if not todo:
         return stats
@@ -136,10 +139,22 @@ def _land(
     return stats
 
 
-def files_to_land(store: DeltaStore, files: list[LandingFile]) -> list[LandingFile]:
-    """The files among `files` to land: not landed, nor quarantined for bad bytes, as they are."""
-    landed = store.read(LANDED_FILES, LANDED_FILES_SCHEMA, columns=["source_file", "size", "mtime"])
-    return pending_files(files, landed, bad_bytes_files(store))
+def files_to_land(
+    store: DeltaStore, files: list[LandingFile], full: bool = False
+) -> list[LandingFile]:
+    """The files among `files` to land: not landed, nor quarantined for bad bytes, as they are.
+    Only files at or above the landing cursor are compared (with the landed rows above it) unless
+    `full`, which compares every file with all of `landed_files`."""
+    floor = None if full else landing_floor(store)
+    recent, _ = split(files, floor)
+    return pending_files(recent, landed_since(store, floor), bad_bytes_files(store))
+
+
+def _oldest(files: list[LandingFile], count: int) -> list[LandingFile]:
+    """The `count` files with the oldest mtimes, in path order: files left for a later run stay
+    at or above the cursor that this run moves."""
+    first = sorted(files, key=lambda f: (f.mtime is not None, f.mtime or 0, f.path))[:count]
+    return sorted(first, key=lambda f: f.path)
 
 
 def _commit(
