@@ -166,3 +166,25 @@ def test_token_sums_of_a_turn_saturate_at_the_int64_bound(tmp_path: Path) -> Non
     assert (stats.turns, stats.failed) == (1, 0)
     row = store.read(TURN_LOGS).select("tokens_in", "tokens_out").row(0)
     assert row == (INT64_MAX, 2)
+
+
+@pytest.mark.parametrize("depth", [500, 1000, 5000])
+@pytest.mark.parametrize("opener", ["[", '{"a":'])
+def test_deep_nesting_is_quarantined_not_halting(
+    tmp_path: Path, scanner: str, depth: int, opener: str
+) -> None:
+    """A probe found one line nested 1,000 deep stopped every landing (msgspec's RecursionError
+    escaped the scanners): it is now quarantined as `nesting_too_deep`, and the rest lands."""
+    closer = "]" if opener == "[" else "}"
+    deep = opener * depth + "1" + closer * depth
+    poison = Turn("c-deep", "t1", tenant="other").add("user.context", {"kind": "k", "event": {}})
+    raw = json.dumps(poison).replace('"event": {}', f'"event": {deep}')
+    landing = tmp_path / "landing"
+    write_jsonl(landing / "a.jsonl", Turn("c-a", "t1").basic().events)
+    (landing / "a.jsonl").write_text((landing / "a.jsonl").read_text() + raw + "\n")
+    write_jsonl(landing / "b.jsonl", Turn("c-b", "t1").basic().events)
+    store = DeltaStore(str(tmp_path / "delta"))
+    stats = land(store, str(landing), now=NOW, scanner=scanner)
+    assert (stats.landed, stats.reasons) == (8, {"nesting_too_deep": 1})
+    row = store.read(QUARANTINED_EVENTS).row(0, named=True)
+    assert row["raw_line"] == raw

@@ -320,7 +320,8 @@ ENVELOPE = _mirror_envelope()
 PAYLOAD_DECODERS = _mirror_payloads()
 """Per mirrored event type, the mirror that validates its payload."""
 
-_REFUSED = (msgspec.MsgspecError, ValueError, ArithmeticError, KeyError)
+# RecursionError: msgspec's answer to nesting past its depth limit (a line, never a halt).
+_REFUSED = (msgspec.MsgspecError, ValueError, ArithmeticError, KeyError, RecursionError)
 
 
 def storable(payload: bytes) -> bool:
@@ -328,7 +329,7 @@ def storable(payload: bytes) -> bool:
     (a typed decode skips them unchecked)."""
     try:
         return events.payload_problem(msgspec.json.decode(payload)) is None
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return False
 
 

@@ -158,7 +158,7 @@ def payload_as_written(line: bytes) -> str:
     (a NaN or Infinity literal the contract's parser tolerates under a repeated key)."""
     try:
         return bytes(_PAYLOAD.decode(line).payload).decode()
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise EventError("malformed_json", f"not strict JSON: {exc}") from None
 
 
@@ -215,7 +215,7 @@ def _ids(raw_line: str) -> tuple[str | None, str | None]:
     number past 64 bits, nesting past 127 levels); (None, None) when it cannot read the line."""
     try:
         ids = _IDS.decode(raw_line)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nesting past msgspec's limit
         return None, None
     return _text_of(ids.event_id), _text_of(ids.conversation_id)
 
