@@ -347,7 +347,8 @@ def _reason(error: ValidationError) -> EventError:
     parts = [str(p) for p in first["loc"]]
     loc = ".".join(parts[1:] if parts and parts[0] in PAYLOADS else parts)
     if kind == "json_invalid" and "recursion limit" in first["msg"]:
-        return EventError("nesting_too_deep", f"nested deeper than the parser reads: {first['msg']}")
+        detail = f"nested deeper than the parser reads: {first['msg']}"
+        return EventError("nesting_too_deep", detail)
     if kind == "json_invalid":
         return EventError("malformed_json", first["msg"])
     if kind in {"model_type", "model_attributes_type", "dict_type"} and not loc:
