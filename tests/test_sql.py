@@ -88,6 +88,58 @@ def test_as_of_reads_an_earlier_version(tmp_path: Path) -> None:
     assert new.stdout.splitlines() == ["n", str(after)]
 
 
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [
+        (RAW_TURN_EVENTS, "tenant"),
+        (RAW_TURN_EVENTS, "event_id"),
+        ("quarantined_events", "event_id"),
+    ],
+)
+def test_in_lists_and_or_equalities_over_strings(
+    sample: tuple[Path, DeltaStore], table: str, column: str
+) -> None:
+    """IN lists and ORs of equalities over string columns return the rows polars finds (they
+    failed with "no kernel matching input types (string, string_view)" before)."""
+    root, store = sample
+    rows = store.read(table)
+    values = sorted(rows[column].drop_nulls().unique().to_list())[:2] + ["no-such-value"]
+    expected = rows.filter(pl.col(column).is_in(values)).height
+    assert expected > 0
+    listed = ", ".join(f"'{v}'" for v in values)
+    ored = " or ".join(f"{column} = '{v}'" for v in values)
+    for where in (f"{column} in ({listed})", ored, f"{column} not in ({listed}) or {ored}"):
+        total = rows[column].count() if "not in" in where else expected
+        result = sql(root, f"select count(*) as n from {table} where {where}", "-f", "csv")
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == ["n", str(total)], where
+
+
+def test_as_of_notes_name_only_tables_the_query_reads(sample: tuple[Path, DeltaStore]) -> None:
+    """Past a table's latest version, --as-of notes that table in one analyst's line, and only
+    when the query reads it; no delta-rs kernel message reaches the output."""
+    root, store = sample
+    versions = {name: store.version(name) for name in table_names(store)}
+    short = min(versions, key=versions.__getitem__)
+    point = str(versions[short] + 1)
+    readable = next(n for n, v in versions.items() if v > versions[short])
+    quiet = sql(root, f"select count(*) as n from {readable}", "--as-of", point, "-f", "csv")
+    assert quiet.exit_code == 0, quiet.output
+    assert "note:" not in quiet.stderr and quiet.stdout.splitlines()[0] == "n"
+    loud = sql(root, f"select count(*) from {short}", "--as-of", point)
+    assert loud.exit_code == 2
+    notes = [line for line in loud.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: {short} cannot be read as of version {point}: "
+        f"its latest version is {versions[short]}"
+    ]
+    assert "kernel" not in loud.stderr.lower() and "LogSegment" not in loud.stderr
+    early = "2000-01-01T00:00:00+00:00"
+    before = sql(root, f"select count(*) from {short}", "--as-of", early)
+    assert before.exit_code == 2
+    assert f"note: {short} cannot be read as of {early}: it did not exist yet" in before.stderr
+
+
 def test_as_of_before_a_table_existed_skips_it(sample: tuple[Path, DeltaStore]) -> None:
     _, store = sample
     con, snapshot = connect(store, [RAW_TURN_EVENTS, ROLE_ROWS], as_of=0)
@@ -191,7 +243,8 @@ def test_as_of_before_erasure_skips_with_note_exit_2(tmp_path: Path) -> None:
 
     old = sql(tmp_path, "select count(*) from role_rows", "--as-of", str(before))
     assert old.exit_code == 2, old.output
-    assert "note: role_rows is not readable at that point" in old.output
+    assert f"note: role_rows cannot be read as of version {before}: " in old.output
+    assert "removed since by VACUUM (retention or erasure)" in old.output
     assert "error: " in old.output and "Traceback" not in old.output
     assert "IO Error" not in old.output
     current = sql(tmp_path, "select count(*) as n from role_rows", "-f", "csv")

@@ -23,6 +23,7 @@ from ctxdb.storage.sql import (
     local_dirs,
     local_root,
     run_query,
+    skipped_notes,
 )
 
 
@@ -135,14 +136,16 @@ def sql_command(
     try:
         _check_output(store, output)
         allowed = local_dirs(store, allow_local_files or [])
-        con, snapshot = connect(store, table or None, as_of=_as_of(as_of), allowed=allowed)
+        point = _as_of(as_of)
+        con, snapshot = connect(store, table or None, as_of=point, allowed=allowed)
     except SqlError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    for name, reason in snapshot.skipped.items():
-        typer.echo(f"note: {name} is not readable at that point ({reason})", err=True)
     if query == "-":
         query = sys.stdin.read()
+    if point is not None:
+        for note in skipped_notes(con, snapshot, point, query):
+            typer.echo(f"note: {note}", err=True)
     if query is None:
         _shell(con, sorted(snapshot.versions), timeout)
         return

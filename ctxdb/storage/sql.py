@@ -2,7 +2,10 @@
 
 Each table is registered as a DuckDB view over the Arrow dataset of one Delta snapshot (the latest,
 or the one current at `as_of`), so DuckDB needs no `delta` extension (which it would download at
-first use) and reads only the files of that snapshot, with filter and projection pushdown. Once
+first use) and reads only the files of that snapshot, with filter and projection pushdown. The
+dataset declares its string and binary columns as Arrow view types: the Parquet files polars writes
+store them so, and Arrow cannot prune a file whose column type differs from the filter's literal
+(an `IN` list or an `OR` of equalities failed with "no kernel matching (string, string_view)"). Once
 the tables are registered the connection is locked down with DuckDB's own settings: no file access
 (except directories the caller opens), no network, no extension install or load, and no setting
 can be changed back.
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyarrow.dataset import Dataset
@@ -73,10 +77,51 @@ def table_names(store: DeltaStore) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "_delta_log").is_dir())
 
 
+def _view_type(dtype: pa.DataType) -> pa.DataType:
+    """`dtype` with every string and binary inside it as the Arrow view type."""
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return pa.string_view()
+    if pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype):
+        return pa.binary_view()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        item = dtype.value_field.with_type(_view_type(dtype.value_type))
+        return pa.list_(item) if pa.types.is_list(dtype) else pa.large_list(item)
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(_view_type(f.type)) for f in dtype.fields])
+    return dtype
+
+
+def view_schema(schema: pa.Schema) -> pa.Schema:
+    """The dataset schema DuckDB scans: strings and binaries as view types (see the module doc)."""
+    return pa.schema([f.with_type(_view_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def _point(as_of: int | datetime) -> str:
+    return f"version {as_of}" if isinstance(as_of, int) else as_of.isoformat()
+
+
+def _unreadable(dt: DeltaTable, as_of: int | datetime) -> str:
+    """Why `dt` (loaded at its latest version) has no snapshot at `as_of`, for an analyst."""
+    latest = dt.version()
+    if isinstance(as_of, int) and as_of > latest:
+        return f"its latest version is {latest}"
+    if isinstance(as_of, int):
+        return f"version {as_of} is no longer in its log"
+    return "it has no version from that time"
+
+
 def _open(store: DeltaStore, name: str, as_of: int | datetime | None) -> DeltaTable:
+    """The table at `as_of` (latest if None); SqlError with an analyst's reason when none."""
     dt = DeltaTable(store.uri(name), storage_options=store.storage_options or None)
-    if as_of is not None:
+    if as_of is None:
+        return dt
+    created = dt.metadata().created_time
+    if isinstance(as_of, datetime) and created and as_of.timestamp() * 1000 < created:
+        raise SqlError("it did not exist yet at that time")
+    try:
         dt.load_as_version(as_of)
+    except (DeltaError, ValueError):
+        raise SqlError(_unreadable(dt, as_of)) from None
     return dt
 
 
@@ -129,9 +174,9 @@ def connect(
     """An in-memory, locked-down DuckDB connection with one view per table (all present tables by
     default); queries may read and write files only under `allowed` (see `local_dirs`).
 
-    With `as_of` (a version number or a time), each table is read as of that point; a table that
-    did not exist then, or whose files were vacuumed since (retention, erasure), is skipped with
-    the reason.
+    With `as_of` (a version number or a time), each table is read as of that point; a table with
+    no snapshot then, or whose files were vacuumed since (retention, erasure), is skipped with a
+    one-line reason for an analyst.
     """
     present = table_names(store)
     wanted = present if names is None else names
@@ -144,18 +189,46 @@ def connect(
     for name in wanted:
         try:
             dt = _open(store, name, as_of)
-            dataset = dt.to_pyarrow_dataset()
+            dataset = dt.to_pyarrow_dataset(schema=view_schema(pa.schema(dt.schema().to_arrow())))
             missing = _missing_files(dataset) if as_of is not None else 0
+        except SqlError as exc:
+            skipped[name] = str(exc)
+            continue
         except (DeltaError, TableNotFoundError, OSError, ValueError) as exc:
-            skipped[name] = str(exc).splitlines()[0][:200]
+            skipped[name] = f"cannot open it: {str(exc).splitlines()[0][:200]}"
             continue
         if missing:
-            skipped[name] = f"{missing} of its files were removed since by VACUUM"
+            skipped[name] = (
+                f"{missing} of its files at that point were removed since by VACUUM "
+                "(retention or erasure)"
+            )
             continue
         con.register(name, dataset)
         versions[name] = dt.version()
     lock_down(con, allowed)
     return con, Snapshot(versions, skipped)
+
+
+def _tables_read(con: duckdb.DuckDBPyConnection, query: str) -> set[str] | None:
+    """The lower-cased table names `query` reads; None when DuckDB cannot tell (a syntax error)."""
+    try:
+        statements = con.extract_statements(query)
+        return {t.lower() for s in statements for t in con.get_table_names(s.query)}
+    except duckdb.Error:
+        return None
+
+
+def skipped_notes(
+    con: duckdb.DuckDBPyConnection, snapshot: Snapshot, as_of: int | datetime, query: str | None
+) -> list[str]:
+    """One line per skipped table that `query` reads (every skipped table when there is no query
+    or its tables cannot be told, as in the shell)."""
+    read = None if query is None else _tables_read(con, query)
+    names = [name for name in snapshot.skipped if read is None or name.lower() in read]
+    return [
+        f"{name} cannot be read as of {_point(as_of)}: {snapshot.skipped[name]}"
+        for name in sorted(names)
+    ]
 
 
 def _one_line(exc: duckdb.Error) -> str:
