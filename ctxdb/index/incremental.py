@@ -9,6 +9,11 @@ documents are indexed; documents whose rows disappeared are deleted. When the ol
 (its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`) or there
 is no state, every document is indexed and ids found in the index but not in Delta are deleted;
 any other failure to read the changes is raised (`ChangesUnreadable`), never a full sync.
+
+A full sync streams: it splits the documents into parts of about `FULL_PART_ROWS` rows of the
+first source table (by a stable hash of `Source.partition`, so every row a document depends on is
+in its part), and builds, completes and bulk-indexes one part at a time; only the document ids of
+the parts are kept, to delete the ids of the index that no part holds.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from itertools import chain
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.index.bulk import BulkReport, bulk_write
@@ -56,6 +62,9 @@ class Source:
     scope value (see `ctxdb.index.changed`)."""
     unique_scope: bool = False
     """Whether every source table holds at most one row per scope value."""
+    partition: str = "conversation_id"
+    """A column of every source table such that a document depends only on rows sharing its
+    value: a full sync builds its documents in parts by a hash of it."""
 
 
 @dataclass
@@ -88,11 +97,45 @@ def read_at(store: DeltaStore, table: str, schema: pa.Schema, version: int | Non
     return store.read(table, schema, version=version)
 
 
-def build_base(
-    store: DeltaStore, source: Source, versions: Versions, model_id: str
+def read_part(
+    store: DeltaStore, table: str, schema: pa.Schema, version: int | None, part: Shard, column: str
 ) -> pl.DataFrame:
-    frames = {t: read_at(store, t, source.schemas[t], versions[t]) for t in source.tables}
+    """The rows of the table as of `version` whose `column` hashes into `part`, read by a
+    streaming scan that keeps only those rows."""
+    if version is None or part.count == 1:
+        return read_at(store, table, schema, version)
+    return store.scan(table, version).filter(part.expr(column)).collect(engine="streaming")
+
+
+def build_base(
+    store: DeltaStore,
+    source: Source,
+    versions: Versions,
+    model_id: str,
+    part: Shard = Shard(0, 1),
+) -> pl.DataFrame:
+    """The base frame of the documents as of `versions` (of those in `part`, when split)."""
+    frames = {
+        t: read_part(store, t, source.schemas[t], versions[t], part, source.partition)
+        for t in source.tables
+    }
     return source.base(frames, model_id)
+
+
+FULL_PART_ROWS = 200_000
+"""Rows of the first source table per part of a full sync: its memory is bounded by a part."""
+
+
+def full_parts(store: DeltaStore, source: Source, versions: Versions) -> int:
+    """How many parts a full sync at `versions` builds: the first source table's row count (from
+    the Delta log) over `FULL_PART_ROWS`, at least one."""
+    first = source.tables[0]
+    dt = store.table(first) if versions[first] is not None else None
+    if dt is None:
+        return 1
+    dt.load_as_version(versions[first])
+    rows = pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"]).as_py() or 0
+    return max(1, -(-rows // FULL_PART_ROWS))
 
 
 def _bases(
@@ -199,6 +242,12 @@ def sync_index(
     uuid = index_uuid(es, index)
     key = state_name(index, shard)
     state, docs_before = read_state(store, key, uuid) or (None, 0)
+    bulk = {
+        "chunk_size": chunk_size,
+        "threads": threads,
+        "timeout_s": timeout_s,
+        "max_retries": max_retries,
+    }
     if state == target:
         report.skipped = True
         report.seconds = time.monotonic() - started
@@ -211,45 +260,84 @@ def sync_index(
             log.warning(
                 "full sync of %s: %s sources at %s are gone (%s)", index, source.kind, state, exc
             )
+    write = _Writer(store, es, source, index, model_id, report, bulk)
     if old is None:
-        new = build_base(store, source, target, model_id)
-    report.full = old is None
-    new, old = in_shard(new, shard), None if old is None else in_shard(old, shard)
-    existing = indexed_ids(es, index, shard) if old is None else None
-    changed, gone = plan_changes(new, old, existing)
-    if old is None:
-        docs_after = new.height
+        report.full = True
+        docs_after = _full_sync(store, es, source, index, target, model_id, shard, write)
     else:
+        new, old = in_shard(new, shard), in_shard(old, shard)
+        changed, gone = plan_changes(new, old, None)
         added = changed.join(old.select(ID), on=ID, how="anti").height
         docs_after = docs_before + added - gone.len()
-    docs = source.complete(store, changed, model_id)
-    routed = is_routed(es, index)
-    placed = stored_routing(es, index, gone) if routed and not gone.is_empty() else None
-    bulk: BulkReport = bulk_write(
-        es,
-        chain(
-            index_actions(
-                docs,
-                index,
-                json_columns=source.json_columns,
-                finish=source.finish,
-                routed=routed,
-            ),
-            delete_actions(gone, index, placed),
-        ),
-        chunk_size=chunk_size,
-        threads=threads,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        raise_on_failure=False,
-    )
-    report.rejected = settle(store, source.kind, index, bulk, docs, gone)
+        write(changed, gone)
     if refresh:
         es.indices.refresh(index=index)
     write_state(store, key, uuid, source.kind, target, docs=docs_after)
-    report.docs, report.indexed, report.deleted = docs_after, bulk.indexed, bulk.deleted
-    if "embedding" in docs.columns:
-        report.vectors = docs.get_column("embedding").is_not_null().sum()
+    report.docs = docs_after
     report.seconds = time.monotonic() - started
-    log.info("synced %s: %d indexed, %d deleted", index, bulk.indexed, bulk.deleted)
+    log.info("synced %s: %d indexed, %d deleted", index, report.indexed, report.deleted)
     return report
+
+
+def _full_sync(
+    store: DeltaStore,
+    es: Elasticsearch,
+    source: Source,
+    index: str,
+    target: Versions,
+    model_id: str,
+    shard: Shard | None,
+    write: Callable[[pl.DataFrame, pl.Series], None],
+) -> int:
+    """Index every document part by part, then delete the ids of the index no part holds;
+    returns the document count."""
+    parts = full_parts(store, source, target)
+    kept, docs = [], 0
+    for number in range(parts):
+        new = in_shard(build_base(store, source, target, model_id, Shard(number, parts)), shard)
+        kept.append(new.get_column(ID))
+        docs += new.height
+        write(new, kept[-1].clear())
+    existing = indexed_ids(es, index, shard)
+    write(new.clear(), existing.filter(~existing.is_in(pl.concat(kept).implode())))
+    return docs
+
+
+@dataclass(frozen=True)
+class _Writer:
+    """Completes documents and bulk-writes them with the deletes, adding up into `report`."""
+
+    store: DeltaStore
+    es: Elasticsearch
+    source: Source
+    index: str
+    model_id: str
+    report: SyncReport
+    options: Mapping[str, object]
+
+    def __call__(self, changed: pl.DataFrame, gone: pl.Series) -> None:
+        docs = self.source.complete(self.store, changed, self.model_id)
+        routed = is_routed(self.es, self.index)
+        placed = (
+            stored_routing(self.es, self.index, gone) if routed and not gone.is_empty() else None
+        )
+        result: BulkReport = bulk_write(
+            self.es,
+            chain(
+                index_actions(
+                    docs,
+                    self.index,
+                    json_columns=self.source.json_columns,
+                    finish=self.source.finish,
+                    routed=routed,
+                ),
+                delete_actions(gone, self.index, placed),
+            ),
+            raise_on_failure=False,
+            **self.options,
+        )
+        self.report.rejected += settle(self.store, self.source.kind, self.index, result, docs, gone)
+        self.report.indexed += result.indexed
+        self.report.deleted += result.deleted
+        if "embedding" in docs.columns:
+            self.report.vectors += docs.get_column("embedding").is_not_null().sum()

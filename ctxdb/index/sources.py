@@ -44,6 +44,7 @@ ROWS_SOURCE = Source(
     schemas={ROLE_ROWS: ROLE_ROWS_SCHEMA, ROW_EMBEDDINGS: ROW_EMBEDDINGS_SCHEMA},
     scope=("row_id",),
     unique_scope=True,
+    partition="row_id",
 )
 
 
