@@ -1,6 +1,8 @@
 """Peak RSS of building the documents of a full index sync (issue 26 item 3): the whole base frame
 at once against the streamed parts of `FULL_PART_ROWS` rows, on N synthetic role rows (and their
-embedding statuses) written to a temporary Delta root in appends of 100 000 rows.
+embedding statuses) written to a temporary Delta root in appends of 100 000 rows; and of the
+embedding stage's full pass over the same rows (no watermark yet, every status already `ok`, so
+it reads every row and status and embeds nothing), whole and in parts.
 
     .venv/bin/python bench/bench_full_sync_memory.py --rows 1000000
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,9 @@ from datetime import UTC, datetime
 
 import polars as pl
 
+from ctxdb.embedding import stage
+from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index import incremental
 from ctxdb.index.incremental import build_base, current_versions, full_parts
 from ctxdb.index.sources import ROWS_SOURCE
@@ -85,8 +91,21 @@ def write(root: str, rows: int) -> None:
 
 
 def measure(root: str, mode: str, part_rows: int) -> dict:
-    """Build every document at once (`whole`) or part by part (`parts`); peak RSS in MiB."""
+    """Build every document at once (`whole`) or part by part (`parts`), or run the embedding
+    stage's full pass (`embed-whole`, `embed-parts`); peak RSS in MiB."""
     store = DeltaStore(root)
+    if mode.startswith("embed"):
+        stage.FULL_PART_ROWS = part_rows if mode == "embed-parts" else 10**12
+        started = time.monotonic()
+        report = embed_role_rows(store, SentenceTransformerEmbedder(model_id=MODEL))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        seconds = round(time.monotonic() - started, 1)
+        return {
+            "mode": mode,
+            "rows": report.to_process,
+            "seconds": seconds,
+            "peak_rss_mib": round(peak),
+        }
     versions = current_versions(store, ROWS_SOURCE.tables)
     incremental.FULL_PART_ROWS = part_rows
     count = full_parts(store, ROWS_SOURCE, versions) if mode == "parts" else 1
@@ -119,9 +138,13 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="full-sync-memory-")
     base = [sys.executable, __file__, "--rows", str(args.rows), "--part-rows", str(args.part_rows)]
     subprocess.run([*base, "--child", root, "write"], check=True)
-    for mode in ("whole", "parts"):
-        out = subprocess.run([*base, "--child", root, mode], check=True, capture_output=True)
+    for mode in ("whole", "parts", "embed-whole", "embed-parts"):
+        copy = f"{root}-{mode}"  # the embedding pass commits its watermark: each on a fresh copy
+        shutil.copytree(root, copy)
+        out = subprocess.run([*base, "--child", copy, mode], check=True, capture_output=True)
         sys.stdout.write(out.stdout.decode())
+        shutil.rmtree(copy)
+    shutil.rmtree(root)
 
 
 if __name__ == "__main__":

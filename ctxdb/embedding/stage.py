@@ -11,7 +11,9 @@ the log added and removed), plus the rows left to retry, and the statuses of jus
 run with nothing new reads no rows at all. Without a watermark (first run, another model), when
 the statuses also carry another model id (a switch back to a model or backend used before, whose
 old watermark no longer covers every row), or when the older changes can no longer be read, it
-reads every role row.
+reads every role row: part by part (`FULL_PART_ROWS` rows each, by a stable hash of `row_id`),
+each part with its statuses read by a streaming scan, embedded and MERGEd before the next, so a
+full pass holds one part in memory, not the table.
 
 Given a `Shard`, a run covers only the role rows of that shard's conversations
 (`ctxdb.storage.shards`) and keeps its own watermarks, so the shards of one count run in parallel
@@ -22,11 +24,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import polars as pl
+import pyarrow as pa
 
 from ctxdb.embedding.cache import cached_hashes, embed_texts
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
@@ -164,36 +167,53 @@ def embed_role_rows(
     if version is None or (since == version and retry == 0):
         report.seconds = time.monotonic() - started
         return report
-    rows, statuses = _candidates(store, embedder.model_id, since, version, retry, shard)
+    for rows, statuses in _candidates(store, embedder.model_id, since, version, retry, shard):
+        _embed_part(store, embedder, rows, statuses, report, batch_size, progress_every_s, progress)
+    _commit_marks(store, embedder.model_id, version, report, shard)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _embed_part(
+    store: DeltaStore,
+    embedder: Embedder,
+    rows: pl.DataFrame,
+    statuses: pl.DataFrame,
+    report: EmbedReport,
+    batch_size: int,
+    progress_every_s: float,
+    progress: Callable[[str], None],
+) -> None:
+    """Embed the rows of one part that need it and MERGE their statuses, adding into `report`;
+    once the model failed to load, the misses of later parts go `pending` without a new try."""
     todo = (
         rows_needing_embedding(rows, statuses, embedder.model_id)
         .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
         .with_columns(pl.col("attempts").fill_null(0))
     )
-    report.to_process = todo.height
+    report.to_process += todo.height
     if todo.is_empty():
-        _commit_marks(store, embedder.model_id, version, report, shard)
-        report.seconds = time.monotonic() - started
-        return report
-
+        return
     now = datetime.now(UTC)
     blank = pl.col("text").str.strip_chars().str.len_chars() == 0
     empty, todo = todo.filter(blank), todo.filter(~blank)
     frames = [_status_frame(empty, embedder.model_id, SKIPPED, "empty text", now)]
-    report.skipped = empty.height
+    report.skipped += empty.height
 
     hits = cached_hashes(store, embedder.model_id, todo.get_column("text_hash").unique())
     is_hit = pl.col("text_hash").is_in(hits.implode())
     frames.append(_status_frame(todo.filter(is_hit), embedder.model_id, OK, None, now))
-    report.cache_hits = todo.filter(is_hit).height
+    report.cache_hits += todo.filter(is_hit).height
     misses = todo.filter(~is_hit)
 
     if not misses.is_empty():
         try:
+            if report.error:
+                raise EmbedderUnavailable(report.error)
             embedder.load()
         except EmbedderUnavailable as exc:
             report.error = str(exc)
-            report.pending = misses.height
+            report.pending += misses.height
             log.error("embedding model unavailable, %d rows stay pending: %s", misses.height, exc)
             frames.append(_status_frame(misses, embedder.model_id, PENDING, str(exc), now))
             misses = misses.clear()
@@ -213,8 +233,8 @@ def embed_role_rows(
         )
         failed = misses.join(errors, on="text_hash", how="inner")
         done = misses.join(errors, on="text_hash", how="anti")
-        report.embedded = unique.height - len(failures)
-        report.failed = failed.height
+        report.embedded += unique.height - len(failures)
+        report.failed += failed.height
         frames.append(_status_frame(done, embedder.model_id, OK, None, now))
         frames.append(
             _status_frame(failed, embedder.model_id, FAILED, None, now).with_columns(
@@ -222,9 +242,11 @@ def embed_role_rows(
             )
         )
     store.upsert(ROW_EMBEDDINGS, pl.concat(frames), keys=["row_id"], schema=ROW_EMBEDDINGS_SCHEMA)
-    _commit_marks(store, embedder.model_id, version, report, shard)
-    report.seconds = time.monotonic() - started
-    return report
+
+
+FULL_PART_ROWS = 200_000
+"""Role rows per part of a full pass: each part is read, embedded and MERGEd on its own, so the
+pass's memory is bounded by a part, not by `role_rows`."""
 
 
 def _candidates(
@@ -234,11 +256,12 @@ def _candidates(
     version: int,
     retry: int,
     shard: Shard | None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
+) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     """(role rows of `shard` that may need embedding, their statuses): the rows changed since the
-    covered version plus, when the last run left some, the rows without a final status; every row
-    when there is no watermark or the covered version is gone (`ChangesUnavailable`; any other
-    failure to read the changes is raised). Statuses of deleted rows are dropped."""
+    covered version plus, when the last run left some, the rows without a final status; every row,
+    part by part, when there is no watermark or the covered version is gone
+    (`ChangesUnavailable`; any other failure to read the changes is raised). Statuses of deleted
+    rows are dropped."""
     if since is not None:
         try:
             changes = table_changes(store, ROLE_ROWS, since, version, columns=ROW_COLUMNS)
@@ -250,12 +273,25 @@ def _candidates(
             if retry:
                 unfinished = in_shard(_unfinished(store, model_id), shard)
                 new = pl.concat([new, unfinished]).unique("row_id")
-            return new, _statuses_of(store, new.get_column("row_id"))
-    rows = store.read(ROLE_ROWS, ROLE_ROWS_SCHEMA, columns=ROW_COLUMNS)
-    statuses = store.read(ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA)
-    _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
-    rows = in_shard(rows, shard)
-    return rows, statuses.join(rows.select("row_id"), on="row_id", how="semi")
+            yield new, _statuses_of(store, new.get_column("row_id"))
+            return
+    count = max(1, -(-row_count(store, ROLE_ROWS) // FULL_PART_ROWS))
+    for number in range(count):
+        rows = _read_part(store, ROLE_ROWS, ROLE_ROWS_SCHEMA, Shard(number, count), ROW_COLUMNS)
+        statuses = _read_part(store, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA, Shard(number, count))
+        _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
+        rows = in_shard(rows, shard)
+        yield rows, statuses.join(rows.select("row_id"), on="row_id", how="semi")
+
+
+def _read_part(
+    store: DeltaStore, table: str, schema: pa.Schema, part: Shard, columns: list[str] | None = None
+) -> pl.DataFrame:
+    """The rows of `table` whose `row_id` hashes into `part`, by a streaming scan."""
+    if part.count == 1 or not store.exists(table):
+        return store.read(table, schema, columns=columns)
+    scan = store.scan(table).filter(part.expr("row_id"))
+    return scan.select(columns or schema.names).collect(engine="streaming")
 
 
 def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
