@@ -183,7 +183,8 @@ def test_cli_migrate_then_issue_and_revoke_against_elasticsearch(
     issued = _ctxdb(["tokens", "issue", "--user", "bob", "--tenant", TENANT], elsewhere)
     assert issued.returncode == 0, issued.stderr
     new = issued.stdout.strip()
-    store = ElasticsearchTokenStore.from_settings(es_store_settings(settings))
+    # No cache: the revocation below is made by another process and must be seen at once.
+    store = ElasticsearchTokenStore.from_settings(es_store_settings(settings, cache_s=0))
     assert (store.verify(old).user_id, store.verify(new).user_id) == ("alice", "bob")
     assert not (tmp_path / "other-machine" / "auth" / "tokens.json").exists()
     revoked = _ctxdb(["tokens", "revoke", token_id(old)], elsewhere)

@@ -24,12 +24,12 @@ from datetime import UTC, datetime
 import polars as pl
 import pyarrow as pa
 
-from ctxdb.index.lease import Lease
 from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
 from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
 from ctxdb.record.failures import clear_failures, record_failures
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore, sql_in
+from ctxdb.storage.fencing import fence_of
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
@@ -137,15 +137,13 @@ def derive(
     Every derived table is written with keyed MERGEs (`write_table`), so derivation is
     exactly-once by itself. `writer` is held around the whole run: the CLI and the Dagster asset
     pass the writer lease (`ctxdb.index.lease`), which keeps two derivations from doing the same
-    work at once; when it yields a `Lease`, its `check()` runs before every commit, so a run that
-    lost the lease stops before its next commit (and leaves `derive_state` behind)."""
+    work at once; when it yields a fence (`ctxdb.storage.fencing.Fenced`: the lease), its
+    `check()` runs before every commit, so a run that lost the lease stops before its next commit
+    (and leaves `derive_state` behind)."""
     with writer or nullcontext() as held:
-        fence = held.check if isinstance(held, Lease) else _unfenced
+        fence = fence_of(held)
         return _derive(store, settings, now or datetime.now(UTC), full, fence)
 
-
-def _unfenced() -> None:
-    """No lease to check (a run without the writer lease)."""
 
 
 def _derive(
