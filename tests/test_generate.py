@@ -148,7 +148,7 @@ def test_cli_generate_land_derive_and_tables(tmp_path: Path, monkeypatch) -> Non
     assert (tmp_path / "facts.jsonl").read_text().count("\n") >= 5
     assert runner.invoke(app, ["land"]).exit_code == 0
     derived = runner.invoke(app, ["derive"])
-    assert json.loads(derived.output)["conversations"] == 5
+    assert json.loads(derived.stdout)["conversations"] == 5
     tables = runner.invoke(app, ["tables"])
     assert tables.exit_code == 0
     assert "turn_logs" in tables.output and "role_rows" in tables.output

@@ -232,11 +232,11 @@ def test_cli_retention_run(store, es, ops_settings, monkeypatch):
 
     dry = runner.invoke(app, ["retention", "run", "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert json.loads(dry.output)["status"] == "dry_run"
+    assert json.loads(dry.stdout)["status"] == "dry_run"
     assert store.read(ROLE_ROWS).height == 20
     real = runner.invoke(app, ["retention", "run"])
     assert real.exit_code == 0, real.output
-    assert json.loads(real.output)["es_pending"] == 0
+    assert json.loads(real.stdout)["es_pending"] == 0
     assert store.read(ROLE_ROWS).height == 15
 
 

@@ -41,7 +41,7 @@ def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
         search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice
     )
     assert as_json.exit_code == 0
-    assert "c-bob" not in {h["conversation_id"] for h in json.loads(as_json.output)["hits"]}
+    assert "c-bob" not in {h["conversation_id"] for h in json.loads(as_json.stdout)["hits"]}
     bob = cli(
         search_env,
         "search",
@@ -50,15 +50,15 @@ def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
         "--json",
         token=search_env.tokens["bob"],
     )
-    assert json.loads(bob.output)["hits"][0]["conversation_id"] == "c-bob"
+    assert json.loads(bob.stdout)["hits"][0]["conversation_id"] == "c-bob"
 
 
 def test_catalog_options(search_env: SearchEnv) -> None:
     alice = search_env.tokens["alice"]
     last = cli(search_env, "search", "--conversation", "c-k8s", "--last", "--json", token=alice)
-    assert [h["turn_id"] for h in json.loads(last.output)["hits"]] == ["t3"]
+    assert [h["turn_id"] for h in json.loads(last.stdout)["hits"]] == ["t3"]
     listing = cli(search_env, "conversations", "--json", token=alice)
-    assert json.loads(listing.output)["conversations"][0]["conversation_id"] == "c-k8s"
+    assert json.loads(listing.stdout)["conversations"][0]["conversation_id"] == "c-k8s"
     turn = cli(search_env, "turn", "c-sheets", "t1", token=alice)
     assert (
         "attachment: budget.xlsx conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx"
@@ -112,6 +112,6 @@ def test_tokens_issue_and_revoke(search_env: SearchEnv) -> None:
     token = issued.output.strip()
     assert issued.exit_code == 0 and token.startswith("ctxdb_")
     listing = cli(search_env, "conversations", "--json", token=token)
-    assert listing.exit_code == 0 and json.loads(listing.output)["conversations"] == []
+    assert listing.exit_code == 0 and json.loads(listing.stdout)["conversations"] == []
     assert cli(search_env, "tokens", "revoke", token.split("_")[1]).exit_code == 0
     assert cli(search_env, "conversations", token=token).exit_code == 1
