@@ -11,14 +11,12 @@ file twice writes the same bytes and landing keeps one copy of each event.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ctxdb.capture.claude_code import spool
-from ctxdb.capture.claude_code.importer import SETTLE_S, ImportStats, Mapped
+from ctxdb.capture.claude_code.importer import SETTLE_S, ImportStats, Mapped, write_sessions
 from ctxdb.capture.claude_code.transcript import Record
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
 from ctxdb.capture.private import strip_private
@@ -123,35 +121,12 @@ def import_sessions(
     one file: (path, identity, settled, clean) -> `Mapped`; a file untouched for `settle_s`
     seconds is settled (its last turn is closed). A file that cannot be read or is not a session
     is counted in `failed` with a one-line reason, and the others are still imported."""
-    stats = ImportStats()
     now = time.time()
-    for path in paths:
-        try:
-            settled = now - path.stat().st_mtime >= settle_s
-            mapped = read(path, identity, settled, clean)
-            if excluded is not None and excluded(mapped.project):
-                stats.skipped += 1
-                continue
-            events = mapped.events
-            target = spool_dir / "import" / f"{safe_id(path.stem)}.jsonl"
-            changed = bool(events) and spool.write_atomic(target, spool.encode(events))
-        except (OSError, ValueError) as exc:
-            stats.failed += 1
-            stats.problems.append(f"{path}: {exc}")
-            continue
-        finally:
-            if progress is not None:
-                progress(os.path.getsize(path) if path.exists() else 0)
-        stats.files += 1
-        stats.lines += mapped.lines
-        stats.bad_lines += mapped.bad
-        stats.truncated += int(mapped.truncated)
-        stats.turns += sum(e["type"] == "turn.closed" for e in events)
-        stats.events += len(events)
-        stats.written += int(changed)
-        stats.unchanged += int(not changed)
-        if mapped.bad:
-            stats.problems.append(f"{path}: {mapped.bad} lines are not JSON (skipped)")
-        if mapped.truncated:
-            stats.problems.append(f"{path}: last line cut off (ignored)")
-    return stats
+    return write_sessions(
+        paths,
+        lambda path: read(path, identity, now - path.stat().st_mtime >= settle_s, clean),
+        lambda path: spool_dir / "import" / f"{safe_id(path.stem)}.jsonl",
+        excluded,
+        progress,
+        (OSError, ValueError),
+    )

@@ -99,18 +99,38 @@ def import_transcripts(
 ) -> ImportStats:
     """Write the events of every transcript in `paths` under `spool_dir`, except those of
     `excluded` projects; `progress` gets the bytes of each transcript done."""
-    stats = ImportStats()
     now = time.time()
+    return write_sessions(
+        paths,
+        lambda path: transcript_events(path, identity, now, settle_s, clean),
+        lambda path: output_path(spool_dir, path),
+        excluded,
+        progress,
+    )
+
+
+def write_sessions(
+    paths: list[Path],
+    read: Callable[[Path], Mapped],
+    target: Callable[[Path], Path],
+    excluded: Callable[[str | None], bool] | None = None,
+    progress: Callable[[int], None] | None = None,
+    errors: tuple[type[Exception], ...] = (OSError,),
+) -> ImportStats:
+    """Write the events `read` maps from each session file in `paths` to its `target` (atomically,
+    only when its bytes changed), except those of `excluded` projects; `progress` gets the bytes
+    of each file done. A file whose reading raises one of `errors` is counted in `failed` with a
+    one-line reason, and the others are still imported."""
+    stats = ImportStats()
     for path in paths:
         try:
-            mapped = transcript_events(path, identity, now, settle_s, clean)
+            mapped = read(path)
             if excluded is not None and excluded(mapped.project):
                 stats.skipped += 1
                 continue
             events = mapped.events
-            target = output_path(spool_dir, path)
-            changed = bool(events) and spool.write_atomic(target, spool.encode(events))
-        except OSError as exc:
+            changed = bool(events) and spool.write_atomic(target(path), spool.encode(events))
+        except errors as exc:
             stats.failed += 1
             stats.problems.append(f"{path}: {exc}")
             continue
