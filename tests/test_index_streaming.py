@@ -19,7 +19,7 @@ from ctxdb.index.incremental import build_base, current_versions, full_parts
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import ROWS_SOURCE, TURNS_SOURCE
 from ctxdb.index.sync import sync_live
-from ctxdb.storage.shards import Shard
+from ctxdb.storage.shards import Shard, all_shards, in_shard
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 
@@ -76,3 +76,21 @@ def test_a_full_sync_in_parts_gives_the_same_index(
     assert (parted[ROWS].full, parted[ROWS].indexed, parted[ROWS].deleted) == (True, 12, 1)
     assert (parted[ROWS].docs, parted[TURNS].docs, parted[ROWS].vectors) == (12, 6, 12)
     assert {kind: documents(es, alias) for kind, alias in aliases.items()} == before
+
+
+def test_a_shard_build_keeps_only_its_conversations_in_the_scans(delta_store, embedder) -> None:
+    for conversation in ("c1", "c2", "c3", "c4", "c5"):
+        write_rows(delta_store, role_rows([f"{conversation} row"], conversation=conversation))
+        turn_tables(delta_store, 2, conversation=conversation)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    for source in (ROWS_SOURCE, TURNS_SOURCE):
+        versions = current_versions(delta_store, source.tables)
+        whole = build_base(delta_store, source, versions, MODEL)
+        shards = all_shards(2)
+        built = [build_base(delta_store, source, versions, MODEL, Shard(0, 1), s) for s in shards]
+        assert [b.sort(ID).equals(in_shard(whole, s).sort(ID)) for b, s in zip(built, shards)] == [
+            True,
+            True,
+        ]
+        assert all(0 < b.height < whole.height for b in built)
+        assert full_parts(delta_store, source, versions, Shard(0, 2)) == 1

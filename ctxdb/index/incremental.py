@@ -98,13 +98,24 @@ def read_at(store: DeltaStore, table: str, schema: pa.Schema, version: int | Non
 
 
 def read_part(
-    store: DeltaStore, table: str, schema: pa.Schema, version: int | None, part: Shard, column: str
+    store: DeltaStore,
+    table: str,
+    schema: pa.Schema,
+    version: int | None,
+    part: Shard,
+    column: str,
+    shard: Shard | None = None,
 ) -> pl.DataFrame:
-    """The rows of the table as of `version` whose `column` hashes into `part`, read by a
-    streaming scan that keeps only those rows."""
-    if version is None or part.count == 1:
+    """The rows of the table as of `version` whose `column` hashes into `part` (and, where the
+    table has a `conversation_id`, of `shard`'s conversations), read by a streaming scan that
+    keeps only those rows."""
+    keep = [part.expr(column)] if part.count > 1 else []
+    if shard is not None and "conversation_id" in schema.names:
+        keep.append(shard.expr())
+    if version is None or not keep:
         return read_at(store, table, schema, version)
-    return store.scan(table, version).filter(part.expr(column)).collect(engine="streaming")
+    scan = store.scan(table, version).filter(pl.all_horizontal(keep))
+    return scan.collect(engine="streaming")
 
 
 def build_base(
@@ -113,10 +124,12 @@ def build_base(
     versions: Versions,
     model_id: str,
     part: Shard = Shard(0, 1),
+    shard: Shard | None = None,
 ) -> pl.DataFrame:
-    """The base frame of the documents as of `versions` (of those in `part`, when split)."""
+    """The base frame of the documents as of `versions` (of those in `part`, when split; the
+    rows of `shard`'s conversations are kept by the scans, when given)."""
     frames = {
-        t: read_part(store, t, source.schemas[t], versions[t], part, source.partition)
+        t: read_part(store, t, source.schemas[t], versions[t], part, source.partition, shard)
         for t in source.tables
     }
     return source.base(frames, model_id)
@@ -126,16 +139,19 @@ FULL_PART_ROWS = 200_000
 """Rows of the first source table per part of a full sync: its memory is bounded by a part."""
 
 
-def full_parts(store: DeltaStore, source: Source, versions: Versions) -> int:
+def full_parts(
+    store: DeltaStore, source: Source, versions: Versions, shard: Shard | None = None
+) -> int:
     """How many parts a full sync at `versions` builds: the first source table's row count (from
-    the Delta log) over `FULL_PART_ROWS`, at least one."""
+    the Delta log; its share of `shard`'s conversations) over `FULL_PART_ROWS`, at least one."""
     first = source.tables[0]
     dt = store.table(first) if versions[first] is not None else None
     if dt is None:
         return 1
     dt.load_as_version(versions[first])
     rows = pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"]).as_py() or 0
-    return max(1, -(-rows // FULL_PART_ROWS))
+    per_part = FULL_PART_ROWS * (1 if shard is None else shard.count)
+    return max(1, -(-rows // per_part))
 
 
 def _bases(
@@ -291,10 +307,11 @@ def _full_sync(
 ) -> int:
     """Index every document part by part, then delete the ids of the index no part holds;
     returns the document count."""
-    parts = full_parts(store, source, target)
+    parts = full_parts(store, source, target, shard)
     kept, docs = [], 0
     for number in range(parts):
-        new = in_shard(build_base(store, source, target, model_id, Shard(number, parts)), shard)
+        part = Shard(number, parts)
+        new = in_shard(build_base(store, source, target, model_id, part, shard), shard)
         kept.append(new.get_column(ID))
         docs += new.height
         write(new, kept[-1].clear())
