@@ -17,7 +17,12 @@ import typer
 from ctxdb.capture.claude_code import hook as cc_hook
 from ctxdb.capture.claude_code import mcp
 from ctxdb.capture.claude_code.config import HookConfig
-from ctxdb.capture.claude_code.importer import SETTLE_S, find_transcripts, import_transcripts
+from ctxdb.capture.claude_code.importer import (
+    SETTLE_S,
+    Mapped,
+    find_transcripts,
+    import_transcripts,
+)
 from ctxdb.capture.claude_code.install import (
     InstallError,
     config_path,
@@ -197,13 +202,32 @@ def _host(adapter: str, app_name: str) -> tuple[Path, Identity, HookConfig]:
     return spool_dir, Identity(config.tenant, app_name, config.user_id), config
 
 
-def _import(source: Path, files: list[Path], spool_dir: Path, run: Callable) -> None:
+def _import_host(
+    source: Path,
+    adapter: str,
+    app_name: str,
+    find: Callable[[Path], list[Path]],
+    read: Callable[[Path, Identity, bool, Callable[[str], str]], Mapped],
+    excluded: Callable[[HookConfig], Callable[[str | None], bool]],
+    settle_s: float,
+) -> None:
+    """Import the session files `find` lists at `source` into `<landing>/<adapter>/import`."""
+    spool_dir, identity, config = _host(adapter, app_name)
     if not source.exists():
         typer.echo(f"error: {source} does not exist", err=True)
         raise typer.Exit(2)
+    files = find(source)
     total = sum(p.stat().st_size for p in files)
     with typer.progressbar(length=total, label="importing", file=sys.stderr) as bar:
-        stats = run(files, bar.update)
+        stats = import_sessions(
+            files,
+            spool_dir,
+            identity,
+            read,
+            settle_s,
+            excluded=excluded(config),
+            progress=bar.update,
+        )
     typer.echo(
         f"{stats.files} sessions, {stats.lines} lines ({stats.bad_lines} not JSON, "
         f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
@@ -225,21 +249,14 @@ def import_codex(
 ) -> None:
     """Backfill Codex CLI rollouts as landing files (re-imports add nothing new)."""
     source = (path or codex.SESSIONS).expanduser()
-    spool_dir, identity, config = _host(codex.ADAPTER, "codex")
-    files = codex.find_rollouts(source) if source.exists() else []
-    _import(
+    _import_host(
         source,
-        files,
-        spool_dir,
-        lambda found, step: import_sessions(
-            found,
-            spool_dir,
-            identity,
-            codex.rollout_events,
-            settle_s,
-            excluded=config.excludes,
-            progress=step,
-        ),
+        codex.ADAPTER,
+        "codex",
+        codex.find_rollouts,
+        codex.rollout_events,
+        lambda config: config.excludes,
+        settle_s,
     )
 
 
@@ -259,21 +276,14 @@ def import_gemini(
 ) -> None:
     """Backfill Gemini CLI chat sessions as landing files (re-imports add nothing new)."""
     source = (path or gemini.SESSIONS).expanduser()
-    spool_dir, identity, config = _host(gemini.ADAPTER, "gemini-cli")
-    files = gemini.find_sessions(source) if source.exists() else []
-    _import(
+    _import_host(
         source,
-        files,
-        spool_dir,
-        lambda found, step: import_sessions(
-            found,
-            spool_dir,
-            identity,
-            gemini.session_events,
-            settle_s,
-            excluded=_gemini_excluded(config),
-            progress=step,
-        ),
+        gemini.ADAPTER,
+        "gemini-cli",
+        gemini.find_sessions,
+        gemini.session_events,
+        _gemini_excluded,
+        settle_s,
     )
 
 
