@@ -31,9 +31,9 @@ from ctxdb.index.lease import (
 from ctxdb.index.lifecycle import alias_target, versions
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
-from ctxdb.lifecycle.reindex import reindex
 from ctxdb.landing import run as landing_run
 from ctxdb.landing.run import land
+from ctxdb.lifecycle.reindex import reindex
 from ctxdb.lifecycle.retention import sweep
 from ctxdb.record import run as record_run
 from ctxdb.record.run import derive, last_derived_version
@@ -142,22 +142,12 @@ def test_a_reindex_that_lost_its_lease_stops_before_the_swap(
     short = settings.replace(elasticsearch={"writer_lease_ttl_s": 0.3})
     other = make_client(settings)
 
-    def steal(_builds: dict[str, str]) -> None:
-        other.index(
-            index=lease_index(settings.elasticsearch.index_prefix),
-            id="writer",
-            document={
-                "owner": "elsewhere:1",
-                "operation": "retention",
-                "acquired_at": "2026-12-02T00:00:00+00:00",
-                "expires_at": "2099-01-01T00:00:00+00:00",
-            },
-            refresh=True,
-        )
+    def take_over(_builds: dict[str, str]) -> None:
+        steal(other, settings.elasticsearch.index_prefix)
         time.sleep(0.8)  # several heartbeats: the next renewal finds the lease taken
 
     with pytest.raises(LeaseLost):
-        reindex(delta_store, es, short, embedder, before_swap=steal)
+        reindex(delta_store, es, short, embedder, before_swap=take_over)
     assert alias_target(es, alias_name(settings.elasticsearch.index_prefix, ROWS)) == live
     assert sorted(versions(es, settings.elasticsearch.index_prefix, ROWS)) == [1]
     assert holder(es, settings.elasticsearch.index_prefix)["owner"] == "elsewhere:1"

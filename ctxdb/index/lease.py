@@ -263,7 +263,7 @@ def writer_lease_for(
 
 
 def optional_writer_lease_for(
-    es: Elasticsearch | None, settings: Settings, operation: str
+    es: Elasticsearch | None, settings: Settings, operation: str, required: bool = False
 ) -> AbstractContextManager[Lease | None]:
     """`optional_writer_lease` with the prefix, ttl and wait of `settings`."""
     return optional_writer_lease(
@@ -272,6 +272,7 @@ def optional_writer_lease_for(
         operation,
         ttl_s=settings.elasticsearch.writer_lease_ttl_s,
         wait_s=settings.elasticsearch.writer_lease_wait_s,
+        required=required,
     )
 
 
@@ -282,13 +283,8 @@ def delta_writer_lease_for(
     prefix, ttl and wait, required unless `CTXDB_WRITER_LEASE_REQUIRED=false`. Their Delta
     writes are exactly-once by themselves (keyed MERGEs); the lease keeps two runs from doing
     the same work at once, and its `check()` fences every commit."""
-    return optional_writer_lease(
-        es,
-        settings.elasticsearch.index_prefix,
-        operation,
-        ttl_s=settings.elasticsearch.writer_lease_ttl_s,
-        wait_s=settings.elasticsearch.writer_lease_wait_s,
-        required=settings.elasticsearch.writer_lease_required,
+    return optional_writer_lease_for(
+        es, settings, operation, required=settings.elasticsearch.writer_lease_required
     )
 
 
