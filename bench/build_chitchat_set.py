@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from labeled_set_files import jsonl, set_manifest, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -421,21 +422,14 @@ def build_set(
             "questions": len(mine),
         }
     events.sort(key=lambda e: (e["occurred_at"], e["event_id"]))
-    manifest = {
-        "now": NOW.isoformat(),
-        "seed": seed,
-        "source": "chitchat-dataset 0.9.0 (BYU PCC lab Chit-Chat Challenge), MIT",
-        "users": per_user,
-        "turns": sum(u["turns"] for u in per_user.values()),
-        "conversations": sum(u["conversations"] for u in per_user.values()),
-        "questions": len(questions),
-        "kinds": dict(sorted(Counter(q["kind"] for q in questions).items())),
-    }
+    manifest = set_manifest(
+        NOW,
+        seed,
+        per_user,
+        questions,
+        source="chitchat-dataset 0.9.0 (BYU PCC lab Chit-Chat Challenge), MIT",
+    )
     return events, questions, manifest
-
-
-def _jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
 app = typer.Typer(add_completion=False)
@@ -452,7 +446,7 @@ def extract(
         for cid in cids:
             rows.append({"user_id": f"u{n:02d}", "sender": sender, "id": cid, **data[cid]})
     SOURCE.parent.mkdir(parents=True, exist_ok=True)
-    SOURCE.write_text(_jsonl(rows))
+    SOURCE.write_text(jsonl(rows))
     typer.echo(f"{len(rows)} conversations of {n} users -> {SOURCE}")
 
 
@@ -463,11 +457,7 @@ def build(
 ) -> None:
     """Events, questions and manifest from source/conversations.jsonl."""
     events, questions, manifest = build_set(load_source(), seed)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "events.jsonl").write_text(_jsonl(events))
-    (out / "questions.jsonl").write_text(_jsonl(questions))
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    typer.echo(json.dumps(manifest))
+    write_set(out, events, questions, manifest)
 
 
 if __name__ == "__main__":

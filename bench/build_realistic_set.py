@@ -31,10 +31,8 @@ Run: `.venv/bin/python bench/build_realistic_set.py [--seed 15]`.
 
 from __future__ import annotations
 
-import json
 import random
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from difflib import SequenceMatcher
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from labeled_set_files import set_manifest, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -315,20 +314,8 @@ def build(source: Path, seed: int) -> tuple[list[dict], list[dict], dict]:
     if problems:
         raise ValueError("the source has problems:\n" + "\n".join(problems))
     events.sort(key=lambda e: (e["occurred_at"], e["event_id"]))
-    manifest = {
-        "now": NOW.isoformat(),
-        "seed": seed,
-        "users": per_user,
-        "turns": sum(u["turns"] for u in per_user.values()),
-        "conversations": sum(u["conversations"] for u in per_user.values()),
-        "questions": len(questions),
-        "kinds": dict(sorted(Counter(q["kind"] for q in questions).items())),
-    }
+    manifest = set_manifest(NOW, seed, per_user, questions)
     return events, questions, manifest
-
-
-def _jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
 def main(
@@ -336,11 +323,7 @@ def main(
     out: Annotated[Path, typer.Option(help="Output directory.")] = DATA,
 ) -> None:
     events, questions, manifest = build(DATA / "source", seed)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "events.jsonl").write_text(_jsonl(events))
-    (out / "questions.jsonl").write_text(_jsonl(questions))
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    typer.echo(json.dumps(manifest))
+    write_set(out, events, questions, manifest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,46 @@
+"""What the labeled-set builders (`build_chitchat_set.py`, `build_realistic_set.py`) share: the
+manifest of a built set and writing its events, questions and manifest to a folder."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+import typer
+
+
+def jsonl(rows: list[dict]) -> str:
+    """`rows` as JSON lines (UTF-8 kept as is)."""
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def set_manifest(
+    now: datetime,
+    seed: int,
+    per_user: dict[str, dict[str, int]],
+    questions: list[dict],
+    source: str | None = None,
+) -> dict:
+    """The manifest of a set: its clock, seed, `source` when given, per-user and total counts and
+    the questions of each kind."""
+    return {
+        "now": now.isoformat(),
+        "seed": seed,
+        **({"source": source} if source is not None else {}),
+        "users": per_user,
+        "turns": sum(u["turns"] for u in per_user.values()),
+        "conversations": sum(u["conversations"] for u in per_user.values()),
+        "questions": len(questions),
+        "kinds": dict(sorted(Counter(q["kind"] for q in questions).items())),
+    }
+
+
+def write_set(out: Path, events: list[dict], questions: list[dict], manifest: dict) -> None:
+    """`events.jsonl`, `questions.jsonl` and `manifest.json` under `out`; prints the manifest."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "events.jsonl").write_text(jsonl(events))
+    (out / "questions.jsonl").write_text(jsonl(questions))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    typer.echo(json.dumps(manifest))
