@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from labeled_set_files import set_manifest, write_set
+from labeled_set_files import jsonl, set_manifest, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -316,6 +316,10 @@ def build(source: Path, seed: int) -> tuple[list[dict], list[dict], dict]:
     events.sort(key=lambda e: (e["occurred_at"], e["event_id"]))
     manifest = set_manifest(NOW, seed, per_user, questions)
     return events, questions, manifest
+
+
+_jsonl = jsonl
+"""How the set files are written (tests/test_realistic_set.py checks them against it)."""
 
 
 def main(
