@@ -445,6 +445,13 @@ class ClaudeCodeSettings(BaseSettings):
         default="~/.claude/projects",
         description="Claude Code's projects folder: the only place the hook reads transcripts.",
     )
+    tool_output: bool = Field(
+        default=False,
+        description="Steps also record the text each tool returned (`<private>` spans removed).",
+    )
+    tool_output_chars: int = Field(
+        default=2_000, ge=100, le=32_000, description="Tool output a step keeps, at most."
+    )
 
 
 class CaptureSettings(BaseSettings):

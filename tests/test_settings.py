@@ -63,6 +63,8 @@ ENVIRONMENT = {
     "CTXDB_CLAUDE_CODE_TENANT": ("claude_code", "tenant", "acme", "acme"),
     "CTXDB_CLAUDE_CODE_APP": ("claude_code", "app", "cc", "cc"),
     "CTXDB_CLAUDE_CODE_EXCLUDE": ("claude_code", "exclude", '["/srv/secret"]', ["/srv/secret"]),
+    "CTXDB_CLAUDE_CODE_TOOL_OUTPUT": ("claude_code", "tool_output", "true", True),
+    "CTXDB_CLAUDE_CODE_TOOL_OUTPUT_CHARS": ("claude_code", "tool_output_chars", "500", 500),
     "CTXDB_CAPTURE_ENABLED": ("capture", "enabled", "false", False),
     "CTXDB_CAPTURE_EXCLUDE": ("capture", "exclude", '["/srv/private"]', ["/srv/private"]),
     "CTXDB_CAPTURE_INVALID": ("capture", "invalid", "log", "log"),

@@ -169,6 +169,7 @@ def import_claude_code(
             settle_s=settle_s,
             excluded=config.excludes,
             progress=bar.update,
+            output_chars=config.tool_output_chars,
         )
     typer.echo(
         f"{stats.files} transcripts, {stats.lines} lines ({stats.bad_lines} not JSON, "

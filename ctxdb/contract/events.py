@@ -39,6 +39,8 @@ Adapter = Literal["minimal", "langgraph", "claude_code", "react", "codex", "gemi
 SUMMARY_MAX_CHARS = 24_000
 SUMMARY_MAX_REFS = 64
 REF_MAX_CHARS = 2_048
+STEP_INPUT_MAX_CHARS = 2_048
+STEP_OUTPUT_MAX_CHARS = 32_000
 ANCHORS_MAX = 32
 ANCHOR_MAX_CHARS = 256
 INT64_MIN = -(2**63)
@@ -143,6 +145,10 @@ class ProgressStep(Payload):
     tool: str | None = Field(default=None, max_length=128)
     status: str | None = Field(default=None, max_length=1024)
     title: str | None = Field(default=None, max_length=1024)
+    input: str | None = Field(default=None, max_length=STEP_INPUT_MAX_CHARS)
+    """A summary of the tool call's input (command, path, pattern...): searchable."""
+    output: str | None = Field(default=None, max_length=STEP_OUTPUT_MAX_CHARS)
+    """What the tool returned (opt-in per host), kept in the TurnLog, not searched."""
 
 
 class FileHosted(Payload):

@@ -3,7 +3,10 @@
 Every turn: one user row per folded submission (batch rendering with its context events and
 attachment cards) and one row for the final assistant completion. Rich (ReAct) turns add the
 working summary (anchors in `anchors_text`), internal notes (visibility internal) and supported
-attachment text. `text_hash` is the hash of `text`, the exact string sent to the embedding model.
+attachment text. A turn whose steps record tool calls' inputs (`chat.step` `input`: the command
+run, the file read or changed) adds one `steps` row listing them, so what an agent ran is
+searchable; progress-only steps (a title and a status) stay in the TurnLog and add no row.
+`text_hash` is the hash of `text`, the exact string sent to the embedding model.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ import polars_hash as plh
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
-from ctxdb.record.turnlog import ATTACHMENT, COMPLETION, NOTE, SUMMARY, USER_BLOCK_TYPES, Turn
+from ctxdb.record.turnlog import (
+    ATTACHMENT,
+    COMPLETION,
+    NOTE,
+    STEP,
+    SUMMARY,
+    USER_BLOCK_TYPES,
+    Turn,
+)
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
 from ctxdb.text import MIN_WORD_LEN
@@ -39,6 +50,8 @@ SUPPORTED_ATTACHMENT_MIME = (
     "application/vnd.ms-excel",
     "application/vnd.openxmlformats",
 )
+STEPS_TEXT_CHARS = 100_000
+"""Longest text of a turn's steps row (a turn of hundreds of tool calls is cut here)."""
 
 
 def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: int) -> str:
@@ -160,6 +173,7 @@ def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if turn.error else [])
     if blocks[final]["text"] or not blocks[final]["meta"].get("cancelled"):
         out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
+    _steps_row(out, turn_tag, projection)
     if turn.recording_kind == "rich":
         _rich_rows(out, turn_tag, projection)
     return out.rows
@@ -190,6 +204,30 @@ def _user_rows(out: _TurnRows, turn_tag: str, projection: str) -> None:
             event_type=event_type,
             batch_id=batch,
         )
+
+
+def render_steps(steps: Sequence[Block]) -> str:
+    """The text of a steps row: `[step.N] tool | title | input` per tool call, in order."""
+    lines = [
+        f"[step.{n}] {b['meta'].get('tool') or ''} | {b['text']} | {b['meta']['input']}"
+        for n, b in enumerate(steps, start=1)
+    ]
+    text = "\n".join(lines)
+    return text if len(text) <= STEPS_TEXT_CHARS else text[:STEPS_TEXT_CHARS]
+
+
+def _steps_row(out: _TurnRows, turn_tag: str, projection: str) -> None:
+    """One `steps` row (role artifact) for the steps that carry their tool call's input, one
+    line per step id; at the first such step."""
+    first: dict[Any, int] = {}
+    for index, block in enumerate(out.turn.blocks):
+        if block["type"] == STEP and block["meta"].get("input"):
+            first.setdefault(block["meta"].get("step"), index)
+    if not first:
+        return
+    steps = [out.turn.blocks[i] for i in first.values()]
+    tags = ["artifact:turn.steps", turn_tag, projection]
+    out.add(min(first.values()), "artifact", "steps", tags, render_steps(steps))
 
 
 def _rich_rows(out: _TurnRows, turn_tag: str, projection: str) -> None:

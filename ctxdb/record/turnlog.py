@@ -380,6 +380,7 @@ def _drafts(
                     "phase": p["phase"],
                     "tool": p.get("tool"),
                     "status": p.get("status") or p["phase"],
+                    **{k: p[k] for k in ("input", "output") if p.get(k)},
                 },
                 text,
             )

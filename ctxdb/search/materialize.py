@@ -31,6 +31,7 @@ TARGET_TYPES: dict[Target, tuple[str, ...]] = {
     "summary": ("conv.working.summary",),
     "notes": ("react.note",),
     "attachment": ("user.attachment",),
+    "steps": ("assistant.step",),
 }
 
 
@@ -64,7 +65,7 @@ def snippets_from_payload(
     out: list[Snippet] = []
     for block in payload.get("blocks") or []:
         target = block_target(block)
-        text = block.get("text")
+        text = step_text(block, query) if target == "steps" else block.get("text")
         if target is None or target not in targets or not isinstance(text, str) or not text.strip():
             continue
         if counts.get(target, 0) >= MAX_SNIPPETS_PER_TARGET:
@@ -79,6 +80,17 @@ def snippets_from_payload(
             )
         )
     return out
+
+
+def step_text(block: dict[str, Any], query: str) -> str | None:
+    """A step's snippet text (`tool | title | input`), only for a tool call whose recorded input
+    contains a query word: a turn shows the commands that matched, not its first steps."""
+    meta = block.get("meta") or {}
+    if not meta.get("input"):
+        return None
+    text = f"{meta.get('tool') or ''} | {block.get('text') or ''} | {meta['input']}"
+    lowered = text.lower()
+    return text if any(len(w) >= 3 and w in lowered for w in words(query or "")) else None
 
 
 def fallback_snippet(row: RowHit, query: str, chars: int) -> Snippet:
@@ -174,6 +186,8 @@ def _step(block: dict[str, Any]) -> Step:
         tool=meta.get("tool"),
         status=meta.get("status"),
         call_id=meta.get("call_id"),
+        input=meta.get("input"),
+        output=meta.get("output"),
         ts=block.get("ts"),
         path=block.get("path"),
     )

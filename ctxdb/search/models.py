@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from ctxdb.contract.events import Ident, RefId
 
 Scope = Literal["conversation", "user", "agent"]
-Target = Literal["user", "assistant", "summary", "notes", "attachment"]
+Target = Literal["user", "assistant", "summary", "notes", "attachment", "steps"]
 Arm = Literal["semantic", "lexical", "trigram"]
 Mode = Literal["search", "catalog"]
 
 ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
-DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment")
+DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment", "steps")
 MIN_SCORE = 0.2  # default relevance floor (search/relevance.py)
 WEAK_BELOW = 0.35  # a kept hit below this relevance is marked weak
 
@@ -134,7 +134,7 @@ class SearchRequest(BaseModel):
     def _targets_not_empty(cls, value: list[Target]) -> list[Target]:
         if not value:
             raise ValueError(
-                "targets must name at least one of user|assistant|summary|notes|attachment"
+                "targets must name at least one of user|assistant|summary|notes|attachment|steps"
             )
         return list(dict.fromkeys(value))
 
@@ -264,6 +264,10 @@ class Step(BaseModel):
     tool: str | None = None
     status: str | None = None
     call_id: str | None = None
+    input: str | None = None
+    """The tool call's input summary (command, path...), when the host recorded it."""
+    output: str | None = None
+    """What the tool returned, when the host records tool output (opt-in)."""
     ts: datetime | None = None
     path: str | None = None
 

@@ -30,6 +30,8 @@ class HookConfig(NamedTuple):
     """Project folders (and their sub-folders) that are never captured."""
     projects: str = "~/.claude/projects"
     """The only folder whose transcripts the hook reads (Claude Code's projects folder)."""
+    tool_output_chars: int = 0
+    """Tool output a step carries, at most this many characters; 0: none (the default)."""
 
     @property
     def identity(self) -> Identity:

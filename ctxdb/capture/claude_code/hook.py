@@ -38,7 +38,7 @@ from typing import Any
 
 from ctxdb.capture.claude_code import spool
 from ctxdb.capture.claude_code.config import HookConfig
-from ctxdb.capture.claude_code.transcript import read_file, tool_title
+from ctxdb.capture.claude_code.transcript import read_file, tool_input_summary, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
 
 try:
@@ -208,8 +208,9 @@ def _fallback(
         tool_use_id = payload.get("tool_use_id")
         if not isinstance(tool_use_id, str) or not tool_use_id:
             tool_use_id = f"{name}-{now}"
-        title = tool_title(name, payload.get("tool_input"))
-        return events + mapper.hook_step(tool_use_id, name, title, now)
+        tool_input = payload.get("tool_input")
+        title, summary = tool_title(name, tool_input), tool_input_summary(tool_input)
+        return events + mapper.hook_step(tool_use_id, name, title, now, summary=summary)
     answer = payload.get("last_assistant_message") if event == "Stop" else None
     return events + mapper.close(now, answer if isinstance(answer, str) else None)
 
@@ -236,7 +237,9 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
     sessions = Path(config.state) / "sessions"
     with locked(sessions / f"{key}.lock"):
         state = load_state(sessions / f"{key}.json")
-        mapper = TurnMapper(config.identity, session, state["mapper"])
+        mapper = TurnMapper(
+            config.identity, session, state["mapper"], output_chars=config.tool_output_chars
+        )
         transcript = payload.get("transcript_path")
         events, readable, done = catch_up(state, mapper, transcript, config.projects)
         if readable:

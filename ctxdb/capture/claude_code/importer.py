@@ -71,11 +71,13 @@ def transcript_events(
     now: float | None = None,
     settle_s: float = SETTLE_S,
     clean: Callable[[str], str] | None = None,
+    output_chars: int = 0,
 ) -> Mapped:
-    """The events of one transcript (its last turn closed once the file has settled)."""
+    """The events of one transcript (its last turn closed once the file has settled; steps carry
+    tool output cut to `output_chars`, none when 0)."""
     batch = read_from(path, 0, final=True)
     kwargs = {"clean": clean} if clean else {}
-    mapper = TurnMapper(identity, path.stem, {}, **kwargs)
+    mapper = TurnMapper(identity, path.stem, {}, output_chars=output_chars, **kwargs)
     events = mapper.feed(batch.records)
     settled = (now or time.time()) - path.stat().st_mtime >= settle_s
     events += mapper.finish(settled)
@@ -96,13 +98,15 @@ def import_transcripts(
     clean: Callable[[str], str] | None = None,
     excluded: Callable[[str | None], bool] | None = None,
     progress: Callable[[int], None] | None = None,
+    output_chars: int = 0,
 ) -> ImportStats:
     """Write the events of every transcript in `paths` under `spool_dir`, except those of
-    `excluded` projects; `progress` gets the bytes of each transcript done."""
+    `excluded` projects; `progress` gets the bytes of each transcript done; steps carry tool
+    output cut to `output_chars` (none when 0, as the hook's `HookConfig.tool_output_chars`)."""
     now = time.time()
     return write_sessions(
         paths,
-        lambda path: transcript_events(path, identity, now, settle_s, clean),
+        lambda path: transcript_events(path, identity, now, settle_s, clean, output_chars),
         lambda path: output_path(spool_dir, path),
         excluded,
         progress,

@@ -70,6 +70,7 @@ def hook_config(settings: Settings) -> HookConfig:
         user_id=ident(capture.user_id) if capture.user_id else os_user(),
         exclude=tuple(str(Path(p).expanduser().absolute()) for p in capture.exclude),
         projects=str(Path(capture.projects).expanduser().absolute()),
+        tool_output_chars=capture.tool_output_chars if capture.tool_output else 0,
     )
 
 

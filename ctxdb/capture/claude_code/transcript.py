@@ -39,12 +39,31 @@ TITLE_CHARS = 200
 _SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL}
 
 
+INPUT_CHARS = 500
+"""Longest input summary of a tool call (`tool_input_summary`)."""
+INPUT_VALUE_CHARS = 300
+"""Longest string value inside an input summary."""
+_INPUT_KEYS = (
+    "command",
+    "file_path",
+    "notebook_path",
+    "path",
+    "pattern",
+    "glob",
+    "url",
+    "query",
+    "description",
+)
+"""Input keys an input summary leads with: what was run, read or changed."""
+
+
 class ToolUse(NamedTuple):
-    """One `tool_use` block: the call id, tool name and a one-line title from its input."""
+    """One `tool_use` block: the call id, tool name, a one-line title and the input summary."""
 
     id: str
     name: str
     title: str
+    input: str = ""
 
 
 class Record:
@@ -52,9 +71,9 @@ class Record:
 
     kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output, not a
     task notice), `assistant` (text blocks and tool uses of one line), `tool_result` (results of
-    earlier tool uses: `(tool_use_id, is_error)`), `interrupt` (the user stopped the answer),
-    `stop` (the Stop hooks ran: the answer ended) or `local` (a local command ran and printed its
-    output: the command before it gets no answer).
+    earlier tool uses: `(tool_use_id, is_error, output)`), `interrupt` (the user stopped the
+    answer), `stop` (the Stop hooks ran: the answer ended) or `local` (a local command ran and
+    printed its output: the command before it gets no answer).
     """
 
     __slots__ = (
@@ -82,7 +101,7 @@ class Record:
         message_id: str | None = None,
         texts: list[str] | None = None,
         tool_uses: list[ToolUse] | None = None,
-        results: list[tuple[str, bool]] | None = None,
+        results: list[tuple[str, bool, str]] | None = None,
         api_error: bool = False,
     ) -> None:
         self.kind, self.ts, self.uuid, self.session_id, self.cwd = kind, ts, uuid, session_id, cwd
@@ -159,13 +178,43 @@ def tool_title(name: str, tool_input: Any) -> str:
     return title[:TITLE_CHARS] or name
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _short(value: Any) -> Any:
+    """`value` with every string inside it cut to `INPUT_VALUE_CHARS`."""
+    if isinstance(value, str):
+        return _cut(value, INPUT_VALUE_CHARS)
+    if isinstance(value, dict):
+        return {str(k): _short(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_short(v) for v in value]
+    return value
+
+
+def tool_input_summary(tool_input: Any) -> str:
+    """A bounded summary of a tool call's input: its compact JSON, the keys naming what was run,
+    read or changed (`command`, `file_path`, `pattern`...) first, every string cut to
+    `INPUT_VALUE_CHARS` and the whole to `INPUT_CHARS` (a plain string input is that string)."""
+    if tool_input is None or tool_input == {}:
+        return ""
+    if isinstance(tool_input, str):
+        return _cut(tool_input, INPUT_CHARS)
+    if isinstance(tool_input, dict):
+        first = {k: tool_input[k] for k in _INPUT_KEYS if k in tool_input}
+        tool_input = first | {k: v for k, v in tool_input.items() if k not in first}
+    text = json.dumps(_short(tool_input), ensure_ascii=False, separators=(",", ":"), default=str)
+    return _cut(text, INPUT_CHARS)
+
+
 def _user_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
     content = (line.get("message") or {}).get("content")
     if isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content
     ):
         results = [
-            (str(b.get("tool_use_id") or ""), bool(b.get("is_error")))
+            (str(b.get("tool_use_id") or ""), bool(b.get("is_error")), _text_of(b.get("content")))
             for b in content
             if isinstance(b, dict) and b.get("type") == "tool_result"
         ]
@@ -201,8 +250,9 @@ def _assistant_record(line: dict[str, Any], common: dict[str, Any]) -> Record | 
             if block["text"].strip():
                 texts.append(block["text"])
         elif block.get("type") == "tool_use" and block.get("id"):
-            name = str(block.get("name") or "tool")
-            tools.append(ToolUse(str(block["id"]), name, tool_title(name, block.get("input"))))
+            name, tool_input = str(block.get("name") or "tool"), block.get("input")
+            title, summary = tool_title(name, tool_input), tool_input_summary(tool_input)
+            tools.append(ToolUse(str(block["id"]), name, title, summary))
     if not texts and not tools:
         return None
     return Record(

@@ -11,6 +11,10 @@ The hook (`hook.py`) and the importer (`importer.py`) feed the same records thro
 `TurnMapper`, so a turn captured live and the same turn imported later carry the same event ids,
 and landing keeps one copy.
 
+A step carries the tool call's input summary (`input`, at most `transcript.INPUT_CHARS`) and,
+only when `output_chars` > 0 (`CTXDB_CLAUDE_CODE_TOOL_OUTPUT`, off by default), the text the tool
+returned (`output`: `<private>` spans removed, then cut to `output_chars`).
+
 A prompt becomes a turn when the assistant starts answering it (a prompt that got no answer, such
 as a blocked prompt or a local command, is not a turn; a task notice is never a prompt). A turn
 ends where the transcript says so: at the next prompt, at the `stop_hook_summary` line Claude
@@ -48,6 +52,8 @@ keeps the two equal)."""
 SUBMISSION_CHARS = 100_000
 COMPLETION_CHARS = 200_000
 TITLE_CHARS = 1_024
+OUTPUT_MAX_CHARS = 32_000
+"""Longest tool output a step may carry (`ctxdb.contract.events.STEP_OUTPUT_MAX_CHARS`)."""
 NAME_CHARS = 128
 TRUNCATED = " [truncated]"
 
@@ -131,7 +137,7 @@ class TurnMapper:
     `state` (JSON-ready, kept by the caller) holds the project directory, the prompt waiting for
     an answer (`candidate`) and the open turn (ids, last answer text, tool uses without a result,
     steps already written). `clean` is applied to every text before it is written (by default
-    `strip_private`).
+    `strip_private`); a step carries its tool's output only when `output_chars` > 0, cut to it.
     """
 
     def __init__(
@@ -140,6 +146,7 @@ class TurnMapper:
         session_id: str,
         state: dict[str, Any] | None = None,
         clean: Callable[[str], str] = strip_private,
+        output_chars: int = 0,
     ) -> None:
         self.identity = identity
         self.session_id = session_id
@@ -148,6 +155,7 @@ class TurnMapper:
         self.state.setdefault("candidate", None)
         self.state.setdefault("turn", None)
         self.clean = clean
+        self.output_chars = min(max(output_chars, 0), OUTPUT_MAX_CHARS)
 
     @property
     def turn(self) -> dict[str, Any] | None:
@@ -193,12 +201,12 @@ class TurnMapper:
         ts = timestamp(record.ts, turn["last_ts"])
         turn["last_ts"] = ts
         events = []
-        for tool_use_id, is_error in record.results:
+        for tool_use_id, is_error, output in record.results:
             pending = turn["pending"].pop(tool_use_id, None)
             if pending is not None:
-                name, title, _ = pending
+                name, title, _, *summary = pending
                 status = "error" if is_error else "ok"
-                events += self._step(tool_use_id, name, title, ts, status)
+                events += self._step(tool_use_id, name, title, ts, status, *summary, output)
         return events
 
     def _answer(self, record: Record) -> list[dict[str, Any]]:
@@ -219,7 +227,7 @@ class TurnMapper:
             turn["error"] = record.api_error
         for tool in record.tool_uses:
             if tool.id not in turn["steps"]:
-                turn["pending"][tool.id] = [tool.name, tool.title, ts]
+                turn["pending"][tool.id] = [tool.name, tool.title, ts, tool.input]
         return events
 
     def start(self) -> list[dict[str, Any]]:
@@ -262,15 +270,25 @@ class TurnMapper:
         ]
 
     def hook_step(
-        self, tool_use_id: str, name: str, title: str, ts: str, ok: bool = True
+        self, tool_use_id: str, name: str, title: str, ts: str, ok: bool = True, summary: str = ""
     ) -> list[dict[str, Any]]:
-        """The step of a tool call reported by a hook (PostToolUse) in the open turn."""
+        """The step of a tool call reported by a hook (PostToolUse) in the open turn (its input
+        `summary`; no output: that is read from the transcript)."""
         if self.turn is None:
             return []
         self.turn["pending"].pop(tool_use_id, None)
-        return self._step(tool_use_id, name, title, ts, "ok" if ok else "error")
+        return self._step(tool_use_id, name, title, ts, "ok" if ok else "error", summary)
 
-    def _step(self, tool_use_id: str, name: str, title: str, ts: str, status: str) -> list[dict]:
+    def _step(
+        self,
+        tool_use_id: str,
+        name: str,
+        title: str,
+        ts: str,
+        status: str,
+        summary: str = "",
+        output: str = "",
+    ) -> list[dict]:
         turn = self.turn
         assert turn is not None
         if tool_use_id in turn["steps"]:
@@ -283,7 +301,12 @@ class TurnMapper:
             "status": status,
             "title": _cut(self.clean(title), TITLE_CHARS),
         }
-        return [self._event("chat.step", safe_id(tool_use_id), ts, payload, step=True)]
+        if summary := self.clean(summary).strip():
+            payload["input"] = summary
+        if self.output_chars and (text := self.clean(output).strip()):
+            payload["output"] = _cut(text, self.output_chars)
+        event = self._event("chat.step", safe_id(tool_use_id), ts, payload, step=True)
+        return [fit(event, "output") if "output" in payload else event]
 
     def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
         """Close the open turn: steps of tool uses that never returned (`interrupted`), the
@@ -295,8 +318,8 @@ class TurnMapper:
             return []
         events: list[dict[str, Any]] = []
         cut_off = bool(turn["pending"])
-        for tool_use_id, (name, title, tool_ts) in list(turn["pending"].items()):
-            events += self._step(tool_use_id, name, title, tool_ts, "interrupted")
+        for tool_use_id, (name, title, tool_ts, *summary) in list(turn["pending"].items()):
+            events += self._step(tool_use_id, name, title, tool_ts, "interrupted", *summary)
         turn["pending"] = {}
         answer = text or turn["text"]
         error = bool(turn["error"]) and not text
