@@ -52,7 +52,7 @@ EXPECTED_TURNS = {
 one turn per real prompt; notices and local commands are none)."""
 
 
-def hook_conf(tmp_path: Path, name: str = "hook") -> HookConfig:
+def hook_conf(tmp_path: Path, name: str = "hook", output_chars: int = 0) -> HookConfig:
     return HookConfig(
         spool=str(tmp_path / name / "spool"),
         state=str(tmp_path / name / "state"),
@@ -60,6 +60,7 @@ def hook_conf(tmp_path: Path, name: str = "hook") -> HookConfig:
         app="claude-code",
         user_id="ann",
         projects=str(tmp_path / "projects"),
+        tool_output_chars=output_chars,
     )
 
 
@@ -74,15 +75,19 @@ def lines_by_id(files: list[Path]) -> dict[str, bytes]:
 
 
 def import_lines(transcript: Path, config: HookConfig) -> dict[str, bytes]:
-    events = transcript_events(transcript, config.identity, settle_s=0).events
-    return {json.loads(x)["event_id"]: x for x in spool.encode(events).splitlines()}
+    mapped = transcript_events(
+        transcript, config.identity, settle_s=0, output_chars=config.tool_output_chars
+    )
+    return {json.loads(x)["event_id"]: x for x in spool.encode(mapped.events).splitlines()}
 
 
+@pytest.mark.parametrize("output_chars", [0, 2000], ids=["no-output", "output"])
 @pytest.mark.parametrize("source", fixture_transcripts(), ids=lambda p: p.stem[:8])
 def test_hooks_and_import_write_identical_events_on_real_transcripts(
-    tmp_path: Path, source: Path
+    tmp_path: Path, source: Path, output_chars: int
 ) -> None:
-    config = hook_conf(tmp_path)
+    """Byte-identical with tool output capture off and on (steps with and without `output`)."""
+    config = hook_conf(tmp_path, output_chars=output_chars)
     transcript = replay(source, tmp_path / "projects", lambda p: handle(p, config))
     spool_dir = Path(config.spool)
     assert not list(spool_dir.glob("*.part"))
@@ -91,6 +96,8 @@ def test_hooks_and_import_write_identical_events_on_real_transcripts(
     assert hooked == imported  # byte for byte, every event
 
     events = [json.loads(x) for x in imported.values()]
+    steps = [e["payload"] for e in events if e["type"] == "chat.step"]
+    assert any("output" in p for p in steps) == bool(output_chars and steps)
     closed = [e["payload"]["status"] for e in events if e["type"] == "turn.closed"]
     assert closed == EXPECTED_TURNS[source.stem]
     prompts = [e["payload"]["text"] for e in events if e["type"] == "user.submission"]

@@ -60,12 +60,19 @@ def clip(text: str, query: str, chars: int) -> str:
 def snippets_from_payload(
     payload: dict[str, Any], targets: Sequence[Target], query: str, chars: int
 ) -> list[Snippet]:
-    """Snippets for `targets` from the TurnLog blocks, in block order, a few per target."""
+    """Snippets for `targets` from the TurnLog blocks, in block order, a few per target (steps:
+    those matching the most query words)."""
     counts: dict[Target, int] = {}
     out: list[Snippet] = []
-    for block in payload.get("blocks") or []:
+    blocks = payload.get("blocks") or []
+    steps = {id(b): step_text(b, query) for b in blocks if block_target(b) == "steps"}
+    best = max((m for _, m in steps.values()), default=0)
+    for block in blocks:
         target = block_target(block)
-        text = step_text(block, query) if target == "steps" else block.get("text")
+        text = block.get("text")
+        if target == "steps":
+            text, matched = steps[id(block)]
+            text = text if best and matched == best else None
         if target is None or target not in targets or not isinstance(text, str) or not text.strip():
             continue
         if counts.get(target, 0) >= MAX_SNIPPETS_PER_TARGET:
@@ -82,15 +89,15 @@ def snippets_from_payload(
     return out
 
 
-def step_text(block: dict[str, Any], query: str) -> str | None:
-    """A step's snippet text (`tool | title | input`), only for a tool call whose recorded input
-    contains a query word: a turn shows the commands that matched, not its first steps."""
+def step_text(block: dict[str, Any], query: str) -> tuple[str, int]:
+    """A step's snippet text (`tool | title | input`) and how many query words it holds (0 for
+    a step without a recorded input): a turn shows the commands that matched best."""
     meta = block.get("meta") or {}
     if not meta.get("input"):
-        return None
+        return "", 0
     text = f"{meta.get('tool') or ''} | {block.get('text') or ''} | {meta['input']}"
     lowered = text.lower()
-    return text if any(len(w) >= 3 and w in lowered for w in words(query or "")) else None
+    return text, len({w for w in words(query or "") if len(w) >= 3 and w in lowered})
 
 
 def fallback_snippet(row: RowHit, query: str, chars: int) -> Snippet:
