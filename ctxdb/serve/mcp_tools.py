@@ -194,8 +194,8 @@ class MemoryTools:
         targets: Annotated[
             list[Target] | None,
             Field(
-                description="Which parts may match: user, assistant, summary, attachment, notes "
-                "(default: all but notes)."
+                description="Which parts may match: user, assistant, summary, attachment, "
+                "steps (tool calls run), notes (default: all but notes)."
             ),
         ] = None,
         since: Annotated[
