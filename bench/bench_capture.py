@@ -57,13 +57,17 @@ def run_recorder(landing: Path, turns: int, steps: int) -> tuple[list[int], floa
     began = time.perf_counter()
     for n in range(turns):
         holder: list = []
-        timed(lambda: holder.append(rec.turn(user_id=f"u{n % 50}", conversation_id=f"c{n % 400}")))
+        timed(
+            lambda h=holder, n=n: h.append(
+                rec.turn(user_id=f"u{n % 50}", conversation_id=f"c{n % 400}")
+            )
+        )
         turn = holder[0]
-        timed(lambda: turn.submission(PROMPT))
+        timed(lambda t=turn: t.submission(PROMPT))
         for s in range(steps):
-            timed(lambda s=s: turn.step(f"s{s}", tool="bash", status="ok", title=TITLE))
-        timed(lambda: turn.completion(ANSWER, tokens_in=812, tokens_out=164))
-        timed(lambda: turn.close())
+            timed(lambda s=s, t=turn: t.step(f"s{s}", tool="bash", status="ok", title=TITLE))
+        timed(lambda t=turn: t.completion(ANSWER, tokens_in=812, tokens_out=164))
+        timed(turn.close)
     rec.close(timeout=600)
     written = time.perf_counter() - began
     stats = rec.stats

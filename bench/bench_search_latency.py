@@ -447,11 +447,11 @@ def measure(
                 loads.append(os.getloadavg()[0])
             principal = Principal(user_id=user, tenant=TENANT)
             calls = [
-                lambda: service.search(principal, SearchRequest(query=query, top_k=10)),
-                lambda: http.post(
+                lambda p=principal, q=query: service.search(p, SearchRequest(query=q, top_k=10)),
+                lambda q=query, u=user: http.post(
                     "/v1/search",
-                    json={"query": query, "top_k": 10},
-                    headers={"Authorization": f"Bearer {tokens[user]}"},
+                    json={"query": q, "top_k": 10},
+                    headers={"Authorization": f"Bearer {tokens[u]}"},
                 ).raise_for_status(),
             ]
             elapsed = {}

@@ -199,7 +199,7 @@ def test_a_failing_node_an_interrupt_and_an_abandoned_stream_close_their_turns(
     assert "__interrupt__" in paused
     interrupted = wrapped.last_call
 
-    for chunk in wrapped.stream({"messages": [("user", "hello")]}, config("c-cut")):
+    for _chunk in wrapped.stream({"messages": [("user", "hello")]}, config("c-cut")):
         break  # the caller stops reading after the first node
     abandoned = wrapped.last_call
 

@@ -88,9 +88,7 @@ def test_a_shard_build_keeps_only_its_conversations_in_the_scans(delta_store, em
         whole = build_base(delta_store, source, versions, MODEL)
         shards = all_shards(2)
         built = [build_base(delta_store, source, versions, MODEL, Shard(0, 1), s) for s in shards]
-        assert [b.sort(ID).equals(in_shard(whole, s).sort(ID)) for b, s in zip(built, shards)] == [
-            True,
-            True,
-        ]
+        pairs = zip(built, shards, strict=True)
+        assert [b.sort(ID).equals(in_shard(whole, s).sort(ID)) for b, s in pairs] == [True, True]
         assert all(0 < b.height < whole.height for b in built)
         assert full_parts(delta_store, source, versions, Shard(0, 2)) == 1

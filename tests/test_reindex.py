@@ -142,7 +142,7 @@ def test_searches_during_reindex_keep_answering(delta_store, embedder, es_settin
                 hits = response["hits"]
                 results.append((hits["hits"][0]["_index"], hits["total"]["value"]))
                 answered.set()
-            except Exception as exc:  # any failed search fails the test below
+            except Exception as exc:  # noqa: BLE001 - any failed search fails the test below
                 errors.append(exc)
 
     worker = threading.Thread(target=search_loop)

@@ -145,7 +145,7 @@ def encode_with_retry(
     still fails row by row. Returns vectors (NaN rows failed) and one error (or None) per text."""
     try:
         return embedder.encode(texts), [None] * len(texts)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any model failure is retried smaller, then per row
         log.warning("embedding %d texts failed (%s); retrying in smaller parts", len(texts), exc)
     if batch_size and len(texts) > batch_size:
         starts = range(0, len(texts), batch_size)
@@ -157,6 +157,6 @@ def encode_with_retry(
         try:
             vectors[i] = embedder.encode([text])[0]
             errors.append(None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded per row; the row stays text-searchable
             errors.append(f"{type(exc).__name__}: {exc}"[:500])
     return vectors, errors

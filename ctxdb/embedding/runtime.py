@@ -155,7 +155,7 @@ class OnnxEmbedder:
             self._session = load_session(str(self.export_path), self.threads)
             names = {i.name for i in self._session.get_inputs()}
             self._takes_token_types = "token_type_ids" in names
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - logged; the torch backend takes over
             log.warning(
                 "%s backend unavailable (%s: %s); falling back to torch",
                 self.backend,

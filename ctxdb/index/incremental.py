@@ -42,6 +42,8 @@ from ctxdb.storage.shards import Shard, in_shard
 from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 
 log = logging.getLogger(__name__)
+WHOLE = Shard(0, 1)
+"""The one part of an unsplit build."""
 
 Versions = dict[str, int | None]
 
@@ -123,7 +125,7 @@ def build_base(
     source: Source,
     versions: Versions,
     model_id: str,
-    part: Shard = Shard(0, 1),
+    part: Shard = WHOLE,
     shard: Shard | None = None,
 ) -> pl.DataFrame:
     """The base frame of the documents as of `versions` (of those in `part`, when split; the

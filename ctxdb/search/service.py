@@ -330,7 +330,7 @@ class SearchService:
             return None
         try:
             vector = self.embedder.embed_query(query)
-        except Exception as exc:  # the model failing must not fail the search
+        except Exception as exc:  # noqa: BLE001 - the model failing must not fail the search
             log.warning("query embedding failed: %s", exc)
             vector = None
         if vector is None:

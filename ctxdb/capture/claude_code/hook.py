@@ -298,11 +298,11 @@ def run(argv: Sequence[str], stdin: Any = None) -> int:
     try:
         path = _config_path(argv)
         config = HookConfig.load(path) if path else _default_config()
-    except Exception:  # a hook must never disturb Claude Code
+    except Exception:  # noqa: BLE001 - a hook must never disturb Claude Code
         pass
     try:
         _setup_log(config)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no log to write to: stay silent, never fail the host
         logging.disable(logging.CRITICAL)
     try:
         if config is None:
