@@ -174,7 +174,7 @@ class RolloutReader:
             call_id = payload.get("call_id")
             if isinstance(call_id, str) and call_id:
                 yield Record(
-                    TOOL_RESULT, results=[(call_id, _failed(payload.get("output")))], **common
+                    TOOL_RESULT, results=[(call_id, _failed(payload.get("output")), "")], **common
                 )
         elif kind == "web_search_call":
             action = payload.get("action")
@@ -182,4 +182,4 @@ class RolloutReader:
             title = tool_title("web_search", action)
             yield Record(ASSISTANT, tool_uses=[ToolUse(call_id, "web_search", title)], **common)
             failed = payload.get("status") not in (None, "completed")
-            yield Record(TOOL_RESULT, results=[(call_id, failed)], **common)
+            yield Record(TOOL_RESULT, results=[(call_id, failed, "")], **common)

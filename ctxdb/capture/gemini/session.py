@@ -163,7 +163,8 @@ def _answer(
         yield Record(
             ASSISTANT, ts=ts, message_id=message.get("id"), texts=texts, tool_uses=tools, **common
         )
-    results = [(c["id"], FINISHED[c.get("status")]) for c in calls if c.get("status") in FINISHED]
+    done = [c for c in calls if c.get("status") in FINISHED]
+    results = [(c["id"], FINISHED[c.get("status")], "") for c in done]
     if results:
         yield Record(TOOL_RESULT, ts=ts, results=results, **common)
     tokens = message.get("tokens")
