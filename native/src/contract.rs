@@ -209,6 +209,10 @@ struct ProgressStep<'a> {
     status: Option<Str<'a>>,
     #[serde(borrow, default)]
     title: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    input: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    output: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -416,6 +420,8 @@ fn payload_ok(kind: &str, payload: &str) -> bool {
                 && opt_chars(&p.tool, 128)
                 && opt_chars(&p.status, 1024)
                 && opt_chars(&p.title, 1024)
+                && opt_chars(&p.input, 2048)
+                && opt_chars(&p.output, 32_000)
         }),
         "file.hosted" => decode::<FileHosted>(payload).is_some_and(|p| {
             chars(&p.path, 1, 1024)
