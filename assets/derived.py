@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
-from ctxdb.index.lease import delta_writer_lease_for
+from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.record.run import TARGETS, derive, table_rows
 from ctxdb.storage.tables import DERIVE_FAILURES, DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, multi_asset
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
-from ctxdb.index.lease import delta_writer_lease_for
+from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.landing.run import land
 from ctxdb.storage.tables import (
     LANDED_FILES,

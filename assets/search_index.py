@@ -23,7 +23,7 @@ from dagster import (
 from assets.shards import SHARDS, run_shards, shards_label
 from assets.specs import OWNERS, materialization_metadata, table_spec
 from ctxdb.index.checks import count_mismatches
-from ctxdb.index.failures import failures_report
+from ctxdb.index.index_failures import failures_report
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.status import expired_ids, vector_coverage
 from ctxdb.index.sync import sync_live

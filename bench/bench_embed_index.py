@@ -32,10 +32,10 @@ from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.documents import index_actions
 from ctxdb.index.incremental import build_base, current_versions
-from ctxdb.index.lifecycle import KINDS, ensure_index
 from ctxdb.index.mappings import ROWS, alias_name, index_body
 from ctxdb.index.sources import ROWS_SOURCE
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import KINDS, ensure_index
 from ctxdb.settings import Settings, get_settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS, ROLE_ROWS_SCHEMA

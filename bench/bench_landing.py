@@ -21,7 +21,7 @@ from deltalake import write_deltalake
 
 from ctxdb.contract.events import MAX_EVENT_BYTES
 from ctxdb.landing import mirror
-from ctxdb.landing.files import list_files, read_bytes
+from ctxdb.landing.listing import list_files, read_bytes
 from ctxdb.landing.run import land
 from ctxdb.landing.scan import _native
 from ctxdb.record.batches import worker_count

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from ctxdb.landing.cursor import landed_since, landing_floor
-from ctxdb.landing.files import LandingFile
+from ctxdb.landing.listing import LandingFile
 from ctxdb.landing.run import files_to_land
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA

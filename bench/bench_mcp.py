@@ -41,12 +41,12 @@ from bench_search_latency import vector_pool as make_pool
 from mcp import Client, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from ctxdb.auth.credentials import Principal, TokenStore
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
-from ctxdb.serve.auth import Principal, TokenStore
 from ctxdb.settings import get_settings
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))

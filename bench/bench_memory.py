@@ -193,8 +193,8 @@ def _search(settings, store, searches: int) -> dict:
     import polars as pl
     from fastapi.testclient import TestClient
 
+    from ctxdb.auth.credentials import TokenStore
     from ctxdb.index.client import make_client
-    from ctxdb.serve.auth import TokenStore
     from ctxdb.serve.http import create_app
     from ctxdb.storage.tables import ROLE_ROWS
 

@@ -49,16 +49,16 @@ import uvicorn
 from elasticsearch import Elasticsearch, helpers
 from elasticsearch.serializer import OrjsonSerializer
 
+from ctxdb.auth.credentials import Principal, TokenStore
 from ctxdb.embedding.backends import make_embedder
 from ctxdb.embedding.model import Embedder
 from ctxdb.index.client import make_client
-from ctxdb.index.lifecycle import create_index, finish_bulk_load
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_name, turn_doc_id
 from ctxdb.index.routing import USER, routing_key
+from ctxdb.index.versions import create_index, finish_bulk_load
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService, index_model_ids
-from ctxdb.serve.auth import Principal, TokenStore
 from ctxdb.serve.http import create_app
 from ctxdb.settings import get_settings
 from ctxdb.text import stems, text_hash, trigrams, words

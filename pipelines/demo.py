@@ -17,13 +17,13 @@ import typer
 from dagster import DagsterInstance
 
 from assets.shards import ALL_SHARDS_TAGS
+from ctxdb.auth.credentials import Authenticator, AuthError, Principal, open_token_store
 from ctxdb.cli.search import render_response
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import SearchService, default_embedder
-from ctxdb.serve.auth import Authenticator, AuthError, Principal, open_token_store
 from ctxdb.settings import Settings, get_settings
 from ctxdb.storage import tables
 from ctxdb.storage.delta import DeltaStore

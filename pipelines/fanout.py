@@ -31,8 +31,8 @@ from dagster import (
 from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
 from assets.shards import SHARD_COUNT, SHARD_TAG
-from pipelines.failures import FAILURE_HOOKS
 from pipelines.ops_jobs import WRITER_TAGS
+from pipelines.step_errors import FAILURE_HOOKS
 
 SHARD_ASSETS = AssetSelection.assets(*role_row_embeddings.keys, *search_index.keys)
 IN_FLIGHT = [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dagster import AssetSelection, define_asset_job
 
-from pipelines.failures import FAILURE_HOOKS
 from pipelines.fanout import FANOUT_JOBS
 from pipelines.ops_jobs import OPS_JOBS, WRITER_TAGS
 from pipelines.reindex import reindex_job
+from pipelines.step_errors import FAILURE_HOOKS
 
 memory_job = define_asset_job(
     "memory_job",

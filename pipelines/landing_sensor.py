@@ -37,7 +37,7 @@ from dagster import (
 
 from assets.shards import ALL_SHARDS_TAGS
 from ctxdb.landing.cursor import landed_since, landing_floor, split
-from ctxdb.landing.files import LandingFile, list_files, pending_files
+from ctxdb.landing.listing import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.settings import get_settings
 from pipelines.fanout import records_job

@@ -47,7 +47,7 @@ from ctxdb.storage.tables import (
     RETENTION_REPORT,
     SCHEMAS,
 )
-from pipelines.failures import FAILURE_HOOKS
+from pipelines.step_errors import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 

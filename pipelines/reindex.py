@@ -14,8 +14,8 @@ from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
 from assets.specs import WRITER_POOL, materialization_metadata
 from ctxdb.lifecycle.reindex import drop_after_grace, reindex
 from ctxdb.storage.tables import INDEX_STATE
-from pipelines.failures import FAILURE_HOOKS
 from pipelines.ops_jobs import WRITER_TAGS
+from pipelines.step_errors import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource

@@ -22,8 +22,8 @@ from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
 from ctxdb.storage import delta as delta_module
+from ctxdb.storage.conversation_files import turn_file_path
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.files import turn_file_path
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     EMBEDDINGS,

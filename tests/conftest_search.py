@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch, helpers
 
+from ctxdb.auth.credentials import Principal, TokenStore
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
-from ctxdb.serve.auth import Principal, TokenStore
 from ctxdb.settings import Settings
-from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.conversation_files import turn_file_path
 from ctxdb.text import stems, text_hash, trigrams
 
 NOW = datetime.now(UTC)

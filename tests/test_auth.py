@@ -11,8 +11,8 @@ import jwt
 import pytest
 from pydantic import ValidationError
 
-from ctxdb.serve.auth import BAD_TOKEN, Authenticator, AuthError, TokenStore, open_token_store
-from ctxdb.serve.es_tokens import ElasticsearchTokenStore
+from ctxdb.auth.credentials import BAD_TOKEN, Authenticator, AuthError, TokenStore, open_token_store
+from ctxdb.auth.es_tokens import ElasticsearchTokenStore
 from ctxdb.settings import Settings
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from ctxdb.capture import AsyncRecorder, CaptureIOError, InvalidEventError, Recorder
 from ctxdb.capture.spool import cancel_event_id
-from ctxdb.landing.files import list_files
+from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.settings import Settings

@@ -196,7 +196,7 @@ def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A home with a token store; returns alice's token."""
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     monkeypatch.setenv("CTXDB_INDEX_PREFIX", f"t-cli-{tmp_path.name[-12:].lower()}")
-    from ctxdb.serve.auth import TokenStore
+    from ctxdb.auth.credentials import TokenStore
 
     return TokenStore(tmp_path / "auth" / "tokens.json").issue("alice", tenant="t1")
 
@@ -235,7 +235,7 @@ def test_finding_24_pull_of_missing_or_looping_ref_is_one_line(
 ) -> None:
     from conftest_search import APP, TENANT
 
-    from ctxdb.storage.files import turn_file_path
+    from ctxdb.storage.conversation_files import turn_file_path
 
     settings = search_env.settings
     monkeypatch.setenv("CTXDB_HOME", str(settings.home))

@@ -34,7 +34,7 @@ from pydantic_core import to_json
 from ctxdb.contract.refs import RefError, make_ref
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
-from ctxdb.record.turnlog import _path_ok, iso, parse_turn_log
+from ctxdb.record.turns import _path_ok, iso, parse_turn_log
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS

@@ -25,7 +25,7 @@ from ctxdb.contract.refs import parse_ref
 from ctxdb.landing.run import land
 from ctxdb.record import checks, run
 from ctxdb.record.run import TARGETS, derive, last_derived_version, write_table
-from ctxdb.record.turnlog import parse_turn_log
+from ctxdb.record.turns import parse_turn_log
 from ctxdb.settings import RetentionRule
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (

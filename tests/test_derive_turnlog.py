@@ -9,7 +9,7 @@ from conftest_turn_record import T0, Turn
 
 from ctxdb.record.records import build_turn, build_turn_record
 from ctxdb.record.role_rows import role_rows_frame
-from ctxdb.record.turnlog import (
+from ctxdb.record.turns import (
     ERROR_TEXT,
     dedupe_blocks,
     merge_turn_logs,

@@ -29,9 +29,9 @@ from ctxdb.embedding.model import (
 from ctxdb.embedding.runtime import OnnxEmbedder, backend_model_id, length_batches
 from ctxdb.embedding.stage import embed_role_rows, stored_model_ids
 from ctxdb.index.client import make_client
-from ctxdb.index.lifecycle import alias_target, ensure_index, index_meta
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target, ensure_index, index_meta
 from ctxdb.search.service import (
     IndexMatchedEmbedder,
     ModelQueryEmbedder,

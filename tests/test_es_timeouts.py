@@ -33,12 +33,12 @@ from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
 
 import ctxdb.index.bulk as bulk_module
+from ctxdb.coordination.lease import KEEP_TIMEOUT_S
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.checks import count_mismatches
 from ctxdb.index.client import make_client
 from ctxdb.index.health import check_cluster
-from ctxdb.index.lease import KEEP_TIMEOUT_S
 from ctxdb.index.sync import sync_live
 from ctxdb.node import distribution, embedded
 from ctxdb.settings import Settings

@@ -24,10 +24,10 @@ from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
 from assets.shards import ALL_SHARDS_TAGS, SHARD_COUNT
 from ctxdb.cli.ops import job_tags
+from ctxdb.coordination.lease import LeaseHeld, shard_lease_name, writer_lease
 from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.stage import covered_mark, embed_role_rows
 from ctxdb.index.client import make_client
-from ctxdb.index.lease import LeaseHeld, shard_lease_name, writer_lease
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sync import sync_live
 from ctxdb.settings import Settings

@@ -20,11 +20,11 @@ from conftest_search import APP, CORPUS, TENANT, create_indices, drop_indices, i
 from conftest_search import write_files as write_corpus_files
 from fastapi.testclient import TestClient
 
+from ctxdb.auth.credentials import TokenStore
 from ctxdb.index.client import make_client
-from ctxdb.serve.auth import TokenStore
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
-from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.conversation_files import turn_file_path
 
 pytestmark = pytest.mark.es
 

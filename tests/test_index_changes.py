@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.embedding.stage import covered_mark, embed_role_rows, retry_mark
-from ctxdb.index.changed import changed_bases
+from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.checks import count_mismatches, verify_ids
 from ctxdb.index.client import make_client
 from ctxdb.index.documents import FINGERPRINT, ID
@@ -35,10 +35,10 @@ from ctxdb.index.incremental import (
     plan_changes,
     read_state,
 )
-from ctxdb.index.lifecycle import alias_target
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import ROWS_SOURCE, TURNS_SOURCE
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target
 from ctxdb.settings import clear_settings_cache
 from ctxdb.storage import changes as changes_module
 from ctxdb.storage.changes import (

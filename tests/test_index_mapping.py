@@ -11,8 +11,8 @@ import pytest
 from elasticsearch import helpers
 
 from ctxdb.index.client import make_client
-from ctxdb.index.lifecycle import ensure_index
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body
+from ctxdb.index.versions import ensure_index
 from ctxdb.search.arms import semantic_body
 
 pytestmark = pytest.mark.es

@@ -15,12 +15,12 @@ from conftest_turn_record import NOW, Turn, write_jsonl
 from deltalake import DeltaTable
 
 from ctxdb.index.client import make_client
-from ctxdb.index.failures import failures_report
 from ctxdb.index.incremental import sync_index
-from ctxdb.index.lifecycle import alias_target
+from ctxdb.index.index_failures import failures_report
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import erase as erasure
 from ctxdb.record.expiry import LATEST_EXPIRY

@@ -20,11 +20,11 @@ from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.contract.identity import Principal
 from ctxdb.index.incremental import current_versions, sync_index
-from ctxdb.index.lifecycle import alias_target, create_index, ensure_index
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import index_layout, layout_mismatches, routing_key, settings_layout
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target, create_index, ensure_index
 from ctxdb.lifecycle import erase as erasure
 from ctxdb.lifecycle import retention
 from ctxdb.search.models import SearchRequest
@@ -113,7 +113,7 @@ def test_an_existing_index_keeps_its_layout_and_the_difference_is_logged(es, rou
     prefix = routed.elasticsearch.index_prefix
     first = ensure_index(es, prefix, TURNS, dims=384, model_id="m", layout=settings_layout(routed))
     unrouted = {**settings_layout(routed), "routing": "none"}
-    with caplog.at_level(logging.WARNING, logger="ctxdb.index.lifecycle"):
+    with caplog.at_level(logging.WARNING, logger="ctxdb.index.versions"):
         again = ensure_index(es, prefix, TURNS, dims=384, model_id="m", layout=unrouted)
     assert again == first and index_layout(es, first)["routing"] == "user"
     assert "routing: index has 'user', settings say 'none'" in caplog.text

@@ -11,7 +11,7 @@ import pytest
 from conftest_turn_record import NOW, Turn, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
-from ctxdb.landing.files import list_files
+from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import land
 from ctxdb.landing.scan import parse_bytes
 from ctxdb.landing.waves import first_distinct

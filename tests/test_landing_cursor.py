@@ -15,7 +15,7 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
 from ctxdb.landing.cursor import CURSOR_LAG, landed_since, landing_floor
-from ctxdb.landing.files import list_files
+from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import files_to_land, land
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.storage.delta import DeltaStore

@@ -19,7 +19,7 @@ from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason
 from test_landing_sensor import Sensor
 
-from ctxdb.landing import files as landing_files
+from ctxdb.landing import listing as landing_files
 from ctxdb.landing import scan
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive

@@ -14,23 +14,26 @@ CORE = ROOT / "ctxdb"
 
 # The data path, bottom to top: a module may import its own stage and any stage below it.
 # `settings` and `text` are the shared base; lifecycle, node, sample and capture sit above the
-# serving stack; the CLI is on top of everything.
+# serving stack; coordination (lease, fencing) sits just above storage, auth between search and
+# serve; the CLI is on top of everything.
 RANK = {
     "settings": 0,
     "text": 0,
     "storage": 1,
-    "contract": 2,
-    "landing": 3,
-    "record": 4,
-    "embedding": 5,
-    "index": 6,
-    "search": 7,
-    "serve": 8,
-    "lifecycle": 9,
-    "node": 9,
-    "sample": 9,
-    "capture": 9,
-    "cli": 10,
+    "coordination": 2,
+    "contract": 3,
+    "landing": 4,
+    "record": 5,
+    "embedding": 6,
+    "index": 7,
+    "search": 8,
+    "auth": 9,
+    "serve": 10,
+    "lifecycle": 11,
+    "node": 11,
+    "sample": 11,
+    "capture": 11,
+    "cli": 12,
 }
 TOP_LEVEL_MODULES = {"__init__.py", "settings.py", "text.py"}
 
@@ -83,7 +86,7 @@ def test_the_check_catches_an_import_running_the_wrong_way(tmp_path: Path) -> No
         "def f():\n    from ctxdb.search.service import SearchService\n"
     )
     (tmp_path / "landing").mkdir()
-    (tmp_path / "landing" / "run.py").write_text("from ctxdb.record import turnlog\n")
+    (tmp_path / "landing" / "run.py").write_text("from ctxdb.record import turns\n")
     assert wrong_way_imports(tmp_path) == [
         "landing/run.py -> ctxdb.record",
         "record/run.py -> ctxdb.search.service",

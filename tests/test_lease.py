@@ -16,9 +16,7 @@ from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
 from conftest_turn_record import NOW, Turn, write_jsonl
 
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.lease import (
+from ctxdb.coordination.lease import (
     LeaseHeld,
     LeaseLost,
     acquire,
@@ -28,9 +26,11 @@ from ctxdb.index.lease import (
     writer_lease,
     writer_lease_for,
 )
-from ctxdb.index.lifecycle import alias_target, versions
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target, versions
 from ctxdb.landing import run as landing_run
 from ctxdb.landing.run import land
 from ctxdb.lifecycle.reindex import reindex

@@ -32,6 +32,7 @@ from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ResourceLink
 
+from ctxdb.auth.credentials import TokenStore
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.sync import sync_live
@@ -39,7 +40,6 @@ from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.sample.generate import Fact, Generated, generate_events, write_sample
 from ctxdb.sample.topics import TOPICS
-from ctxdb.serve.auth import TokenStore
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 

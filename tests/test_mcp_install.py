@@ -17,12 +17,12 @@ from conftest_search import Turn, create_indices, index_corpus
 from mcp import Client, StdioServerParameters, stdio_client
 from typer.testing import CliRunner
 
-from ctxdb.capture.claude_code import mcp as registration
+from ctxdb.auth.credentials import TokenStore
+from ctxdb.capture.claude_code import mcp_config as registration
 from ctxdb.capture.claude_code.install import InstallError
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
-from ctxdb.serve.auth import TokenStore
 from ctxdb.settings import Settings
 
 OTHER_SERVER = {"command": "npx", "args": ["-y", "some-mcp-server"]}

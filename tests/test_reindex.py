@@ -11,9 +11,9 @@ from conftest_index import role_rows, turn_tables, write_rows
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
-from ctxdb.index.lifecycle import alias_target, create_index, index_meta, versions
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target, create_index, index_meta, versions
 from ctxdb.lifecycle.reindex import ReindexFailed, drop_after_grace, reindex
 
 pytestmark = [pytest.mark.es, pytest.mark.model]

@@ -14,6 +14,7 @@ import pytest
 from conftest import delete_prefix_indices
 from fastapi.testclient import TestClient
 
+from ctxdb.auth.credentials import TokenStore
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
@@ -25,7 +26,6 @@ from ctxdb.sample.generate import Fact, generate_events, write_sample
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search import SearchRequest, SearchService
 from ctxdb.search.models import MIN_SCORE, WEAK_BELOW
-from ctxdb.serve.auth import TokenStore
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore

@@ -11,7 +11,7 @@ from conftest_search import APP, TENANT, SearchEnv
 from ctxdb.contract.refs import RefError
 from ctxdb.search import NotFound
 from ctxdb.serve.resolve import Resolver
-from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.conversation_files import turn_file_path
 
 pytestmark = [pytest.mark.es]
 

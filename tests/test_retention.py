@@ -28,10 +28,10 @@ from ctxdb.cli.app import app
 from ctxdb.contract.identity import Principal
 from ctxdb.index.client import make_client
 from ctxdb.index.incremental import current_versions, sync_index
-from ctxdb.index.lifecycle import alias_target
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.sources import SOURCES
 from ctxdb.index.sync import sync_live
+from ctxdb.index.versions import alias_target
 from ctxdb.lifecycle import retention
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.search.models import NotFound, SearchRequest

@@ -20,9 +20,7 @@ from conftest_ops import ensure_indices
 from conftest_ports import free_port_pair
 from fastapi.testclient import TestClient
 
-from ctxdb.capture.claude_code.mcp import ensure_token, server_entry
-from ctxdb.index.client import make_client
-from ctxdb.serve.auth import (
+from ctxdb.auth.credentials import (
     BAD_TOKEN,
     Authenticator,
     AuthError,
@@ -30,7 +28,9 @@ from ctxdb.serve.auth import (
     TokenStoreUnavailable,
     open_token_store,
 )
-from ctxdb.serve.es_tokens import MAPPING, ElasticsearchTokenStore, migrate, token_index
+from ctxdb.auth.es_tokens import MAPPING, ElasticsearchTokenStore, migrate, token_index
+from ctxdb.capture.claude_code.mcp_config import ensure_token, server_entry
+from ctxdb.index.client import make_client
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
 

@@ -15,8 +15,8 @@ import pytest
 from conftest_ops import es_ids, index_rows, role_rows, write_derived
 
 from ctxdb.cli import main
+from ctxdb.coordination.lease import Lease, acquire, release
 from ctxdb.index.client import make_client
-from ctxdb.index.lease import Lease, acquire, release
 from ctxdb.index.mappings import ROWS
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore

@@ -1,5 +1,5 @@
 """`ctxdb capture claude-code hook|install|uninstall|project` and `ctxdb import claude-code`.
-Install also registers the `ctxdb mcp` server (`.mcp.json`, see capture/claude_code/mcp.py).
+Install also registers the `ctxdb mcp` server (`.mcp.json`, see capture/claude_code/mcp_config.py).
 
 `ctxdb capture claude-code hook` is also served by a fast path in `ctxdb.cli.main` that skips
 loading the other commands (a hook runs once per Claude Code event and must start fast).
@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from ctxdb.capture.claude_code import hook as cc_hook
-from ctxdb.capture.claude_code import mcp
+from ctxdb.capture.claude_code import mcp_config
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import (
     SETTLE_S,
@@ -91,11 +91,12 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
     typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
     if user:
         typer.echo(
-            f"MCP server (search your memory), for every project: {mcp.add_command(settings)}"
+            "MCP server (search your memory), for every project: "
+            f"{mcp_config.add_command(settings)}"
         )
         return
     try:
-        server = mcp.register(settings, project)
+        server = mcp_config.register(settings, project)
     except InstallError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -120,7 +121,7 @@ def uninstall_command(project: ProjectOption = None, user: UserOption = False) -
         typer.echo("MCP server: `claude mcp remove --scope user ctxdb` removes it")
         return
     try:
-        server = mcp.unregister(project)
+        server = mcp_config.unregister(project)
     except InstallError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -12,8 +12,8 @@ import polars as pl
 import typer
 
 from ctxdb.cli.app import app
+from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.index.client import make_client
-from ctxdb.index.lease import delta_writer_lease_for
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive, table_rows
 from ctxdb.sample.generate import generate_events, write_sample

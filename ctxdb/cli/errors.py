@@ -8,7 +8,7 @@ from typing import TextIO
 
 from pydantic import ValidationError
 
-from ctxdb.index.lease import LeaseHeld, LeaseLost
+from ctxdb.coordination.lease import LeaseHeld, LeaseLost
 
 MAX_CHARS = 500
 LEASE_EXIT = 2

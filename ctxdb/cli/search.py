@@ -15,6 +15,14 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from ctxdb.auth.credentials import (
+    Authenticator,
+    AuthError,
+    Principal,
+    TokenStore,
+    TokenStoreUnavailable,
+    open_token_store,
+)
 from ctxdb.cli.app import app
 from ctxdb.cli.errors import describe
 from ctxdb.contract.refs import RefError
@@ -30,14 +38,6 @@ from ctxdb.search.models import (
     Weights,
 )
 from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
-from ctxdb.serve.auth import (
-    Authenticator,
-    AuthError,
-    Principal,
-    TokenStore,
-    TokenStoreUnavailable,
-    open_token_store,
-)
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
 
@@ -321,7 +321,7 @@ def tokens_migrate() -> None:
     """Copy every token of the local file (CTXDB_AUTH_TOKENS_PATH) into the shared Elasticsearch
     store (`<prefix>-tokens`), hashes only; tokens already there are kept, revocations carried
     over. Then set CTXDB_AUTH_TOKEN_STORE=elasticsearch on every server."""
-    from ctxdb.serve.es_tokens import ElasticsearchTokenStore, migrate
+    from ctxdb.auth.es_tokens import ElasticsearchTokenStore, migrate
 
     settings = get_settings()
     records = TokenStore(settings.tokens_path).tokens()

@@ -16,10 +16,10 @@ import polars as pl
 from elasticsearch import Elasticsearch
 
 from ctxdb.index.documents import ID
-from ctxdb.index.incremental import Source, build_base, current_versions, indexed_ids
-from ctxdb.index.lifecycle import alias_target
+from ctxdb.index.incremental import build_base, current_versions, indexed_ids
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
-from ctxdb.index.sources import SOURCES
+from ctxdb.index.sources import SOURCES, Source
+from ctxdb.index.versions import alias_target
 from ctxdb.storage.changes import row_count
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS

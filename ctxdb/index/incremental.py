@@ -3,12 +3,12 @@
 Each concrete index has a row in the `index_state` Delta table with the versions of its source
 tables it was last synced from and its document count. A run whose sources have the same versions
 does nothing. Otherwise only the documents in scope of a change are built, at the old and the new
-versions (`ctxdb.index.changed`: from the files the Delta log added and removed in between, plus
-the unchanged rows sharing a changed scope value), diffed by content fingerprint, and only changed
-documents are indexed; documents whose rows disappeared are deleted. When the old version is gone
-(its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`) or there
-is no state, every document is indexed and ids found in the index but not in Delta are deleted;
-any other failure to read the changes is raised (`ChangesUnreadable`), never a full sync.
+versions (`ctxdb.index.changed_docs`: from the files the Delta log added and removed in between,
+plus the unchanged rows sharing a changed scope value), diffed by content fingerprint, and only
+changed documents are indexed; documents whose rows disappeared are deleted. When the old version is
+gone (its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`) or
+there is no state, every document is indexed and ids found in the index but not in Delta are
+deleted; any other failure to read the changes is raised (`ChangesUnreadable`), never a full sync.
 
 A full sync streams: it splits the documents into parts of about `FULL_PART_ROWS` rows of the
 first source table (by a stable hash of `Source.partition`, so every row a document depends on is
@@ -32,10 +32,11 @@ import pyarrow.compute as pc
 from elasticsearch import Elasticsearch, helpers
 
 from ctxdb.index.bulk import BulkReport, bulk_write
-from ctxdb.index.changed import changed_bases
+from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
-from ctxdb.index.failures import settle
+from ctxdb.index.index_failures import settle
 from ctxdb.index.routing import is_routed, stored_routing
+from ctxdb.index.sources import Source, Versions
 from ctxdb.storage.changes import ChangesUnavailable, read_retried
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard, in_shard
@@ -44,30 +45,6 @@ from ctxdb.storage.tables import INDEX_STATE, INDEX_STATE_SCHEMA
 log = logging.getLogger(__name__)
 WHOLE = Shard(0, 1)
 """The one part of an unsplit build."""
-
-Versions = dict[str, int | None]
-
-
-@dataclass(frozen=True)
-class Source:
-    """How one index kind is built from Delta: its tables, base frame and completion step."""
-
-    kind: str
-    tables: tuple[str, ...]
-    base: Callable[[Mapping[str, pl.DataFrame], str], pl.DataFrame]
-    complete: Callable[[DeltaStore, pl.DataFrame, str], pl.DataFrame]
-    schemas: Mapping[str, pa.Schema]
-    json_columns: tuple[str, ...] = ()
-    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
-    scope: tuple[str, ...] = ()
-    """Columns of every source table such that a document depends only on the rows sharing its
-    scope value (see `ctxdb.index.changed`)."""
-    unique_scope: bool = False
-    """Whether every source table holds at most one row per scope value."""
-    partition: str = "conversation_id"
-    """A column of every source table such that a document depends only on rows sharing its
-    value: a full sync builds its documents in parts by a hash of it."""
-
 
 @dataclass
 class SyncReport:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
+
 ROWS = "rows"
 TURNS = "turns"
 
@@ -16,11 +18,6 @@ VECTOR_INDEX_TYPES = ("hnsw", "int8_hnsw", "bbq_hnsw")
 """`index_options.type` of the embedding field: float HNSW, or HNSW over int8 / binary (BBQ)
 quantized vectors (the float vectors stay on disk for rescoring)."""
 DEFAULT_VECTOR_INDEX = "int8_hnsw"
-
-DEFAULT_REPLICAS = "0-1"
-"""Replicas of every index (`CTXDB_INDEX_REPLICAS`): `auto_expand_replicas` 0-1, so a single
-node stays green and on two or more nodes each shard has a copy on another node, and the memory
-stays searchable (and the writer lease writable) when one node is lost."""
 
 _SETTINGS: dict[str, Any] = {
     "number_of_shards": 1,
@@ -40,14 +37,6 @@ vector iterators of a search filtered to that user skip whole blocks of other us
 
 _KEYWORD = {"type": "keyword"}
 _DATE = {"type": "date"}
-
-
-def replica_settings(replicas: str) -> dict[str, Any]:
-    """The index settings for `replicas`: a range (`0-1`, `1-all`) follows the number of nodes
-    (`auto_expand_replicas`); a number is a fixed `number_of_replicas`."""
-    if replicas.isdigit():
-        return {"number_of_replicas": int(replicas), "auto_expand_replicas": "false"}
-    return {"auto_expand_replicas": replicas}
 
 
 def _identity() -> dict[str, Any]:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import polars as pl
+import pyarrow as pa
 
 from ctxdb.embedding.cache import read_vectors
 from ctxdb.embedding.stage import OK
 from ctxdb.index.documents import FINGERPRINT, complete_rows, row_base, turn_base, with_stems
-from ctxdb.index.incremental import Source
 from ctxdb.index.mappings import ROWS, TURNS
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -24,6 +25,29 @@ from ctxdb.storage.tables import (
     TURN_LOGS,
     TURN_LOGS_SCHEMA,
 )
+
+Versions = dict[str, int | None]
+
+
+@dataclass(frozen=True)
+class Source:
+    """How one index kind is built from Delta: its tables, base frame and completion step."""
+
+    kind: str
+    tables: tuple[str, ...]
+    base: Callable[[Mapping[str, pl.DataFrame], str], pl.DataFrame]
+    complete: Callable[[DeltaStore, pl.DataFrame, str], pl.DataFrame]
+    schemas: Mapping[str, pa.Schema]
+    json_columns: tuple[str, ...] = ()
+    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+    scope: tuple[str, ...] = ()
+    """Columns of every source table such that a document depends only on the rows sharing its
+    scope value (see `ctxdb.index.changed_docs`)."""
+    unique_scope: bool = False
+    """Whether every source table holds at most one row per scope value."""
+    partition: str = "conversation_id"
+    """A column of every source table such that a document depends only on rows sharing its
+    value: a full sync builds its documents in parts by a hash of it."""
 
 
 def _rows_base(frames: Mapping[str, pl.DataFrame], model_id: str) -> pl.DataFrame:

@@ -9,9 +9,9 @@ from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
 from ctxdb.embedding.stage import SKIPPED
-from ctxdb.index.lifecycle import KINDS, alias_target, index_meta, replica_state, version_of
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import index_layout
+from ctxdb.index.versions import KINDS, alias_target, index_meta, replica_state, version_of
 
 
 class IndexStatus(BaseModel):

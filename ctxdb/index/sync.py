@@ -7,13 +7,13 @@ import logging
 from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch
 from elasticsearch import ConnectionError as ESConnectionError
 
+from ctxdb.coordination.lease import writer_lease_for
 from ctxdb.index.bulk import ElasticsearchUnavailable
 from ctxdb.index.incremental import SyncReport, sync_index
-from ctxdb.index.lease import writer_lease_for
-from ctxdb.index.lifecycle import KINDS, drop_retired, ensure_index, record_model_id
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import settings_layout
 from ctxdb.index.sources import SOURCES
+from ctxdb.index.versions import KINDS, drop_retired, ensure_index, record_model_id
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ctxdb.landing.files import LandingFile
+from ctxdb.landing.listing import LandingFile
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.landing.files import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
+from ctxdb.landing.listing import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
 from ctxdb.landing.scan import BOM, EVENT_COLUMNS
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (

@@ -29,13 +29,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ctxdb.coordination.fencing import fence_of
 from ctxdb.landing.cursor import landed_since, landing_floor, split
-from ctxdb.landing.files import LandingFile, list_files, pending_files
+from ctxdb.landing.listing import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
 from ctxdb.landing.scan import parse_files
 from ctxdb.landing.waves import EarlierWaves, Wave, commit, prepare, waves
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.fencing import fence_of
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
     RAW_TURN_EVENTS,
@@ -81,10 +81,10 @@ def land(
     quarantine and landed-file rows with keyed MERGEs, so two landings of the same files at once
     store every event once (`waves.commit`). `writer` is held around the whole run, from listing
     the pending files to the last commit: the CLI and the Dagster asset pass the writer lease
-    (`ctxdb.index.lease`), which keeps a second landing (or another writer) from doing the same
-    work beside it; when it yields a fence (`ctxdb.storage.fencing.Fenced`: the lease), its
-    `check()` runs before every commit, so a run that lost the lease stops before its next commit
-    (`LeaseLost`)."""
+    (`ctxdb.coordination.lease`), which keeps a second landing (or another writer) from doing the
+    same work beside it; when it yields a fence (`ctxdb.coordination.fencing.Fenced`: the lease),
+    its `check()` runs before every commit, so a run that lost the lease stops before its next
+    commit (`LeaseLost`)."""
     with writer or nullcontext() as held:
         fence = fence_of(held)
         return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner, fence, full)

@@ -24,7 +24,7 @@ from ctxdb.contract.events import (
     parse_event,
 )
 from ctxdb.landing import mirror
-from ctxdb.landing.files import LandingFile, Unreadable, prefetched
+from ctxdb.landing.listing import LandingFile, Unreadable, prefetched
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
 )

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from ctxdb.contract.events import ENVELOPE_COLUMNS
-from ctxdb.landing.files import LandingFile
+from ctxdb.landing.listing import LandingFile
 from ctxdb.landing.quarantine import (
     OWNER,
     clear_quarantined_files,

@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 from elasticsearch import Elasticsearch
 from pyarrow import fs as pafs
 
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.coordination.lease import optional_writer_lease_for
 from ctxdb.lifecycle.purge import delete_where, vacuum
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore

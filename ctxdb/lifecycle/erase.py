@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.coordination.lease import optional_writer_lease_for
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import history, journal, landing_lines
 from ctxdb.lifecycle.journal import JournalRun
@@ -63,8 +63,8 @@ from ctxdb.lifecycle.retention import (
 from ctxdb.lifecycle.scope import OWNER, AmbiguousScope, Scope, resolve
 from ctxdb.settings import Settings
 from ctxdb.storage import tombstones
+from ctxdb.storage.conversation_files import conversation_file_path
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.files import conversation_file_path
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_FAILURES,

@@ -1,7 +1,7 @@
 """Landing files rewritten without an erased scope's lines or a sweep's expired lines, read
 exactly as landing reads them.
 
-Landing tells a gzip file by its magic bytes (`ctxdb.landing.files.unpack`), drops a UTF-8 byte
+Landing tells a gzip file by its magic bytes (`ctxdb.landing.listing.unpack`), drops a UTF-8 byte
 order mark at the start, and splits the content on `\\n` only; a line is one event or one
 quarantined line. Erasure does the same, so the two agree on what a line is byte for byte: every
 byte of a line it keeps (invalid UTF-8, `\\r`, U+2028 inside a string, ...) stays as it was, and a
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pyarrow import fs as pafs
 
-from ctxdb.landing.files import is_gzip, unpack
+from ctxdb.landing.listing import is_gzip, unpack
 from ctxdb.landing.scan import BOM
 from ctxdb.lifecycle.scope import Scope
 from ctxdb.settings import Settings

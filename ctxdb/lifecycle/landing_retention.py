@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 from pyarrow import fs as pafs
 
-from ctxdb.landing.files import unpack
+from ctxdb.landing.listing import unpack
 from ctxdb.landing.scan import parse_bytes
 from ctxdb.lifecycle import landing_lines
 from ctxdb.lifecycle.purge import columns_of, delete_keys, delete_where, sql_ts

@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 
 from elasticsearch import Elasticsearch
 
+from ctxdb.coordination.lease import Lease, writer_lease_for
 from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import EmbedReport, embed_role_rows
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
-from ctxdb.index.lease import Lease, writer_lease_for
-from ctxdb.index.lifecycle import (
+from ctxdb.index.mappings import ROWS, alias_name
+from ctxdb.index.routing import settings_layout
+from ctxdb.index.sources import SOURCES
+from ctxdb.index.status import count
+from ctxdb.index.versions import (
     Swap,
     alias_target,
     create_index,
@@ -29,10 +33,6 @@ from ctxdb.index.lifecycle import (
     swap_aliases,
     versions,
 )
-from ctxdb.index.mappings import ROWS, alias_name
-from ctxdb.index.routing import settings_layout
-from ctxdb.index.sources import SOURCES
-from ctxdb.index.status import count
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 

@@ -44,7 +44,7 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from ctxdb.index.lease import optional_writer_lease_for
+from ctxdb.coordination.lease import optional_writer_lease_for
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import journal
 from ctxdb.lifecycle.compaction import maintain_state, vacuum_all
@@ -68,8 +68,8 @@ from ctxdb.lifecycle.purge import (
 )
 from ctxdb.record.expiry import ttl_days_expr
 from ctxdb.settings import Settings
+from ctxdb.storage.conversation_files import TURN_KEY, turn_file_paths
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.files import TURN_KEY, turn_file_paths
 from ctxdb.storage.tables import (
     DEFAULT_TTL,
     EMBEDDINGS,

@@ -26,8 +26,8 @@ from datetime import datetime
 import polars as pl
 import pyarrow as pa
 
-from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
-from ctxdb.record.failures import failure_rows, isolate
+from ctxdb.record import replay, role_rows, timelines, turn_catalog, turn_logs
+from ctxdb.record.derive_failures import failure_rows, isolate
 from ctxdb.record.records import build_turns, closed_events
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import (
@@ -59,7 +59,7 @@ def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Deriv
         TURN_LOGS: turn_logs.turn_logs_frame(turns, titles, settings, now),
         CONVERSATION_TIMELINES: timelines.timelines_frame(raw, turns, titles, settings, now),
         ROLE_ROWS: role_rows.role_rows_frame(turns, settings, now),
-        TURN_CATALOG: catalog.turn_catalog_frame(turns, titles, settings, now),
+        TURN_CATALOG: turn_catalog.turn_catalog_frame(turns, titles, settings, now),
         REPLAY_ARTIFACTS: replay.replay_frame(events, turns, settings, now),
     }
     all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
@@ -126,7 +126,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def derive_batch(batch: Batch, settings: Settings, now: datetime) -> Result:
-    """Derive one batch, a conversation that raises set aside (`ctxdb.record.failures`)."""
+    """Derive one batch, a conversation that raises set aside (`ctxdb.record.derive_failures`)."""
     raw = batch.events()
     with paused_gc():
         parts, failures = isolate(raw, lambda events: derive_tables(events, settings, now))

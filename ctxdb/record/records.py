@@ -17,7 +17,7 @@ import msgspec
 import polars as pl
 
 from ctxdb.contract.events import RICH_ADAPTERS, RICH_EVENT_TYPES
-from ctxdb.record.turnlog import BLOCK_EVENT_TYPES, IDENTITY, Turn, TurnRecord, assemble_turn
+from ctxdb.record.turns import BLOCK_EVENT_TYPES, IDENTITY, Turn, TurnRecord, assemble_turn
 
 ARRIVAL = ["occurred_at", "landed_version", "source_file", "line_number"]
 TURN = ["conversation_id", "turn_id"]

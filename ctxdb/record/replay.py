@@ -16,7 +16,7 @@ import polars as pl
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
 from ctxdb.record.records import ClosedEvents
-from ctxdb.record.turnlog import Turn
+from ctxdb.record.turns import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import REPLAY_SCHEMA
 

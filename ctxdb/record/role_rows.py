@@ -21,7 +21,7 @@ import polars_hash as plh
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
-from ctxdb.record.turnlog import (
+from ctxdb.record.turns import (
     ATTACHMENT,
     COMPLETION,
     NOTE,

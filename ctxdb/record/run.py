@@ -10,7 +10,8 @@
    so the next run recomputes the same conversations and converges to the same tables.
 
 A conversation whose derivation raises is recorded in `derive_failures` and left as it was; the
-others are derived (`ctxdb.record.failures`). Deriving it later (a new event) clears the entry.
+others are derived (`ctxdb.record.derive_failures`). Deriving it later (a new event) clears the
+entry.
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ from datetime import UTC, datetime
 import polars as pl
 import pyarrow as pa
 
-from ctxdb.record import catalog, replay, role_rows, timelines, turn_logs
+from ctxdb.coordination.fencing import fence_of
+from ctxdb.record import replay, role_rows, timelines, turn_catalog, turn_logs
 from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
-from ctxdb.record.failures import clear_failures, record_failures
+from ctxdb.record.derive_failures import clear_failures, record_failures
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore, sql_in
-from ctxdb.storage.fencing import fence_of
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
@@ -64,7 +65,7 @@ TARGETS = (
     Target(TURN_LOGS, TURN_LOGS_SCHEMA, turn_logs.KEYS, "s.recording_state >= t.recording_state"),
     Target(CONVERSATION_TIMELINES, TIMELINES_SCHEMA, timelines.KEYS),
     Target(ROLE_ROWS, ROLE_ROWS_SCHEMA, role_rows.KEYS),
-    Target(TURN_CATALOG, TURN_CATALOG_SCHEMA, catalog.KEYS),
+    Target(TURN_CATALOG, TURN_CATALOG_SCHEMA, turn_catalog.KEYS),
     Target(REPLAY_ARTIFACTS, REPLAY_SCHEMA, replay.KEYS),
 )
 
@@ -136,8 +137,8 @@ def derive(
 
     Every derived table is written with keyed MERGEs (`write_table`), so derivation is
     exactly-once by itself. `writer` is held around the whole run: the CLI and the Dagster asset
-    pass the writer lease (`ctxdb.index.lease`), which keeps two derivations from doing the same
-    work at once; when it yields a fence (`ctxdb.storage.fencing.Fenced`: the lease), its
+    pass the writer lease (`ctxdb.coordination.lease`), which keeps two derivations from doing the
+    same work at once; when it yields a fence (`ctxdb.coordination.fencing.Fenced`: the lease), its
     `check()` runs before every commit, so a run that lost the lease stops before its next commit
     (and leaves `derive_state` behind)."""
     with writer or nullcontext() as held:

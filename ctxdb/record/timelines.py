@@ -15,7 +15,7 @@ import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
-from ctxdb.record.turnlog import USER_BLOCK_TYPES, Turn
+from ctxdb.record.turns import USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TIMELINES_SCHEMA
 

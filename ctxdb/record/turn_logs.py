@@ -10,7 +10,7 @@ from pydantic_core import to_json
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
-from ctxdb.record.turnlog import Turn
+from ctxdb.record.turns import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TURN_LOGS_SCHEMA
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from ctxdb.contract.events import MAX_EVENT_BYTES, SCHEMA_VERSION
 from ctxdb.contract.refs import make_ref
 from ctxdb.sample.topics import TOPICS, Topic
-from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.conversation_files import turn_file_path
 
 AGENTS = {
     "minimal": "helper",

@@ -24,10 +24,10 @@ from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.backends import AUTO, make_embedder, resolve_backend
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
-from ctxdb.index.lifecycle import alias_target, index_meta
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
-from ctxdb.search import catalog
+from ctxdb.index.versions import alias_target, index_meta
+from ctxdb.search import lookups
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
@@ -239,7 +239,7 @@ class SearchService:
     ) -> ConversationList:
         now = datetime.now(UTC)
         with elasticsearch_errors(self.settings.elasticsearch.url):
-            return catalog.list_conversations(
+            return lookups.list_conversations(
                 self.client,
                 self.turns_alias,
                 principal,
@@ -286,7 +286,7 @@ class SearchService:
 
     def _nth(self, principal: Principal, request: SearchRequest, now: datetime) -> SearchResponse:
         assert request.conversation_id is not None and request.ordinal is not None
-        found = catalog.nth_turn(
+        found = lookups.nth_turn(
             self.client,
             self.turns_alias,
             principal,
@@ -304,7 +304,7 @@ class SearchService:
     def _window(
         self, principal: Principal, request: SearchRequest, now: datetime
     ) -> SearchResponse:
-        docs = catalog.window_turns(
+        docs = lookups.window_turns(
             self.client,
             self.turns_alias,
             principal,
@@ -471,7 +471,7 @@ class SearchService:
     ) -> SearchResponse:
         s = self.settings
         if request.scope == "conversation":
-            catalog.require_conversation(
+            lookups.require_conversation(
                 self.client,
                 self.turns_alias,
                 principal,

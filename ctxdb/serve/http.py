@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ctxdb.auth.credentials import Authenticator, AuthError, Principal
 from ctxdb.contract.events import REF_MAX_CHARS, Ident, RefId
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
@@ -28,9 +29,8 @@ from ctxdb.search.models import (
     TurnView,
 )
 from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
-from ctxdb.serve.auth import Authenticator, AuthError, Principal
 from ctxdb.serve.guards import RequestGuard, error_body, validation_handler
-from ctxdb.serve.mcp import mcp_router
+from ctxdb.serve.mcp_server import mcp_router
 from ctxdb.serve.resolve import Resolver
 from ctxdb.serve.viewer import viewer_router
 from ctxdb.settings import Settings

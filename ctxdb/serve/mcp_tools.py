@@ -16,10 +16,11 @@ from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.types import CallToolResult, ResourceLink, TextContent
 from pydantic import Field, ValidationError
 
+from ctxdb.auth.credentials import AuthError
 from ctxdb.contract.events import REF_MAX_CHARS, RefId
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError
-from ctxdb.search import catalog
+from ctxdb.search import lookups
 from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
     MIN_SCORE,
@@ -33,7 +34,6 @@ from ctxdb.search.models import (
     TurnView,
 )
 from ctxdb.search.service import SearchService, elasticsearch_errors
-from ctxdb.serve.auth import AuthError
 from ctxdb.serve.mcp_output import (
     ConversationOut,
     ConversationsOut,
@@ -62,7 +62,7 @@ ProjectAgent = Callable[[str], str]
 
 MAX_CITATIONS = 20
 MAX_WINDOW = 10
-CONVERSATION_WINDOW = catalog.MAX_CONVERSATIONS
+CONVERSATION_WINDOW = lookups.MAX_CONVERSATIONS
 
 
 def problems(exc: ValidationError) -> str:
@@ -370,7 +370,7 @@ class MemoryTools:
         with tool_errors():
             principal = self.identify()
             with elasticsearch_errors(self.settings.elasticsearch.url):
-                position, total, docs = catalog.turns_around(
+                position, total, docs = lookups.turns_around(
                     self.service.client,
                     self.service.turns_alias,
                     principal,

@@ -29,7 +29,7 @@ from ctxdb.search.materialize import fetch_turns
 from ctxdb.search.models import NotFound
 from ctxdb.search.service import elasticsearch_errors
 from ctxdb.settings import Settings
-from ctxdb.storage.files import turn_file_path
+from ctxdb.storage.conversation_files import turn_file_path
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """Fencing of Delta commits: what a writer checks before each commit.
 
 Writers (landing, derivation) take whatever their caller holds around the run. When that is a
-`Fenced` object (the writer lease of `ctxdb.index.lease`), its `check()` runs before every commit
-and raises once the run has lost it; without one, `unfenced` checks nothing. The protocol lives
-here, below the stages, so a stage never imports the index stage that implements the lease.
+`Fenced` object (the writer lease of `ctxdb.coordination.lease`), its `check()` runs before
+every commit and raises once the run has lost it; without one, `unfenced` checks nothing. The
+protocol lives apart from the lease, so a stage that commits to Delta needs nothing of
+Elasticsearch.
 """
 
 from __future__ import annotations

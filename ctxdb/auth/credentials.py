@@ -3,7 +3,7 @@
 Tokens issued by a store look like `ctxdb_<id>_<secret>`; only `sha256(salt || secret)` is stored
 (the secret is 32 random bytes, so a fast hash is enough; comparison is constant-time). The store
 is a local JSON file (`TokenStore`, the embedded default) or an Elasticsearch index that several
-servers share (`ElasticsearchTokenStore` in `ctxdb.serve.es_tokens`); `CTXDB_AUTH_TOKEN_STORE`
+servers share (`ElasticsearchTokenStore` in `ctxdb.auth.es_tokens`); `CTXDB_AUTH_TOKEN_STORE`
 picks one (`open_token_store`). In the file store, issuing and revoking hold an exclusive `fcntl`
 lock on `<store>.lock` around the read-modify-write and replace the store atomically through a
 unique temporary file, so concurrent CLI runs neither lose tokens nor undo revocations, and a
@@ -200,7 +200,7 @@ def open_token_store(settings: Settings) -> TokenStoreProtocol:
     """The configured token store (`CTXDB_AUTH_TOKEN_STORE`): the local file, or the index
     `<prefix>-tokens` on the configured cluster."""
     if settings.auth.token_store == "elasticsearch":
-        from ctxdb.serve.es_tokens import ElasticsearchTokenStore
+        from ctxdb.auth.es_tokens import ElasticsearchTokenStore
 
         return ElasticsearchTokenStore.from_settings(settings)
     return TokenStore(settings.tokens_path)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxdb.auth.credentials import AuthError, open_token_store
 from ctxdb.capture.claude_code.install import (
     Change,
     InstallError,
@@ -27,7 +28,6 @@ from ctxdb.capture.claude_code.install import (
     read_settings,
     write_settings,
 )
-from ctxdb.serve.auth import AuthError, open_token_store
 from ctxdb.settings import Settings
 
 SERVER = "ctxdb"

@@ -13,7 +13,7 @@ import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
-from ctxdb.record.turnlog import COMPLETION, USER_BLOCK_TYPES, Turn
+from ctxdb.record.turns import COMPLETION, USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TURN_CATALOG_SCHEMA
 

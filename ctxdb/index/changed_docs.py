@@ -20,7 +20,7 @@ from ctxdb.storage.changes import keys_frame, table_changes
 from ctxdb.storage.delta import DeltaStore
 
 if TYPE_CHECKING:
-    from ctxdb.index.incremental import Source, Versions
+    from ctxdb.index.sources import Source, Versions
 
 
 def changed_bases(

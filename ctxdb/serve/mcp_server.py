@@ -36,9 +36,9 @@ from pydantic import AnyHttpUrl, ValidationError
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ctxdb.auth.credentials import Authenticator, AuthError, TokenStoreUnavailable
 from ctxdb.contract.identity import Principal
 from ctxdb.search.service import SearchService
-from ctxdb.serve.auth import Authenticator, AuthError, TokenStoreUnavailable
 from ctxdb.serve.mcp_tools import Identify, MemoryTools, ProjectAgent, problems
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings

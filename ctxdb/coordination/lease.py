@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
 
-from ctxdb.index.mappings import DEFAULT_REPLICAS, replica_settings
+from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
 from ctxdb.settings import Settings
 from ctxdb.storage.shards import Shard
 

@@ -13,12 +13,12 @@ from typing import Annotated
 
 import typer
 
+from ctxdb.auth.credentials import Authenticator, AuthError
 from ctxdb.capture.claude_code.turns import agent_for_project
 from ctxdb.cli.app import app
 from ctxdb.cli.search import TokenOpt
 from ctxdb.index.client import make_client
 from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
-from ctxdb.serve.auth import Authenticator, AuthError
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
 
@@ -53,7 +53,7 @@ def mcp_command(
     token: TokenOpt = None,
 ) -> None:
     """Serve the memory tools over MCP on stdin/stdout, as the token's user."""
-    from ctxdb.serve.mcp import serve_stdio
+    from ctxdb.serve.mcp_server import serve_stdio
 
     settings = get_settings()
     secret = read_token(settings, token, token_file)

@@ -29,16 +29,16 @@ from elasticsearch import (
     NotFoundError,
 )
 
-from ctxdb.contract.identity import Principal
-from ctxdb.index.client import make_client
-from ctxdb.index.mappings import DEFAULT_REPLICAS, replica_settings
-from ctxdb.serve.auth import (
+from ctxdb.auth.credentials import (
     StoredToken,
     TokenStoreUnavailable,
     check_token,
     new_token,
     split_token,
 )
+from ctxdb.contract.identity import Principal
+from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
+from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 _KEYWORD = {"type": "keyword"}
