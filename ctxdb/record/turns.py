@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -293,189 +293,207 @@ Draft = tuple[int, int, int, int, dict[str, Any]]
 """A block before dedupe and paths: (section, order in its section, seq, time in us, block)."""
 
 
+@dataclass(slots=True)
+class _Drafting:
+    """One turn's drafting state: its identity, and what its events have built so far."""
+
+    turn_id: str
+    tp: str
+    rich: bool
+    tokens_in: list[Any] = field(default_factory=list)
+    tokens_out: list[Any] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    summary_at: Mapping[str, Any] | None = None
+
+    def batch(self, p: Mapping[str, Any]) -> str:
+        """The event's batch id, or the turn's default batch."""
+        return p.get("batch_id") or f"{self.turn_id}.batch"
+
+
+def _placed(section: int, event: Mapping[str, Any], block: dict[str, Any]) -> Draft:
+    """The draft of a block that sorts by its event's position within its section."""
+    seq = event["seq"]
+    return (section, seq, seq, event["ts"], block)
+
+
+def _submission(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    """A user prompt, follow-up or steer, timed by its arrival when the adapter recorded one."""
+    p = event["payload"]
+    sub = p.get("event_type", "prompt")
+    ts, at = event["ts"], event["iso"]
+    arrived = p.get("arrived_at")
+    if arrived:
+        moment = datetime.fromisoformat(arrived).astimezone(UTC)
+        ts, at = micros(moment), iso(moment)
+    meta = {
+        "event_type": f"event.user.{sub}",
+        "batch_id": d.batch(p),
+        "event_id": event["event_id"],
+    }
+    type_ = f"user.{sub}" if d.rich and sub != "prompt" else "user.prompt"
+    block = _block(type_, "user", d.turn_id, at, "", p["text"], meta, PLAIN)
+    return (0, ts, event["seq"], ts, block)
+
+
+def _context(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    p = event["payload"]
+    meta = {
+        "event": p,
+        "kind": p["kind"],
+        "label": p.get("label", ""),
+        "ref": p.get("ref"),
+        "source": p.get("source"),
+        "batch_id": d.batch(p),
+    }
+    path = _path_ok(event["event_id"], "ev", d.tp)
+    type_, label = f"user.context.{p['kind']}", p.get("label", "")
+    block = _block(type_, "user", d.turn_id, event["iso"], path, label, meta, "application/json")
+    return _placed(1, event, block)
+
+
+def _attachment(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    p = event["payload"]
+    meta = {
+        "filename": p["name"],
+        "mime": p["mime"],
+        "size": p["size"],
+        "storage_ref": p["storage_ref"],
+        "has_text": bool(p.get("extracted_text")),
+        "batch_id": d.batch(p),
+    }
+    path = _path_ok(f"user.attachments/{p['name']}", "fi", d.tp)
+    text = p.get("extracted_text") or ""
+    block = _block(ATTACHMENT, "user", d.turn_id, event["iso"], path, text, meta, p["mime"])
+    return _placed(2, event, block)
+
+
+def _step(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    p = event["payload"]
+    meta = {
+        "step": p["step"],
+        "phase": p["phase"],
+        "tool": p.get("tool"),
+        "status": p.get("status") or p["phase"],
+        **{k: p[k] for k in ("input", "output") if p.get(k)},
+    }
+    title = p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}"
+    path = _path_ok(event["event_id"], "ev", d.tp)
+    block = _block(STEP, "assistant", d.turn_id, event["iso"], path, title, meta, PLAIN)
+    return _placed(3, event, block)
+
+
+def _hosted_file(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    p = event["payload"]
+    artifact = _path_ok(f"files/{p['path']}", "fi", d.tp)
+    meta = {
+        "kind": "file",
+        "artifact_path": artifact,
+        "hosted_uri": artifact,
+        "filename": p["path"],
+        "mime": p["mime"],
+        "size": p["size"],
+        "sha256": p["sha256"],
+    }
+    text = f"Hosted file {p['path']} at {artifact}"
+    block = _block(HOSTED_FILE, "assistant", d.turn_id, event["iso"], "", text, meta, p["mime"])
+    return _placed(4, event, block)
+
+
+def _react_path(block_type: str, call: str, seq: int, tp: str) -> str:
+    """The path of a ReAct block: tool calls and results by call id, the rest by type."""
+    if block_type == "react.tool.call":
+        return _path_ok(f"{call}.call", "tc", tp)
+    if block_type == "react.tool.result":
+        return _path_ok(f"{call}.result", "tc", tp)
+    if block_type == "react.thinking":
+        return f"conv:ar:{tp}react.thinking.{seq}"
+    if block_type == "stage.suggested_followups":
+        return f"conv:ar:{tp}stage.suggested_followups"
+    raise KeyError(block_type)
+
+
+def _react_block(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    p = event["payload"]
+    call = p.get("call_id") or f"call_{event['seq']}"
+    block_type = p["block_type"]
+    path = _react_path(block_type, call, event["seq"], d.tp)
+    meta = {**p.get("meta", {}), "tool": p.get("tool"), "call_id": call}
+    text = p.get("text", "")
+    block = _block(block_type, "assistant", d.turn_id, event["iso"], path, text, meta, PLAIN)
+    return _placed(_SECTION[block_type], event, block)
+
+
+def _note(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    meta = {"visibility": "internal"}
+    text = event["payload"]["text"]
+    block = _block(NOTE, "assistant", d.turn_id, event["iso"], "", text, meta, PLAIN)
+    return _placed(5, event, block)
+
+
+def _completion(d: _Drafting, event: Mapping[str, Any]) -> Draft:
+    """An answer (or the error that replaced it); its token counts are kept for the turn."""
+    p = event["payload"]
+    d.tokens_in.append(p.get("tokens_in"))
+    d.tokens_out.append(p.get("tokens_out"))
+    error = bool(p.get("error"))
+    meta: dict[str, Any] = {"error": error}
+    if error:
+        meta["error_type"] = p.get("error_type") or "unknown"
+    text = p.get("text") or (ERROR_TEXT if error else "")
+    block = _block(COMPLETION, "assistant", d.turn_id, event["iso"], "", text, meta, PLAIN)
+    return _placed(7, event, block)
+
+
+def _summary_part(d: _Drafting, event: Mapping[str, Any]) -> None:
+    """A summary or anchors event: its non-empty fields join the turn's one working summary,
+    timed by the first such event."""
+    d.summary.update({k: v for k, v in event["payload"].items() if v})
+    d.summary_at = d.summary_at or event
+
+
+def _summary(d: _Drafting, at: Mapping[str, Any], n: int) -> Draft:
+    """The working summary block, placed after all `n` events of the turn."""
+    s = d.summary
+    meta = {
+        "scope": s.get("scope", "turn"),
+        "refs": s.get("refs", []),
+        "anchors": {"phrases": s.get("phrases", []), "entities": s.get("entities", [])},
+    }
+    path = f"conv:ws:{d.tp}working_summary"
+    block = _block(SUMMARY, "assistant", d.turn_id, at["iso"], path, s.get("text", ""), meta, PLAIN)
+    return (6, n, n, at["ts"], block)
+
+
+_BUILDERS: dict[str, Callable[[_Drafting, Mapping[str, Any]], Draft | None]] = {
+    "user.submission": _submission,
+    "user.context": _context,
+    "user.attachment": _attachment,
+    "chat.step": _step,
+    "file.hosted": _hosted_file,
+    "react.block": _react_block,
+    "react.note": _note,
+    "assistant.completion": _completion,
+    "react.summary": _summary_part,
+    "react.anchors": _summary_part,
+}
+"""The builder of each block-making event type (other types make no block)."""
+
+
 def _drafts(
     events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: str, n: int
 ) -> tuple[list[Draft], list[Any], list[Any]]:
     """The draft of every block-making event of one turn (of `n` events), and the completions'
     token counts (in, out)."""
+    d = _Drafting(turn_id, tp, rich)
     drafts = []
-    tokens_in: list[Any] = []
-    tokens_out: list[Any] = []
-    summary: dict[str, Any] = {}
-    summary_at: Mapping[str, Any] | None = None
-    text = PLAIN
     for event in events:
-        kind, seq = event["type"], event["seq"]
-        p = event["payload"]
-        ts, at = event["ts"], event["iso"]
-        if kind == "user.submission":
-            sub = p.get("event_type", "prompt")
-            arrived = p.get("arrived_at")
-            if arrived:
-                moment = datetime.fromisoformat(arrived).astimezone(UTC)
-                ts, at = micros(moment), iso(moment)
-            block = _block(
-                f"user.{sub}" if rich and sub != "prompt" else "user.prompt",
-                "user",
-                turn_id,
-                at,
-                "",
-                p["text"],
-                {
-                    "event_type": f"event.user.{sub}",
-                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-                    "event_id": event["event_id"],
-                },
-                text,
-            )
-            drafts.append((0, ts, seq, ts, block))
-        elif kind == "user.context":
-            block = _block(
-                f"user.context.{p['kind']}",
-                "user",
-                turn_id,
-                at,
-                _path_ok(event["event_id"], "ev", tp),
-                p.get("label", ""),
-                {
-                    "event": p,
-                    "kind": p["kind"],
-                    "label": p.get("label", ""),
-                    "ref": p.get("ref"),
-                    "source": p.get("source"),
-                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-                },
-                "application/json",
-            )
-            drafts.append((1, seq, seq, ts, block))
-        elif kind == "user.attachment":
-            block = _block(
-                ATTACHMENT,
-                "user",
-                turn_id,
-                at,
-                _path_ok(f"user.attachments/{p['name']}", "fi", tp),
-                p.get("extracted_text") or "",
-                {
-                    "filename": p["name"],
-                    "mime": p["mime"],
-                    "size": p["size"],
-                    "storage_ref": p["storage_ref"],
-                    "has_text": bool(p.get("extracted_text")),
-                    "batch_id": p.get("batch_id") or f"{turn_id}.batch",
-                },
-                p["mime"],
-            )
-            drafts.append((2, seq, seq, ts, block))
-        elif kind == "chat.step":
-            block = _block(
-                STEP,
-                "assistant",
-                turn_id,
-                at,
-                _path_ok(event["event_id"], "ev", tp),
-                p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}",
-                {
-                    "step": p["step"],
-                    "phase": p["phase"],
-                    "tool": p.get("tool"),
-                    "status": p.get("status") or p["phase"],
-                    **{k: p[k] for k in ("input", "output") if p.get(k)},
-                },
-                text,
-            )
-            drafts.append((3, seq, seq, ts, block))
-        elif kind == "file.hosted":
-            artifact = _path_ok(f"files/{p['path']}", "fi", tp)
-            block = _block(
-                HOSTED_FILE,
-                "assistant",
-                turn_id,
-                at,
-                "",
-                f"Hosted file {p['path']} at {artifact}",
-                {
-                    "kind": "file",
-                    "artifact_path": artifact,
-                    "hosted_uri": artifact,
-                    "filename": p["path"],
-                    "mime": p["mime"],
-                    "size": p["size"],
-                    "sha256": p["sha256"],
-                },
-                p["mime"],
-            )
-            drafts.append((4, seq, seq, ts, block))
-        elif kind == "react.block":
-            call = p.get("call_id") or f"call_{seq}"
-            block_type = p["block_type"]
-            if block_type == "react.tool.call":
-                path = _path_ok(f"{call}.call", "tc", tp)
-            elif block_type == "react.tool.result":
-                path = _path_ok(f"{call}.result", "tc", tp)
-            elif block_type == "react.thinking":
-                path = f"conv:ar:{tp}react.thinking.{seq}"
-            elif block_type == "stage.suggested_followups":
-                path = f"conv:ar:{tp}stage.suggested_followups"
-            else:
-                raise KeyError(block_type)
-            block = _block(
-                block_type,
-                "assistant",
-                turn_id,
-                at,
-                path,
-                p.get("text", ""),
-                {**p.get("meta", {}), "tool": p.get("tool"), "call_id": call},
-                text,
-            )
-            drafts.append((_SECTION[block_type], seq, seq, ts, block))
-        elif kind == "react.note":
-            block = _block(
-                NOTE, "assistant", turn_id, at, "", p["text"], {"visibility": "internal"}, text
-            )
-            drafts.append((5, seq, seq, ts, block))
-        elif kind == "assistant.completion":
-            tokens_in.append(p.get("tokens_in"))
-            tokens_out.append(p.get("tokens_out"))
-            error = bool(p.get("error"))
-            meta: dict[str, Any] = {"error": error}
-            if error:
-                meta["error_type"] = p.get("error_type") or "unknown"
-            block = _block(
-                COMPLETION,
-                "assistant",
-                turn_id,
-                at,
-                "",
-                p.get("text") or (ERROR_TEXT if error else ""),
-                meta,
-                text,
-            )
-            drafts.append((7, seq, seq, ts, block))
-        elif kind in ("react.summary", "react.anchors"):
-            summary.update({k: v for k, v in p.items() if v})
-            summary_at = summary_at or event
-    if summary and summary_at is not None:
-        block = _block(
-            SUMMARY,
-            "assistant",
-            turn_id,
-            summary_at["iso"],
-            f"conv:ws:{tp}working_summary",
-            summary.get("text", ""),
-            {
-                "scope": summary.get("scope", "turn"),
-                "refs": summary.get("refs", []),
-                "anchors": {
-                    "phrases": summary.get("phrases", []),
-                    "entities": summary.get("entities", []),
-                },
-            },
-            text,
-        )
-        drafts.append((6, n, n, summary_at["ts"], block))
-    return drafts, tokens_in, tokens_out
+        build = _BUILDERS.get(event["type"])
+        draft = build(d, event) if build is not None else None
+        if draft is not None:
+            drafts.append(draft)
+    if d.summary and d.summary_at is not None:
+        drafts.append(_summary(d, d.summary_at, n))
+    return drafts, d.tokens_in, d.tokens_out
 
 
 def _dedupe(drafts: Sequence[Draft]) -> list[Draft]:
@@ -538,6 +556,44 @@ def _sources(rows: Sequence[int], payloads: Sequence[Any]) -> list[str]:
     return list(found)
 
 
+def _one_answer(drafts: list[Draft]) -> list[Draft]:
+    """A minimal turn answered more than once keeps only its last completion."""
+    completions = [d for d in drafts if d[0] == 7]
+    if len(completions) <= 1:
+        return drafts
+    last = completions[-1]
+    return [d for d in drafts if d[0] != 7 or d is last]
+
+
+def _missing_completion(
+    turn_id: str, closing: Mapping[str, Any], at: str, ts: int, n: int
+) -> Draft:
+    """The completion of a turn closed without one (`closing`: the close event's payload): an
+    error, or no answer at all when the user cancelled the turn."""
+    error_type = closing.get("error_type") or "missing_completion"
+    cancelled = closing.get("status") == "cancelled"
+    meta = {"error": not cancelled, "error_type": error_type}
+    if cancelled:  # stopped by the user: no answer, and none invented
+        meta["cancelled"] = True
+    text = "" if cancelled else ERROR_TEXT
+    block = _block(COMPLETION, "assistant", turn_id, at, "", text, meta, PLAIN)
+    return (7, n, n, ts, block)
+
+
+def _missing_prompt(turn_id: str, at: str, ts: int) -> Draft:
+    """An empty prompt for a turn whose prompt was never recorded, first in the turn."""
+    meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}
+    block = _block("user.prompt", "user", turn_id, at, "", "", meta, PLAIN)
+    return (0, ts, -1, ts, block)
+
+
+def _tokens(tokens_in: list[Any], tokens_out: list[Any]) -> dict[str, int] | None:
+    """The turn's token totals, or None when no completion reported a count."""
+    if all(t is None for t in tokens_in + tokens_out):
+        return None
+    return {"in": _token_sum(tokens_in), "out": _token_sum(tokens_out)}
+
+
 def assemble_turn(
     events: Sequence[Mapping[str, Any]],
     facts: Mapping[str, Any],
@@ -560,31 +616,16 @@ def assemble_turn(
     n = facts["n"]
     ts, iso = columns["ts"], columns["iso"]
     drafts, tokens_in, tokens_out = _drafts(events, rich, turn_id, tp, n)
-    completions = [d for d in drafts if d[0] == 7]
-    if not rich and len(completions) > 1:
-        last = completions[-1]
-        drafts = [d for d in drafts if d[0] != 7 or d is last]
-    if not completions:
-        error_type = payloads[closed].get("error_type") or "missing_completion"
-        cancelled = payloads[closed].get("status") == "cancelled"
-        meta = {"error": not cancelled, "error_type": error_type}
-        if cancelled:  # stopped by the user: no answer, and none invented
-            meta["cancelled"] = True
-        text = "" if cancelled else ERROR_TEXT
-        block = _block(COMPLETION, "assistant", turn_id, iso[closed], "", text, meta, PLAIN)
-        drafts.append((7, n, n, ts[closed], block))
+    drafts = _one_answer(drafts) if not rich else drafts
+    if not any(d[0] == 7 for d in drafts):
+        drafts.append(_missing_completion(turn_id, payloads[closed], iso[closed], ts[closed], n))
     if not any(d[0] == 0 for d in drafts):
-        meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}
-        block = _block("user.prompt", "user", turn_id, iso[first], "", "", meta, PLAIN)
-        drafts.append((0, ts[first], -1, ts[first], block))
+        drafts.append(_missing_prompt(turn_id, iso[first], ts[first]))
     drafts.sort(key=lambda d: (d[0], d[1], d[2]))
     kept = _dedupe(drafts)
     blocks = [d[4] for d in kept]
     _assign_paths(blocks, tp)
     final = [b for b in blocks if b["type"] == COMPLETION][-1]
-    tokens = None
-    if any(t is not None for t in tokens_in + tokens_out):
-        tokens = {"in": _token_sum(tokens_in), "out": _token_sum(tokens_out)}
     return Turn(
         tenant=columns["tenant"][first],
         app=columns["app"][first],
@@ -604,7 +645,7 @@ def assemble_turn(
         blocks=blocks,
         block_ts=[d[3] for d in kept],
         sources_used=_sources(facts["communicator"], payloads),
-        tokens=tokens,
+        tokens=_tokens(tokens_in, tokens_out),
         feedback=_feedback(facts, iso, payloads),
     )
 
