@@ -33,9 +33,9 @@ from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.sync import sync_live
 from ctxdb.index.versions import alias_target, ensure_index, index_meta
 from ctxdb.search.service import (
-    IndexMatchedEmbedder,
     ModelQueryEmbedder,
     default_embedder,
+    index_matched_embedder,
     index_model_ids,
 )
 from ctxdb.settings import EmbeddingSettings
@@ -248,7 +248,7 @@ def test_search_embeds_queries_on_the_backend_of_the_live_index(
     settings, es, cache_dir: Path, embedder, torch_vectors: np.ndarray
 ) -> None:
     auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
-    matched = IndexMatchedEmbedder(auto, es)
+    matched = index_matched_embedder(auto, es)
     assert isinstance(matched.inner, OnnxEmbedder)  # provisional: no index yet
     ensure_index(es, auto.elasticsearch.index_prefix, ROWS, dims=384, model_id=DEFAULT_MODEL)
     matched.load()  # the next query finds the index built with torch
@@ -258,8 +258,8 @@ def test_search_embeds_queries_on_the_backend_of_the_live_index(
 
     down = make_client(auto.replace(elasticsearch={"url": "http://127.0.0.1:9", "max_retries": 0}))
     with pytest.raises(EmbedderUnavailable, match="cannot read the index's model id"):
-        IndexMatchedEmbedder(auto, down).load()
-    assert ModelQueryEmbedder(IndexMatchedEmbedder(auto, down)).embed_query("q") is None
+        index_matched_embedder(auto, down).load()
+    assert ModelQueryEmbedder(index_matched_embedder(auto, down)).embed_query("q") is None
 
 
 def test_a_switch_of_backend_moves_the_index_and_the_query_embedder_with_it(
@@ -277,7 +277,7 @@ def test_a_switch_of_backend_moves_the_index_and_the_query_embedder_with_it(
         assert index_meta(es, live)["model_id"] == model.model_id
         assert index_model_ids(es, auto) == {model.model_id}
     assert memory_embedder(auto.embedding, delta_store).model_id == fp32.model_id
-    assert isinstance(IndexMatchedEmbedder(auto, es).inner, OnnxEmbedder)
+    assert isinstance(index_matched_embedder(auto, es).inner, OnnxEmbedder)
 
 
 def test_a_switch_back_takes_every_row_back(delta_store, embedder, fp32: OnnxEmbedder) -> None:

@@ -3,9 +3,12 @@ the backend a memory already embeds with, ONNX Runtime fp32 for a new one."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import threading
+from collections.abc import Callable, Collection, Sequence
 
-from ctxdb.embedding.model import SentenceTransformerEmbedder
+import numpy as np
+
+from ctxdb.embedding.model import Embedder, SentenceTransformerEmbedder
 from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder, backend_model_id
 from ctxdb.embedding.stage import stored_model_ids
 from ctxdb.settings import EmbeddingSettings
@@ -70,3 +73,57 @@ def memory_embedder(
     name = model_name or settings.model
     stored = stored_model_ids(store, [name]) if settings.backend == AUTO else ()
     return make_embedder(settings, model_name=name, batch_size=batch_size, stored_ids=stored)
+
+
+class MatchedEmbedder:
+    """The configured model on the backend the stored vectors were made with (for `auto`), for
+    a reader that cannot look at the Delta memory (search reads the live index instead).
+
+    `stored_ids` returns the model ids of the stored vectors (raising `EmbedderUnavailable`
+    when it cannot tell). The choice is made at the first load that finds ids and kept until the
+    process restarts; before any vectors exist the default backend serves provisionally."""
+
+    def __init__(
+        self,
+        settings: EmbeddingSettings,
+        stored_ids: Callable[[], Collection[str]],
+        *,
+        batch_size: int = 1,
+    ) -> None:
+        self.settings, self.stored_ids, self.batch_size = settings, stored_ids, batch_size
+        self._current: Embedder | None = None
+        self._backend: str | None = None
+        self._decided = False
+        self._lock = threading.Lock()
+
+    @property
+    def inner(self) -> Embedder:
+        if self._current is None:
+            self.load()
+        assert self._current is not None
+        return self._current
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    def load(self) -> None:
+        with self._lock:
+            if not self._decided:
+                stored = self.stored_ids()
+                s = self.settings
+                backend = resolve_backend(s.backend, s.model, stored, s.device)
+                if backend != self._backend:
+                    chosen = s.model_copy(update={"backend": backend})
+                    self._current = make_embedder(chosen, batch_size=self.batch_size)
+                    self._backend = backend
+                self._decided = bool(stored)
+        assert self._current is not None
+        self._current.load()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode(texts)

@@ -12,17 +12,16 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import numpy as np
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.backends import AUTO, make_embedder, resolve_backend
+from ctxdb.embedding.backends import AUTO, MatchedEmbedder, make_embedder
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
@@ -127,52 +126,18 @@ def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
     return {model_id} if model_id else set()
 
 
-class IndexMatchedEmbedder:
+def index_matched_embedder(settings: Settings, client: Elasticsearch) -> MatchedEmbedder:
     """The configured model on the backend the live index's vectors were made with (for the
-    `auto` backend). The choice is made at the first query that finds the index's model id and
-    kept until the process restarts; before the first build the default backend serves queries
-    provisionally, and while the node cannot be reached the semantic arm is left out."""
+    `auto` backend, `MatchedEmbedder`); while the node cannot be reached the semantic arm is
+    left out."""
 
-    def __init__(self, settings: Settings, client: Elasticsearch) -> None:
-        self.settings, self.client = settings, client
-        self._current: Embedder | None = None
-        self._backend: str | None = None
-        self._decided = False
-        self._lock = threading.Lock()
+    def stored_ids() -> set[str]:
+        try:
+            return index_model_ids(client, settings)
+        except (ApiError, TransportError) as exc:
+            raise EmbedderUnavailable(f"cannot read the index's model id: {exc}") from exc
 
-    @property
-    def inner(self) -> Embedder:
-        if self._current is None:
-            self.load()
-        assert self._current is not None
-        return self._current
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
-
-    def load(self) -> None:
-        with self._lock:
-            if not self._decided:
-                try:
-                    stored = index_model_ids(self.client, self.settings)
-                except (ApiError, TransportError) as exc:
-                    raise EmbedderUnavailable(f"cannot read the index's model id: {exc}") from exc
-                settings = self.settings.embedding
-                backend = resolve_backend(settings.backend, settings.model, stored, settings.device)
-                if backend != self._backend:
-                    chosen = settings.model_copy(update={"backend": backend})
-                    self._current, self._backend = make_embedder(chosen, batch_size=1), backend
-                self._decided = bool(stored)
-        assert self._current is not None
-        self._current.load()
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return self.inner.encode(texts)
+    return MatchedEmbedder(settings.embedding, stored_ids)
 
 
 def default_embedder(settings: Settings, client: Elasticsearch | None = None) -> QueryEmbedder:
@@ -180,7 +145,7 @@ def default_embedder(settings: Settings, client: Elasticsearch | None = None) ->
     index records, read through `client`), loaded on the first query."""
     embedder: Embedder
     if settings.embedding.backend == AUTO and client is not None:
-        embedder = IndexMatchedEmbedder(settings, client)
+        embedder = index_matched_embedder(settings, client)
     else:
         embedder = make_embedder(settings.embedding, batch_size=1)
     return ModelQueryEmbedder(embedder, cache_size=settings.search.query_cache_size)
