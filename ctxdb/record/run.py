@@ -146,7 +146,6 @@ def derive(
         return _derive(store, settings, now or datetime.now(UTC), full, fence)
 
 
-
 def _derive(
     store: DeltaStore, settings: Settings, now: datetime, full: bool, fence: Callable[[], None]
 ) -> DeriveStats:
@@ -155,15 +154,7 @@ def _derive(
         return DeriveStats()
     pinned = dt.version()
     since = -1 if full else last_derived_version(store)
-    scan = pl.scan_delta(
-        store.uri(RAW_TURN_EVENTS), version=pinned, storage_options=store.storage_options or None
-    )
-    touched = (
-        scan.filter(pl.col("landed_version") > since)
-        .group_by("conversation_id")
-        .agg(pl.col("landed_version").max())
-        .collect()
-    )
+    touched = _touched(store, pinned, since)
     stats = DeriveStats(from_version=since, to_version=since)
     if touched.is_empty():
         return stats
@@ -172,16 +163,7 @@ def _derive(
         purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
     )
     conversations = touched["conversation_id"].sort()
-    size = settings.derive_batch_conversations
-    batches = [
-        Batch(
-            store.uri(RAW_TURN_EVENTS),
-            pinned,
-            store.storage_options,
-            conversations[start : start + size].to_list(),
-        )
-        for start in range(0, conversations.len(), size)
-    ]
+    batches = _batches(store, pinned, conversations, settings.derive_batch_conversations)
     processes = worker_count(settings.derive_processes, len(batches))
     if processes > 1:
         log.info("deriving %d batches in %d processes", len(batches), processes)
@@ -202,6 +184,47 @@ def _derive(
             stats.written.setdefault(target.table, dict(WRITTEN))["deleted"] += stale
     stats.to_version = to_version
     fence()
+    _advance_state(store, stats, now)
+    log.info(
+        "derived %d turns of %d conversations (landed versions %d..%d), %d failed",
+        stats.turns,
+        stats.conversations,
+        since + 1,
+        stats.to_version,
+        stats.failed,
+    )
+    return stats
+
+
+def _touched(store: DeltaStore, pinned: int, since: int) -> pl.DataFrame:
+    """The conversations with events landed after `since` (at table version `pinned`), each with
+    the highest `landed_version` among them."""
+    scan = pl.scan_delta(
+        store.uri(RAW_TURN_EVENTS), version=pinned, storage_options=store.storage_options or None
+    )
+    return (
+        scan.filter(pl.col("landed_version") > since)
+        .group_by("conversation_id")
+        .agg(pl.col("landed_version").max())
+        .collect()
+    )
+
+
+def _batches(store: DeltaStore, pinned: int, conversations: pl.Series, size: int) -> list[Batch]:
+    """The conversations to derive in batches of `size`, each read at table version `pinned`."""
+    return [
+        Batch(
+            store.uri(RAW_TURN_EVENTS),
+            pinned,
+            store.storage_options,
+            conversations[start : start + size].to_list(),
+        )
+        for start in range(0, conversations.len(), size)
+    ]
+
+
+def _advance_state(store: DeltaStore, stats: DeriveStats, now: datetime) -> None:
+    """Record the run in `derive_state`: the next run starts after `stats.to_version`."""
     store.append(
         DERIVE_STATE,
         pl.DataFrame(
@@ -215,15 +238,6 @@ def _derive(
         ),
         DERIVE_STATE_SCHEMA,
     )
-    log.info(
-        "derived %d turns of %d conversations (landed versions %d..%d), %d failed",
-        stats.turns,
-        stats.conversations,
-        since + 1,
-        stats.to_version,
-        stats.failed,
-    )
-    return stats
 
 
 def _write_batch(
