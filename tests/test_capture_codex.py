@@ -10,22 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
+from host_import_case import HostCase, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.importer import ADAPTER, find_rollouts, rollout_events
-from ctxdb.capture.hosts import import_sessions
 from ctxdb.capture.private import strip_private
 from ctxdb.contract.events import parse_event
-from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.search import SearchRequest, SearchService
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
 
 DATA = Path(__file__).parent / "data" / "codex"
 COMPACTION = DATA / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
@@ -110,35 +101,16 @@ def test_turn_aborted_closes_the_turn_cancelled_with_no_invented_answer(tmp_path
 def test_imported_rollouts_are_searchable_and_reimport_lands_nothing(
     settings: Settings, query_embedder
 ) -> None:
-    spool_dir = Path(settings.landing_uri) / "codex"
-    rollouts = find_rollouts(DATA)
-    stats = import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
-    assert (stats.files, stats.turns, stats.failed) == (2, 8, 0)
-    store = DeltaStore(settings.delta_uri)
-    landed = land(store, settings.landing_uri)
-    assert landed.quarantined == 0 and landed.landed == stats.events
-    derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
-    service = SearchService(settings, client, query_embedder)
-    ann = Principal(user_id="ann", tenant="local")
-
-    hits = service.search(
-        ann, SearchRequest(query="OpenCode context compaction threshold 0.9", top_k=5)
-    ).hits
-    assert hits[0].turn_id == SECOND_TURN
-    view = service.turn(ann, hits[0].conversation_id, SECOND_TURN)
-    assert view.messages[0].text.startswith("let's update the defailt context compart")
-    assert view.messages[-1].text.startswith("Implemented the default context compaction")
-
-    turns = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
-    assert turns.height == 8
-    again = import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
-    assert (again.written, again.unchanged) == (0, 2)
-    (spool_dir / "import" / f"{COMPACTION.stem}.jsonl").unlink()
-    import_sessions(rollouts, spool_dir, ANN, rollout_events, settle_s=0)
-    relanded = land(store, settings.landing_uri)
-    assert (relanded.landed, relanded.quarantined) == (0, 0)
-    derive(store, settings)
-    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
+    case = HostCase(
+        spool="codex",
+        sessions=find_rollouts(DATA),
+        events=rollout_events,
+        identity=ANN,
+        query="OpenCode context compaction threshold 0.9",
+        turn_id=SECOND_TURN,
+        prompt_starts="let's update the defailt context compart",
+        answer_starts="Implemented the default context compaction",
+        turns=8,
+        deleted=COMPACTION,
+    )
+    check_import_searchable_and_idempotent(case, settings, query_embedder)

@@ -11,24 +11,15 @@ import json
 from pathlib import Path
 
 import pytest
+from host_import_case import HostCase, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini import hook
 from ctxdb.capture.gemini.importer import ADAPTER, find_sessions, session_events
 from ctxdb.capture.gemini.session import project_hash
-from ctxdb.capture.hosts import import_sessions
 from ctxdb.capture.private import strip_private
 from ctxdb.contract.events import parse_event
-from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.search import SearchRequest, SearchService
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
 
 DATA = Path(__file__).parent / "data" / "gemini"
 EXPLAIN = DATA / "session-2025-12-01T21-45-5b959dae.json"
@@ -114,34 +105,16 @@ def test_hook_imports_the_session_it_is_called_for(tmp_path: Path, capsys) -> No
 def test_imported_sessions_are_searchable_and_reimport_lands_nothing(
     settings: Settings, query_embedder
 ) -> None:
-    spool_dir = Path(settings.landing_uri) / "gemini_cli"
-    sessions = find_sessions(DATA)
-    stats = import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
-    assert (stats.files, stats.turns, stats.failed) == (2, 8, 0)
-    store = DeltaStore(settings.delta_uri)
-    landed = land(store, settings.landing_uri)
-    assert landed.quarantined == 0 and landed.landed == stats.events
-    derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
-    service = SearchService(settings, client, query_embedder)
-    ann = Principal(user_id="ann", tenant="local")
-
-    hits = service.search(
-        ann, SearchRequest(query="hardcoded plugin registries adaptability security", top_k=5)
-    ).hits
-    assert hits[0].turn_id == REVIEW_TURN
-    view = service.turn(ann, hits[0].conversation_id, REVIEW_TURN)
-    assert view.messages[0].text.startswith("expore repository and figure out issues")
-    assert view.messages[-1].text.startswith("The repository exploration has identified")
-
-    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
-    again = import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
-    assert (again.written, again.unchanged) == (0, 2)
-    (spool_dir / "import" / f"{EXPLAIN.stem}.jsonl").unlink()
-    import_sessions(sessions, spool_dir, ANN, session_events, settle_s=0)
-    relanded = land(store, settings.landing_uri)
-    assert (relanded.landed, relanded.quarantined) == (0, 0)
-    derive(store, settings)
-    assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == 8
+    case = HostCase(
+        spool="gemini_cli",
+        sessions=find_sessions(DATA),
+        events=session_events,
+        identity=ANN,
+        query="hardcoded plugin registries adaptability security",
+        turn_id=REVIEW_TURN,
+        prompt_starts="expore repository and figure out issues",
+        answer_starts="The repository exploration has identified",
+        turns=8,
+        deleted=EXPLAIN,
+    )
+    check_import_searchable_and_idempotent(case, settings, query_embedder)
