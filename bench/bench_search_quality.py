@@ -68,6 +68,7 @@ from search_quality_sets import (
 import ctxdb.search.arms
 import ctxdb.search.filters
 import ctxdb.search.service
+import ctxdb.search.sessions
 import ctxdb.search.temporal
 import ctxdb.text
 from ctxdb.contract.identity import Principal
@@ -98,6 +99,8 @@ ARM_SETTINGS = (
     "knn_k",
     "num_candidates",
     "max_per_conversation",
+    "session_weight",
+    "session_expand",
 )
 
 
@@ -116,6 +119,7 @@ def cache_key(qs: QuerySet) -> str:
         ctxdb.search.arms,
         ctxdb.search.filters,
         ctxdb.search.service,
+        ctxdb.search.sessions,
         ctxdb.search.temporal,
         ctxdb.text,
     ):
@@ -134,8 +138,10 @@ def collect(service: SearchService, qs: QuerySet) -> list[Collected]:
         if text not in vectors:
             vectors[text] = service.embedder.embed_query(text) if service.embedder else None
         deep = q.request.model_copy(update={"cap_user_scope": True})
-        bodies = service.arm_bodies(principal, deep, text, vectors[text], qs.now)
-        out.append(Collected(q, service.run_arms(bodies)))
+        rows = service.run_arms(service.arm_bodies(principal, deep, text, None, qs.now))
+        if vectors[text] is not None:
+            rows |= service.semantic_arm(principal, deep, text, vectors[text], qs.now)
+        out.append(Collected(q, rows))
     return out
 
 
@@ -501,6 +507,9 @@ def main(
         bool, typer.Option(help="Fusion variants (fusion_variants.py) on every set.")
     ] = False,
     fresh: Annotated[bool, typer.Option(help="Re-query instead of the cache.")] = False,
+    rederive: Annotated[
+        bool, typer.Option(help="Derive every conversation again (after a derivation change).")
+    ] = False,
     service_check: Annotated[
         bool, typer.Option(help="Run every query through SearchService.search (the fused row).")
     ] = True,
@@ -527,7 +536,7 @@ def main(
             qs.settings = qs.settings.replace(
                 home=base.home / prefix, elasticsearch={"index_prefix": prefix}
             )
-        built = build_memory(qs, embedder)
+        built = build_memory(qs, embedder, full=rederive)
         typer.echo(f"{name}: {qs.turns} turns, {len(qs.queries)} queries, built in {built:.0f}s")
         service = SearchService(qs.settings, make_client(qs.settings), ModelQueryEmbedder(embedder))
         collected = collected_rows(service, qs, fresh)

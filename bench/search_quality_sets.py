@@ -75,8 +75,9 @@ def set_settings(base: Settings, prefix: str) -> Settings:
     )
 
 
-def build_memory(qs: QuerySet, embedder: Embedder) -> float:
-    """Land, derive, embed and index the set (idempotent); returns seconds taken."""
+def build_memory(qs: QuerySet, embedder: Embedder, full: bool = False) -> float:
+    """Land, derive (every conversation again when `full`), embed and index the set
+    (idempotent); returns seconds taken."""
     started = time.monotonic()
     settings = qs.settings
     landing = Path(settings.landing_uri)
@@ -84,7 +85,7 @@ def build_memory(qs: QuerySet, embedder: Embedder) -> float:
         qs.write_landing(settings)
     store = DeltaStore.from_settings(settings)
     land(store, settings.landing_uri)
-    derive(store, settings)
+    derive(store, settings, full=full)
     embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
     sync_live(store, make_client(settings), settings, model_id=embedder.model_id)
     indexed = make_client(settings).count(

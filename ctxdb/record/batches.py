@@ -26,9 +26,10 @@ from datetime import datetime
 import polars as pl
 import pyarrow as pa
 
-from ctxdb.record import replay, role_rows, timelines, turn_catalog, turn_logs
+from ctxdb.record import replay, role_rows, session_rows, timelines, turn_catalog, turn_logs
 from ctxdb.record.derive_failures import failure_rows, isolate
 from ctxdb.record.records import build_turns, closed_events
+from ctxdb.record.turns import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
@@ -58,12 +59,20 @@ def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Deriv
     tables = {
         TURN_LOGS: turn_logs.turn_logs_frame(turns, titles, settings, now),
         CONVERSATION_TIMELINES: timelines.timelines_frame(raw, turns, titles, settings, now),
-        ROLE_ROWS: role_rows.role_rows_frame(turns, settings, now),
+        ROLE_ROWS: _role_rows(turns, titles, settings, now),
         TURN_CATALOG: turn_catalog.turn_catalog_frame(turns, titles, settings, now),
         REPLAY_ARTIFACTS: replay.replay_frame(events, turns, settings, now),
     }
     all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
     return Derived(tables=tables, turns=len(turns), open_turns=all_turns - len(turns))
+
+
+def _role_rows(
+    turns: Sequence[Turn], titles: dict[str, str], settings: Settings, now: datetime
+) -> pl.DataFrame:
+    """The turns' role rows, and their conversations' session rows when configured."""
+    rows = role_rows.role_rows_frame(turns, settings, now)
+    return session_rows.with_session_rows(rows, titles) if settings.derive_session_rows else rows
 
 
 def combine(parts: Sequence[Derived]) -> Derived:

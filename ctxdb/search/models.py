@@ -101,6 +101,13 @@ class SearchRequest(BaseModel):
         description="Diversity over conversations: each turn picked from a conversation scales"
         " its next one by (1 - this) (0: off).",
     )
+    session_weight: float | None = Field(
+        default=None,
+        ge=0,
+        le=2,
+        description="Session lift: kNN rows rank by their cosine plus this x their"
+        " conversation's session-row cosine, and the best sessions' rows join the arm (0: off).",
+    )
     min_score: float | None = Field(
         default=None,
         ge=0,

@@ -26,7 +26,7 @@ from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.index.versions import alias_target, index_meta
-from ctxdb.search import lookups
+from ctxdb.search import lookups, sessions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
@@ -427,9 +427,33 @@ class SearchService:
         vector = self._embed(query, warnings) if semantic else None
         knn = {}
         if vector is not None:
-            bodies = self.arm_bodies(principal, request, query, vector, now)
-            knn = self.run_arms({"semantic": bodies["semantic"]}, routing)
+            knn = self.semantic_arm(principal, request, query, vector, now, routing)
         return text.result() | knn
+
+    def semantic_arm(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        query: str,
+        vector: list[float],
+        now: datetime,
+        routing: str | None = None,
+    ) -> dict[Arm, list[RowHit]]:
+        """The kNN arm's rows, lifted and expanded by session rows when the session weight
+        (request, else settings) is above 0 outside conversation scope (`sessions`)."""
+        body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
+        s = self.settings.search
+        weight = s.session_weight if request.session_weight is None else request.session_weight
+        if weight <= 0 or request.scope == "conversation":
+            return self.run_arms({"semantic": body}, routing)
+
+        def run(bodies: dict[str, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
+            return self.run_arms(bodies, routing)  # type: ignore[arg-type]
+
+        rows = sessions.lifted_semantic(
+            run, body, principal, request, now, weight=weight, expand=s.session_expand
+        )
+        return {"semantic": rows}
 
     def _hybrid(
         self, principal: Principal, request: SearchRequest, now: datetime
