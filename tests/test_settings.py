@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import re
 from pathlib import Path
 
@@ -12,12 +13,17 @@ from pydantic import SecretStr
 
 from ctxdb.index.client import make_client
 from ctxdb.settings import (
+    GROUPS,
+    ElasticsearchSettings,
     RetentionRule,
     Settings,
     clear_settings_cache,
+    deprecated_environment_names,
+    env_name,
     environment_names,
     get_settings,
 )
+from pipelines.celery_settings import CelerySettings
 
 EXTERNAL = "https://search.example.com:9243"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -36,28 +42,40 @@ ENVIRONMENT = {
     "CTXDB_SHARDS": (None, "shards", "8", 8),
     "CTXDB_DERIVE_BATCH_CONVERSATIONS": (None, "derive_batch_conversations", "200", 200),
     "CTXDB_DERIVE_PROCESSES": (None, "derive_processes", "3", 3),
+    "CTXDB_DERIVE_SESSION_ROWS": (None, "derive_session_rows", "false", False),
+    "CTXDB_TOKEN": (None, "token", "ctx_abc", "ctx_abc"),
     "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
     "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),
     "ELASTICSEARCH_USERNAME": ("elasticsearch", "username", "elastic", "elastic"),
     "ELASTICSEARCH_PASSWORD": ("elasticsearch", "password", "pw", "pw"),
     "ELASTICSEARCH_CA_CERTS": ("elasticsearch", "ca_certs", "/etc/ca.pem", "/etc/ca.pem"),
     "CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT": ("elasticsearch", "request_timeout", "12.5", 12.5),
-    "CTXDB_INDEX_PREFIX": ("elasticsearch", "index_prefix", "acme", "acme"),
-    "CTXDB_INDEX_CHUNK_SIZE": ("elasticsearch", "chunk_size", "250", 250),
-    "CTXDB_INDEX_ROUTING": ("elasticsearch", "routing", "none", "none"),
-    "CTXDB_INDEX_SORT": ("elasticsearch", "sort", "none", "none"),
-    "CTXDB_INDEX_SHARDS": ("elasticsearch", "shards", "3", 3),
-    "CTXDB_INDEX_REPLICAS": ("elasticsearch", "replicas", "0-all", "0-all"),
-    "CTXDB_INDEX_VECTOR_TYPE": ("elasticsearch", "vector_index", "bbq_hnsw", "bbq_hnsw"),
-    "CTXDB_INDEX_BULK_THREADS": ("elasticsearch", "bulk_threads", "3", 3),
+    "CTXDB_ELASTICSEARCH_INDEX_PREFIX": ("elasticsearch", "index_prefix", "acme", "acme"),
+    "CTXDB_ELASTICSEARCH_CHUNK_SIZE": ("elasticsearch", "chunk_size", "250", 250),
+    "CTXDB_ELASTICSEARCH_ROUTING": ("elasticsearch", "routing", "none", "none"),
+    "CTXDB_ELASTICSEARCH_SORT": ("elasticsearch", "sort", "none", "none"),
+    "CTXDB_ELASTICSEARCH_SHARDS": ("elasticsearch", "shards", "3", 3),
+    "CTXDB_ELASTICSEARCH_REPLICAS": ("elasticsearch", "replicas", "0-all", "0-all"),
+    "CTXDB_ELASTICSEARCH_VECTOR_INDEX": ("elasticsearch", "vector_index", "bbq_hnsw", "bbq_hnsw"),
+    "CTXDB_ELASTICSEARCH_BULK_THREADS": ("elasticsearch", "bulk_threads", "3", 3),
     "CTXDB_ELASTICSEARCH_MAX_RETRIES": ("elasticsearch", "max_retries", "1", 1),
     "CTXDB_ELASTICSEARCH_RETRY_ON_TIMEOUT": ("elasticsearch", "retry_on_timeout", "true", True),
-    "CTXDB_INDEX_BULK_TIMEOUT_S": ("elasticsearch", "bulk_timeout_s", "90", 90.0),
-    "CTXDB_INDEX_BULK_MAX_RETRIES": ("elasticsearch", "bulk_max_retries", "5", 5),
-    "CTXDB_REINDEX_GRACE_S": ("elasticsearch", "reindex_grace_s", "5", 5.0),
-    "CTXDB_WRITER_LEASE_TTL_S": ("elasticsearch", "writer_lease_ttl_s", "30", 30.0),
-    "CTXDB_WRITER_LEASE_WAIT_S": ("elasticsearch", "writer_lease_wait_s", "900", 900.0),
-    "CTXDB_WRITER_LEASE_REQUIRED": ("elasticsearch", "writer_lease_required", "false", False),
+    "CTXDB_ELASTICSEARCH_BULK_TIMEOUT_S": ("elasticsearch", "bulk_timeout_s", "90", 90.0),
+    "CTXDB_ELASTICSEARCH_BULK_MAX_RETRIES": ("elasticsearch", "bulk_max_retries", "5", 5),
+    "CTXDB_ELASTICSEARCH_REINDEX_GRACE_S": ("elasticsearch", "reindex_grace_s", "5", 5.0),
+    "CTXDB_ELASTICSEARCH_WRITER_LEASE_TTL_S": ("elasticsearch", "writer_lease_ttl_s", "30", 30.0),
+    "CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S": (
+        "elasticsearch",
+        "writer_lease_wait_s",
+        "900",
+        900.0,
+    ),
+    "CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED": (
+        "elasticsearch",
+        "writer_lease_required",
+        "false",
+        False,
+    ),
     "CTXDB_CLAUDE_CODE_USER_ID": ("claude_code", "user_id", "ann", "ann"),
     "CTXDB_CLAUDE_CODE_PROJECTS": ("claude_code", "projects", "/srv/claude", "/srv/claude"),
     "CTXDB_CLAUDE_CODE_TENANT": ("claude_code", "tenant", "acme", "acme"),
@@ -73,12 +91,6 @@ ENVIRONMENT = {
     "CTXDB_CAPTURE_ROTATE_BYTES": ("capture", "rotate_bytes", "4096", 4096),
     "CTXDB_CAPTURE_ROTATE_AGE_S": ("capture", "rotate_age_s", "2.5", 2.5),
     "CTXDB_CAPTURE_SPOOL_DIR": ("capture", "spool_dir", "/srv/spool", Path("/srv/spool")),
-    "CTXDB_CELERY_CONFIG_SOURCE": (
-        "celery",
-        "config_source",
-        '{"task_acks_late": true}',
-        {"task_acks_late": True},
-    ),
     "CTXDB_LANDING_URI": ("landing", "uri", "/srv/landing", "/srv/landing"),
     "CTXDB_LANDING_THREADS": ("landing", "threads", "4", 4),
     "CTXDB_LANDING_SCANNER": ("landing", "scanner", "python", "python"),
@@ -89,7 +101,7 @@ ENVIRONMENT = {
     "CTXDB_EMBEDDING_BACKEND": ("embedding", "backend", "onnx-int8", "onnx-int8"),
     "CTXDB_EMBEDDING_THREADS": ("embedding", "threads", "3", 3),
     "CTXDB_EMBEDDING_ONNX_CACHE_DIR": ("embedding", "onnx_cache_dir", "/srv/o", Path("/srv/o")),
-    "CTXDB_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
+    "CTXDB_SEARCH_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
     "CTXDB_SEARCH_RRF_K": ("search", "rrf_k", "20", 20),
     "CTXDB_SEARCH_WEIGHT_SEMANTIC": ("search", "weight_semantic", "0.9", 0.9),
     "CTXDB_SEARCH_WEIGHT_LEXICAL": ("search", "weight_lexical", "0.4", 0.4),
@@ -112,6 +124,8 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_FUZZY_MIN_MATCH": ("search", "fuzzy_min_match", "3<70%", "3<70%"),
     "CTXDB_SEARCH_SNIPPET_CHARS": ("search", "snippet_chars", "200", 200),
     "CTXDB_SEARCH_DIVERSITY": ("search", "diversity", "0.25", 0.25),
+    "CTXDB_SEARCH_SESSION_WEIGHT": ("search", "session_weight", "0.75", 0.75),
+    "CTXDB_SEARCH_SESSION_EXPAND": ("search", "session_expand", "5", 5),
     "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),
     "CTXDB_RETENTION_RULES": (
         "retention",
@@ -120,13 +134,18 @@ ENVIRONMENT = {
         [RetentionRule(tenant="acme", days=7)],
     ),
     "CTXDB_RETENTION_VACUUM_HOURS": ("retention", "vacuum_hours", "24", 24),
-    "CTXDB_ERASE_VACUUM_HOURS": ("retention", "erase_vacuum_hours", "2", 2),
+    "CTXDB_RETENTION_ERASE_VACUUM_HOURS": ("retention", "erase_vacuum_hours", "2", 2),
     "CTXDB_RETENTION_STATE_HISTORY_HOURS": ("retention", "state_history_hours", "6", 6),
     "CTXDB_RETENTION_ARCHIVE_DAYS": ("retention", "archive_days", "30", 30),
     "CTXDB_RETENTION_ARCHIVE_URI": ("retention", "archive_uri", "s3://b/archive", "s3://b/archive"),
-    "CTXDB_COMPACTION_TARGET_MB": ("retention", "compaction_target_mb", "64", 64),
-    "CTXDB_COMPACTION_SMALL_FILE_MB": ("retention", "compaction_small_file_mb", "8", 8),
-    "CTXDB_COMPACTION_MAX_SMALL_FILES": ("retention", "compaction_max_small_files", "4", 4),
+    "CTXDB_RETENTION_COMPACTION_TARGET_MB": ("retention", "compaction_target_mb", "64", 64),
+    "CTXDB_RETENTION_COMPACTION_SMALL_FILE_MB": ("retention", "compaction_small_file_mb", "8", 8),
+    "CTXDB_RETENTION_COMPACTION_MAX_SMALL_FILES": (
+        "retention",
+        "compaction_max_small_files",
+        "4",
+        4,
+    ),
     "CTXDB_AUTH_TOKENS_PATH": ("auth", "tokens_path", "/srv/tokens.json", Path("/srv/tokens.json")),
     "CTXDB_AUTH_TOKEN_STORE": ("auth", "token_store", "elasticsearch", "elasticsearch"),
     "CTXDB_AUTH_TOKEN_CACHE_S": ("auth", "token_cache_s", "2.5", 2.5),
@@ -137,7 +156,6 @@ ENVIRONMENT = {
     "CTXDB_AUTH_JWT_USER_CLAIM": ("auth", "jwt_user_claim", "email", "email"),
     "CTXDB_AUTH_JWT_TENANT_CLAIM": ("auth", "jwt_tenant_claim", "org", "org"),
     "CTXDB_AUTH_REQUIRE_TENANT": ("auth", "require_tenant", "false", False),
-    "CTXDB_TOKEN": ("auth", "cli_token", "ctx_abc", "ctx_abc"),
     "CTXDB_HTTP_MAX_BODY_BYTES": ("http", "max_body_bytes", "2048", 2048),
     "CTXDB_HTTP_MAX_QUERY_BYTES": ("http", "max_query_bytes", "1024", 1024),
     "CTXDB_MCP_RESULT_CHARS": ("mcp", "result_chars", "800", 800),
@@ -155,7 +173,7 @@ ENVIRONMENT = {
     "CTXDB_ES_MVN": ("node", "mvn", "/opt/mvn/bin/mvn", "/opt/mvn/bin/mvn"),
     "ES_JAVA_HOME": ("node", "es_java_home", "/opt/jdk-25", Path("/opt/jdk-25")),
     "JAVA_HOME": ("node", "java_home", "/opt/jdk-21", Path("/opt/jdk-21")),
-    "CTXDB_JVM_DIR": ("node", "jvm_dir", "/opt/jvms", Path("/opt/jvms")),
+    "CTXDB_ES_JVM_DIR": ("node", "jvm_dir", "/opt/jvms", Path("/opt/jvms")),
 }
 
 
@@ -267,14 +285,22 @@ def test_every_field_is_documented() -> None:
 
 
 def _documented_variables() -> set[str]:
-    """The variables in the first column of the tables above the Make variables."""
-    settings_part = DOCS.read_text().split("## Make variables")[0]
+    """The variables in the first column of the tables above the deprecated names."""
+    settings_part = DOCS.read_text().split("## Deprecated names")[0]
     return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", settings_part, flags=re.MULTILINE))
+
+
+def _documented_deprecated_names() -> dict[str, str]:
+    """The old -> new rows of the deprecated names' table."""
+    part = DOCS.read_text().split("## Deprecated names")[1].split("## Make variables")[0]
+    return dict(re.findall(r"^\| `([A-Z_0-9]+)` \| `([A-Z_0-9]+)` \|$", part, flags=re.MULTILINE))
 
 
 def test_every_documented_variable_is_read_into_its_group(clean_env: pytest.MonkeyPatch) -> None:
     """Each documented variable, set alone, is read back from the group it belongs to."""
-    assert set(ENVIRONMENT) == _documented_variables() == set(environment_names())
+    celery = {"CTXDB_CELERY_CONFIG_SOURCE"}
+    assert set(ENVIRONMENT) == _documented_variables() - celery == set(environment_names())
+    assert {f"{CelerySettings.model_config['env_prefix']}CONFIG_SOURCE"} == celery
     for env, (group, field, raw, expected) in ENVIRONMENT.items():
         assert environment_names()[env] == (group, field)
         clean_env.setenv(env, raw)
@@ -314,3 +340,68 @@ def test_replace_changes_only_the_named_fields(clean_env: pytest.MonkeyPatch) ->
     assert (copy.search.rrf_k, copy.search.knn_k, copy.node.heap) == (30, 9, "2g")
     assert copy.delta_uri == "/srv/delta"
     assert (base.search.knn_k, base.home) == (50, Settings().home)
+
+
+# The names other tools define, the only variables outside their group's prefix.
+STANDARD_NAMES = {
+    "ELASTICSEARCH_URL",
+    "ELASTICSEARCH_API_KEY",
+    "ELASTICSEARCH_USERNAME",
+    "ELASTICSEARCH_PASSWORD",
+    "ELASTICSEARCH_CA_CERTS",
+    "ES_JAVA_HOME",
+    "JAVA_HOME",
+}
+
+
+def test_every_variable_is_under_its_group_prefix() -> None:
+    prefixes = {None: "CTXDB_", **{g: m.model_config["env_prefix"] for g, m in GROUPS.items()}}
+    assert all(p.startswith("CTXDB_") and p != "CTXDB_" for g, p in prefixes.items() if g)
+    outside = {
+        env
+        for env, (group, _) in environment_names().items()
+        if not env.startswith(prefixes[group])
+    }
+    assert outside == STANDARD_NAMES
+    celery = [env_name(CelerySettings, field) for field in CelerySettings.model_fields]
+    assert celery and all(env.startswith("CTXDB_CELERY_") for env in celery)
+
+
+def test_deprecated_names_are_documented_and_moved_under_the_prefix() -> None:
+    old_to_new = deprecated_environment_names()
+    assert len(old_to_new) == 20 and _documented_deprecated_names() == old_to_new
+    assert set(old_to_new.values()) <= set(environment_names())
+    assert not set(old_to_new) & set(environment_names())
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ctxdb.settings.base"]
+
+
+@pytest.mark.parametrize("old", sorted(deprecated_environment_names()))
+def test_a_deprecated_name_still_works_and_warns(
+    old: str, clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    new = deprecated_environment_names()[old]
+    group, field, raw, expected = ENVIRONMENT[new]
+    clean_env.delenv(new, raising=False)
+    clean_env.setenv(old, raw)
+    with caplog.at_level(logging.WARNING, logger="ctxdb.settings.base"):
+        assert getattr(getattr(get_settings(), group), field) == expected
+    expected_warning = f"{old} is deprecated: set {new} instead ({old} goes next release)"
+    assert _warnings(caplog) == [expected_warning]
+
+
+def test_the_new_name_wins_over_the_old_one(
+    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clean_env.setenv("CTXDB_INDEX_PREFIX", "old")
+    clean_env.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", "new")
+    with caplog.at_level(logging.WARNING, logger="ctxdb.settings.base"):
+        assert get_settings().elasticsearch.index_prefix == "new"
+    assert _warnings(caplog) == [
+        "CTXDB_INDEX_PREFIX is deprecated and ignored: CTXDB_ELASTICSEARCH_INDEX_PREFIX is set"
+    ]
+    clean_env.delenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX")
+    assert ElasticsearchSettings(index_prefix="given").index_prefix == "given"
+    assert ElasticsearchSettings().index_prefix == "old"

@@ -27,8 +27,8 @@ def read_token(settings: Settings, token: str | None, token_file: Path | None) -
     """The token to run as: the option, CTXDB_TOKEN, then the token file's first line."""
     if token:
         return token
-    if settings.auth.cli_token:
-        return settings.auth.cli_token.get_secret_value()
+    if settings.token:
+        return settings.token.get_secret_value()
     path = token_file or settings.mcp.token_file
     if path is None:
         return None

@@ -56,7 +56,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 def _principal(settings: Settings, token: str | None) -> Principal:
     token = token or (
-        settings.auth.cli_token.get_secret_value() if settings.auth.cli_token else None
+        settings.token.get_secret_value() if settings.token else None
     )
     try:
         return Authenticator(settings).authenticate(token)

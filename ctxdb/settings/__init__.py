@@ -1,0 +1,54 @@
+"""Settings: one typed group per stage, read from the environment when first asked for.
+
+In: the environment (`CTXDB_*` variables, plus the standard `ELASTICSEARCH_*` client names and
+the JDK's `ES_JAVA_HOME`/`JAVA_HOME`); out: the `Settings` object (`get_settings()`), holding
+the state paths and one group per stage (`elasticsearch`, `landing`, `embedding`, `search`,
+`retention`, `auth`, `http`, `mcp`, `node`, `claude_code`, `capture`), each in a module of its
+own and reading the variables under its own prefix (docs/configuration.md). Names that moved
+under their group's prefix are still read for one release, with a warning (`base`). Nothing here
+reads the environment at import time.
+"""
+
+from ctxdb.settings.auth import AuthSettings
+from ctxdb.settings.base import GroupSettings, env_name
+from ctxdb.settings.capture import CaptureSettings
+from ctxdb.settings.claude_code import ClaudeCodeSettings
+from ctxdb.settings.elasticsearch import ElasticsearchSettings
+from ctxdb.settings.embedding import EmbeddingSettings
+from ctxdb.settings.http import HttpSettings
+from ctxdb.settings.landing import LandingSettings
+from ctxdb.settings.mcp import McpSettings
+from ctxdb.settings.node import NodeSettings
+from ctxdb.settings.retention import RetentionRule, RetentionSettings
+from ctxdb.settings.root import (
+    GROUPS,
+    Settings,
+    clear_settings_cache,
+    deprecated_environment_names,
+    environment_names,
+    get_settings,
+)
+from ctxdb.settings.search import SearchSettings
+
+__all__ = [
+    "GROUPS",
+    "AuthSettings",
+    "CaptureSettings",
+    "ClaudeCodeSettings",
+    "ElasticsearchSettings",
+    "EmbeddingSettings",
+    "GroupSettings",
+    "HttpSettings",
+    "LandingSettings",
+    "McpSettings",
+    "NodeSettings",
+    "RetentionRule",
+    "RetentionSettings",
+    "SearchSettings",
+    "Settings",
+    "clear_settings_cache",
+    "deprecated_environment_names",
+    "env_name",
+    "environment_names",
+    "get_settings",
+]

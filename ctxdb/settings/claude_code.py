@@ -1,0 +1,38 @@
+"""The Claude Code group (`CTXDB_CLAUDE_CODE_*`): whose turns the hooks and the importer record."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from ctxdb.settings.base import GroupSettings, group_config
+
+
+class ClaudeCodeSettings(GroupSettings):
+    """Claude Code capture: whose turns the hooks and the importer record, and where not."""
+
+    model_config = group_config("CTXDB_CLAUDE_CODE_")
+
+    user_id: str | None = Field(
+        default=None,
+        description="User the turns belong to (default: the OS account name).",
+    )
+    tenant: str = Field(default="local")
+    app: str = Field(default="claude-code")
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Project folders never captured (JSON list of paths).",
+    )
+    projects: str = Field(
+        default="~/.claude/projects",
+        description="Claude Code's projects folder: the only place the hook reads transcripts.",
+    )
+    tool_output: bool = Field(
+        default=False,
+        description="Steps also record the text each tool returned (`<private>` spans removed).",
+    )
+    tool_output_chars: int = Field(
+        default=2_000,
+        ge=100,
+        le=32_000,
+        description="Tool output a step keeps, at most.",
+    )

@@ -1,0 +1,36 @@
+"""The embedding group (`CTXDB_EMBEDDING_*`): the model that embeds role rows and its runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from ctxdb.settings.base import GroupSettings, group_config
+
+
+class EmbeddingSettings(GroupSettings):
+    """The sentence-transformers model that embeds role rows, and the runtime that runs it."""
+
+    model_config = group_config("CTXDB_EMBEDDING_")
+
+    model: str = Field(default="all-MiniLM-L6-v2")
+    batch_size: int = Field(default=64)
+    dims: int = Field(default=384)
+    device: str = Field(default="cpu", description="torch device of the embedder.")
+    backend: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
+        default="auto",
+        description="Embedder runtime: torch, ONNX Runtime fp32, or ONNX Runtime dynamic int8;"
+        " auto keeps the one a memory's vectors were made with, ONNX fp32 for a new memory.",
+    )
+    threads: int = Field(
+        default=0,
+        ge=0,
+        description="Intra-op threads of the embedder, torch or ONNX Runtime (0: torch's default,"
+        " ONNX Runtime one per usable core); 1 when shards embed in parallel processes.",
+    )
+    onnx_cache_dir: Path | None = Field(
+        default=None,
+        description="Where ONNX exports are cached (default: $XDG_CACHE_HOME/ctxdb/onnx).",
+    )

@@ -1,0 +1,193 @@
+"""The root settings object: the state paths and shards every stage shares, one group per stage,
+and the process's cached copy (`get_settings`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ctxdb.settings.auth import AuthSettings
+from ctxdb.settings.base import GroupSettings, env_name
+from ctxdb.settings.capture import CaptureSettings
+from ctxdb.settings.claude_code import ClaudeCodeSettings
+from ctxdb.settings.elasticsearch import ElasticsearchSettings
+from ctxdb.settings.embedding import EmbeddingSettings
+from ctxdb.settings.http import HttpSettings
+from ctxdb.settings.landing import LandingSettings
+from ctxdb.settings.mcp import McpSettings
+from ctxdb.settings.node import NodeSettings
+from ctxdb.settings.retention import RetentionSettings
+from ctxdb.settings.search import SearchSettings
+
+# Variables outside the CTXDB_ prefix that a group reads (the standard names of other tools).
+_FOREIGN_ENV = ("ELASTICSEARCH_", "ES_JAVA_HOME", "JAVA_HOME")
+
+GROUPS: dict[str, type[GroupSettings]] = {
+    "elasticsearch": ElasticsearchSettings,
+    "landing": LandingSettings,
+    "embedding": EmbeddingSettings,
+    "search": SearchSettings,
+    "retention": RetentionSettings,
+    "auth": AuthSettings,
+    "http": HttpSettings,
+    "mcp": McpSettings,
+    "node": NodeSettings,
+    "claude_code": ClaudeCodeSettings,
+    "capture": CaptureSettings,
+}
+
+
+def _default_home() -> Path:
+    return Path(os.getcwd()) / "var"
+
+
+class Settings(BaseSettings):
+    """State paths plus one settings group per stage (see `GROUPS`).
+
+    Top-level fields come from `CTXDB_<FIELD>` (e.g. `CTXDB_HOME`); each group reads its own
+    variables, e.g. `settings.search.rrf_k` from `CTXDB_SEARCH_RRF_K`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="CTXDB_", extra="ignore", populate_by_name=True)
+
+    home: Path = Field(default_factory=_default_home, description="Project-local state root.")
+    delta_root: str | None = Field(
+        default=None,
+        description="URI of the Delta tables (local path or s3://, gs://, az://).",
+    )
+    delta_storage_options: dict[str, str] = Field(
+        default_factory=dict, description="delta-rs storage options for object stores."
+    )
+    files_root: str | None = Field(default=None, description="Conversation file storage root.")
+    shards: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Hash shards of the conversation id: the partitions of the embedding and index"
+        " assets (read when the code location loads).",
+    )
+    derive_batch_conversations: int = Field(
+        default=5_000,
+        ge=1,
+        description="Conversations derived and written per batch: bounds derivation's memory.",
+    )
+    derive_session_rows: bool = Field(
+        default=True,
+        description="Derive one `session` role row per conversation (ctxdb.record.session_rows).",
+    )
+    derive_processes: int = Field(
+        default=0,
+        ge=0,
+        description="Worker processes that derive batches side by side (0: one per CPU core;"
+        " 1: derive in the calling process). A run of one batch always derives in-process.",
+    )
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token the CLI and `ctxdb mcp` run as."
+    )
+
+    elasticsearch: ElasticsearchSettings = Field(default_factory=ElasticsearchSettings)
+    landing: LandingSettings = Field(default_factory=LandingSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    http: HttpSettings = Field(default_factory=HttpSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
+    node: NodeSettings = Field(default_factory=NodeSettings)
+    claude_code: ClaudeCodeSettings = Field(default_factory=ClaudeCodeSettings)
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
+
+    @property
+    def delta_uri(self) -> str:
+        return self.delta_root or str(self.home / "delta")
+
+    @property
+    def landing_uri(self) -> str:
+        return self.landing.uri or str(self.home / "landing")
+
+    @property
+    def files(self) -> str:
+        return self.files_root or str(self.home / "files")
+
+    @property
+    def tokens_path(self) -> Path:
+        return self.auth.tokens_path or self.home / "auth" / "tokens.json"
+
+    @property
+    def embedded(self) -> bool:
+        """True when the URL points at the node ctxdb manages itself (loopback, default port)."""
+        return self.elasticsearch.url.rstrip("/") in {
+            f"http://127.0.0.1:{self.node.port}",
+            f"http://localhost:{self.node.port}",
+        }
+
+    @model_validator(mode="after")
+    def _url_follows_embedded_port(self) -> Settings:
+        """Without ELASTICSEARCH_URL, the URL is the embedded node's on CTXDB_ES_PORT."""
+        if "url" not in self.elasticsearch.model_fields_set:
+            url = f"http://127.0.0.1:{self.node.port}"
+            self.elasticsearch = self.elasticsearch.model_copy(update={"url": url})
+        return self
+
+    def replace(self, **changes: Any) -> Settings:
+        """A validated copy with `changes`: top-level fields, or a dict of fields per group.
+
+        E.g. `settings.replace(home=tmp, elasticsearch={"index_prefix": "t1"})`; fields not named
+        keep this object's values.
+        """
+        values = self.model_dump()
+        for name, value in changes.items():
+            if name in GROUPS and isinstance(value, dict):
+                values[name] = {**values[name], **value}
+            else:
+                values[name] = value
+        return Settings(**values)
+
+
+def environment_names() -> dict[str, tuple[str | None, str]]:
+    """Every environment variable the settings read -> (its group, None at the top; field)."""
+    names = {env_name(Settings, field): (None, field) for field in Settings.model_fields}
+    for group in GROUPS:
+        del names[env_name(Settings, group)]
+    for group, model in GROUPS.items():
+        names.update({env_name(model, field): (group, field) for field in model.model_fields})
+    return names
+
+
+def deprecated_environment_names() -> dict[str, str]:
+    """Every old variable name still read (for one release) -> the variable that replaced it."""
+    return {
+        old: env_name(model, field)
+        for model in GROUPS.values()
+        for old, field in model.deprecated_names.items()
+    }
+
+
+def _environment() -> tuple[tuple[str, str], ...]:
+    """The variables settings read, as a hashable snapshot."""
+    return tuple(
+        sorted((k, v) for k, v in os.environ.items() if k.startswith(("CTXDB_", *_FOREIGN_ENV)))
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _settings_for(environment: tuple[tuple[str, str], ...], cwd: str) -> Settings:
+    return Settings()
+
+
+def get_settings() -> Settings:
+    """The process's settings: read once, and again only when the environment or cwd changed.
+
+    Never called at import time. The object is shared: derive variants with `replace()`.
+    """
+    return _settings_for(_environment(), os.getcwd())
+
+
+def clear_settings_cache() -> None:
+    """Forget the cached settings (tests call it between cases)."""
+    _settings_for.cache_clear()
