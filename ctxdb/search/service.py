@@ -281,13 +281,19 @@ class SearchService:
         hits = [self._catalog_hit(doc, request) for doc in docs]
         return SearchResponse(mode="catalog", query=request.query, hits=hits, warnings=warnings)
 
+    def _cut(self, query: str) -> tuple[str, list[str]]:
+        """`query` cut to the configured length, with the warning that says so when it was."""
+        limit = self.settings.search.query_max_chars
+        if len(query) <= limit:
+            return query, []
+        return query[:limit], [f"query_truncated: cut to {limit} characters"]
+
     def _cut_query(self, request: SearchRequest) -> tuple[SearchRequest, list[str]]:
         """The request with its query cut to the configured length (a catalog answer echoes it)."""
-        limit = self.settings.search.query_max_chars
-        if len(request.query) <= limit:
-            return request, []
-        cut = request.model_copy(update={"query": request.query[:limit]})
-        return cut, [f"query_truncated: cut to {limit} characters"]
+        query, warnings = self._cut(request.query)
+        if not warnings:
+            return request, warnings
+        return request.model_copy(update={"query": query}), warnings
 
     def _embed(self, query: str, warnings: list[str]) -> list[float] | None:
         if self.embedder is None:
@@ -468,11 +474,7 @@ class SearchService:
                 now,
                 routing=self.routing_for(principal, self.turns_alias),
             )
-        warnings: list[str] = []
-        query = request.query.strip()
-        if len(query) > s.search.query_max_chars:
-            query = query[: s.search.query_max_chars]
-            warnings.append(f"query_truncated: cut to {s.search.query_max_chars} characters")
+        query, warnings = self._cut(request.query.strip())
         params = self.fusion_params(request)
         ranked = self._ranked_arms(
             principal, request, query, now, params.weights["semantic"] > 0, warnings
