@@ -205,43 +205,58 @@ def _embed_part(
     frames.append(_status_frame(todo.filter(is_hit), embedder.model_id, OK, None, now))
     report.cache_hits += todo.filter(is_hit).height
     misses = todo.filter(~is_hit)
-
     if not misses.is_empty():
-        try:
-            if report.error:
-                raise EmbedderUnavailable(report.error)
-            embedder.load()
-        except EmbedderUnavailable as exc:
-            report.error = str(exc)
-            report.pending += misses.height
-            log.error("embedding model unavailable, %d rows stay pending: %s", misses.height, exc)
-            frames.append(_status_frame(misses, embedder.model_id, PENDING, str(exc), now))
-            misses = misses.clear()
-    if not misses.is_empty():
-        unique = misses.unique("text_hash", keep="first").select("text_hash", "text")
-        failures = embed_texts(
-            store,
-            embedder,
-            unique,
-            batch_size=batch_size,
-            progress_every_s=progress_every_s,
-            progress=progress,
-        )
-        errors = pl.DataFrame(
-            {"text_hash": list(failures), "error": list(failures.values())},
-            schema={"text_hash": pl.String, "error": pl.String},
-        )
-        failed = misses.join(errors, on="text_hash", how="inner")
-        done = misses.join(errors, on="text_hash", how="anti")
-        report.embedded += unique.height - len(failures)
-        report.failed += failed.height
-        frames.append(_status_frame(done, embedder.model_id, OK, None, now))
-        frames.append(
-            _status_frame(failed, embedder.model_id, FAILED, None, now).with_columns(
-                error=failed.get_column("error")
-            )
+        frames += _embed_misses(
+            store, embedder, misses, report, now, batch_size, progress_every_s, progress
         )
     store.upsert(ROW_EMBEDDINGS, pl.concat(frames), keys=["row_id"], schema=ROW_EMBEDDINGS_SCHEMA)
+
+
+def _embed_misses(
+    store: DeltaStore,
+    embedder: Embedder,
+    misses: pl.DataFrame,
+    report: EmbedReport,
+    now: datetime,
+    batch_size: int,
+    progress_every_s: float,
+    progress: Callable[[str], None],
+) -> list[pl.DataFrame]:
+    """The statuses of the rows no cache holds, adding into `report`: each distinct text embedded
+    once (`ok`, or `failed` after its single retry), or every row `pending` when the model cannot
+    load (or failed to load for an earlier part)."""
+    try:
+        if report.error:
+            raise EmbedderUnavailable(report.error)
+        embedder.load()
+    except EmbedderUnavailable as exc:
+        report.error = str(exc)
+        report.pending += misses.height
+        log.error("embedding model unavailable, %d rows stay pending: %s", misses.height, exc)
+        return [_status_frame(misses, embedder.model_id, PENDING, str(exc), now)]
+    unique = misses.unique("text_hash", keep="first").select("text_hash", "text")
+    failures = embed_texts(
+        store,
+        embedder,
+        unique,
+        batch_size=batch_size,
+        progress_every_s=progress_every_s,
+        progress=progress,
+    )
+    errors = pl.DataFrame(
+        {"text_hash": list(failures), "error": list(failures.values())},
+        schema={"text_hash": pl.String, "error": pl.String},
+    )
+    failed = misses.join(errors, on="text_hash", how="inner")
+    done = misses.join(errors, on="text_hash", how="anti")
+    report.embedded += unique.height - len(failures)
+    report.failed += failed.height
+    return [
+        _status_frame(done, embedder.model_id, OK, None, now),
+        _status_frame(failed, embedder.model_id, FAILED, None, now).with_columns(
+            error=failed.get_column("error")
+        ),
+    ]
 
 
 FULL_PART_ROWS = 200_000
