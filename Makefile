@@ -59,10 +59,12 @@ es-logs: $(STAMP)
 run: es-start $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m pipelines.demo
 
-# Lint first (ruff, with the rules in pyproject.toml), then the native scanner's own Rust tests
-# (when cargo is there); pytest exit 5 (no tests collected) is reported and fails like any other.
+# Lint first (ruff), then type-check (mypy; both configured in pyproject.toml), then the native
+# scanner's own Rust tests (when cargo is there); pytest exit 5 (no tests collected) is reported
+# and fails like any other.
 test: es-start
 	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
 	@if command -v cargo >/dev/null; then \
 		cargo test --quiet --release --manifest-path native/Cargo.toml; \
 	else echo "cargo not found: the native scanner's Rust tests are skipped" >&2; fi

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -31,6 +32,7 @@ from ctxdb.storage.tables import (
 
 log = logging.getLogger(__name__)
 
+_native: ModuleType | None
 try:
     from ctxdb.landing import _native
 except ImportError:  # built only where cargo was present at install
@@ -84,7 +86,7 @@ def parse_bytes(
     """
     if data.startswith(BOM):
         data = data[len(BOM) :]
-    if scanner_in_use(scanner) == "native":
+    if scanner_in_use(scanner) == "native" and _native is not None:
         scan = _native.scan_events(data, MAX_EVENT_BYTES, threads)
         events = _scanned_frame(data, scan)
         rejected = [(number, data[start:end]) for number, start, end in scan["rejected"]]
