@@ -22,74 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
-NOW = datetime(2026, 12, 1, tzinfo=UTC)
+from stages import NOW, drop_indices, fill_cache, measured, pipeline_stage, spawn
+
 EVENTS_PER_CONVERSATION = 33.0  # measured average of the generator
 BUILD = ("land", "derive", "embed", "index", "check")
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-class TreeRss:
-    """The peak of this process's resident set plus its descendants' at the same moment (a
-    derivation's worker processes), sampled every 50 ms from /proc (Linux; psutil is not a
-    dependency of ctxdb, and `ru_maxrss` of the children is the largest child, not the sum)."""
-
-    def __init__(self) -> None:
-        self.peak_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> TreeRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.05):
-            self.peak_kb = max(self.peak_kb, sum(_rss_kb(pid) for pid in _tree(os.getpid())))
-
-
-def _tree(root: int) -> list[int]:
-    """`root` and every process below it."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [root], [root]
-    while frontier:
-        frontier = [pid for pid, parent in parents.items() if parent in frontier]
-        found += frontier
-    return found
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict:
@@ -110,82 +54,13 @@ def stage(name: str, events: int, later: bool, args: argparse.Namespace) -> dict
         folder = Path(settings.landing_uri) / ("increment" if later else "")
         write_sample(generated, folder, per_file=100_000)
         return {"events": len(generated.events)}
-    if name == "land":
-        from ctxdb.landing.run import land
-
-        return {"landed": land(store, settings.landing_uri, now=now).landed}
-    if name == "derive":
-        from ctxdb.record.run import derive
-
-        return {"events": derive(store, settings, now=now).events}
     if name == "cache":
-        return {"cached": _fill_cache(store, settings, args.embed_texts)}
-    if name == "embed":
-        from ctxdb.embedding.backends import memory_embedder
-        from ctxdb.embedding.stage import embed_role_rows
-
-        embedder = memory_embedder(settings.embedding, store)  # CTXDB_EMBEDDING_BACKEND
-        report = embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
-        return {
-            "embedded": report.embedded,
-            "cache_hits": report.cache_hits,
-            "model_id": embedder.model_id,
-        }
-    if name == "index":
-        from ctxdb.index.client import make_client
-        from ctxdb.index.sync import sync_live
-
-        model_id = _model_id(settings, store)
-        reports = sync_live(store, make_client(settings), settings, model_id=model_id)
-        return {r.kind: r.indexed for r in reports}
-    if name == "check":
-        from ctxdb.index.checks import count_mismatches
-        from ctxdb.index.client import make_client
-
-        checks = count_mismatches(store, make_client(settings), settings.elasticsearch.index_prefix)
-        return {"ok": all(c.ok for c in checks)}
+        return {"cached": fill_cache(store, settings, args.embed_texts)}
+    if name in BUILD:
+        return pipeline_stage(name, now)
     if name == "search":
         return _search(settings, store, args.searches)
     raise ValueError(f"unknown stage {name}")
-
-
-def _model_id(settings, store) -> str:
-    """The id the configured backend (for `auto`, the memory's) stores and indexes vectors under."""
-    from ctxdb.embedding.backends import resolve_backend
-    from ctxdb.embedding.runtime import backend_model_id
-    from ctxdb.embedding.stage import stored_model_ids
-
-    name = settings.embedding.model
-    stored = stored_model_ids(store, [name])
-    backend = resolve_backend(settings.embedding.backend, name, stored, settings.embedding.device)
-    return backend_model_id(name, backend)
-
-
-def _fill_cache(store, settings, leave: int) -> int:
-    """Random unit vectors for every role-row text not cached, but the last `leave` of them."""
-    import numpy as np
-    import polars as pl
-
-    from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS
-
-    hashes = store.read(ROLE_ROWS, columns=["text_hash"]).get_column("text_hash").unique().sort()
-    hashes = hashes.head(max(0, hashes.len() - leave))
-    rng = np.random.default_rng(7)
-    model_id = _model_id(settings, store)
-    for start in range(0, hashes.len(), 50_000):
-        part = hashes.slice(start, 50_000)
-        vectors = rng.standard_normal((part.len(), 384), dtype=np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        frame = pl.DataFrame(
-            {
-                "model_id": [model_id] * part.len(),
-                "text_hash": part,
-                "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
-                "created_at": [datetime.now(UTC)] * part.len(),
-            }
-        )
-        store.append(EMBEDDINGS, frame, EMBEDDINGS_SCHEMA)
-    return hashes.len()
 
 
 def _search(settings, store, searches: int) -> dict:
@@ -246,14 +121,7 @@ def run_child(
     ]
     if later:
         command.append("--later")
-    started = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"stage {name} failed:\n{done.stderr[-4000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["wall_s"] = round(time.perf_counter() - started, 1)
-    print(f"{'increment ' if later else ''}{name}: {result}", file=sys.stderr)  # noqa: T201
-    return result
+    return spawn(command, env, f"{'increment ' if later else ''}{name}")
 
 
 def main() -> None:
@@ -280,10 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     args.users = args.users or max(1, round(args.events / EVENTS_PER_CONVERSATION) // 20)
     if args.stage:
-        with TreeRss() as tree:
-            result = stage(args.stage, args.events, args.later, args)
-        result["peak_rss_mb"] = round(max(peak_rss_mb(), tree.peak_kb / 1024), 1)
-        result["own_peak_rss_mb"] = round(peak_rss_mb(), 1)
+        result = measured(lambda: stage(args.stage, args.events, args.later, args))
         print(json.dumps(result))  # noqa: T201
         return
 
@@ -309,22 +174,13 @@ def main() -> None:
             report["search"] = run_child("search", env, args)
             report["search_peak_rss_mb"] = report["search"]["peak_rss_mb"]
     finally:
-        _drop_indices(prefix)
+        drop_indices(prefix)
         shutil.rmtree(work, ignore_errors=True)
     text = json.dumps(report, indent=2)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(text + "\n")
     print(text)  # noqa: T201
-
-
-def _drop_indices(prefix: str) -> None:
-    from ctxdb.index.client import make_client
-    from ctxdb.settings import get_settings
-
-    es = make_client(get_settings())
-    for name in es.indices.get(index=f"{prefix}-*", expand_wildcards="all"):
-        es.indices.delete(index=name)
 
 
 if __name__ == "__main__":
