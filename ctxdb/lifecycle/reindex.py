@@ -21,7 +21,7 @@ from ctxdb.embedding.stage import EmbedReport, embed_role_rows
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import settings_layout
-from ctxdb.index.sources import SOURCES
+from ctxdb.index.sources import SOURCES, Source
 from ctxdb.index.status import count
 from ctxdb.index.versions import (
     Swap,
@@ -134,32 +134,9 @@ def _reindex(
     builds: dict[str, str] = {}
     try:
         for kind, source in SOURCES.items():
-            version = max(versions(es, prefix, kind), default=0) + 1
-            name = create_index(
-                es,
-                prefix,
-                kind,
-                version,
-                dims=settings.embedding.dims,
-                model_id=embedder.model_id,
-                bulk_load=True,
-                layout=settings_layout(settings),
-            )
-            builds[kind] = name
-            build = sync_index(
-                store,
-                es,
-                source,
-                name,
-                model_id=embedder.model_id,
-                chunk_size=settings.elasticsearch.chunk_size,
-                threads=settings.elasticsearch.bulk_threads,
-                timeout_s=settings.elasticsearch.bulk_timeout_s,
-                max_retries=settings.elasticsearch.bulk_max_retries,
-                refresh=False,
-                versions=current_versions(store, source.tables),
-            )
-            finish_bulk_load(es, name, kind)
+            builds[kind] = _next_index(es, settings, kind, embedder.model_id)
+            build = _load_build(store, es, settings, source, builds[kind], embedder.model_id)
+            finish_bulk_load(es, builds[kind], kind)
             verify_build(es, build, min_coverage_pct=min_coverage_pct)
             report.builds[kind] = build
         if before_swap is not None:
@@ -179,6 +156,45 @@ def _reindex(
     swap_aliases(es, report.swaps)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _next_index(es: Elasticsearch, settings: Settings, kind: str, model_id: str) -> str:
+    """Create the next version of `kind`'s index, set up for a bulk load; its name."""
+    prefix = settings.elasticsearch.index_prefix
+    return create_index(
+        es,
+        prefix,
+        kind,
+        max(versions(es, prefix, kind), default=0) + 1,
+        dims=settings.embedding.dims,
+        model_id=model_id,
+        bulk_load=True,
+        layout=settings_layout(settings),
+    )
+
+
+def _load_build(
+    store: DeltaStore,
+    es: Elasticsearch,
+    settings: Settings,
+    source: Source,
+    index: str,
+    model_id: str,
+) -> SyncReport:
+    """Fill a new index from `source`'s Delta tables at their current versions (no refresh)."""
+    return sync_index(
+        store,
+        es,
+        source,
+        index,
+        model_id=model_id,
+        chunk_size=settings.elasticsearch.chunk_size,
+        threads=settings.elasticsearch.bulk_threads,
+        timeout_s=settings.elasticsearch.bulk_timeout_s,
+        max_retries=settings.elasticsearch.bulk_max_retries,
+        refresh=False,
+        versions=current_versions(store, source.tables),
+    )
 
 
 def drop_after_grace(
