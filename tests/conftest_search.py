@@ -1,37 +1,59 @@
-"""Fixtures for the search, HTTP and resolve tests: a small two-user corpus indexed into the real
-Elasticsearch node (unique index prefix) with real all-MiniLM-L6-v2 vectors.
+"""The search tests' corpus, built by the real pipeline: contract events for a few users'
+conversations are written as landing JSONL, landed, derived, embedded with the configured
+(default) backend and synced into the real Elasticsearch node under one index prefix per session,
+so every search-facing test reads documents made by `ctxdb.index.documents`.
 
-The fixtures are registered through `pytest_plugins` in tests/conftest.py; the corpus and its
-constants are imported by name.
+Two states the pipeline only reaches by a failure are made after the build, each saying so:
+`MISSING_TURN_LOGS` (a turn whose TurnLog document is gone from the turns index while its role
+rows are there) and the expired turn comes from a short retention rule for `BRIEF_APP`.
+
+The fixtures are registered through `pytest_plugins` in tests/conftest.py; the corpus, its
+constants and `build_memory` are imported by name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
+from elasticsearch import Elasticsearch
 
 from ctxdb.auth.credentials import Principal, TokenStore
+from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.model import SentenceTransformerEmbedder
+from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
-from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body, index_name, turn_doc_id
-from ctxdb.search.service import ModelQueryEmbedder, SearchService
+from ctxdb.index.mappings import TURNS, alias_name, turn_doc_id
+from ctxdb.index.sync import sync_live
+from ctxdb.landing.run import land
+from ctxdb.record.run import derive
+from ctxdb.search.service import ModelQueryEmbedder, SearchService, default_embedder
 from ctxdb.settings import Settings
 from ctxdb.storage.conversation_files import turn_file_path
-from ctxdb.text import stems, text_hash, trigrams
+from ctxdb.storage.delta import DeltaStore
 
 NOW = datetime.now(UTC)
 TENANT, APP = "t1", "app1"
+BRIEF_APP = "app-brief"
+"""The app whose rows live one day (`BRIEF_RETENTION`): its turn of three days ago has expired."""
+BRIEF_RETENTION = {"rules": [{"tenant": TENANT, "app": BRIEF_APP, "days": 1}]}
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CITATION = "https://openpyxl.readthedocs.io"
 
 
 @dataclass
 class Turn:
-    """One recorded turn of the test corpus; `rows` says which role rows it projects."""
+    """One recorded turn of the test corpus, as the contract events a host would send.
+
+    A turn with a summary, anchors, a note or ReAct blocks is a rich (ReAct) recording; the
+    others are minimal. `hosted_file` is a path under the turn's `files/` area."""
 
     user: str
     conversation: str
@@ -42,23 +64,130 @@ class Turn:
     agent: str = "helper"
     title: str | None = None
     summary: str | None = None
-    anchors: str = ""
+    anchors: list[str] = field(default_factory=list)
     note: str | None = None
     attachment: tuple[str, str] | None = None  # (filename, extracted text)
     hosted_file: str | None = None
-    expired: bool = False
-    with_turn_log: bool = True
-    ordinal: int = 1
+    app: str = APP
     extra_prompts: list[str] = field(default_factory=list)
+    citations: list[str] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)  # chat.step / react.block events
 
     @property
     def ts(self) -> datetime:
         return NOW - timedelta(days=self.age_days)
 
     @property
-    def expires_at(self) -> datetime:
-        return NOW - timedelta(days=1) if self.expired else NOW + timedelta(days=365)
+    def rich(self) -> bool:
+        return bool(self.summary or self.anchors or self.note or self.steps)
 
+    def file_bytes(self, relative: str) -> bytes:
+        """The bytes stored for a file of this turn (`files/x` or `user.attachments/x`)."""
+        return f"bytes of {relative.removeprefix('user.attachments/')} for {self.user}".encode()
+
+    def events(self) -> list[dict[str, Any]]:
+        """The turn's contract events, one second apart, closed."""
+        body: list[tuple[str, dict[str, Any]]] = [("turn.started", {})]
+        body.append(("user.submission", {"text": self.prompt, "event_type": "prompt"}))
+        body += [
+            ("user.submission", {"text": text, "event_type": "followup"})
+            for text in self.extra_prompts
+        ]
+        if self.attachment:
+            name, text = self.attachment
+            ref = f"conv:fi:conv_{self.conversation}.turn_{self.turn}.user.attachments/{name}"
+            body.append(
+                (
+                    "user.attachment",
+                    {
+                        "name": name,
+                        "mime": XLSX,
+                        "size": len(self.file_bytes(name)),
+                        "storage_ref": ref,
+                        "extracted_text": text,
+                    },
+                )
+            )
+        body += [(step["type"], step["payload"]) for step in self.steps]
+        if self.hosted_file:
+            data = self.file_bytes(f"files/{self.hosted_file}")
+            body.append(
+                (
+                    "file.hosted",
+                    {
+                        "path": self.hosted_file,
+                        "mime": XLSX,
+                        "size": len(data),
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                    },
+                )
+            )
+        if self.note:
+            body.append(("react.note", {"text": self.note}))
+        if self.summary:
+            body.append(("react.summary", {"text": self.summary, "refs": [], "scope": "turn"}))
+        if self.anchors:
+            body.append(("react.anchors", {"phrases": self.anchors, "entities": []}))
+        if self.citations:
+            data = {"items": [{"url": url} for url in self.citations]}
+            body.append(("communicator.event", {"name": "chat.citations", "data": data}))
+        answer = {"text": self.answer, "tokens_in": 9, "tokens_out": 7}
+        body.append(("assistant.completion", answer))
+        if self.title:
+            body.append(("conversation.title", {"title": self.title}))
+        body.append(("turn.closed", {"status": "ok"}))
+        return [self._event(n, type_, payload) for n, (type_, payload) in enumerate(body)]
+
+    def _event(self, n: int, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        at = self.ts + timedelta(seconds=n)
+        return {
+            "event_id": f"{self.conversation}-{self.turn}-{n}",
+            "schema_version": 1,
+            "type": type_,
+            "occurred_at": at.isoformat().replace("+00:00", "Z"),
+            "tenant": TENANT,
+            "app": self.app,
+            "agent": self.agent,
+            "adapter": "react" if self.rich else "minimal",
+            "user_id": self.user,
+            "conversation_id": self.conversation,
+            "turn_id": self.turn,
+            "payload": payload,
+        }
+
+    def write_files(self, root: Path) -> None:
+        """The attachment's and the hosted file's bytes under the conversation storage layout."""
+        base = root / turn_file_path(TENANT, self.app, self.user, self.conversation, self.turn)
+        names = [f"user.attachments/{self.attachment[0]}"] if self.attachment else []
+        names += [f"files/{self.hosted_file}"] if self.hosted_file else []
+        for name in names:
+            (base / name).parent.mkdir(parents=True, exist_ok=True)
+            (base / name).write_bytes(self.file_bytes(name))
+
+
+def step(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A step event of a turn: `chat.step`, or a `react.block` of block type `kind`."""
+    if kind == "chat.step":
+        return {"type": kind, "payload": payload}
+    return {"type": "react.block", "payload": {"block_type": kind, **payload}}
+
+
+CODING_PROMPT = (
+    "Fix the failing integration tests of the payments service after upgrading pydantic to v2,"
+    " they fail since the upgrade"
+)
+"""Dana's coding turn's prompt; the conversation's title is its first 80 characters."""
+CODING_ANSWER = """The failures come from **pydantic v2**: `parse_obj` is *gone*.
+
+1. Replace `Model.parse_obj(data)` with `Model.model_validate(data)`
+2. Run the tests again
+
+```python
+payment = Payment.model_validate(data)
+```
+
+See the [guide](https://docs.pydantic.dev/latest/migration/), not [this](javascript:alert(1)).
+<script>window.pwned = 1</script> <b>stays text</b>"""
 
 CORPUS = [
     Turn(
@@ -70,11 +199,11 @@ CORPUS = [
         "openpyxl reads cached values when data_only=True; open the workbook without data_only "
         "so the formulas are kept, then save it again.",
         title="Spreadsheet trouble",
-        ordinal=1,
         summary="Fixed formula loss on save in an Excel file edited with openpyxl.",
-        anchors="openpyxl load_workbook data_only formulas",
+        anchors=["openpyxl", "load_workbook", "data_only", "formulas"],
         attachment=("budget.xlsx", "budget.xlsx quarterly budget with revenue formulas"),
         extra_prompts=["also it is the file from finance"],
+        citations=[CITATION],
     ),
     Turn(
         "alice",
@@ -84,9 +213,8 @@ CORPUS = [
         "Now it fails with KeyError: 'Worksheet Sheet3 does not exist.'",
         "Sheet names are case sensitive; print wb.sheetnames and use the exact name.",
         title="Spreadsheet trouble",
-        ordinal=2,
         note="User is probably on openpyxl 3.1; suggest upgrading later.",
-        hosted_file="files/fixed.xlsx",
+        hosted_file="fixed.xlsx",
     ),
     Turn(
         "alice",
@@ -98,7 +226,6 @@ CORPUS = [
         "raise initialDelaySeconds.",
         agent="ops",
         title="Pod restarts",
-        ordinal=1,
     ),
     Turn(
         "alice",
@@ -109,7 +236,6 @@ CORPUS = [
         "Set resources.limits.memory in the container spec and roll out the deployment.",
         agent="ops",
         title="Pod restarts",
-        ordinal=2,
     ),
     Turn(
         "alice",
@@ -120,7 +246,6 @@ CORPUS = [
         "Set resources.requests.cpu; requests drive scheduling, limits drive throttling.",
         agent="ops",
         title="Pod restarts",
-        ordinal=3,
     ),
     Turn(
         "alice",
@@ -130,7 +255,6 @@ CORPUS = [
         "recipe for a quick vegetarian lasagna",
         "Layer ricotta, spinach and marinara between no-boil noodles; bake 40 minutes.",
         title="Dinner",
-        ordinal=1,
     ),
     Turn(
         "alice",
@@ -140,7 +264,6 @@ CORPUS = [
         "zebra migration patterns in the serengeti",
         "The great migration follows the rains from the southern plains north to the Mara.",
         title="Zebras old",
-        ordinal=1,
     ),
     Turn(
         "alice",
@@ -150,7 +273,6 @@ CORPUS = [
         "zebra migration patterns in the serengeti",
         "The great migration follows the rains from the southern plains north to the Mara.",
         title="Zebras new",
-        ordinal=1,
     ),
     Turn(
         "alice",
@@ -160,8 +282,8 @@ CORPUS = [
         "openpyxl chart colors are wrong",
         "Set the series graphicalProperties line solidFill.",
         title="Expired chart talk",
-        expired=True,
-        hosted_file="files/chart.png",
+        app=BRIEF_APP,
+        hosted_file="chart.png",
     ),
     Turn(
         "alice",
@@ -171,7 +293,6 @@ CORPUS = [
         "terraform apply fails with ConditionalCheckFailedException on the state lock",
         "Another run holds the DynamoDB lock; force-unlock with the lock id once it is dead.",
         title="Terraform lock",
-        with_turn_log=False,
     ),
     Turn(
         "bob",
@@ -181,8 +302,7 @@ CORPUS = [
         "openpyxl payroll spreadsheet with the secret salaries",
         "Protect the payroll workbook sheet with a password in openpyxl.",
         title="Bob payroll",
-        ordinal=1,
-        hosted_file="files/salaries.xlsx",
+        hosted_file="salaries.xlsx",
     ),
     Turn(
         "bob",
@@ -192,218 +312,85 @@ CORPUS = [
         "my openpyxl workbook loses formulas on save",
         "Do not use data_only=True when you want formulas.",
         title="Bob sheets",
-        ordinal=1,
+    ),
+    Turn(
+        "dana",
+        "c-code",
+        "t1",
+        0.2,
+        CODING_PROMPT,
+        CODING_ANSWER,
+        agent="claude_code",
+        steps=[
+            step(
+                "chat.step",
+                {
+                    "step": "s0",
+                    "phase": "complete",
+                    "tool": "Read",
+                    "status": "ok",
+                    "title": "Read tests/test_payments.py",
+                },
+            ),
+            step(
+                "react.tool.call",
+                {"call_id": "c1", "tool": "Bash", "text": "pytest -q tests/test_payments.py"},
+            ),
+            step(
+                "react.tool.result",
+                {
+                    "call_id": "c1",
+                    "tool": "Bash",
+                    "text": "FAILED tests/test_payments.py::test_refund\nAttributeError: parse_obj",
+                    "meta": {"status": "error"},
+                },
+            ),
+            step("react.thinking", {"text": "The model API changed in v2."}),
+        ],
     ),
 ]
+USERS = ("alice", "bob", "dana")
+MISSING_TURN_LOGS = [("c-nolog", "t1")]
+"""Turns whose TurnLog document is deleted after the build (a failure state: the role rows were
+indexed, the TurnLog was not), for the fallback-snippet path."""
 
 
-def _fi_ref(turn: Turn, path: str) -> str:
-    return f"conv:fi:conv_{turn.conversation}.turn_{turn.turn}.{path}"
+def write_landing(landing: Path, corpus: list[Turn]) -> Path:
+    """The corpus's events as one JSONL landing file."""
+    landing.mkdir(parents=True, exist_ok=True)
+    path = landing / f"corpus-{uuid.uuid4().hex[:8]}.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for turn in corpus for e in turn.events()))
+    return path
 
 
-def _blocks(turn: Turn) -> list[dict[str, Any]]:
-    ts = turn.ts.isoformat()
-    blocks = [
-        {
-            "type": "user.prompt",
-            "author": "user",
-            "turn_id": turn.turn,
-            "ts": ts,
-            "mime": "text/plain",
-            "path": f"conv:ar:{turn.turn}.user.prompt",
-            "text": turn.prompt,
-            "meta": {"event_type": "event.user.prompt", "message_id": "m1"},
-        },
-    ]
-    for i, extra in enumerate(turn.extra_prompts, start=1):
-        blocks.append(
-            {
-                "type": "user.prompt",
-                "author": "user",
-                "turn_id": turn.turn,
-                "ts": ts,
-                "mime": "text/plain",
-                "path": f"conv:ar:{turn.turn}.user.prompt.{i}",
-                "text": extra,
-                "meta": {"event_type": "event.user.followup"},
-            }
+def build_memory(settings: Settings, corpus: list[Turn], *, embed: bool = True) -> DeltaStore:
+    """Land, derive, embed (the configured backend; skipped without `embed`) and index `corpus`
+    with the pipeline's own functions, as `ctxdb land`, `derive` and `index sync` run them."""
+    write_landing(Path(settings.landing_uri), corpus)
+    for turn in corpus:
+        turn.write_files(Path(settings.files))
+    store = DeltaStore.from_settings(settings)
+    land(store, settings.landing_uri)
+    derive(store, settings)
+    embedder = memory_embedder(settings.embedding, store)
+    if embed:
+        embed_role_rows(store, embedder, batch_size=settings.embedding.batch_size)
+    with make_client(settings) as client:
+        sync_live(store, client, settings, model_id=embedder.model_id)
+    return store
+
+
+def drop_turn_logs(client: Elasticsearch, prefix: str, keys: list[tuple[str, str]]) -> None:
+    """Delete the TurnLog documents of `keys` from the live turns index (a failure state)."""
+    ids = [turn_doc_id(conversation, turn) for conversation, turn in keys]
+    found = client.search(
+        index=alias_name(prefix, TURNS), query={"ids": {"values": ids}}, size=len(ids)
+    )["hits"]["hits"]
+    assert len(found) == len(ids)
+    for hit in found:  # by the document's own routing (the index may be routed by user)
+        client.delete(
+            index=hit["_index"], id=hit["_id"], routing=hit.get("_routing"), refresh="wait_for"
         )
-    if turn.attachment:
-        name, text = turn.attachment
-        blocks.append(
-            {
-                "type": "user.attachment.meta",
-                "author": "user",
-                "turn_id": turn.turn,
-                "ts": ts,
-                "mime": "application/vnd.ms-excel",
-                "path": _fi_ref(turn, f"user.attachments/{name}"),
-                "text": text,
-                "meta": {"filename": name, "size": 1234},
-            }
-        )
-    if turn.hosted_file:
-        blocks.append(
-            {
-                "type": "react.tool.result",
-                "author": "assistant",
-                "turn_id": turn.turn,
-                "ts": ts,
-                "mime": "application/vnd.ms-excel",
-                "path": f"conv:tc:{turn.turn}.code_exec_0.result",
-                "text": None,
-                "meta": {
-                    "kind": "file",
-                    "artifact_path": _fi_ref(turn, turn.hosted_file),
-                    "hosted_uri": f"file:///{turn.hosted_file}",
-                },
-            }
-        )
-    if turn.note:
-        blocks.append(
-            {
-                "type": "react.note",
-                "author": "assistant",
-                "turn_id": turn.turn,
-                "ts": ts,
-                "mime": "text/plain",
-                "path": f"conv:ar:{turn.turn}.react.note",
-                "text": turn.note,
-                "meta": {},
-            }
-        )
-    if turn.summary:
-        blocks.append(
-            {
-                "type": "conv.working.summary",
-                "author": "assistant",
-                "turn_id": turn.turn,
-                "ts": ts,
-                "mime": "text/plain",
-                "path": f"conv:ws:{turn.turn}.summary",
-                "text": turn.summary,
-                "meta": {},
-            }
-        )
-    blocks.append(
-        {
-            "type": "assistant.completion",
-            "author": "assistant",
-            "turn_id": turn.turn,
-            "ts": ts,
-            "mime": "text/markdown",
-            "path": f"conv:ar:{turn.turn}.assistant.completion",
-            "text": turn.answer,
-            "meta": {},
-        }
-    )
-    return blocks
-
-
-def role_row_docs(turn: Turn) -> list[dict[str, Any]]:
-    """Role-row documents (rows index fields) of one corpus turn, without vectors."""
-    specs = [("user", "user", turn.prompt, "", "public")]
-    specs += [("user", "user", extra, "", "public") for extra in turn.extra_prompts]
-    specs.append(("assistant", "assistant", turn.answer, "", "public"))
-    if turn.summary:
-        specs.append(("assistant", "summary", turn.summary, turn.anchors, "public"))
-    if turn.note:
-        specs.append(("artifact", "notes", turn.note, "", "internal"))
-    if turn.attachment:
-        specs.append(("artifact", "attachment", turn.attachment[1], "", "public"))
-    docs = []
-    for ordinal, (role, target, text, anchors, visibility) in enumerate(specs):
-        docs.append(
-            {
-                "row_id": f"{turn.conversation}:{turn.turn}:{ordinal}",
-                "tenant": TENANT,
-                "app": APP,
-                "agent": turn.agent,
-                "user_id": turn.user,
-                "conversation_id": turn.conversation,
-                "turn_id": turn.turn,
-                "role": role,
-                "target": target,
-                "tags": [f"chat:{target}", f"turn:{turn.turn}"],
-                "event_type": "event.user.prompt" if role == "user" else None,
-                "batch_id": None,
-                "ref": f"conv:ar:{turn.turn}.{target}",
-                "path": f"conv:ar:{turn.turn}.{target}",
-                "visibility": visibility,
-                "ordinal": ordinal,
-                "ts": turn.ts.isoformat(),
-                "expires_at": turn.expires_at.isoformat(),
-                "text": text,
-                "anchors_text": anchors,
-                "trigrams": trigrams(f"{text} {anchors}"),
-                "stems": stems(f"{text} {anchors}"),
-                "text_hash": text_hash(text),
-            }
-        )
-    return docs
-
-
-def turn_doc(turn: Turn) -> dict[str, Any]:
-    return {
-        "tenant": TENANT,
-        "app": APP,
-        "agent": turn.agent,
-        "user_id": turn.user,
-        "conversation_id": turn.conversation,
-        "turn_id": turn.turn,
-        "adapter": "test",
-        "recording_kind": "minimal",
-        "title": turn.title,
-        "ordinal": turn.ordinal,
-        "started_at": turn.ts.isoformat(),
-        "ended_at": (turn.ts + timedelta(minutes=1)).isoformat(),
-        "last_activity_at": (turn.ts + timedelta(minutes=1)).isoformat(),
-        "expires_at": turn.expires_at.isoformat(),
-        "error": False,
-        "first_user_text": turn.prompt,
-        "last_assistant_text": turn.answer,
-        "payload": {
-            "turn_id": turn.turn,
-            "ts": turn.ts.isoformat(),
-            "blocks": _blocks(turn),
-            "sources_used": [{"sid": 1, "url": "https://openpyxl.readthedocs.io"}]
-            if turn.summary
-            else [],
-        },
-    }
-
-
-def create_indices(client: Elasticsearch, prefix: str) -> None:
-    for kind in (ROWS, TURNS):
-        name = index_name(prefix, kind, 1)
-        client.indices.create(index=name, **index_body(kind))
-        client.indices.put_alias(index=name, name=alias_name(prefix, kind))
-
-
-def index_corpus(
-    client: Elasticsearch, prefix: str, corpus: list[Turn], embedder: ModelQueryEmbedder | None
-) -> None:
-    """Index role rows (with real vectors when an embedder is given) and TurnLogs."""
-    rows = [doc for turn in corpus for doc in role_row_docs(turn)]
-    if embedder is not None:
-        vectors = embedder.embedder.encode([r["text"] for r in rows])
-        for row, vector in zip(rows, vectors, strict=True):
-            row.update(
-                embedding=[float(x) for x in vector],
-                embedding_status="ok",
-                model_id="all-MiniLM-L6-v2",
-            )
-    actions = [{"_index": alias_name(prefix, ROWS), "_id": r["row_id"], "_source": r} for r in rows]
-    actions += [
-        {
-            "_index": alias_name(prefix, TURNS),
-            "_id": turn_doc_id(t.conversation, t.turn),
-            "_source": turn_doc(t),
-        }
-        for t in corpus
-        if t.with_turn_log
-    ]
-    helpers.bulk(client, actions, refresh="wait_for")
 
 
 def drop_indices(client: Elasticsearch, prefix: str) -> None:
@@ -412,23 +399,10 @@ def drop_indices(client: Elasticsearch, prefix: str) -> None:
         client.indices.delete(index=",".join(names))
 
 
-def write_files(root: Path, corpus: list[Turn]) -> None:
-    """Attachment and hosted-file bytes under the conversation storage layout."""
-    for turn in corpus:
-        base = root / turn_file_path(TENANT, APP, turn.user, turn.conversation, turn.turn)
-        if turn.attachment:
-            path = base / "user.attachments" / turn.attachment[0]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(f"bytes of {turn.attachment[0]} for {turn.user}".encode())
-        if turn.hosted_file:
-            path = base / turn.hosted_file
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(f"bytes of {turn.hosted_file} for {turn.user}".encode())
-
-
 @pytest.fixture(scope="session")
 def query_embedder() -> ModelQueryEmbedder:
-    """The real all-MiniLM-L6-v2, loaded once per test session."""
+    """The real all-MiniLM-L6-v2 on torch, loaded once per test session (for tests that embed
+    with torch on purpose)."""
     embedder = SentenceTransformerEmbedder(batch_size=16)
     embedder.load()
     return ModelQueryEmbedder(embedder)
@@ -439,29 +413,36 @@ class SearchEnv:
     settings: Settings
     client: Elasticsearch
     service: SearchService
+    store: DeltaStore
     alice: Principal
     bob: Principal
+    dana: Principal
     tokens: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def search_env(tmp_path_factory, query_embedder, es_base_settings: Settings) -> SearchEnv:
-    """The corpus indexed under a unique prefix, files written, tokens issued for alice and bob."""
+@pytest.fixture(scope="session")
+def search_env(tmp_path_factory, es_base_settings: Settings) -> Iterator[SearchEnv]:
+    """The corpus built by the pipeline under a unique prefix (once per session), its files
+    written, tokens issued for its users; the service embeds queries as `ctxdb serve` does."""
     home = tmp_path_factory.mktemp("search-home")
     prefix = f"t-search-{uuid.uuid4().hex[:10]}"
-    settings = es_base_settings.replace(home=home, elasticsearch={"index_prefix": prefix})
+    settings = es_base_settings.replace(
+        home=home, elasticsearch={"index_prefix": prefix}, retention=BRIEF_RETENTION
+    )
+    store = build_memory(settings, CORPUS)
     client = make_client(settings)
-    create_indices(client, prefix)
-    index_corpus(client, prefix, CORPUS, query_embedder)
-    write_files(Path(settings.files), CORPUS)
-    store = TokenStore(settings.tokens_path)
-    tokens = {user: store.issue(user, tenant=TENANT) for user in ("alice", "bob")}
+    drop_turn_logs(client, prefix, MISSING_TURN_LOGS)
+    store_tokens = TokenStore(settings.tokens_path)
+    tokens = {user: store_tokens.issue(user, tenant=TENANT) for user in USERS}
     yield SearchEnv(
         settings=settings,
         client=client,
-        service=SearchService(settings, client, query_embedder),
+        service=SearchService(settings, client, default_embedder(settings, client)),
+        store=store,
         alice=Principal(user_id="alice", tenant=TENANT),
         bob=Principal(user_id="bob", tenant=TENANT),
+        dana=Principal(user_id="dana", tenant=TENANT),
         tokens=tokens,
     )
     drop_indices(client, prefix)
+    client.close()

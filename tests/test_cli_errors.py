@@ -195,7 +195,7 @@ def test_finding_20_job_log_has_the_one_line_cause(
 def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A home with a token store; returns alice's token."""
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", f"t-cli-{tmp_path.name[-12:].lower()}")
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", f"t-cli-{tmp_path.name[-12:].lower()}")
     from ctxdb.auth.credentials import TokenStore
 
     return TokenStore(tmp_path / "auth" / "tokens.json").issue("alice", tenant="t1")
@@ -239,7 +239,7 @@ def test_finding_24_pull_of_missing_or_looping_ref_is_one_line(
 
     settings = search_env.settings
     monkeypatch.setenv("CTXDB_HOME", str(settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", settings.elasticsearch.index_prefix)
     monkeypatch.chdir(tmp_path)
     turn_dir = Path(settings.files) / turn_file_path(TENANT, APP, "alice", "c-sheets", "t2")
     (turn_dir / "files" / "cycle").symlink_to("cycle")

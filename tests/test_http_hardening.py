@@ -1,27 +1,23 @@
 """Issue 12, finding 21: hostile HTTP inputs answer a short 4xx, never a 500, never the cluster's
 URL or raw error; bodies and query strings are bounded; redirects are relative.
 
-The corpus is the search tests' one, indexed without vectors (the app runs without a model: the
-semantic arm is off, which none of these cases needs).
+The corpus is the search tests' one, built by the pipeline (tests/conftest_search.py); the app
+runs without a model: the semantic arm is off, which none of these cases needs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from conftest_ports import free_port_pair
-from conftest_search import APP, CORPUS, TENANT, create_indices, drop_indices, index_corpus
-from conftest_search import write_files as write_corpus_files
+from conftest_search import APP, TENANT, SearchEnv
 from fastapi.testclient import TestClient
 
-from ctxdb.auth.credentials import TokenStore
-from ctxdb.index.client import make_client
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
 from ctxdb.storage.conversation_files import turn_file_path
@@ -48,23 +44,12 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory, es_base_settings: Settings) -> Iterator[Api]:
-    home = tmp_path_factory.mktemp("http-hardening")
-    prefix = f"t-hard-{uuid.uuid4().hex[:10]}"
-    settings = es_base_settings.replace(
-        home=home,
-        elasticsearch={"index_prefix": prefix},
-        http={"max_body_bytes": 64_000, "max_query_bytes": 8_192},
-    )
-    client = make_client(settings)
-    create_indices(client, prefix)
-    index_corpus(client, prefix, CORPUS, None)
-    write_corpus_files(Path(settings.files), CORPUS)
-    token = TokenStore(settings.tokens_path).issue("alice", tenant=TENANT)
-    http = TestClient(create_app(settings, client, load_model=False), raise_server_exceptions=False)
-    yield Api(settings, http, {"Authorization": f"Bearer {token}"})
-    drop_indices(client, prefix)
-    client.close()
+def api(search_env: SearchEnv) -> Api:
+    limits = {"max_body_bytes": 64_000, "max_query_bytes": 8_192}
+    settings = search_env.settings.replace(http=limits)
+    app = create_app(settings, search_env.client, load_model=False)
+    http = TestClient(app, raise_server_exceptions=False)
+    return Api(settings, http, {"Authorization": f"Bearer {search_env.tokens['alice']}"})
 
 
 def assert_short_4xx(response, status: int = 422) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import delete_prefix_indices
-from conftest_search import Turn, create_indices, index_corpus
+from conftest_search import Turn, build_memory
 from mcp import Client, StdioServerParameters, stdio_client
 from typer.testing import CliRunner
 
@@ -90,12 +90,11 @@ def test_the_registered_server_serves_the_capture_users_memory(settings: Setting
     capture = settings.replace(claude_code={"user_id": "ann", "tenant": "t1"})
     client = make_client(capture)
     prefix = capture.elasticsearch.index_prefix
-    create_indices(client, prefix)
     corpus = [
         Turn("ann", "c-ann", "t1", 1.0, "how do I rebase onto main", "git rebase main", title="A"),
         Turn("bob", "c-bob", "t1", 1.0, "bob's secret plans", "keep them secret", title="B"),
     ]
-    index_corpus(client, prefix, corpus, None)
+    build_memory(capture, corpus, embed=False)
     registration.register(capture, capture.home / "project")
     entry = json.loads((capture.home / "project" / ".mcp.json").read_text())["mcpServers"]["ctxdb"]
     offline = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

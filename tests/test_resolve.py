@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest_search import APP, TENANT, SearchEnv
+from conftest_search import APP, BRIEF_APP, TENANT, SearchEnv
 
 from ctxdb.contract.refs import RefError
 from ctxdb.search import NotFound
@@ -53,7 +53,7 @@ def test_other_users_ref_is_not_found(search_env: SearchEnv) -> None:
 
 def test_expired_turn_ref_is_not_found_although_the_bytes_exist(search_env: SearchEnv) -> None:
     root = Path(search_env.settings.files)
-    chart = root / turn_file_path(TENANT, APP, "alice", "c-old", "t1") / "files/chart.png"
+    chart = root / turn_file_path(TENANT, BRIEF_APP, "alice", "c-old", "t1") / "files/chart.png"
     assert chart.exists()
     with pytest.raises(NotFound):
         resolver(search_env).pull(search_env.alice, "conv:fi:conv_c-old.turn_t1.files/chart.png")

@@ -7,9 +7,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest_search import NOW, SearchEnv
+from conftest_search import CITATION, NOW, SearchEnv
 
 from ctxdb.contract.identity import Principal
+from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
 from ctxdb.settings import Settings
 
@@ -200,6 +201,11 @@ def test_expired_turns_are_never_found(search_env: SearchEnv) -> None:
     assert "c-old" not in {h.conversation_id for h in response.hits}
     with pytest.raises(NotFound):
         search_env.service.turn(search_env.alice, "c-old", "t1")
+    # its rows and TurnLog are indexed (expired, not missing): the expiry filter hides them
+    prefix = search_env.settings.elasticsearch.index_prefix
+    for kind in (ROWS, TURNS):
+        query = {"term": {"conversation_id": "c-old"}}
+        assert search_env.client.count(index=alias_name(prefix, kind), query=query)["count"] > 0
 
 
 def test_missing_turn_log_gives_one_fallback_snippet_and_a_warning(search_env: SearchEnv) -> None:
@@ -335,7 +341,7 @@ def test_known_turn_rebuilds_messages_cards_files_and_citations(search_env: Sear
     assert t1.messages[1].event_type == "event.user.followup"
     assert t1.attachments[0].filename == "budget.xlsx"
     assert t1.attachments[0].ref == "conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx"
-    assert t1.citations == [{"sid": 1, "url": "https://openpyxl.readthedocs.io"}]
+    assert t1.citations == [{"source": CITATION}]  # the chat.citations event's url
     assert "formula loss" in (t1.summary or "")
     t2 = search_env.service.turn(search_env.alice, "c-sheets", "t2")
     assert t2.files[0].ref == "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx"

@@ -21,7 +21,7 @@ def cli(env: SearchEnv, *args: str, token: str | None = None):
     s = env.settings
     environ = {
         "CTXDB_HOME": str(s.home),
-        "CTXDB_INDEX_PREFIX": s.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": s.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": s.elasticsearch.url,
         "CTXDB_TOKEN": token or "",
     }

@@ -16,28 +16,12 @@ from pathlib import Path
 import pytest
 import uvicorn
 from conftest_ports import free_port_pair
-from conftest_search import TENANT, SearchEnv, Turn, turn_doc
-from elasticsearch import helpers
+from conftest_search import CODING_PROMPT, SearchEnv
 from fastapi.testclient import TestClient
 
-from ctxdb.index.mappings import TURNS, alias_name, turn_doc_id
 from ctxdb.serve.http import create_app
 
-LONG_TITLE = (
-    "Fix the failing integration tests of the payments service after upgrading pydantic to v2"
-)
-STORED_TITLE = LONG_TITLE[:80]  # derivation cuts a prompt-made title at 80 characters
-ANSWER = """The failures come from **pydantic v2**: `parse_obj` is *gone*.
-
-1. Replace `Model.parse_obj(data)` with `Model.model_validate(data)`
-2. Run the tests again
-
-```python
-payment = Payment.model_validate(data)
-```
-
-See the [guide](https://docs.pydantic.dev/latest/migration/), not [this](javascript:alert(1)).
-<script>window.pwned = 1</script> <b>stays text</b>"""
+STORED_TITLE = CODING_PROMPT[:80]  # derivation cuts a prompt-made title at 80 characters
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
@@ -67,48 +51,6 @@ def base_url(search_env: SearchEnv) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
-
-
-@pytest.fixture(scope="module")
-def coding_turn(search_env: SearchEnv) -> tuple[str, str]:
-    """A Claude Code-like turn of alice: a long stored title, four steps, a markdown answer."""
-    turn = Turn(
-        "alice", "c-code", "t1", 0.2, "why do the payments tests fail since the upgrade?", ANSWER
-    )
-    doc = turn_doc(turn) | {"title": STORED_TITLE, "agent": "claude_code"}
-    ts = doc["started_at"]
-    steps = [
-        ("assistant.step", "Read tests/test_payments.py", {"tool": "Read", "status": "ok"}),
-        ("react.tool.call", "pytest -q tests/test_payments.py", {"tool": "Bash", "call_id": "c1"}),
-        (
-            "react.tool.result",
-            "FAILED tests/test_payments.py::test_refund\nAttributeError: parse_obj",
-            {"tool": "Bash", "call_id": "c1", "status": "error"},
-        ),
-        ("react.thinking", "The model API changed in v2.", {}),
-    ]
-    blocks = doc["payload"]["blocks"]
-    blocks[1:1] = [
-        {
-            "type": kind,
-            "author": "assistant",
-            "turn_id": "t1",
-            "ts": ts,
-            "mime": "text/plain",
-            "path": f"conv:tc:t1.step{i}",
-            "text": text,
-            "meta": meta,
-        }
-        for i, (kind, text, meta) in enumerate(steps)
-    ]
-    assert doc["tenant"] == TENANT
-    prefix = search_env.settings.elasticsearch.index_prefix
-    helpers.bulk(
-        search_env.client,
-        [{"_index": alias_name(prefix, TURNS), "_id": turn_doc_id("c-code", "t1"), "_source": doc}],
-        refresh="wait_for",
-    )
-    return "c-code", "t1"
 
 
 @pytest.fixture(scope="module")
@@ -257,22 +199,21 @@ def test_timeline_and_another_users_turn(
 
 
 def test_a_coding_turn_shows_steps_and_safe_markdown(
-    browser, base_url: str, search_env: SearchEnv, coding_turn: tuple[str, str], shots: Path
+    browser, base_url: str, search_env: SearchEnv, shots: Path
 ) -> None:
     """Issue 27 item 7, each point checked in the page: steps shown, markdown rendered with a
     <script> in the text shown as text, no empty headings, the title cut at a word boundary, no
     internal labels, explain off by default, the user named in the header, a favicon."""
     from selenium.webdriver.common.by import By
 
-    conversation, turn = coding_turn
-    sign_in(browser, base_url, search_env.tokens["alice"])
+    sign_in(browser, base_url, search_env.tokens["dana"])
     wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
-    assert browser.find_element(By.ID, "who").text == "Signed in as alice"
+    assert browser.find_element(By.ID, "who").text == "Signed in as dana"
     assert not browser.find_element(By.ID, "f-explain").is_selected()
     icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
     assert icon.startswith("data:image/svg+xml;base64,")
 
-    browser.get(f"{base_url}/conversations/{conversation}/turns/{turn}")
+    browser.get(f"{base_url}/conversations/c-code/turns/t1")
     wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#steps li"))
 
@@ -312,14 +253,14 @@ def test_a_coding_turn_shows_steps_and_safe_markdown(
     shown = title.split(" · turn ")[0]
     assert shown.endswith("…") and len(shown) <= 60
     cut = shown[:-1]
-    assert LONG_TITLE.startswith(cut) and LONG_TITLE[len(cut)] == " "  # a word boundary
+    assert CODING_PROMPT.startswith(cut) and CODING_PROMPT[len(cut)] == " "  # a word boundary
     aside = browser.find_element(By.ID, "conversations").text
     assert STORED_TITLE not in aside and f"{cut}…" in aside
 
     page = browser.find_element(By.TAG_NAME, "body").text
     assert "event." not in page and "user.prompt" not in page
     meta = browser.find_element(By.CSS_SELECTOR, "#messages .message.user .meta").text
-    assert meta.startswith("alice · ")
+    assert meta.startswith("dana · ")
     screenshot(browser, shots, "viewer-turn-steps")
 
 
