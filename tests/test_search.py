@@ -10,8 +10,11 @@ import pytest
 from conftest_search import CITATION, NOW, SearchEnv
 
 from ctxdb.contract.identity import Principal
+from ctxdb.embedding.backends import resolve_backend
+from ctxdb.embedding.runtime import backend_model_id
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
+from ctxdb.search.service import index_model_ids
 from ctxdb.settings import Settings
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
@@ -28,6 +31,16 @@ def arm_only(env: SearchEnv, query: str, arm: str, **kw) -> list[tuple[str, str]
     bodies = env.service.arm_bodies(env.alice, request, query, vector, datetime.now(UTC))
     rows = env.service.run_arms({arm: bodies[arm]})[arm]
     return list(dict.fromkeys(r.key for r in rows))
+
+
+def test_the_corpus_is_embedded_with_the_default_backend(search_env: SearchEnv) -> None:
+    """The rows carry the model id of the configured backend (auto: ONNX fp32 for a new memory),
+    and queries are embedded by the same backend."""
+    embedding = search_env.settings.embedding
+    backend = resolve_backend(embedding.backend, embedding.model, (), embedding.device)
+    expected = backend_model_id(embedding.model, backend)
+    assert index_model_ids(search_env.client, search_env.settings) == {expected}
+    assert search_env.service.embedder.embedder.model_id == expected
 
 
 def test_semantic_arm_finds_a_paraphrase(search_env: SearchEnv) -> None:
