@@ -34,6 +34,7 @@ import pyarrow as pa
 from ctxdb.embedding.cache import cached_hashes, embed_texts
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.embedding.runtime import BACKENDS, backend_model_id
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import (
     ChangesUnavailable,
     row_count,
@@ -312,7 +313,7 @@ def _read_part(
 def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
     """Role rows whose status for `model_id` is not final (pending or failed)."""
     if not store.exists(ROW_EMBEDDINGS):
-        return pl.from_arrow(ROLE_ROWS_SCHEMA.empty_table()).select(ROW_COLUMNS)
+        return frame_of(ROLE_ROWS_SCHEMA.empty_table()).select(ROW_COLUMNS)
     ids = (
         store.scan(ROW_EMBEDDINGS)
         .filter((pl.col("model_id") == model_id) & ~pl.col("embedding_status").is_in([OK, SKIPPED]))
@@ -330,7 +331,7 @@ def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
 
 def _statuses_of(store: DeltaStore, row_ids: pl.Series) -> pl.DataFrame:
     if row_ids.is_empty() or not store.exists(ROW_EMBEDDINGS):
-        return pl.from_arrow(ROW_EMBEDDINGS_SCHEMA.empty_table())
+        return frame_of(ROW_EMBEDDINGS_SCHEMA.empty_table())
     return store.scan(ROW_EMBEDDINGS).filter(pl.col("row_id").is_in(row_ids.implode())).collect()
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import keys_frame, table_changes
 from ctxdb.storage.delta import DeltaStore
 
@@ -39,7 +40,7 @@ def changed_bases(
     scopes = keys_frame([frame for pair in deltas.values() for frame in pair], scope)
     frames_new, frames_old = {}, {}
     for table, change in changes.items():
-        empty = pl.from_arrow(source.schemas[table].empty_table())
+        empty = frame_of(source.schemas[table].empty_table())
         if scopes.is_empty():
             frames_new[table] = frames_old[table] = empty
             continue

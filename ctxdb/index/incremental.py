@@ -37,6 +37,7 @@ from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.index_failures import settle
 from ctxdb.index.routing import is_routed, stored_routing
 from ctxdb.index.sources import Source, Versions
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import ChangesUnavailable, read_retried
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard, in_shard
@@ -72,7 +73,7 @@ def current_versions(store: DeltaStore, tables: tuple[str, ...]) -> Versions:
 def read_at(store: DeltaStore, table: str, schema: pa.Schema, version: int | None) -> pl.DataFrame:
     """The table as of `version` (empty when the table did not exist then)."""
     if version is None:
-        return pl.from_arrow(schema.empty_table())
+        return frame_of(schema.empty_table())
     return store.read(table, schema, version=version)
 
 

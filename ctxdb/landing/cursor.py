@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxdb.landing.listing import LandingFile
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, LANDED_FILES_SCHEMA
 
@@ -57,10 +58,10 @@ def landed_since(store: DeltaStore, floor: datetime | None) -> pl.DataFrame:
     predicate pushed into the Delta scan; every landed file when `floor` is None."""
     dt = store.table(LANDED_FILES)
     if dt is None:
-        return pl.from_arrow(LANDED_FILES_SCHEMA.empty_table()).select(COMPARED)
+        return frame_of(LANDED_FILES_SCHEMA.empty_table()).select(COMPARED)
     mtime = pc.field("mtime")
     bound = pa.scalar(floor, LANDED_FILES_SCHEMA.field("mtime").type) if floor else None
     rows = dt.to_pyarrow_dataset().to_table(
         columns=COMPARED, filter=None if bound is None else (mtime >= bound) | mtime.is_null()
     )
-    return pl.from_arrow(rows)
+    return frame_of(rows)

@@ -14,6 +14,7 @@ import polars as pl
 
 from ctxdb.landing.listing import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
 from ctxdb.landing.scan import BOM, EVENT_COLUMNS
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
     QUARANTINE_SCHEMA,
@@ -148,7 +149,7 @@ def insert_quarantined_files(
             "head": [u.head for _, u in files],
             "quarantined_at": [now] * len(files),
         },
-        schema=pl.from_arrow(QUARANTINED_FILES_SCHEMA.empty_table()).schema,
+        schema=frame_of(QUARANTINED_FILES_SCHEMA.empty_table()).schema,
     )
     present = store.read(QUARANTINED_FILES, QUARANTINED_FILES_SCHEMA, columns=FILE_KEY)
     rows = rows.join(present, on=FILE_KEY, how="anti", nulls_equal=True)

@@ -26,6 +26,7 @@ from ctxdb.contract.events import (
 )
 from ctxdb.landing import mirror
 from ctxdb.landing.listing import LandingFile, Unreadable, prefetched
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
 )
@@ -144,7 +145,7 @@ def _scanned_frame(data: bytes, scan: dict) -> pl.DataFrame:
     columns = {name: array(pa.string_view(), scan[name], *buffers) for name in SCANNED_STRINGS}
     columns["occurred_at"] = array(pa.timestamp("us", "UTC"), scan["occurred_at"])
     columns["line_number"] = array(pa.int64(), scan["line_number"])
-    return pl.from_arrow(pa.table(columns)).select(*ENVELOPE_COLUMNS, "line_number", "payload")
+    return frame_of(pa.table(columns)).select(*ENVELOPE_COLUMNS, "line_number", "payload")
 
 
 class _Payload(msgspec.Struct):
@@ -199,7 +200,7 @@ def _text(line: bytes) -> str:
 
 
 def polars_schema(names: Iterable[str], schema) -> dict[str, pl.DataType]:
-    empty = pl.from_arrow(schema.empty_table())
+    empty = frame_of(schema.empty_table())
     return {name: empty.schema[name] for name in names}
 
 

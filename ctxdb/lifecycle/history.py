@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def holds(filesystem: pafs.FileSystem, path: str, predicate: pl.Expr) -> bool:
         needed = predicate.meta.root_names()
         if not set(needed) <= set(parquet.schema_arrow.names):
             return False
-        frame = pl.from_arrow(parquet.read(columns=needed))
+        frame = frame_of(parquet.read(columns=needed))
     return bool(frame.select(predicate.any()).item()) if frame.height else False
 
 

@@ -7,10 +7,12 @@ from collections.abc import Sequence
 import polars as pl
 import pyarrow as pa
 
+from ctxdb.storage.arrow import frame_of
+
 
 def empty(schema: pa.Schema) -> pl.DataFrame:
     """An empty frame with exactly `schema`."""
-    return pl.from_arrow(schema.empty_table())
+    return frame_of(schema.empty_table())
 
 
 def frame(data: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:

@@ -30,6 +30,7 @@ from ctxdb.record import replay, role_rows, timelines, turn_catalog, turn_logs
 from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
 from ctxdb.record.derive_failures import clear_failures, record_failures
 from ctxdb.settings import Settings
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
@@ -245,7 +246,7 @@ def _write_batch(
 ) -> None:
     """Write one derived batch, adding its counts to `stats`; `fence` runs before each commit."""
     for target in TARGETS:
-        data = pl.from_arrow(result.tables[target.table])
+        data = frame_of(result.tables[target.table])
         fence()
         written = write_table(store, target, data, result.done)
         total = stats.written.setdefault(target.table, dict(WRITTEN))

@@ -42,6 +42,7 @@ import pyarrow.dataset as pads
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import CHANGE_FEED_PROPERTY
 
@@ -161,13 +162,13 @@ def _lookup(dataset: pads.Dataset, keys: pl.DataFrame, columns: list[str]) -> pl
     schema = dataset.schema  # the table's types (files may hold string views)
     found = []
     for fragment in dataset.get_fragments():
-        probe = pl.from_arrow(fragment.to_table(schema=schema, columns=keys.columns))
+        probe = frame_of(fragment.to_table(schema=schema, columns=keys.columns))
         if probe.join(keys, on=keys.columns, how="semi").is_empty():
             continue
-        rows = pl.from_arrow(fragment.to_table(schema=schema, columns=columns))
+        rows = frame_of(fragment.to_table(schema=schema, columns=columns))
         found.append(rows.join(keys, on=keys.columns, how="semi"))
     if not found:
-        return pl.from_arrow(schema.empty_table()).select(columns)
+        return frame_of(schema.empty_table()).select(columns)
     return pl.concat(found, how="vertical_relaxed")
 
 
@@ -189,7 +190,7 @@ def _subset(dataset: pads.FileSystemDataset, paths: set[str]) -> pads.FileSystem
 
 
 def _read(dataset: pads.FileSystemDataset, columns: list[str] | None) -> pl.DataFrame:
-    return pl.from_arrow(dataset.to_table(columns=columns))
+    return frame_of(dataset.to_table(columns=columns))
 
 
 def _has_feed(dt: DeltaTable) -> bool:
@@ -212,7 +213,7 @@ def table_changes(
     until = store.version(table) if until is None else until
     names = list(columns) if columns else (schema.names if schema is not None else None)
     if until is None:  # the table does not exist
-        empty = pl.from_arrow(schema.empty_table()) if schema is not None else pl.DataFrame()
+        empty = frame_of(schema.empty_table()) if schema is not None else pl.DataFrame()
         empty = empty.select(names) if names else empty
         return TableChanges(empty, empty, empty, None, table=table)
     if since is not None and since > until:
@@ -253,12 +254,12 @@ def _feed_changes(
     pre-images removed; every file of `until` stays to look up."""
     names = names or dataset.schema.names
     if since == until:
-        empty = pl.from_arrow(dataset.schema.empty_table()).select(names)
+        empty = frame_of(dataset.schema.empty_table()).select(names)
         return TableChanges(empty, empty, empty, dataset, feed=True, table=table)
     reader = dt.load_cdf(
         starting_version=since + 1, ending_version=until, columns=[*names, "_change_type"]
     )
-    rows = pl.from_arrow(pa.table(reader))
+    rows = frame_of(pa.table(reader))
     kind = pl.col("_change_type")
     added = rows.filter(kind.is_in(_INSERTED)).select(names)
     removed = rows.filter(kind.is_in(_REMOVED)).select(names)
