@@ -26,7 +26,7 @@ def long_functions(root: Path, limit: int) -> list[str]:
         ]
         where = path.relative_to(root.parent)
         for node in sorted(functions, key=lambda f: f.lineno):
-            lines = node.end_lineno - node.lineno + 1
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
             if lines > limit:
                 found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
     return found
