@@ -24,7 +24,7 @@ from ctxdb.landing.quarantine import (
     split_conflicts,
 )
 from ctxdb.landing.scan import Parsed, polars_schema
-from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.delta import DeltaStore, among
 from ctxdb.storage.tables import (
     LANDED_FILES,
     LANDED_FILES_SCHEMA,
@@ -219,8 +219,8 @@ def drop_known(
     if before is not None and not events.is_empty():
         known = (
             store.scan(RAW_TURN_EVENTS, before)
+            .filter(among(pl.col("event_id"), ids))
             .select("event_id")
-            .filter(pl.col("event_id").is_in(ids.implode()))
             .collect()
         )
         if not known.is_empty():
@@ -281,7 +281,8 @@ def _first_holders(
     """For each id in `dropped`, the content of the event that first came with it: landed (the
     table as committed so far: before this run and earlier waves), in the latest wave (its commit
     may be running), else the first of this batch."""
-    ids = dropped["event_id"].unique().implode()
+    unique = dropped["event_id"].unique()
+    ids = unique.implode()
     columns = ["event_id", *CONTENT]
     found = [events.filter(pl.col("event_id").is_in(ids)).select(columns)]
     if earlier.latest is not None:
@@ -289,7 +290,7 @@ def _first_holders(
     if store.exists(RAW_TURN_EVENTS):
         landed = (
             store.scan(RAW_TURN_EVENTS)
-            .filter(pl.col("event_id").is_in(ids))
+            .filter(among(pl.col("event_id"), unique))
             .sort("landed_version", "source_file", "line_number")
             .select(columns)
             .collect()
@@ -333,11 +334,10 @@ def _owners(store: DeltaStore, before: int | None, events: pl.DataFrame) -> pl.D
         return pl.DataFrame(
             schema={"conversation_id": pl.String, **dict.fromkeys(OWNER, pl.String)}
         )
-    ids = events["conversation_id"].unique().implode()
     return (
         store.scan(RAW_TURN_EVENTS, before)
+        .filter(among(pl.col("conversation_id"), events["conversation_id"].unique()))
         .select("conversation_id", *OWNER)
-        .filter(pl.col("conversation_id").is_in(ids))
         .unique("conversation_id")
         .collect()
     )

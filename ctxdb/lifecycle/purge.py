@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties
 from elasticsearch import ApiError, Elasticsearch, TransportError
 from elasticsearch.helpers import scan, streaming_bulk
@@ -26,11 +27,14 @@ from pyarrow import fs as pafs
 from ctxdb.index.documents import ID, delete_actions
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import is_routed, stored_routing
-from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.delta import DeltaStore, among
 
 log = logging.getLogger(__name__)
 
 BULK_CHUNK = 1000
+LOOKUP_IDS = 100_000
+"""Ids pushed into one scan by `present_among`: a scan keeps only the matches of its ids, so
+its memory is bounded by this many ids, whatever the size of the table."""
 RUN_ID_KEY = "ctxdb.run_id"
 """Commit metadata key naming the retention sweep or erasure that made a Delta delete."""
 
@@ -44,6 +48,38 @@ def columns_of(store: DeltaStore, table: str) -> list[str]:
     """Column names of a Delta table ([] when it does not exist)."""
     dt = store.table(table)
     return [] if dt is None else list(pa.schema(dt.schema().to_arrow()).names)
+
+
+def row_count(store: DeltaStore, table: str) -> int:
+    """Rows of a table from its Delta log (file statistics; 0 when it does not exist)."""
+    dt = store.table(table)
+    if dt is None:
+        return 0
+    return pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"]).as_py() or 0
+
+
+def part_count(store: DeltaStore, tables: Iterable[str], part_rows: int) -> int:
+    """Parts of at most about `part_rows` rows of the largest of `tables` (at least one)."""
+    return max(1, -(-max(row_count(store, t) for t in tables) // part_rows))
+
+
+def present_among(scan: pl.LazyFrame, key: pl.Expr, ids: pl.Series) -> pl.Series:
+    """The distinct values of `ids` that `key` takes in some row of `scan`.
+
+    The ids go into the scan's predicate `LOOKUP_IDS` at a time, in sorted order so that each
+    lookup spans a narrow range: files whose statistics rule that range out are skipped, the
+    others stream through keeping only the matching keys, so memory is bounded by the ids, not
+    by the table."""
+    unique = ids.unique().sort()
+    found = [
+        scan.filter(among(key, unique.slice(start, LOOKUP_IDS)))
+        .select(key.alias(ids.name))
+        .unique()
+        .collect()
+        .to_series()
+        for start in range(0, unique.len(), LOOKUP_IDS)
+    ]
+    return pl.concat(found) if found else unique.clear()
 
 
 def run_tag(run_id: str | None) -> CommitProperties | None:

@@ -62,6 +62,8 @@ from ctxdb.lifecycle.purge import (
     delete_keys,
     delete_where,
     deleted_by,
+    part_count,
+    present_among,
     remove_paths,
     scan_ids,
     sql_ts,
@@ -318,46 +320,69 @@ def purged_row_ids(store: DeltaStore) -> pl.DataFrame:
     return drop_live_ids(store, pending).select(row_id="doc_id")
 
 
+CACHE_PART_ROWS = 1_000_000
+"""Rows of the larger of `embeddings` and `role_rows` compared per part by the cache prune: its
+memory is bounded by a part of both tables, not by the tables."""
+
+
 def prune_embedding_cache(store: DeltaStore, before: datetime, run_id: str | None = None) -> int:
     """Delete cached vectors no role row references any more (only entries older than `before`,
-    so a vector the embedder just cached for a row being derived right now is kept)."""
+    so a vector the embedder just cached for a row being derived right now is kept).
+
+    Entries and role-row hashes are compared part by part (a hash of `text_hash` modulo the
+    parts), each part read by a streaming scan that keeps only its rows; the stale entries of
+    every part go in one delete."""
     if not store.exists(EMBEDDINGS):
         return 0
+    parts = part_count(store, (EMBEDDINGS, ROLE_ROWS), CACHE_PART_ROWS)
+    stale = pl.concat([_stale_entries(store, before, part, parts) for part in range(parts)])
+    return delete_keys(store, EMBEDDINGS, stale, run_id)
+
+
+def _stale_entries(store: DeltaStore, before: datetime, part: int, parts: int) -> pl.DataFrame:
+    """Cache entries of part `part` of `parts` older than `before` that no role row references."""
+    in_part = pl.col("text_hash").hash() % parts == part
     referenced = (
-        store.scan(ROLE_ROWS).select("text_hash").unique().collect()
+        store.scan(ROLE_ROWS).select("text_hash").filter(in_part).unique().collect()
         if store.exists(ROLE_ROWS)
         else pl.DataFrame(schema={"text_hash": pl.String})
     )
-    stale = (
+    return (
         store.scan(EMBEDDINGS)
-        .filter(pl.col("created_at") < before)
+        .filter((pl.col("created_at") < before) & in_part)
         .select("model_id", "text_hash")
         .collect()
         .join(referenced, on="text_hash", how="anti")
     )
-    return delete_keys(store, EMBEDDINGS, stale, run_id)
+
+
+LIVE_KEYS = {
+    ROWS: (ROLE_ROWS, "row_id", pl.col("row_id")),
+    TURNS: (TURN_LOGS, "turn_id", pl.concat_str("conversation_id", pl.lit(":"), "turn_id")),
+}
+"""Per Elasticsearch kind: the Delta table of its live rows, a column it needs, the document id."""
 
 
 def drop_live_ids(store: DeltaStore, pending: pl.DataFrame) -> pl.DataFrame:
-    """Pending Elasticsearch ids whose row is still live in Delta are not deleted (re-derived)."""
+    """Pending Elasticsearch ids whose row is still live in Delta are not deleted (re-derived).
+
+    Only the pending ids are looked up (pushed into the scans, `present_among`), so memory is
+    bounded by the pending ids, not by the live tables."""
     if pending.is_empty():
         return pending
-    live_rows = (
-        store.scan(ROLE_ROWS).select(pl.col("row_id").alias("doc_id")).collect()
-        if store.exists(ROLE_ROWS)
-        else pl.DataFrame(schema={"doc_id": pl.String})
-    )
-    live_turns = (
-        store.scan(TURN_LOGS)
-        .select(pl.concat_str("conversation_id", pl.lit(":"), "turn_id").alias("doc_id"))
-        .collect()
-        if "turn_id" in columns_of(store, TURN_LOGS)
-        else pl.DataFrame(schema={"doc_id": pl.String})
-    )
-    live = pl.concat(
-        [live_rows.with_columns(kind=pl.lit(ROWS)), live_turns.with_columns(kind=pl.lit(TURNS))]
-    )
+    live = pl.concat([_live_ids(store, pending, kind) for kind in LIVE_KEYS])
     return pending.join(live, on=["kind", "doc_id"], how="anti")
+
+
+def _live_ids(store: DeltaStore, pending: pl.DataFrame, kind: str) -> pl.DataFrame:
+    """The pending ids of `kind` whose row is live in Delta."""
+    table, needed, key = LIVE_KEYS[kind]
+    ids = pending.filter(pl.col("kind") == kind)["doc_id"]
+    if ids.is_empty() or needed not in columns_of(store, table):
+        ids = ids.clear()
+    else:
+        ids = present_among(store.scan(table), key, ids)
+    return ids.rename("doc_id").to_frame().select(pl.lit(kind).alias("kind"), "doc_id")
 
 
 def execute_pending(

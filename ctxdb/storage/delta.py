@@ -18,6 +18,7 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.table import TableMerger
 
 from ctxdb.settings import Settings
+from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.errors import StorageError, object_store_cause, os_errno
 from ctxdb.storage.faults import reached
 from ctxdb.storage.tables import table_properties
@@ -105,11 +106,11 @@ class DeltaStore:
         """Read a whole table (or an empty frame with `schema` when it does not exist yet)."""
         dt = self.table(table)
         if dt is None:
-            empty = pl.from_arrow(schema.empty_table()) if schema is not None else pl.DataFrame()
+            empty = frame_of(schema.empty_table()) if schema is not None else pl.DataFrame()
             return empty.select(columns) if columns else empty
         if version is not None:
             dt.load_as_version(version)
-        return pl.from_arrow(dt.to_pyarrow_table(columns=list(columns) if columns else None))
+        return frame_of(dt.to_pyarrow_table(columns=list(columns) if columns else None))
 
     def scan(self, table: str, version: int | None = None) -> pl.LazyFrame:
         """A lazy scan of the table, at `version` when given (else the latest)."""
@@ -334,3 +335,11 @@ def sql_in(column: str, values: Sequence[str]) -> str:
     """A SQL `column IN (...)` predicate with quoted string literals (for Delta delete/merge)."""
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
     return f"{column} IN ({quoted})"
+
+
+def among(key: pl.Expr, values: pl.Series) -> pl.Expr:
+    """`key` is one of `values`, written so that a Delta scan skips every file whose statistics
+    rule out all of the values: polars prunes files by `is_in` over a literal list (value by
+    value against each file's min and max), not by `is_in` over an imploded series, which reads
+    every file."""
+    return key.is_in(values.to_list())
