@@ -56,14 +56,13 @@ def role_row_embeddings(
         context.log.warning(f"{report.pending} rows stay pending: {report.error}")
     if report.failed:
         context.log.warning(f"{report.failed} rows failed to embed; retried on the next run")
-    metadata = report.as_metadata()
-    metadata["model_id"] = MetadataValue.text(model.model_id)
-    metadata["shard"] = MetadataValue.text(shards_label(shards))
     yield MaterializeResult(
         asset_key=ROW_EMBEDDINGS,
         metadata={
             **materialization_metadata(store, ROW_EMBEDDINGS, {"updated": report.to_process}),
-            **metadata,
+            **report.as_metadata(),
+            "model_id": MetadataValue.text(model.model_id),
+            "shard": MetadataValue.text(shards_label(shards)),
         },
     )
     yield MaterializeResult(

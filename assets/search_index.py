@@ -98,8 +98,10 @@ def search_index(
             if name == "kind":
                 continue
             key = f"{report.kind}_{name}"
-            counted = isinstance(value, int | float) and not isinstance(value, bool)
-            metadata[key] = metadata[key] + value if counted and key in metadata else value
+            earlier = metadata.get(key)
+            if not isinstance(value, bool | str) and isinstance(earlier, int | float):
+                value = earlier + value  # counts add up over the shards
+            metadata[key] = value
         if report.rejected:
             context.log.warning(
                 f"{report.index}: {report.rejected} documents rejected (see index_failures)"

@@ -33,7 +33,7 @@ def column_schema(schema: pa.Schema) -> TableSchema:
     )
 
 
-def table_definition_metadata(table: str) -> dict[str, object]:
+def table_definition_metadata(table: str) -> dict[str, TableSchema | str]:
     return {"dagster/column_schema": column_schema(SCHEMAS[table]), "dagster/table_name": table}
 
 
@@ -59,15 +59,16 @@ def table_spec(
 
 def materialization_metadata(
     store: DeltaStore, table: str, written: Mapping[str, int] | None = None
-) -> dict[str, object]:
+) -> dict[str, int]:
     """Row count of the table now, and what this run added, updated and deleted in it."""
     written = written or {}
+    version = store.version(table)
     return {
         "dagster/row_count": table_rows(store, table),
         "rows_added": int(written.get("inserted", written.get("added", 0))),
         "rows_updated": int(written.get("updated", 0)),
         "rows_deleted": int(written.get("deleted", 0)),
-        "delta_version": store.version(table) if store.exists(table) else -1,
+        "delta_version": -1 if version is None else version,
     }
 
 

@@ -27,8 +27,13 @@ class EmbedderUnavailable(RuntimeError):
 class Embedder(Protocol):
     """Anything that turns texts into L2-normalized float32 vectors of `dims` dimensions."""
 
-    model_id: str
-    dims: int
+    @property
+    def model_id(self) -> str:
+        """The id stored beside each vector."""
+
+    @property
+    def dims(self) -> int:
+        """The length of each vector."""
 
     def load(self) -> None:
         """Load the model now; raises EmbedderUnavailable when it cannot be loaded."""
@@ -140,7 +145,7 @@ class SentenceTransformerEmbedder:
 
 def encode_with_retry(
     embedder: Embedder, texts: list[str], batch_size: int | None = None
-) -> tuple[np.ndarray | None, list[str | None]]:
+) -> tuple[np.ndarray, list[str | None]]:
     """Encode `texts` in one call; on failure retry them `batch_size` at a time, and a batch that
     still fails row by row. Returns vectors (NaN rows failed) and one error (or None) per text."""
     try:
