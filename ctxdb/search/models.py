@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -208,31 +208,47 @@ class Explain(BaseModel):
     final: float
 
 
-class SearchHit(BaseModel):
+class TurnHit(BaseModel):
+    """A turn an answer names: which one, where and when, and how it matched. Every face's hit
+    holds these (the HTTP API's `SearchHit`, the MCP tool's `HitOut`)."""
+
     conversation_id: str
     turn_id: str
-    score: float | None = Field(default=None, description="Fused score; None for catalog hits.")
-    target: Target | None = Field(default=None, description="The target of the best-ranked row.")
+    score: float | None = Field(default=None, description="Fused score; null for catalog hits.")
     matched_targets: list[Target] = Field(default_factory=list)
     ts: datetime | None = None
     ordinal: int | None = None
     title: str | None = None
     agent: str | None = None
+    weak: bool = Field(default=False, description=f"A weak match: relevance below {WEAK_BELOW}.")
+
+
+class SearchHit(TurnHit):
+    target: Target | None = Field(default=None, description="The target of the best-ranked row.")
     relevance: float | None = Field(
         default=None,
         description="Strongest arm signal on a 0..1 scale comparable across queries; None for"
         " catalog hits.",
     )
-    weak: bool = Field(default=False, description=f"A weak match: relevance below {WEAK_BELOW}.")
     snippets: list[Snippet] = Field(default_factory=list)
     explain: Explain | None = None
 
 
-class SearchResponse(BaseModel):
+HitT = TypeVar("HitT", bound=TurnHit)
+
+
+class Answer(BaseModel, Generic[HitT]):
+    """A search or catalog answer: its mode, the query it ran (cut to the configured length),
+    its hits and warnings. Each face picks the form of its hits."""
+
     mode: Mode
     query: str
-    hits: list[SearchHit]
+    hits: list[HitT]
     warnings: list[str] = Field(default_factory=list)
+
+
+class SearchResponse(Answer[SearchHit]):
+    """The service's answer, with whole hits (snippets, explain)."""
 
 
 class Identity(BaseModel):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ctxdb.contract.refs import Ref, format_ref
+from ctxdb.search.models import Answer, ConversationList, TurnHit
 
 TRUNCATED = "…[truncated]"
 _SPACE = re.compile(r"\s+")
@@ -53,41 +54,19 @@ def turn_ref(conversation_id: str, turn_id: str) -> str:
     return format_ref(Ref(family="turn", conversation_id=conversation_id, turn_id=turn_id))
 
 
-class HitOut(BaseModel):
-    conversation_id: str
-    turn_id: str
+class HitOut(TurnHit):
+    """A search hit with its ref and one snippet cut to the budget."""
+
     ref: str = Field(description="The turn's conv:turn: ref; get_turn returns the whole turn.")
-    ordinal: int | None = None
-    ts: datetime | None = None
-    title: str | None = None
-    agent: str | None = None
-    score: float | None = Field(default=None, description="Fused score; null for catalog hits.")
-    weak: bool = Field(
-        default=False, description="A weak match: no arm matches the query strongly."
-    )
-    matched_targets: list[str] = Field(default_factory=list)
     snippet_target: str | None = None
     snippet: Piece | None = None
 
 
-class SearchOut(BaseModel):
-    mode: Literal["search", "catalog"]
-    query: str
-    hits: list[HitOut]
-    warnings: list[str] = Field(default_factory=list)
+class SearchOut(Answer[HitOut]):
+    """The search tool's answer."""
 
 
-class ConversationOut(BaseModel):
-    conversation_id: str
-    title: str | None = None
-    agent: str | None = None
-    turns: int
-    started_at: datetime | None = None
-    last_activity_at: datetime | None = None
-
-
-class ConversationsOut(BaseModel):
-    conversations: list[ConversationOut]
+class ConversationsOut(ConversationList):
     next_cursor: str | None = Field(
         default=None, description="Pass as `cursor` for the next page; null on the last page."
     )

@@ -35,7 +35,6 @@ from ctxdb.search.models import (
 )
 from ctxdb.search.service import SearchService, elasticsearch_errors
 from ctxdb.serve.mcp_output import (
-    ConversationOut,
     ConversationsOut,
     FileOut,
     FileReadOut,
@@ -270,7 +269,7 @@ class MemoryTools:
         page = listing[offset : offset + limit]
         more = len(listing) > offset + limit
         out = ConversationsOut(
-            conversations=[ConversationOut.model_validate(c.model_dump()) for c in page],
+            conversations=page,
             next_cursor=str(offset + limit) if more else None,
         )
         return result(out, render_conversations(out))
