@@ -7,7 +7,8 @@ from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, 
 
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.coordination.lease import delta_writer_lease_for
-from ctxdb.record.run import TARGETS, derive, table_rows
+from ctxdb.record.run import TARGETS, derive
+from ctxdb.storage.changes import row_count
 from ctxdb.storage.tables import DERIVE_FAILURES, DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
@@ -60,7 +61,8 @@ def turn_record(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
-    """Derive under the writer lease (required unless CTXDB_WRITER_LEASE_REQUIRED=false)."""
+    """Derive under the writer lease (required unless
+    CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false)."""
     store = delta.store()
     settings = es.settings()
     stats = derive(
@@ -88,7 +90,7 @@ def turn_record(
                 "inserted": written.get("inserted", 0),
                 "updated": written.get("updated", 0),
                 "deleted": written.get("deleted", 0),
-                "rows": table_rows(store, target.table),
+                "rows": row_count(store, target.table),
                 "landed_version": stats.to_version,
             },
         )

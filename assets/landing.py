@@ -59,7 +59,8 @@ def raw_turn_events(
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
-    """Land under the writer lease (required unless CTXDB_WRITER_LEASE_REQUIRED=false)."""
+    """Land under the writer lease (required unless
+    CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false)."""
     settings = es.settings()
     uri = config.path or settings.landing_uri
     store = delta.store()

@@ -1,31 +1,71 @@
 """The shard partitions of the embedding and index assets (issue 17: partitions that fan out).
 
 `role_row_embeddings` and `search_index` are partitioned into `CTXDB_SHARDS` static hash shards of
-the conversation id (`ctxdb.storage.shards`; the count is read when the code location loads). A
-run of one partition embeds and indexes only that shard's role rows and turns, under the shard's
-own watermarks, index state and writer lease, so Dagster runs the shards side by side (a backfill
-of every partition, `shards_job`, or the multiprocess/Celery/Kubernetes executors of
+the conversation id (`ctxdb.storage.shards`). The count is read once per process, the first time
+Dagster asks for the partition keys (when the code location's Definitions are built), never at
+import. A run of one partition embeds and indexes only that shard's role rows and turns, under the
+shard's own watermarks, index state and writer lease, so Dagster runs the shards side by side (a
+backfill of every partition, `shards_job`, or the multiprocess/Celery/Kubernetes executors of
 docs/scale-out.md) and shows each shard's status. `memory_job` runs over the whole partition range
-(`ALL_SHARDS_TAGS`) in one run: its steps cover every shard at once, under the global watermarks,
-index state and lease, and Dagster records every partition as materialized.
+(`all_shards_tags()`) in one run: its steps cover every shard at once, under the global
+watermarks, index state and lease, and Dagster records every partition as materialized.
 """
 
 from __future__ import annotations
+
+import functools
 
 from dagster import AssetExecutionContext, StaticPartitionsDefinition
 
 from ctxdb.settings import get_settings
 from ctxdb.storage.shards import Shard
 
-SHARD_COUNT = get_settings().shards
-SHARDS = StaticPartitionsDefinition([str(index) for index in range(SHARD_COUNT)])
 SHARD_TAG = "ctxdb/shard"
 """Run tag of a shard run (for the eye: the run queue limits runs per `dagster/partition`)."""
-ALL_SHARDS_TAGS = {
-    "dagster/asset_partition_range_start": "0",
-    "dagster/asset_partition_range_end": str(SHARD_COUNT - 1),
-}
-"""Run tags of a run over every shard partition at once (`memory_job`)."""
+
+
+@functools.cache
+def shard_count() -> int:
+    """CTXDB_SHARDS, read once per process (the partitions must not change under a loaded
+    code location)."""
+    return get_settings().shards
+
+
+class ShardPartitions(StaticPartitionsDefinition):
+    """The static partitions "0" .. "<shards - 1>", their keys made on first use."""
+
+    def __init__(self) -> None:
+        """No keys yet: `__getattr__` makes them from `shard_count()` when first asked for."""
+
+    def __getattr__(self, name: str) -> list[str]:
+        if name != "_partition_keys":
+            raise AttributeError(name)
+        self._partition_keys = [str(index) for index in range(shard_count())]
+        return self._partition_keys
+
+    # Without the keys: Dagster formats, hashes and compares it while defining the assets.
+    def __str__(self) -> str:
+        return "Hash shards of the conversation id (CTXDB_SHARDS)"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShardPartitions)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+
+SHARDS = ShardPartitions()
+
+
+def all_shards_tags() -> dict[str, str]:
+    """Run tags of a run over every shard partition at once (`memory_job`)."""
+    return {
+        "dagster/asset_partition_range_start": "0",
+        "dagster/asset_partition_range_end": str(shard_count() - 1),
+    }
 
 
 def run_shards(context: AssetExecutionContext) -> list[Shard | None]:
@@ -34,9 +74,10 @@ def run_shards(context: AssetExecutionContext) -> list[Shard | None]:
     if not (context.has_partition_key or context.has_partition_key_range):
         return [None]
     keys = context.partition_keys
-    if len(keys) == SHARD_COUNT:
+    count = shard_count()
+    if len(keys) == count:
         return [None]
-    return [Shard(int(key), SHARD_COUNT) for key in keys]
+    return [Shard(int(key), count) for key in keys]
 
 
 def shards_label(shards: list[Shard | None]) -> str:

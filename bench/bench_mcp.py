@@ -108,7 +108,7 @@ def main(
     env = {
         **os.environ,
         "CTXDB_HOME": str(settings.home),
-        "CTXDB_INDEX_PREFIX": prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",

@@ -155,7 +155,8 @@ class Scale:
         self.args, self.events = args, events
         self.work = Path(tempfile.mkdtemp(prefix=f"bench-scale-{events}-", dir=args.out))
         self.prefix = f"bench-scale-{uuid.uuid4().hex[:8]}"
-        self.env = {**os.environ, "CTXDB_HOME": str(self.work), "CTXDB_INDEX_PREFIX": self.prefix}
+        self.env = {**os.environ, "CTXDB_HOME": str(self.work)}
+        self.env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": self.prefix}
         self.env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
     def run(self, name: str, *extra: str, label: str = "") -> dict:

@@ -11,6 +11,7 @@ from dagster import (
 
 import assets
 from assets.lifecycle import retention_tables
+from ctxdb.settings import get_settings
 from pipelines.jobs import JOBS
 from pipelines.resources import build_resources
 from pipelines.schedules import SCHEDULES
@@ -19,14 +20,15 @@ from pipelines.sensors import SENSORS
 
 def build_definitions(executor: ExecutorDefinition | None = None) -> Definitions:
     """Every asset, check, job, schedule, sensor and resource; `executor` runs the steps of every
-    job (None: Dagster's default, one process per step)."""
+    job (None: Dagster's default, one process per step). Reads the settings: the resources'
+    fields and the shard partitions come from them."""
     return Definitions(
         assets=[*load_assets_from_package_module(assets), *retention_tables],
         asset_checks=load_asset_checks_from_package_module(assets),
         jobs=JOBS,
         schedules=SCHEDULES,
         sensors=SENSORS,
-        resources=build_resources(),
+        resources=build_resources(get_settings()),
         executor=executor,
     )
 

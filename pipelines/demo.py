@@ -16,7 +16,7 @@ import polars as pl
 import typer
 from dagster import DagsterInstance
 
-from assets.shards import ALL_SHARDS_TAGS
+from assets.shards import all_shards_tags
 from ctxdb.auth.credentials import Authenticator, AuthError, Principal, open_token_store
 from ctxdb.cli.search import render_response
 from ctxdb.index.client import make_client
@@ -68,7 +68,7 @@ def land_sample(settings: Settings, users: int = 4, conversations: int = 40) -> 
 
 def run_job() -> None:
     result = defs.resolve_job_def("memory_job").execute_in_process(
-        instance=DagsterInstance.get(), tags=ALL_SHARDS_TAGS
+        instance=DagsterInstance.get(), tags=all_shards_tags()
     )
     if not result.success:
         raise SystemExit("memory_job failed; see the log above")

@@ -30,7 +30,7 @@ from dagster import (
 
 from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
-from assets.shards import SHARD_COUNT, SHARD_TAG
+from assets.shards import SHARD_TAG, shard_count
 from pipelines.ops_jobs import WRITER_TAGS
 from pipelines.step_errors import FAILURE_HOOKS
 
@@ -72,7 +72,7 @@ def shard_requests(parent_run_id: str) -> list[RunRequest]:
             partition_key=str(index),
             tags={SHARD_TAG: str(index), "ctxdb/after_run": parent_run_id},
         )
-        for index in range(SHARD_COUNT)
+        for index in range(shard_count())
     ]
 
 

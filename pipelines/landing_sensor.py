@@ -35,7 +35,7 @@ from dagster import (
     sensor,
 )
 
-from assets.shards import ALL_SHARDS_TAGS
+from assets.shards import all_shards_tags
 from ctxdb.landing.cursor import landed_since, landing_floor, split
 from ctxdb.landing.listing import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
@@ -106,7 +106,7 @@ def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunSta
 def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     """One run per set of pending files, requested again while its runs fail (over every
     shard partition at once)."""
-    return request_landing(context, delta, ALL_SHARDS_TAGS)
+    return request_landing(context, delta, all_shards_tags())
 
 
 @sensor(

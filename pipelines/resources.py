@@ -1,37 +1,25 @@
-"""The resource set every asset and job runs with.
+"""The resource set every asset and job runs with, built from the settings in one place.
 
-Fields left unset keep the settings object's values (read when a run starts, never at import).
-Connection secrets present in the environment when the code location loads are bound as
-`EnvVar`s, so Dagster resolves them at run launch and shows only their names in the UI.
+`build_resources(settings)` runs when the code location's Definitions are built (never at
+import): each resource's typed fields come from its settings group (`from_settings`), so the
+Dagster UI shows the configuration a run gets, and the Elasticsearch connection has one path:
+`settings.elasticsearch` -> `ElasticsearchResource` -> the client. Secrets are bound as `EnvVar`s,
+resolved when a run starts and shown only by name.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from dagster import EnvVar
-
+from ctxdb.settings import Settings
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
 
-ELASTICSEARCH_ENV = {
-    "url": "ELASTICSEARCH_URL",
-    "api_key": "ELASTICSEARCH_API_KEY",
-    "username": "ELASTICSEARCH_USERNAME",
-    "password": "ELASTICSEARCH_PASSWORD",
-    "ca_certs": "ELASTICSEARCH_CA_CERTS",
-}
 
-
-def _bound_env(names: dict[str, str]) -> dict[str, EnvVar]:
-    return {field: EnvVar(name) for field, name in names.items() if os.environ.get(name)}
-
-
-def build_resources() -> dict[str, Any]:
+def build_resources(settings: Settings) -> dict[str, Any]:
     return {
-        "delta": DeltaResource(),
-        "es": ElasticsearchResource(**_bound_env(ELASTICSEARCH_ENV)),
-        "embedder": EmbedderResource(),
+        "delta": DeltaResource.from_settings(settings),
+        "es": ElasticsearchResource.from_settings(settings.elasticsearch),
+        "embedder": EmbedderResource.from_settings(settings.embedding),
     }

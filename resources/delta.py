@@ -5,21 +5,27 @@ from __future__ import annotations
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import PrivateAttr
 
-from ctxdb.settings import get_settings
+from ctxdb.settings import Settings, get_settings
 from ctxdb.storage.delta import DeltaStore
 
 
 class DeltaResource(ConfigurableResource):
     """The Delta root (a local path or an s3://, gs://, az:// URI) and its storage options.
 
-    Unset fields keep the settings object's value (CTXDB_DELTA_ROOT, CTXDB_DELTA_STORAGE_OPTIONS);
-    object-store credentials are best given as `EnvVar`s inside `storage_options`.
+    `from_settings` sets the root from the settings (CTXDB_DELTA_ROOT, else <home>/delta). The
+    storage options may hold object-store credentials, so they are not copied into the
+    resource's config: unset, they are the settings' CTXDB_DELTA_STORAGE_OPTIONS, read when the
+    run starts; set them here only as `EnvVar`s.
     """
 
     root: str | None = None
     storage_options: dict[str, str] | None = None
 
     _store: DeltaStore | None = PrivateAttr(default=None)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeltaResource:
+        return cls(root=settings.delta_uri)
 
     def store(self) -> DeltaStore:
         """The store every asset of the run reads and writes."""

@@ -8,14 +8,14 @@ from pydantic import PrivateAttr
 from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.runtime import OnnxEmbedder
-from ctxdb.settings import get_settings
+from ctxdb.settings import EmbeddingSettings, get_settings
 from ctxdb.storage.delta import DeltaStore
 
 
 class EmbedderResource(ConfigurableResource):
-    """all-MiniLM-L6-v2 by default. Unset fields keep the settings object's value
-    (CTXDB_EMBEDDING_MODEL, CTXDB_EMBEDDING_BATCH_SIZE, CTXDB_EMBEDDING_DEVICE,
-    CTXDB_EMBEDDING_BACKEND)."""
+    """all-MiniLM-L6-v2 by default: the `embedding` settings group's model, batch size, device
+    and backend, filled by `from_settings` (the code location does, when it loads). Unset fields
+    keep the process settings' value, as do the group's other fields (threads, ONNX cache)."""
 
     model_name: str | None = None
     batch_size: int | None = None
@@ -25,6 +25,15 @@ class EmbedderResource(ConfigurableResource):
     _embedders: dict[str, SentenceTransformerEmbedder | OnnxEmbedder] = PrivateAttr(
         default_factory=dict
     )
+
+    @classmethod
+    def from_settings(cls, settings: EmbeddingSettings) -> EmbedderResource:
+        return cls(
+            model_name=settings.model,
+            batch_size=settings.batch_size,
+            device=settings.device,
+            backend=settings.backend,
+        )
 
     def embedder(
         self, store: DeltaStore, model_name: str | None = None

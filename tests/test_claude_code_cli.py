@@ -38,7 +38,7 @@ def test_memory_job_runs_from_any_folder_without_dagster_home(
     imported = import_transcripts([source], Path(config.spool).parent, config.identity, 0)
     env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
     env |= {"CTXDB_HOME": str(settings.home), "CTXDB_ES_CACHE_DIR": str(tmp_path / "es-cache")}
-    env |= {"CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix}
+    env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = subprocess.run(
@@ -86,13 +86,14 @@ def test_two_homes_on_one_index_prefix_are_warned_about(tmp_path: Path) -> None:
     assert prefix_warning(ann, claims) is None
     warning = prefix_warning(bob, claims)
     assert warning is not None and str(ann.home.absolute()) in warning
-    assert "CTXDB_INDEX_PREFIX" in warning and "\n" not in warning
+    assert "CTXDB_ELASTICSEARCH_INDEX_PREFIX" in warning and "\n" not in warning
     assert prefix_warning(own, claims) is None
 
 
 def test_serve_prints_the_viewer_url(tmp_path: Path) -> None:
     free_port = free_port_pair()
-    env = os.environ | {"CTXDB_HOME": str(tmp_path / "home"), "CTXDB_INDEX_PREFIX": "t-serve"}
+    env = os.environ | {"CTXDB_HOME": str(tmp_path / "home")}
+    env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": "t-serve"}
     env |= {"CTXDB_ES_CACHE_DIR": str(tmp_path / "es-cache")}
     server = subprocess.Popen(
         [str(CTXDB), "serve", "--port", str(free_port)],

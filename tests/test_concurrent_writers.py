@@ -1,13 +1,13 @@
 """Issue 12, findings 12 and 13: two `ctxdb land` (or two `ctxdb derive`) started at once on the
 same store do not duplicate anything. Each is a real process; both are released together from a
 start line once their imports are done, so their runs overlap. With the writer lease, the second
-waits for the first (`CTXDB_WRITER_LEASE_WAIT_S`) and then finds nothing left to do.
+waits for the first (`CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S`) and then finds nothing left to do.
 
 Issue 25, item 1: the same holds without any lease (as with the lease store unreachable and
-`CTXDB_WRITER_LEASE_REQUIRED=false`, the unsafe mode): two runs in two threads, made to commit
-each step at the same moment, store every event, TurnLog and role row once by the Delta writes
-alone (keyed MERGEs; a concurrent commit makes one rerun). Without that setting, a landing with
-the lease store unreachable refuses to run."""
+`CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false`, the unsafe mode): two runs in two threads, made
+to commit each step at the same moment, store every event, TurnLog and role row once by the Delta
+writes alone (keyed MERGEs; a concurrent commit makes one rerun). Without that setting, a landing
+with the lease store unreachable refuses to run."""
 
 from __future__ import annotations
 
@@ -61,9 +61,9 @@ def run_together(args: list[str], settings: Settings, tmp_path: Path) -> list[di
     env = {
         **os.environ,
         "CTXDB_HOME": str(settings.home),
-        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
-        "CTXDB_WRITER_LEASE_WAIT_S": "120",
+        "CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S": "120",
     }
     go = tmp_path / "go"
     processes = [
@@ -158,9 +158,9 @@ def test_issue_25_two_landings_without_the_lease_land_each_event_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two landings without any lease (`writer=None`, as with the lease store unreachable and
-    `CTXDB_WRITER_LEASE_REQUIRED=false`), in small waves over the same files, committing each
-    wave at the same moment: every event, quarantine row and landed file is stored once (before:
-    every event twice)."""
+    `CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false`), in small waves over the same files,
+    committing each wave at the same moment: every event, quarantine row and landed file is stored
+    once (before: every event twice)."""
     landing, events = sample(tmp_path)
     store = DeltaStore(str(tmp_path / "delta"))
     monkeypatch.setattr("ctxdb.landing.run.WAVE_ROWS", 500)
@@ -222,7 +222,7 @@ def test_issue_25_land_runs_without_the_lease_store_only_when_allowed(
 ) -> None:
     """A failure test (the lease store is down: ELASTICSEARCH_URL points at a closed port).
     `ctxdb land` refuses with one line, a non-zero exit and nothing written; with
-    `CTXDB_WRITER_LEASE_REQUIRED=false` it lands without the lease and says so."""
+    `CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false` it lands without the lease and says so."""
     landing, events = sample(tmp_path)
     env = {
         **os.environ,
@@ -234,12 +234,12 @@ def test_issue_25_land_runs_without_the_lease_store_only_when_allowed(
     refused = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert refused.returncode != 0
     assert refused.stderr.startswith("error: landing refuses to run without the writer lease")
-    assert "CTXDB_WRITER_LEASE_REQUIRED=false" in refused.stderr
+    assert "CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
     store = DeltaStore(settings.delta_uri)
     assert not any(store.exists(t) for t in (RAW_TURN_EVENTS, LANDED_FILES, QUARANTINED_EVENTS))
 
-    env["CTXDB_WRITER_LEASE_REQUIRED"] = "false"
+    env["CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED"] = "false"
     allowed = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert allowed.returncode == 0, allowed.stderr
     assert "landing runs without the writer lease" in allowed.stderr

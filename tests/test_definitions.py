@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dagster import Definitions
+import pytest
+from dagster import Definitions, EnvVar, asset, materialize
+from pydantic import SecretStr
+
+from ctxdb.settings import get_settings
+from pipelines.resources import build_resources
+from resources.elasticsearch import ElasticsearchResource
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +41,72 @@ def test_dagster_definitions_validate(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Validation successful" in done.stdout + done.stderr
+
+
+def _import_in_fresh_interpreter(modules: list[str], env: dict[str, str]) -> str:
+    """Import `modules` in a fresh interpreter; its stderr ('' when every import worked)."""
+    script = f"import importlib\nfor m in {modules!r}: importlib.import_module(m)\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return "" if done.returncode == 0 else done.stderr
+
+
+def test_no_module_reads_the_settings_at_import() -> None:
+    """Settings no module could read (a shard count and Celery JSON that fail validation):
+    every asset, resource and pipeline module imports; building the Definitions reads them."""
+    env = {**os.environ, "CTXDB_SHARDS": "zero", "CTXDB_CELERY_CONFIG_SOURCE": "{not json"}
+    code_locations = {"definitions", "celery_definitions", "demo"}
+    modules = [
+        f"{package}.{path.stem}"
+        for package in ("assets", "resources", "pipelines")
+        for path in sorted((ROOT / package).glob("*.py"))
+        if path.stem not in code_locations
+    ]
+    assert len(modules) > 20
+    assert _import_in_fresh_interpreter(modules, env) == ""
+    failure = _import_in_fresh_interpreter(["pipelines.definitions"], env)
+    assert "validation error for Settings\nshards" in failure
+
+
+def test_resources_are_built_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One path from the settings to the client: every connection field of the `es` resource is
+    the settings' own, the API key an EnvVar that Dagster resolves when the run starts."""
+    monkeypatch.setenv("ELASTICSEARCH_API_KEY", "a2V5OnNlY3JldA==")
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", "built")
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT", "7.5")
+    monkeypatch.setenv("CTXDB_EMBEDDING_BATCH_SIZE", "16")
+    settings = get_settings()
+    built = build_resources(settings)
+    es = built["es"]
+    assert (es.url, es.index_prefix, es.request_timeout) == (
+        settings.elasticsearch.url,
+        "built",
+        7.5,
+    )
+    assert isinstance(es.api_key, EnvVar) and es.api_key.env_var_name == "ELASTICSEARCH_API_KEY"
+    assert es.password is None
+    assert built["delta"].root == settings.delta_uri and built["delta"].storage_options is None
+    assert (built["embedder"].model_name, built["embedder"].batch_size) == (
+        settings.embedding.model,
+        16,
+    )
+
+    seen: dict[str, object] = {}
+
+    @asset
+    def connection(es: ElasticsearchResource) -> None:
+        run_settings = es.settings().elasticsearch
+        seen["api_key"] = run_settings.api_key
+        seen["authorization"] = es.client()._headers["authorization"]
+
+    monkeypatch.setenv("ELASTICSEARCH_API_KEY", "bGF0ZXI6a2V5")  # changed after loading
+    assert materialize([connection], resources={"es": es}).success
+    assert seen["authorization"] == "ApiKey bGF0ZXI6a2V5"
+    assert isinstance(seen["api_key"], SecretStr)

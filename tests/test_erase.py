@@ -254,7 +254,7 @@ def test_erase_with_elasticsearch_down_is_finished_by_the_sweep(store, es, ops_s
 def test_cli_erase(store, es, ops_settings, seeded, monkeypatch):
     _register_all()
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
     monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     runner = CliRunner()
 

@@ -164,7 +164,7 @@ def test_finding_1_cli_and_dagster_take_the_tenant_and_dry_run_changes_nothing(
     store, es, ops_settings, tenants, resources, monkeypatch
 ):
     _register_all()
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
     runner = CliRunner()
     landing_bytes = (tenants / "a.jsonl").read_bytes()
     before = {

@@ -193,7 +193,7 @@ def sync_env(home: Path, url: str, prefix: str, **settings: str) -> dict[str, st
         **os.environ,
         "CTXDB_HOME": str(home),
         "ELASTICSEARCH_URL": url,
-        "CTXDB_INDEX_PREFIX": prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix,
         **settings,
     }
 
@@ -213,8 +213,8 @@ def test_issue_24_finding_5_frozen_node_fails_the_cli_sync_in_the_documented_tim
         f"http://127.0.0.1:{proxy.port}",
         prefix,
         CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT=str(request_timeout_s),
-        CTXDB_INDEX_BULK_TIMEOUT_S=str(bulk_timeout_s),
-        CTXDB_INDEX_CHUNK_SIZE="2",  # many chunks: more bulk requests queued than in flight
+        CTXDB_ELASTICSEARCH_BULK_TIMEOUT_S=str(bulk_timeout_s),
+        CTXDB_ELASTICSEARCH_CHUNK_SIZE="2",  # many chunks: more bulk requests queued than in flight
     )
     try:
         done = subprocess.run(

@@ -22,7 +22,7 @@ from elasticsearch import Elasticsearch, helpers
 
 from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
-from assets.shards import ALL_SHARDS_TAGS, SHARD_COUNT
+from assets.shards import all_shards_tags, shard_count
 from ctxdb.cli.ops import job_tags
 from ctxdb.coordination.lease import LeaseHeld, shard_lease_name, writer_lease
 from ctxdb.embedding.backends import memory_embedder
@@ -118,11 +118,11 @@ def shard_env(settings: Settings) -> dict[str, str]:
     return {
         **os.environ,
         "CTXDB_HOME": str(settings.home),
-        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
         "CTXDB_SHARDS": "2",
         "CTXDB_EMBEDDING_THREADS": "1",
-        "CTXDB_WRITER_LEASE_WAIT_S": "0",  # the shards must not wait for each other
+        "CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S": "0",  # the shards must not wait for each other
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -170,7 +170,7 @@ def one_run_and_fanned(settings: Settings) -> tuple[Settings, Settings]:
         "embedder": EmbedderResource(batch_size=8),
     }
     assert materialize(
-        [role_row_embeddings, search_index], resources=resources, tags=ALL_SHARDS_TAGS
+        [role_row_embeddings, search_index], resources=resources, tags=all_shards_tags()
     ).success
     return one, fanned
 
@@ -279,6 +279,6 @@ def test_cli_job_runs_cover_the_whole_range_or_one_shard() -> None:
 
 def test_a_records_run_fans_out_to_one_run_per_shard() -> None:
     requests = shard_requests("run-1")
-    assert [r.partition_key for r in requests] == [str(i) for i in range(SHARD_COUNT)]
-    assert len({r.run_key for r in requests}) == SHARD_COUNT
+    assert [r.partition_key for r in requests] == [str(i) for i in range(shard_count())]
+    assert len({r.run_key for r in requests}) == shard_count()
     assert all(r.tags["ctxdb/after_run"] == "run-1" for r in requests)

@@ -131,14 +131,14 @@ class Workspace:
         env = {k: v for k, v in os.environ.items() if k != KILL_AFTER}
         env.update(
             CTXDB_HOME=str(self.home),
-            CTXDB_INDEX_PREFIX=self.prefix,
+            CTXDB_ELASTICSEARCH_INDEX_PREFIX=self.prefix,
             ELASTICSEARCH_URL=self.settings.elasticsearch.url,
             CTXDB_RETENTION_RULES=RULES,
-            CTXDB_INDEX_CHUNK_SIZE="40",
-            CTXDB_REINDEX_GRACE_S="0",
+            CTXDB_ELASTICSEARCH_CHUNK_SIZE="40",
+            CTXDB_ELASTICSEARCH_REINDEX_GRACE_S="0",
             # a killed writer cannot release its lease: the rerun waits until it expires
-            CTXDB_WRITER_LEASE_TTL_S="6",
-            CTXDB_WRITER_LEASE_WAIT_S="120",
+            CTXDB_ELASTICSEARCH_WRITER_LEASE_TTL_S="6",
+            CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S="120",
         )
         if kill_after:
             env[KILL_AFTER] = kill_after

@@ -18,7 +18,7 @@ from assets.search_index import (
     no_expired_documents,
     search_index,
 )
-from assets.shards import ALL_SHARDS_TAGS
+from assets.shards import all_shards_tags
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
@@ -44,7 +44,7 @@ ASSETS = [
 def env(es_settings, monkeypatch):
     """Point the settings object (read by resources and the CLI) at the test node and prefix."""
     monkeypatch.setenv("ELASTICSEARCH_URL", es_settings.elasticsearch.url)
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", es_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", es_settings.elasticsearch.index_prefix)
     monkeypatch.setenv("CTXDB_HOME", str(es_settings.home))
     return es_settings
 
@@ -64,7 +64,7 @@ def checks(result) -> dict[str, bool]:
 def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
     write_rows(delta_store, role_rows(["openpyxl timezone fix", "tabular data", "   "]))
     turn_tables(delta_store, 2)
-    first = materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
+    first = materialize(ASSETS, resources=resources(env), tags=all_shards_tags())
     assert first.success
     assert checks(first) == {
         "doc_count_matches_delta": True,
@@ -76,7 +76,7 @@ def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
     index_meta = first.asset_materializations_for_node("search_index")[0].metadata
     assert (index_meta["rows_indexed"].value, index_meta["turns_indexed"].value) == (3, 2)
 
-    second = materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
+    second = materialize(ASSETS, resources=resources(env), tags=all_shards_tags())
     embed_meta = second.asset_materializations_for_node("role_row_embeddings")[0].metadata
     index_meta = second.asset_materializations_for_node("search_index")[0].metadata
     assert embed_meta["embedded"].value == 0
@@ -85,11 +85,11 @@ def test_assets_embed_index_and_pass_checks_then_do_nothing(env, delta_store):
 
 def test_count_check_names_missing_documents(env, delta_store):
     write_rows(delta_store, role_rows(["one", "two"]))
-    materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
+    materialize(ASSETS, resources=resources(env), tags=all_shards_tags())
     es = make_client(env)
     es.delete(index=alias_name(env.elasticsearch.index_prefix, ROWS), id="c1-r1", refresh=True)
     result = materialize(
-        [search_index, doc_count_matches_delta], resources=resources(env), tags=ALL_SHARDS_TAGS
+        [search_index, doc_count_matches_delta], resources=resources(env), tags=all_shards_tags()
     )
     evaluation = result.get_asset_check_evaluations()[0]
     assert not evaluation.passed
@@ -99,7 +99,7 @@ def test_count_check_names_missing_documents(env, delta_store):
 def test_broken_model_assets_still_index_rows_for_bm25(env, delta_store, tmp_path):
     write_rows(delta_store, role_rows(["KeyError: 'sheet_name' in read_excel"]))
     result = materialize(
-        ASSETS, resources=resources(env, model_name=str(tmp_path / "gone")), tags=ALL_SHARDS_TAGS
+        ASSETS, resources=resources(env, model_name=str(tmp_path / "gone")), tags=all_shards_tags()
     )
     assert result.success
     meta = result.asset_materializations_for_node("role_row_embeddings")[0].metadata
@@ -115,7 +115,7 @@ def test_broken_model_assets_still_index_rows_for_bm25(env, delta_store, tmp_pat
 def test_reindex_job_and_index_cli(env, delta_store):
     write_rows(delta_store, role_rows(["alpha answer", "beta answer", "gamma answer"]))
     turn_tables(delta_store, 1)
-    materialize(ASSETS, resources=resources(env), tags=ALL_SHARDS_TAGS)
+    materialize(ASSETS, resources=resources(env), tags=all_shards_tags())
     run = reindex_job.execute_in_process(
         run_config={
             "ops": {

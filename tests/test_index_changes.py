@@ -282,7 +282,7 @@ def test_count_check_counts_and_verify_compares_every_id(
     assert (verified[ROWS].missing, verified[ROWS].extra) == (["c1-r1"], ["stray"])
     monkeypatch.setenv("ELASTICSEARCH_URL", es_settings.elasticsearch.url)
     monkeypatch.setenv("CTXDB_HOME", str(es_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", prefix)
     clear_settings_cache()
     _register_all()
     result = CliRunner().invoke(app, ["index", "verify"])

@@ -236,9 +236,9 @@ def test_index_status_shows_the_layout_and_what_a_reindex_would_change(es, route
     for kind in (ROWS, TURNS):
         ensure_index(es, prefix, kind, dims=384, model_id="m", layout=settings_layout(routed))
     _register_all()
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", prefix)
     monkeypatch.setenv("ELASTICSEARCH_URL", routed.elasticsearch.url)
-    monkeypatch.setenv("CTXDB_INDEX_SHARDS", str(SHARDS))
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_SHARDS", str(SHARDS))
     runner = CliRunner()
 
     same = runner.invoke(app, ["index", "status"])
@@ -252,7 +252,7 @@ def test_index_status_shows_the_layout_and_what_a_reindex_would_change(es, route
         "sort": "user",
     }
 
-    monkeypatch.setenv("CTXDB_INDEX_ROUTING", "none")
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_ROUTING", "none")
     changed = runner.invoke(app, ["index", "status"])
     assert (
         f"{alias_name(prefix, ROWS)}: routing: index has 'user', settings say 'none'; "

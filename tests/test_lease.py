@@ -160,7 +160,7 @@ def test_the_cli_names_the_holder_and_exits_2(es, settings, tmp_path) -> None:
     env = {
         **os.environ,
         "CTXDB_HOME": str(tmp_path),
-        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
     }
     done = subprocess.run(

@@ -96,7 +96,7 @@ class Memory:
             "PATH": os.environ.get("PATH", ""),
             "HOME": os.environ.get("HOME", "/root"),
             "CTXDB_HOME": str(s.home),
-            "CTXDB_INDEX_PREFIX": s.elasticsearch.index_prefix,
+            "CTXDB_ELASTICSEARCH_INDEX_PREFIX": s.elasticsearch.index_prefix,
             "ELASTICSEARCH_URL": s.elasticsearch.url,
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",

@@ -226,7 +226,7 @@ def test_cli_retention_run(store, es, ops_settings, monkeypatch):
     _seed(store, es, ops_settings)
     _register_all()
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
     monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     runner = CliRunner()
 

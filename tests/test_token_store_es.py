@@ -156,7 +156,7 @@ def _cli_env(settings: Settings, home: Path, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
         "CTXDB_HOME": str(home),
-        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
         "CTXDB_AUTH_TOKEN_STORE": "elasticsearch",
         "CTXDB_AUTH_TOKEN_CACHE_S": "1",

@@ -74,7 +74,7 @@ def test_finding_10_cli_writers_refuse_beside_a_landing_run(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
     files = len(store.table(ROLE_ROWS).file_uris())
     with pytest.raises(SystemExit) as exited:
         main(args)
@@ -124,7 +124,7 @@ def test_finding_10_dagster_job_execute_refuses_beside_a_landing_run(
     env = {
         **os.environ,
         "CTXDB_HOME": str(ops_settings.home),
-        "CTXDB_INDEX_PREFIX": ops_settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": ops_settings.elasticsearch.index_prefix,
         "DAGSTER_HOME": str(tmp_path),
     }
     files = len(store.table(ROLE_ROWS).file_uris())

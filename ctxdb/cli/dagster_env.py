@@ -87,6 +87,6 @@ def prefix_warning(settings: Settings, claims: Path) -> str | None:
         return (
             f"warning: index prefix '{settings.elasticsearch.index_prefix}' on "
             f"{settings.elasticsearch.url} is also used by the ctxdb home {other}; both write the "
-            "same indices (set CTXDB_INDEX_PREFIX to keep them apart)"
+            "same indices (set CTXDB_ELASTICSEARCH_INDEX_PREFIX to keep them apart)"
         )
     return None

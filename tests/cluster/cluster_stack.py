@@ -193,7 +193,7 @@ def environment(settings: Settings, **extra: str) -> dict[str, str]:
         **os.environ,
         "CTXDB_HOME": str(settings.home),
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
-        "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}",

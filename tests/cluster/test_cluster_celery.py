@@ -34,7 +34,7 @@ from dagster._core.instance.ref import InstanceRef
 from dagster_shared.yaml_utils import dump_run_config_yaml
 from run_shards import steps
 
-from assets.shards import ALL_SHARDS_TAGS
+from assets.shards import all_shards_tags
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, ROW_EMBEDDINGS, TURN_CATALOG
@@ -119,7 +119,7 @@ def memory_job(env: dict[str, str], home: Path, log: Path) -> subprocess.Popen:
     """`memory_job` from the Celery code location, all shards, its instance in `home`."""
     home.mkdir()
     command = [str(SCRIPTS / "dagster"), "job", "execute", "-m", "pipelines.celery_definitions"]
-    command += ["-j", "memory_job", "--tags", json.dumps(ALL_SHARDS_TAGS)]
+    command += ["-j", "memory_job", "--tags", json.dumps(all_shards_tags())]
     return start_process(command, log, {**env, "DAGSTER_HOME": str(home)})
 
 
@@ -129,7 +129,7 @@ def test_memory_job_on_two_celery_workers_builds_the_memory(
     home = tmp_path / "dagster_home_run"
     home.mkdir()
     command = [str(SCRIPTS / "dagster"), "job", "execute", "-m", "pipelines.celery_definitions"]
-    command += ["-j", "memory_job", "--tags", json.dumps(ALL_SHARDS_TAGS)]
+    command += ["-j", "memory_job", "--tags", json.dumps(all_shards_tags())]
     env = environment(stack_settings, **celery_workers, DAGSTER_HOME=str(home))
     done = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
@@ -156,8 +156,8 @@ KILLED_STEP = "turn_record"  # the derivation
 # a short writer lease the fresh run waits out; the derivation in batches of 2 conversations, one
 # process: a dozen commits, one after another
 KILL_ENV = {
-    "CTXDB_WRITER_LEASE_TTL_S": "10",
-    "CTXDB_WRITER_LEASE_WAIT_S": "120",
+    "CTXDB_ELASTICSEARCH_WRITER_LEASE_TTL_S": "10",
+    "CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S": "120",
     "CTXDB_DERIVE_BATCH_CONVERSATIONS": "2",
     "CTXDB_DERIVE_PROCESSES": "1",
 }

@@ -65,7 +65,9 @@ def test_a_node_killed_mid_sync_loses_nothing(
     build_records(cluster_settings, sample_events)
     alias = alias_name(cluster_settings.elasticsearch.index_prefix, ROWS)
     # small bulks, one at a time: the sync lasts long enough to lose a node under it
-    env = environment(cluster_settings, CTXDB_INDEX_CHUNK_SIZE="2", CTXDB_INDEX_BULK_THREADS="1")
+    env = environment(
+        cluster_settings, CTXDB_ELASTICSEARCH_CHUNK_SIZE="2", CTXDB_ELASTICSEARCH_BULK_THREADS="1"
+    )
     log = tmp_path / "sync.log"
     sync = start_process([str(SCRIPTS / "ctxdb"), "index", "sync"], log, env)
     es = make_client(cluster_settings)

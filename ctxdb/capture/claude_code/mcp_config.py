@@ -73,7 +73,7 @@ def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
         "args": [*head, "mcp", "--token-file", str(token)],
         "env": {
             "CTXDB_HOME": str(settings.home.absolute()),
-            "CTXDB_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+            "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
             "ELASTICSEARCH_URL": settings.elasticsearch.url,
             "CTXDB_AUTH_TOKEN_STORE": settings.auth.token_store,
         },
