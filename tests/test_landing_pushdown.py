@@ -7,8 +7,9 @@ duplicates, conflicts and derived rows come out as with a whole-table read. A la
 tick compares the listing with the `landed_files` rows of recent files only.
 
 The ids here are ordered per file (as time-ordered ids would be) so that statistics can rule
-files out; with random ids every file spans the whole range, and the scan reads the id column of
-every file but keeps only the matches."""
+files out: a scan skips the files outside the range of the ids it looks for. With random ids
+(uuid4) every file spans the whole range, and the scan reads the id column of every file but
+keeps only the matches."""
 
 from __future__ import annotations
 
@@ -98,8 +99,10 @@ def landed(tmp_path: Path, delta_store: DeltaStore) -> Path:
 def test_the_landing_checks_read_only_the_files_their_ids_can_be_in(
     landed: Path, delta_store: DeltaStore, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    again = events("b", "conv-b")[:2]  # sent again: duplicates
-    reused = {**events("b", "conv-b")[2], "conversation_id": "conv-e"}  # another conversation
+    # a client sends its last events again (d's file, the newest), with one id re-used for a
+    # new conversation, and new events: the incoming ids span d-... to e-...
+    again = events("d", "conv-d")[:2]
+    reused = {**events("d", "conv-d")[2], "conversation_id": "conv-e"}
     write(landed / "e.jsonl", [*again, reused, *events("e", "conv-e")])
     capfd.readouterr()
     with pl.Config(verbose=True):
@@ -108,10 +111,10 @@ def test_the_landing_checks_read_only_the_files_their_ids_can_be_in(
     assert (stats.duplicates, stats.landed) == (2, 12)
     conflicts = delta_store.read(QUARANTINED_EVENTS)
     assert conflicts["reason"].to_list() == ["event_id_conflict"]
-    assert conflicts["event_id"].to_list() == ["b-0-2"]
-    # three scans of the four files: the known ids (b-... in b's file, e-... in none) and the
-    # first holders of the dropped ids (b's file) read one file; the owners of the conversations
-    # of the fresh events (conv-e only: the re-used id was dropped) read none
+    assert conflicts["event_id"].to_list() == ["d-0-2"]
+    # three scans of the four files: the known ids (d-... to e-...) and the first holders of
+    # the dropped ids (d-...) read d's file only; the owners of the conversations of the fresh
+    # events (conv-e only: the re-used id was dropped) read none
     assert skipped_by_scans(capfd) == [(3, 4), (3, 4), (4, 4)]
 
 

@@ -97,7 +97,9 @@ class Batch:
     conversations: list[str]
 
     def events(self) -> pl.DataFrame:
-        """Every landed event of the batch's conversations at the pinned version."""
+        """Every landed event of the batch's conversations at the pinned version. The
+        conversations go into the scan as a literal list, which polars checks value by value
+        against each file's conversation-id statistics: files holding none of them are skipped."""
         scan = pl.scan_delta(
             self.uri, version=self.version, storage_options=self.storage_options or None
         )

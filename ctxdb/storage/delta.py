@@ -338,8 +338,9 @@ def sql_in(column: str, values: Sequence[str]) -> str:
 
 
 def among(key: pl.Expr, values: pl.Series) -> pl.Expr:
-    """`key` is one of `values`, written so that a Delta scan skips every file whose statistics
-    rule out all of the values: polars prunes files by `is_in` over a literal list (value by
-    value against each file's min and max), not by `is_in` over an imploded series, which reads
-    every file."""
-    return key.is_in(values.to_list())
+    """`key` is one of `values`, written so that a Delta scan skips the files whose statistics
+    rule out the values' range: polars prunes files by a range test on a column, not by `is_in`
+    over an imploded series (alone, that reads every file). Sorted or time-ordered values in
+    narrow ranges skip the most."""
+    low, high = pl.lit(values.min(), values.dtype), pl.lit(values.max(), values.dtype)
+    return key.is_between(low, high) & key.is_in(values.implode())
