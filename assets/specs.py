@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 from dagster import AssetKey, AssetMaterialization, AssetSpec, TableColumn, TableSchema
 
-from ctxdb.record.run import table_rows
+from ctxdb.storage.changes import row_count
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import SCHEMAS
 
@@ -64,7 +64,7 @@ def materialization_metadata(
     written = written or {}
     version = store.version(table)
     return {
-        "dagster/row_count": table_rows(store, table),
+        "dagster/row_count": row_count(store, table),
         "rows_added": int(written.get("inserted", written.get("added", 0))),
         "rows_updated": int(written.get("updated", 0)),
         "rows_deleted": int(written.get("deleted", 0)),

@@ -15,9 +15,10 @@ from ctxdb.cli.app import app
 from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.index.client import make_client
 from ctxdb.landing.run import land
-from ctxdb.record.run import derive, table_rows
+from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import get_settings
+from ctxdb.storage.changes import row_count
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import SCHEMAS, policy
 
@@ -113,7 +114,7 @@ def tables() -> None:
     rows = [
         {
             "table": name,
-            "rows": table_rows(store, name),
+            "rows": row_count(store, name),
             "version": store.version(name),
             "writer": policy(name).writer,
             "expires_by": policy(name).expires_by or "",

@@ -120,13 +120,6 @@ def write_table(
     )
 
 
-def table_rows(store: DeltaStore, table: str) -> int:
-    """Row count of a table (0 when it does not exist)."""
-    if not store.exists(table):
-        return 0
-    return int(store.scan(table).select(pl.len()).collect().item())
-
-
 def derive(
     store: DeltaStore,
     settings: Settings,

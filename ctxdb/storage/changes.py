@@ -267,9 +267,16 @@ def _feed_changes(
 
 
 def row_count(store: DeltaStore, table: str) -> int:
-    """Rows of `table` from its file statistics (no data read); 0 when it does not exist."""
+    """Rows of `table` from its files' statistics (the add actions' numRecords, no data read);
+    0 when it does not exist. The one row count every stage reports: only when a file was
+    written without the statistic (never by delta-rs) is the table scanned instead."""
     dt = store.table(table)
-    return 0 if dt is None else dt.count()
+    if dt is None:
+        return 0
+    records = pl.DataFrame(dt.get_add_actions(flatten=True)).get_column("num_records")
+    if records.null_count():
+        return int(store.scan(table).select(pl.len()).collect().item())
+    return int(records.sum())
 
 
 def watermark(store: DeltaStore, table: str, app_id: str) -> int | None:
