@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from dagster import (
     ExecutorDefinition,
     InitExecutorContext,
@@ -22,7 +25,7 @@ from pipelines.celery_settings import CelerySettings
 )
 def _celery_executor(init_context: InitExecutorContext) -> CeleryExecutor:
     """dagster-celery's executor, its Celery app settings from `CelerySettings`."""
-    config = init_context.executor_config
+    config: Mapping[str, Any] = init_context.executor_config
     return CeleryExecutor(
         broker=config.get("broker"),
         backend=config.get("backend"),

@@ -151,9 +151,11 @@ class Settings(BaseSettings):
 
 def environment_names() -> dict[str, tuple[str | None, str]]:
     """Every environment variable the settings read -> (its group, None at the top; field)."""
-    names = {env_name(Settings, field): (None, field) for field in Settings.model_fields}
-    for group in GROUPS:
-        del names[env_name(Settings, group)]
+    names: dict[str, tuple[str | None, str]] = {
+        env_name(Settings, field): (None, field)
+        for field in Settings.model_fields
+        if field not in GROUPS
+    }
     for group, model in GROUPS.items():
         names.update({env_name(model, field): (group, field) for field in model.model_fields})
     return names
