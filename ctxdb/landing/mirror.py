@@ -20,7 +20,7 @@ import logging
 import types
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 import annotated_types
 import msgspec
@@ -78,8 +78,8 @@ def constraints(metadata: Sequence[Any]) -> tuple[dict[str, Any], tuple[Check, .
             meta.update(more)
             checks.extend(more_checks)
             continue
-        if isinstance(item, AfterValidator):
-            checks.append(item.func)
+        if isinstance(item, AfterValidator):  # the contract's take the value only (no info)
+            checks.append(cast(Check, item.func))
             continue
         if isinstance(item, Strict):
             continue  # msgspec never coerces
@@ -116,7 +116,8 @@ def mirror_type(annotation: Any, metadata: Sequence[Any] = ()) -> tuple[Any, tup
         inner, *extra = get_args(annotation)
         return mirror_type(inner, [*metadata, *extra])
     if origin in (Union, types.UnionType):
-        parts, checks = [], ()
+        parts: list[Any] = []
+        checks: tuple[Check, ...] = ()
         for arg in get_args(annotation):
             kind, more = (arg, ()) if arg is type(None) else mirror_type(arg, metadata)
             parts.append(kind)
@@ -138,7 +139,8 @@ def mirror_type(annotation: Any, metadata: Sequence[Any] = ()) -> tuple[Any, tup
         item, more = mirror_type(get_args(annotation)[0])
         if more or checks:
             raise Unmirrored("checks inside a list")
-        return (Annotated[list[item], msgspec.Meta(**meta)] if meta else list[item]), ()
+        listed = types.GenericAlias(list, (item,))  # list[item], of a type known at run time
+        return (Annotated[listed, msgspec.Meta(**meta)] if meta else listed), ()
     if annotation in (str, int, float):
         return (Annotated[annotation, msgspec.Meta(**meta)] if meta else annotation), checks
     raise Unmirrored(f"type {annotation}")
@@ -161,7 +163,9 @@ def _struct_field(name: str, info: FieldInfo, kind: Any) -> tuple:
     if info.is_required():
         return (name, kind)
     if info.default_factory is not None:
-        return (name, kind, msgspec.field(default_factory=info.default_factory))
+        # The contract's factories take no arguments (none reads the validated data).
+        factory = cast(Callable[[], Any], info.default_factory)
+        return (name, kind, msgspec.field(default_factory=factory))
     return (name, kind, info.default)
 
 
@@ -173,10 +177,12 @@ def mirror_struct(
     where the model ignores them."""
     _plain_model(model)
     overrides = overrides or {}
-    fields, checks = [], []
+    fields: list[tuple] = []
+    checks: list[tuple[str, tuple[Check, ...]]] = []
     for name, info in model.model_fields.items():
+        more: tuple[Check, ...] = ()
         if name in overrides:
-            kind, more = overrides[name], ()
+            kind = overrides[name]
         else:
             kind, more = mirror_type(info.annotation, info.metadata)
         fields.append(_struct_field(name, info, kind))
@@ -232,7 +238,9 @@ class EnvelopeMirror:
                 self.rules.append(_string_rule(pl.col(name), meta))
             else:
                 raise Unmirrored(f"envelope field {name}")
-        self.decoder = msgspec.json.Decoder(mirror_struct(model, overrides))
+        self.decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
+            mirror_struct(model, overrides)
+        )
 
     def frame(self, accepted: list, numbers: list[int]) -> pl.DataFrame:
         """Accepted envelopes as columns with `ok`, whether every rule holds; timestamps in the
@@ -276,8 +284,10 @@ class PayloadMirror:
     are walked. One with an unknown key (skipped unchecked by a decode) is checked whole."""
 
     def __init__(self, model: type[BaseModel]) -> None:
-        self.known = msgspec.json.Decoder(mirror_struct(model, known_keys=True))
-        self.any_keys = msgspec.json.Decoder(mirror_struct(model))
+        self.known: msgspec.json.Decoder[Any] = msgspec.json.Decoder(
+            mirror_struct(model, known_keys=True)
+        )
+        self.any_keys: msgspec.json.Decoder[Any] = msgspec.json.Decoder(mirror_struct(model))
         self.free = tuple(
             name
             for name, info in model.model_fields.items()
@@ -366,6 +376,10 @@ def _chomp(line: bytes) -> bytes:
 
 
 def _empty() -> pl.DataFrame:
-    schema = {name: pl.String for name in events.ENVELOPE_COLUMNS}
-    schema |= {"occurred_at": pl.Datetime("us", "UTC"), "line_number": pl.Int64}
-    return pl.DataFrame(schema={**schema, "payload": pl.String})
+    strings = dict.fromkeys(events.ENVELOPE_COLUMNS, pl.String)
+    typed: dict[str, pl.DataType | type[pl.DataType]] = {
+        "occurred_at": pl.Datetime("us", "UTC"),
+        "line_number": pl.Int64,
+        "payload": pl.String,
+    }
+    return pl.DataFrame(schema=pl.Schema({**strings, **typed}))
