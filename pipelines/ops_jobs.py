@@ -40,6 +40,7 @@ from ctxdb.index.health import check_cluster
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase
 from ctxdb.lifecycle.retention import sweep
+from ctxdb.lifecycle.scope import ScopeColumn
 from ctxdb.storage.tables import (
     LIFECYCLE_JOURNAL,
     PURGED_CONVERSATIONS,
@@ -125,7 +126,7 @@ def erase_data(
     written = (RETENTION_REPORT, PURGED_CONVERSATIONS, LIFECYCLE_JOURNAL)
     for event in table_changes(store, report.deleted_rows, written, "erasure"):
         context.log_event(event)
-    metadata = {
+    metadata: dict[str, MetadataValue | str | int | bool] = {
         "status": report.status,
         "found": report.found,
         "verified": report.verified,
@@ -145,7 +146,7 @@ def erase_scope(config: EraseConfig) -> Scope:
     tenant (and app) it belongs to when given."""
     if bool(config.user_id) == bool(config.conversation_id):
         raise Failure(description="erase_job needs exactly one of user_id or conversation_id")
-    column = "user_id" if config.user_id else "conversation_id"
+    column: ScopeColumn = "user_id" if config.user_id else "conversation_id"
     try:
         return Scope(
             column, config.user_id or config.conversation_id or "", config.tenant, config.app
@@ -168,7 +169,7 @@ def compact_tables(
     for result in results:
         if result.table in SCHEMAS:
             context.log_event(AssetObservation(asset_key=result.table, metadata=result.as_dict()))
-    metadata = {
+    metadata: dict[str, MetadataValue | int] = {
         "tables": MetadataValue.json([r.as_dict() for r in results]),
         "files_removed": sum(r.files_removed for r in results),
         "small_files_after": sum(r.small_after for r in results),

@@ -17,6 +17,7 @@ from ctxdb.index.client import make_client
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase
 from ctxdb.lifecycle.retention import sweep
+from ctxdb.lifecycle.scope import ScopeColumn
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
 
@@ -51,7 +52,7 @@ def erase_command(
         typer.echo("error: give exactly one of --user or --conversation", err=True)
         raise typer.Exit(2)
     try:
-        column = "user_id" if user else "conversation_id"
+        column: ScopeColumn = "user_id" if user else "conversation_id"
         scope = Scope(column, user or conversation or "", tenant, app_name)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

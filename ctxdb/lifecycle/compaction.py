@@ -78,7 +78,9 @@ def compact_table(
     before = file_stats(dt, small_bytes)
     with store.guarded(table, "compact"):
         metrics = dt.optimize.compact(target_size=target_bytes)
-    after = file_stats(store.table(table), small_bytes)
+    compacted = store.table(table)
+    assert compacted is not None, "a table just compacted is there"
+    after = file_stats(compacted, small_bytes)
     result = TableCompaction(
         table=table,
         files_before=before.files,
@@ -176,6 +178,7 @@ def maintain_state(store: DeltaStore, settings: Settings) -> dict[str, int]:
         set_log_retention(store, table, hours)
         vacuum(store, (table,), hours, dry_run=False)
         dt = store.table(table)
+        assert dt is not None, "a table just compacted and vacuumed is there"
         with store.guarded(table, "checkpoint"):
             dt.create_checkpoint()
             dt.cleanup_metadata()

@@ -429,7 +429,7 @@ def _owners(
                 frames.append(scan_sources(es, prefix, kind, scope.es_query(), OWNER))
         except (TransportError, ApiError) as exc:
             error = f"{type(exc).__name__}: {exc}"
-    schema = dict.fromkeys(OWNER, pl.String)
+    schema = pl.Schema(dict.fromkeys(OWNER, pl.String))
     found = [frame.cast(schema) for frame in frames]
     return pl.concat([pl.DataFrame(schema=schema), *found]).unique(), error
 

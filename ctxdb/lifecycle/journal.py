@@ -26,7 +26,7 @@ from ctxdb.storage.tables import LIFECYCLE_JOURNAL, LIFECYCLE_JOURNAL_SCHEMA
 log = logging.getLogger(__name__)
 
 RUN = "run"
-ENTRY_SCHEMA = {"kind": pl.String, "key": pl.String, "value": pl.String}
+ENTRY_SCHEMA = pl.Schema({"kind": pl.String, "key": pl.String, "value": pl.String})
 
 
 @dataclass(frozen=True)

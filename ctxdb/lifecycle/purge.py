@@ -10,7 +10,7 @@ conversation files through `pyarrow.fs` (local paths and object stores).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain
@@ -197,7 +197,9 @@ def kind_indices(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
     return sorted(found.body)
 
 
-def delete_docs(es: Elasticsearch, prefix: str, ids: dict[str, Sequence[str]]) -> EsDeleteResult:
+def delete_docs(
+    es: Elasticsearch, prefix: str, ids: Mapping[str, Sequence[str]]
+) -> EsDeleteResult:
     """Bulk-delete documents by id from every index of each kind (`{"rows": [...], ...}`).
 
     A 404 (document or index already gone) counts as deleted-before. Connection failures are

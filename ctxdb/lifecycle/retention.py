@@ -178,7 +178,7 @@ class RetentionReport:
             "error": self.error,
         }
 
-    def as_metadata(self) -> dict[str, object]:
+    def as_metadata(self) -> dict[str, str | int | float | bool | None]:
         row = {**self.as_row(), "state_files": json.dumps(self.state_files, sort_keys=True)}
         return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
