@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dagster import HookContext, failure_hook
 
-from ctxdb.cli.errors import describe
+from ctxdb.errors import describe
 
 
 @failure_hook

@@ -13,12 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "ctxdb"
 
 # The data path, bottom to top: a module may import its own stage and any stage below it.
-# `settings` and `text` are the shared base; lifecycle, node, sample and capture sit above the
-# serving stack; coordination (lease, fencing) sits just above storage, auth between search and
-# serve; the CLI is on top of everything.
+# `settings`, `text` and `errors` (a failure as one line, for the CLI and the pipelines' logs)
+# are the shared base; lifecycle, node, sample and capture sit above the serving stack;
+# coordination (lease, fencing) sits just above storage, auth between search and serve; the CLI
+# is on top of everything.
 RANK = {
     "settings": 0,
     "text": 0,
+    "errors": 0,
     "storage": 1,
     "coordination": 2,
     "contract": 3,
@@ -35,7 +37,7 @@ RANK = {
     "capture": 11,
     "cli": 12,
 }
-TOP_LEVEL_MODULES = {"__init__.py", "text.py"}
+TOP_LEVEL_MODULES = {"__init__.py", "text.py", "errors.py"}
 
 
 def _stage(module: str) -> str | None:
@@ -93,7 +95,7 @@ def test_the_check_catches_an_import_running_the_wrong_way(tmp_path: Path) -> No
     ]
 
 
-def test_top_level_holds_only_text_beside_the_stages() -> None:
+def test_top_level_holds_only_the_shared_base_beside_the_stages() -> None:
     top = {p.name for p in CORE.iterdir() if p.suffix == ".py"}
     assert top == TOP_LEVEL_MODULES
     stages = {p.name for p in CORE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}

@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     import typer
 
     from ctxdb.cli.app import app
-    from ctxdb.cli.errors import configure_logging, describe, exit_status
+    from ctxdb.cli.errors import configure_logging, exit_status
+    from ctxdb.errors import describe
 
     configure_logging()
     _register_all()

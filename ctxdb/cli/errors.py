@@ -1,4 +1,5 @@
-"""Every CLI failure as one line on stderr and a non-zero exit status, never a traceback."""
+"""Every CLI failure as one line on stderr (`ctxdb.errors.describe`) and a non-zero exit status,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -6,39 +7,14 @@ import logging
 import sys
 from typing import TextIO
 
-from pydantic import ValidationError
-
 from ctxdb.coordination.lease import LeaseHeld, LeaseLost
+from ctxdb.errors import describe
 
-MAX_CHARS = 500
 LEASE_EXIT = 2
 """Exit status when another writer holds the lease (try again later)."""
 CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
 """The Elasticsearch client's loggers: each retry and dead-node mark is a warning with a
 traceback; the error they end in reaches the `error:` line, so the CLI shows only their errors."""
-
-
-def validation_line(exc: ValidationError) -> str:
-    """Each field and reason of a pydantic error, without the input it echoes."""
-    problems = []
-    for error in exc.errors():
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems)
-
-
-def describe(exc: BaseException) -> str:
-    """One line saying what failed: the error's own message, with its type when that is all a
-    generic error has to say."""
-    if isinstance(exc, ValidationError):
-        text = validation_line(exc)
-    else:
-        lines = str(exc).strip().splitlines()
-        text = lines[0] if lines else ""
-        if type(exc).__module__.split(".")[0] != "ctxdb":
-            text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 1] + "…"
 
 
 def exit_status(exc: BaseException) -> int:

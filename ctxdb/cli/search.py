@@ -24,8 +24,8 @@ from ctxdb.auth.credentials import (
     open_token_store,
 )
 from ctxdb.cli.app import app
-from ctxdb.cli.errors import describe
 from ctxdb.contract.refs import RefError
+from ctxdb.errors import describe
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     MIN_SCORE,
