@@ -8,7 +8,8 @@ any of them works on all, and a revocation through any of them is refused by all
 One document per token in `<prefix>-tokens`, id = token id, with exactly the file store's record
 (`StoredToken`): user id, tenant, label, creation time, the revoked flag, a random salt and
 `sha256(salt || secret)`; the secret itself is never sent to the cluster. The index is created
-explicitly with a strict mapping (one shard, `auto_expand_replicas` 0-1). A token is created
+explicitly with a strict mapping (one shard, the replicas of `CTXDB_ELASTICSEARCH_REPLICAS`,
+applied in place to an index created earlier with others). A token is created
 with `op_type=create` (a colliding id fails instead of overwriting) and read with a realtime GET,
 so a record is visible to every server the moment its write returns. When the cluster cannot be
 reached a read or write raises `TokenStoreUnavailable` (HTTP 503): never an accept, never a 401.
@@ -37,7 +38,7 @@ from ctxdb.auth.credentials import (
     split_token,
 )
 from ctxdb.contract.identity import Principal
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
+from ctxdb.coordination.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
 from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
@@ -77,10 +78,17 @@ def _unavailable(action: str, exc: Exception) -> TokenStoreUnavailable:
 class ElasticsearchTokenStore:
     """Hashed bearer tokens in `<prefix>-tokens`, each record cached for `cache_s` seconds."""
 
-    def __init__(self, client: Elasticsearch, prefix: str, cache_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        client: Elasticsearch,
+        prefix: str,
+        cache_s: float = 5.0,
+        replicas: str = DEFAULT_REPLICAS,
+    ) -> None:
         self.client = client
         self.index = token_index(prefix)
         self.cache_s = cache_s
+        self.replicas = replicas
         self._cache: dict[str, tuple[float, StoredToken]] = {}
         self._lock = threading.Lock()
 
@@ -92,21 +100,16 @@ class ElasticsearchTokenStore:
             client or make_client(settings),
             settings.elasticsearch.index_prefix,
             settings.auth.token_cache_s,
+            settings.elasticsearch.replicas,
         )
 
     def ensure_index(self) -> None:
-        """Create the token index with its mapping unless it exists (another server creating
-        it at the same time is fine; any other refusal is raised)."""
+        """Create the token index with its mapping and replicas, or bring an existing one's
+        replicas to `replicas` (another server creating it at the same time is fine)."""
         try:
-            if not self.client.indices.exists(index=self.index):
-                self.client.indices.create(
-                    index=self.index,
-                    settings={"number_of_shards": 1, **replica_settings(DEFAULT_REPLICAS)},
-                    mappings=MAPPING,
-                )
-        except BadRequestError as exc:
-            if exc.error != "resource_already_exists_exception":
-                raise
+            ensure_single_shard_index(self.client, self.index, MAPPING, self.replicas)
+        except BadRequestError:
+            raise  # a refused mapping or setting is a fault here, not an unavailable store
         except (ApiError, TransportError) as exc:
             raise _unavailable("create", exc) from exc
 

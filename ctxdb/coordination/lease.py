@@ -23,8 +23,8 @@ retention, erasure and compaction keep the global lease.
 Landing and derivation are exactly-once by their Delta writes alone (keyed MERGEs), so for them
 the lease guards throughput, not correctness. They require it (`delta_writer_lease_for`: refused
 with `LeaseUnavailable` while Elasticsearch does not answer, unless
-`CTXDB_WRITER_LEASE_REQUIRED=false`) and fence every commit with `Lease.check()`, which reads the
-lease document itself.
+`CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false`) and fence every commit with `Lease.check()`,
+which reads the lease document itself.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
 
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
+from ctxdb.coordination.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
 from ctxdb.settings import Settings
 from ctxdb.storage.shards import Shard
 
@@ -176,9 +176,11 @@ def writer_lease(
     ttl_s: float,
     wait_s: float = 0.0,
     name: str = WRITER,
+    replicas: str = DEFAULT_REPLICAS,
 ) -> Iterator[Lease]:
     """Hold the `name` lease under `prefix` while the block runs (raises `LeaseHeld` when a live
-    operation elsewhere still holds it after `wait_s` seconds)."""
+    operation elsewhere still holds it after `wait_s` seconds). The lease index has the replicas
+    `replicas` asks for (`CTXDB_ELASTICSEARCH_REPLICAS` through `writer_lease_for`)."""
     key = (id(es), prefix, name)
     with _HELD_LOCK:
         held = _HELD.get(key)
@@ -190,7 +192,9 @@ def writer_lease(
         finally:
             held.depth -= 1
         return
-    lease = acquire_waiting(es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, name=name)
+    lease = acquire_waiting(
+        es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, name=name, replicas=replicas
+    )
     with _HELD_LOCK:
         _HELD[key] = lease
     stop = threading.Event()
@@ -217,12 +221,13 @@ def optional_writer_lease(
     ttl_s: float,
     wait_s: float = 0.0,
     required: bool = False,
+    replicas: str = DEFAULT_REPLICAS,
 ) -> Iterator[Lease | None]:
     """The writer lease for operations that may also run while Elasticsearch is down: held when
     Elasticsearch answers; when it does not, `LeaseUnavailable` if `required`, else None (with a
     warning). Retention and erasure run without it (they then leave their Elasticsearch deletes
     pending instead of writing); landing and derivation require it unless
-    `CTXDB_WRITER_LEASE_REQUIRED=false` (`delta_writer_lease_for`)."""
+    `CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false` (`delta_writer_lease_for`)."""
     if es is None:
         if required:
             raise LeaseUnavailable(f"{operation} requires the writer lease: no Elasticsearch")
@@ -231,7 +236,9 @@ def optional_writer_lease(
     with ExitStack() as stack:
         try:
             lease = stack.enter_context(
-                writer_lease(es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s)
+                writer_lease(
+                    es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, replicas=replicas
+                )
             )
         except (TransportError, ApiError) as exc:
             if isinstance(exc, ConflictError):
@@ -240,7 +247,8 @@ def optional_writer_lease(
                 raise LeaseUnavailable(
                     f"{operation} refuses to run without the writer lease: Elasticsearch does not"
                     f" answer ({_first_line(exc)}); start it, or set"
-                    " CTXDB_WRITER_LEASE_REQUIRED=false to run without the lease (unsafe)"
+                    " CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false to run without the lease"
+                    " (unsafe)"
                 ) from None
             log.warning("%s runs without the writer lease (Elasticsearch: %s)", operation, exc)
             lease = None
@@ -250,8 +258,8 @@ def optional_writer_lease(
 def writer_lease_for(
     es: Elasticsearch, settings: Settings, operation: str, shard: Shard | None = None
 ) -> AbstractContextManager[Lease]:
-    """`writer_lease` with the prefix, ttl and wait of `settings`: the lease of `shard` when
-    given, else the global one."""
+    """`writer_lease` with the prefix, ttl, wait and replicas of `settings`: the lease of `shard`
+    when given, else the global one."""
     return writer_lease(
         es,
         settings.elasticsearch.index_prefix,
@@ -259,13 +267,14 @@ def writer_lease_for(
         ttl_s=settings.elasticsearch.writer_lease_ttl_s,
         wait_s=settings.elasticsearch.writer_lease_wait_s,
         name=WRITER if shard is None else shard_lease_name(shard.name),
+        replicas=settings.elasticsearch.replicas,
     )
 
 
 def optional_writer_lease_for(
     es: Elasticsearch | None, settings: Settings, operation: str, required: bool = False
 ) -> AbstractContextManager[Lease | None]:
-    """`optional_writer_lease` with the prefix, ttl and wait of `settings`."""
+    """`optional_writer_lease` with the prefix, ttl, wait and replicas of `settings`."""
     return optional_writer_lease(
         es,
         settings.elasticsearch.index_prefix,
@@ -273,6 +282,7 @@ def optional_writer_lease_for(
         ttl_s=settings.elasticsearch.writer_lease_ttl_s,
         wait_s=settings.elasticsearch.writer_lease_wait_s,
         required=required,
+        replicas=settings.elasticsearch.replicas,
     )
 
 
@@ -280,8 +290,8 @@ def delta_writer_lease_for(
     es: Elasticsearch | None, settings: Settings, operation: str
 ) -> AbstractContextManager[Lease | None]:
     """The writer lease of landing and derivation: `optional_writer_lease` with the settings'
-    prefix, ttl and wait, required unless `CTXDB_WRITER_LEASE_REQUIRED=false`. Their Delta
-    writes are exactly-once by themselves (keyed MERGEs); the lease keeps two runs from doing
+    prefix, ttl and wait, required unless `CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false`. Their
+    Delta writes are exactly-once by themselves (keyed MERGEs); the lease keeps two runs from doing
     the same work at once, and its `check()` fences every commit."""
     return optional_writer_lease_for(
         es, settings, operation, required=settings.elasticsearch.writer_lease_required
@@ -296,12 +306,13 @@ def acquire_waiting(
     ttl_s: float,
     wait_s: float,
     name: str = WRITER,
+    replicas: str = DEFAULT_REPLICAS,
 ) -> Lease:
     """`acquire`, retried every `POLL_S` while another holder keeps the lease, for `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return acquire(es, prefix, operation, ttl_s=ttl_s, name=name)
+            return acquire(es, prefix, operation, ttl_s=ttl_s, name=name, replicas=replicas)
         except LeaseHeld as exc:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -311,12 +322,19 @@ def acquire_waiting(
 
 
 def acquire(
-    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str = WRITER
+    es: Elasticsearch,
+    prefix: str,
+    operation: str,
+    *,
+    ttl_s: float,
+    name: str = WRITER,
+    replicas: str = DEFAULT_REPLICAS,
 ) -> Lease:
     """Take the lease now, taking over an expired one; raise `LeaseHeld` otherwise (also when
-    a lease of the other kind, global or shard, is live; see the module docstring)."""
-    lease = _acquire_own(es, prefix, operation, ttl_s=ttl_s, name=name)
-    other = _live_shard_holder(es, prefix) if name == WRITER else None
+    a lease of the other kind, global or shard, is live; see the module docstring). The lease
+    indices are created with, or brought to, the replicas `replicas` asks for."""
+    lease = _acquire_own(es, prefix, operation, ttl_s=ttl_s, name=name, replicas=replicas)
+    other = _live_shard_holder(es, prefix, replicas) if name == WRITER else None
     if _is_shard(name):
         other = _live_holder(es, lease_index(prefix), WRITER)
     if other is not None:
@@ -328,12 +346,6 @@ def acquire(
     return lease
 
 
-def _create_lease_index(es: Elasticsearch, index: str) -> None:
-    es.options(ignore_status=400).indices.create(
-        index=index,
-        settings={"number_of_shards": 1, **replica_settings(DEFAULT_REPLICAS)},
-        mappings=MAPPING,
-    )
 
 
 def _live_holder(es: Elasticsearch, index: str, name: str) -> dict | None:
@@ -345,11 +357,11 @@ def _live_holder(es: Elasticsearch, index: str, name: str) -> dict | None:
     return source if datetime.fromisoformat(source["expires_at"]) > datetime.now(UTC) else None
 
 
-def _live_shard_holder(es: Elasticsearch, prefix: str) -> dict | None:
+def _live_shard_holder(es: Elasticsearch, prefix: str, replicas: str) -> dict | None:
     """A live shard lease's holder, if any (the shard lease index refreshed first, so every
     lease taken before this call is seen)."""
     index = shard_lease_index(prefix)
-    _create_lease_index(es, index)
+    ensure_single_shard_index(es, index, MAPPING, replicas)
     es.indices.refresh(index=index)
     hits = es.search(
         index=index,
@@ -360,10 +372,10 @@ def _live_shard_holder(es: Elasticsearch, prefix: str) -> dict | None:
 
 
 def _acquire_own(
-    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str
+    es: Elasticsearch, prefix: str, operation: str, *, ttl_s: float, name: str, replicas: str
 ) -> Lease:
     index = shard_lease_index(prefix) if _is_shard(name) else lease_index(prefix)
-    _create_lease_index(es, index)
+    ensure_single_shard_index(es, index, MAPPING, replicas)
     owner = owner_id()
     document = _document(owner, operation, ttl_s)
     try:

@@ -8,10 +8,11 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
+from ctxdb.coordination.replicas import replica_state
 from ctxdb.embedding.stage import SKIPPED
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import index_layout
-from ctxdb.index.versions import KINDS, alias_target, index_meta, replica_state, version_of
+from ctxdb.index.versions import KINDS, alias_target, index_meta, version_of
 
 
 class IndexStatus(BaseModel):

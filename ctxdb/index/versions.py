@@ -17,13 +17,13 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
+from ctxdb.coordination.replicas import apply_replicas
 from ctxdb.index.mappings import (
     ROWS,
     TURNS,
     alias_name,
     index_body,
     index_name,
-    replica_settings,
 )
 from ctxdb.index.routing import DEFAULT_LAYOUT, USER, index_layout, layout_mismatches
 from ctxdb.storage.faults import reached
@@ -158,33 +158,6 @@ def ensure_index(
             raise
         log.info("%s was created by another writer at the same time", winner)
         return winner
-
-
-def replica_state(es: Elasticsearch, index: str) -> dict[str, str | None]:
-    """`number_of_replicas` and `auto_expand_replicas` of `index` as its live settings hold them
-    (`auto_expand_replicas` None when off)."""
-    found = es.indices.get_settings(index=index, name="index.*replicas", flat_settings=True)
-    live = next(iter(found.body.values()))["settings"]
-    expand = live.get("index.auto_expand_replicas")
-    return {
-        "number_of_replicas": live.get("index.number_of_replicas"),
-        "auto_expand_replicas": None if expand in (None, "false") else expand,
-    }
-
-
-def apply_replicas(es: Elasticsearch, index: str, replicas: str) -> bool:
-    """Give `index` the replicas `replicas` asks for (`replica_settings`) when its live settings
-    differ; True when they were changed. Replicas are a dynamic setting: no reindex needed."""
-    wanted = replica_settings(replicas)
-    state = replica_state(es, index)
-    if state["auto_expand_replicas"] == wanted["auto_expand_replicas"] or (
-        state["auto_expand_replicas"] is None
-        and state["number_of_replicas"] == str(wanted.get("number_of_replicas"))
-    ):
-        return False
-    es.indices.put_settings(index=index, settings=wanted)
-    log.info("%s: replicas %s -> %s", index, state, wanted)
-    return True
 
 
 def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:
