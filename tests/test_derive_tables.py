@@ -249,6 +249,13 @@ def test_recording_state_only_moves_up(tmp_path: Path) -> None:
     assert result["updated"] == 0
     kept = store.read(TURN_LOGS).filter(pl.col("conversation_id") == "ca")
     assert kept["recording_kind"].to_list() == ["rich"] and kept["payload"].equals(rich["payload"])
+    # A rewrite at the same state replaces the record whole (it is recomputed from all the
+    # turn's events; nothing of the old record is merged in).
+    rewrite = rich.with_columns(pl.lit("{}").alias("payload"))
+    assert write_table(store, target, rewrite, ["ca"])["updated"] == 1
+    assert store.read(TURN_LOGS).filter(pl.col("conversation_id") == "ca")["payload"].to_list() == [
+        "{}"
+    ]
 
 
 def test_rows_a_recompute_no_longer_produces_are_deleted(tmp_path: Path) -> None:

@@ -11,8 +11,6 @@ from ctxdb.record.records import build_turn, build_turn_record
 from ctxdb.record.role_rows import role_rows_frame
 from ctxdb.record.turns import (
     ERROR_TEXT,
-    dedupe_blocks,
-    merge_turn_logs,
     parse_turn_log,
 )
 from ctxdb.settings import Settings
@@ -204,18 +202,6 @@ def test_payload_round_trips_through_parse_turn_log() -> None:
         "tokens",
         "feedback",
     }
-
-
-def test_recording_state_merge_is_monotonic_and_dedupes() -> None:
-    minimal = build_turn_record(decoded(Turn("c1", "t1").basic())).log
-    rich_turn = Turn("c1", "t1", adapter="react").basic()
-    rich_turn.add("react.note", {"text": "n"})
-    rich = build_turn_record(decoded(rich_turn)).log
-    assert merge_turn_logs(minimal, "minimal", rich, "rich") == (rich, "rich")
-    assert merge_turn_logs(rich, "rich", minimal, "minimal") == (rich, "rich")
-    merged, kind = merge_turn_logs(minimal, "minimal", minimal, "minimal")
-    assert kind == "minimal" and merged.blocks == dedupe_blocks(minimal.blocks)
-    assert merged.blocks_count == len(minimal.blocks)
 
 
 def test_turn_without_typed_message_still_has_a_user_block() -> None:

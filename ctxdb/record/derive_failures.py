@@ -112,10 +112,3 @@ def clear_failures(store: DeltaStore, conversations: list[str]) -> int:
     if fixed.is_empty():
         return 0
     return store.delete(DERIVE_FAILURES, sql_in("conversation_id", fixed["conversation_id"]))
-
-
-def failed_conversations(store: DeltaStore) -> list[str]:
-    """Conversations whose last derivation failed (their derived rows are left as they were)."""
-    return store.read(DERIVE_FAILURES, DERIVE_FAILURES_SCHEMA, columns=["conversation_id"])[
-        "conversation_id"
-    ].to_list()

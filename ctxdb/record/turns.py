@@ -13,9 +13,7 @@ pydantic-core's encoder; the pydantic models below are the TurnLog contract for 
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -135,47 +133,6 @@ def _key(type_: str, text: Any, meta: Mapping[str, Any], ts: int, path: str) -> 
     if type_ in (COMPLETION, SUMMARY, NOTE):
         return (type_, text, meta.get("error", False))
     return (type_, text, _ENCODE(meta))
-
-
-def fingerprint(block: Block) -> str:
-    """Per-type identity of a block, independent of its position (paths and message ids)."""
-    key = _key(block.type, block.text, block.meta, micros(block.ts), block.path)
-    return hashlib.sha256(json.dumps(key, default=str).encode()).hexdigest()[:32]
-
-
-def dedupe_blocks(blocks: Iterable[Block]) -> list[Block]:
-    """Keep the first block of every fingerprint, in order."""
-    seen: set[str] = set()
-    kept = []
-    for block in blocks:
-        fp = fingerprint(block)
-        if fp not in seen:
-            seen.add(fp)
-            kept.append(block)
-    return kept
-
-
-def merge_turn_logs(
-    existing: TurnLog, existing_kind: RecordingKind, incoming: TurnLog, incoming_kind: RecordingKind
-) -> tuple[TurnLog, RecordingKind]:
-    """Merge a rewrite of the same turn: a higher recording state replaces a lower one (never the
-    reverse); at equal state the existing blocks stay and only new fingerprints are appended."""
-    if RECORDING_STATE[incoming_kind] > RECORDING_STATE[existing_kind]:
-        return incoming, incoming_kind
-    if RECORDING_STATE[incoming_kind] < RECORDING_STATE[existing_kind]:
-        return existing, existing_kind
-    blocks = dedupe_blocks([*existing.blocks, *incoming.blocks])
-    merged = existing.model_copy(
-        update={
-            "blocks": blocks,
-            "blocks_count": len(blocks),
-            "end_ts": max(existing.end_ts, incoming.end_ts),
-            "feedback": incoming.feedback or existing.feedback,
-            "tokens": incoming.tokens or existing.tokens,
-            "sources_used": list(dict.fromkeys([*existing.sources_used, *incoming.sources_used])),
-        }
-    )
-    return merged, existing_kind
 
 
 _SECTION = {

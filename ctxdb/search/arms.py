@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ctxdb.search.models import Arm, Target
+from ctxdb.search.models import Target
 from ctxdb.text import STOPWORDS, stems, trigrams, words
 
 ANCHOR_BOOST = 2.0
@@ -211,6 +211,3 @@ def parse_hits(response: dict[str, Any]) -> list[RowHit]:
             )
         )
     return rows
-
-
-ArmBodies = dict[Arm, dict[str, Any]]
