@@ -127,14 +127,14 @@ class Spool:
             raise
         self._part_size += len(data)
         self._dirty = True
-        entries = [{"open": base} for base in opened]
+        entries: list[dict[str, Any]] = [{"open": base} for base in opened]
         entries += [{"close": list(key)} for key in closed]
         for entry in entries:
             if "open" in entry:
                 base = entry["open"]
                 self.open_turns[(base["conversation_id"], base["turn_id"])] = base
             else:
-                self.open_turns.pop(tuple(entry["close"]), None)  # type: ignore[arg-type]
+                self.open_turns.pop(tuple(entry["close"]), None)
         if entries:
             self._journal(entries)
 
@@ -323,7 +323,7 @@ def _journal_turns(journal: Path) -> dict[TurnKey, dict[str, Any]]:
             base = entry["open"]
             turns[(base["conversation_id"], base["turn_id"])] = base
         elif "close" in entry:
-            turns.pop(tuple(entry["close"]), None)  # type: ignore[arg-type]
+            turns.pop(tuple(entry["close"]), None)
     return turns
 
 

@@ -300,16 +300,16 @@ def payload_problem(value: Any, path: str = "payload", depth: int = 1) -> tuple[
 
 def _event_model(type_name: str, payload: type[Payload]) -> type[BaseModel]:
     namespace = {
-        "__annotations__": {"type": Literal[type_name], "payload": payload},  # type: ignore[valid-type]
+        "__annotations__": {"type": Literal[type_name], "payload": payload},
         "__module__": __name__,
     }
     return type(f"Event_{type_name.replace('.', '_')}", (Envelope,), namespace)
 
 
 _EVENT_MODELS = tuple(_event_model(name, model) for name, model in PAYLOADS.items())
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(
-    Annotated[Union[_EVENT_MODELS], Field(discriminator="type")]  # noqa: UP007
-)
+# A type form built at import from PAYLOADS: no static type names it.
+_EVENTS: Any = Annotated[Union[_EVENT_MODELS], Field(discriminator="type")]  # noqa: UP007
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(_EVENTS)
 """A discriminated union over every event type: one Rust-side validation pass per line."""
 
 

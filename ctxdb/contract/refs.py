@@ -12,7 +12,7 @@ Conversation and turn ids never contain `.`, `/` or `\\`, so the first `.` ends 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,6 +43,10 @@ class Ref(BaseModel):
         return self.conversation_id is not None
 
 
+def _known_family(family: str) -> TypeGuard[Family]:
+    return family in FAMILIES or family in ("turn", "conversation")
+
+
 def _check_id(kind: str, value: str, ref: str) -> str:
     if not _ID.match(value):
         raise RefError(f"invalid {kind} id {value!r} in ref {ref!r}")
@@ -64,10 +68,10 @@ def parse_ref(ref: str) -> Ref:
     family, sep, body = ref[5:].partition(":")
     if not sep:
         raise RefError(f"ref {ref!r} has no family separator")
+    if not _known_family(family):
+        raise RefError(f"unknown ref family {family!r} in {ref!r}")
     if family == "conversation":
         return Ref(family=family, conversation_id=_check_id("conversation", body, ref))
-    if family not in FAMILIES and family != "turn":
-        raise RefError(f"unknown ref family {family!r} in {ref!r}")
     conversation_id = None
     if body.startswith("conv_"):
         head, dot, body = body.partition(".")

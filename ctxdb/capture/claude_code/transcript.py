@@ -21,7 +21,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, TypedDict
 
 PROMPT = "prompt"
 ASSISTANT = "assistant"
@@ -55,6 +55,16 @@ _INPUT_KEYS = (
     "description",
 )
 """Input keys an input summary leads with: what was run, read or changed."""
+
+
+class LineOrigin(TypedDict):
+    """What every record of one transcript line carries: its time, line and session ids, and
+    the working directory."""
+
+    ts: str | None
+    uuid: str | None
+    session_id: str | None
+    cwd: str | None
 
 
 class ToolUse(NamedTuple):
@@ -208,7 +218,7 @@ def tool_input_summary(tool_input: Any) -> str:
     return _cut(text, INPUT_CHARS)
 
 
-def _user_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
+def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     content = (line.get("message") or {}).get("content")
     if isinstance(content, list) and any(
         isinstance(b, dict) and b.get("type") == "tool_result" for b in content
@@ -236,7 +246,7 @@ def _user_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
     return Record(PROMPT, text=text, **common)
 
 
-def _assistant_record(line: dict[str, Any], common: dict[str, Any]) -> Record | None:
+def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     message = line.get("message") or {}
     content = message.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
@@ -284,7 +294,7 @@ def classify(line: Any) -> Record | None:
         return None
     if kind == "system" and line.get("subtype") not in _SYSTEM_KINDS:
         return None
-    common = {
+    common: LineOrigin = {
         "ts": line.get("timestamp") if isinstance(line.get("timestamp"), str) else None,
         "uuid": line.get("uuid") if isinstance(line.get("uuid"), str) else None,
         "session_id": line.get("sessionId") if isinstance(line.get("sessionId"), str) else None,

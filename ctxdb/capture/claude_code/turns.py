@@ -204,9 +204,10 @@ class TurnMapper:
         for tool_use_id, is_error, output in record.results:
             pending = turn["pending"].pop(tool_use_id, None)
             if pending is not None:
-                name, title, _, *summary = pending
+                name, title, _, *summary = pending  # the input summary, when one was recorded
                 status = "error" if is_error else "ok"
-                events += self._step(tool_use_id, name, title, ts, status, *summary, output)
+                summary_text = summary[0] if summary else ""
+                events += self._step(tool_use_id, name, title, ts, status, summary_text, output)
         return events
 
     def _answer(self, record: Record) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from ctxdb.capture.claude_code.transcript import (
     ASSISTANT,
@@ -43,6 +43,14 @@ IGNORED = ("/", "?", "<session_context>", "<hook_context>")
 """User input Gemini CLI does not treat as conversation (its `isIgnoredUserContent`)."""
 FINISHED = {"success": False, "error": True}
 """Tool call status -> failed; any other status (cancelled, still running) is unanswered."""
+
+
+class SessionOrigin(TypedDict):
+    """What every record of one session carries: the session id and, for the working
+    directory, the project hash."""
+
+    session_id: str
+    cwd: str | None
 
 
 class Session(NamedTuple):
@@ -102,9 +110,15 @@ def read_session(path: Path) -> Session:
         meta, by_id = _fold(read.values)
         messages = list(by_id.values())
         lines, bad, truncated = read.lines, read.bad, read.truncated
-    session = meta.get("sessionId") if isinstance(meta.get("sessionId"), str) else path.stem
-    digest = meta.get("projectHash") if isinstance(meta.get("projectHash"), str) else None
-    return Session(session, digest, messages, lines, bad, truncated)
+    session, digest = meta.get("sessionId"), meta.get("projectHash")
+    return Session(
+        session if isinstance(session, str) else path.stem,
+        digest if isinstance(digest, str) else None,
+        messages,
+        lines,
+        bad,
+        truncated,
+    )
 
 
 def _text(content: Any) -> str:
@@ -120,7 +134,7 @@ def _text(content: Any) -> str:
 
 def records(session: Session) -> Iterator[Record | Tokens]:
     """The records of a folded session's messages, in order."""
-    common = {"session_id": session.session_id, "cwd": session.project_hash}
+    common: SessionOrigin = {"session_id": session.session_id, "cwd": session.project_hash}
     for message in session.messages:
         kind, ts = message.get("type"), message.get("timestamp")
         ts = ts if isinstance(ts, str) else None
@@ -143,7 +157,7 @@ def records(session: Session) -> Iterator[Record | Tokens]:
 
 
 def _answer(
-    message: dict[str, Any], text: str, ts: str | None, common: dict
+    message: dict[str, Any], text: str, ts: str | None, common: SessionOrigin
 ) -> Iterator[Record | Tokens]:
     calls = [
         c
@@ -164,7 +178,7 @@ def _answer(
             ASSISTANT, ts=ts, message_id=message.get("id"), texts=texts, tool_uses=tools, **common
         )
     done = [c for c in calls if c.get("status") in FINISHED]
-    results = [(c["id"], FINISHED[c.get("status")], "") for c in done]
+    results = [(c["id"], FINISHED[c["status"]], "") for c in done]
     if results:
         yield Record(TOOL_RESULT, ts=ts, results=results, **common)
     tokens = message.get("tokens")
