@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxdb.contract.events import EVENT_TYPES, MAX_EVENT_BYTES, EventError, make_event, parse_event
+from ctxdb.contract.events import EVENT_TYPES, MAX_EVENT_BYTES, EventError, parse_event
 
 BASE = {
     "event_id": "e1",
@@ -136,12 +136,6 @@ def test_oversize_lines_are_rejected_before_parsing() -> None:
     big = line(type="user.submission", payload={"text": "x" * MAX_EVENT_BYTES})
     assert reason(big) == "oversize"
     assert reason(big.encode()) == "oversize"
-
-
-def test_make_event_round_trips_through_the_contract() -> None:
-    event = make_event(**{k: v for k, v in BASE.items() if k != "schema_version"})
-    assert event["occurred_at"] == "2026-11-30T08:00:00Z"
-    assert parse_event(json.dumps(event)).event_id == "e1"
 
 
 def test_docs_examples_validate() -> None:

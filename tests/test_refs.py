@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxdb.contract.refs import FAMILIES, Ref, RefError, make_ref, parse_ref, qualify, unqualify
+from ctxdb.contract.refs import FAMILIES, Ref, RefError, make_ref, parse_ref, qualify
 
 BODIES = {
     "fi": "files/report.pdf",
@@ -44,12 +44,11 @@ def test_turn_and_conversation_refs_round_trip() -> None:
     assert parse_ref("conv:turn:conv_c1.t1").turn_id == "t1"
 
 
-def test_qualify_adds_the_owner_segment_and_unqualify_drops_it() -> None:
+def test_qualify_adds_the_owner_segment() -> None:
     short = "conv:fi:turn_t1.user.attachments/data.csv"
     full = qualify(short, "c1")
     assert full == "conv:fi:conv_c1.turn_t1.user.attachments/data.csv"
     assert qualify(full, "c1") == full
-    assert unqualify(full) == short
 
 
 def test_qualify_refuses_a_ref_owned_by_another_conversation() -> None:

@@ -26,7 +26,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from pydantic_core import PydanticCustomError, from_json, to_json
+from pydantic_core import PydanticCustomError, from_json
 
 SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 256 * 1024
@@ -406,11 +406,3 @@ def parse_event(line: str | bytes) -> Any:
     if problem:
         raise EventError(*problem)
     return event
-
-
-def make_event(**fields: Any) -> dict[str, Any]:
-    """A raw event dict (as written to JSONL) validated through the contract as its JSON line
-    (datetimes written in ISO form); used by generators."""
-    event = {"schema_version": SCHEMA_VERSION, **fields}
-    model = _ADAPTER.validate_json(to_json(event))
-    return model.model_dump(mode="json")

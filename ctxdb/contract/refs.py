@@ -38,10 +38,6 @@ class Ref(BaseModel):
     def __str__(self) -> str:
         return format_ref(self)
 
-    @property
-    def qualified(self) -> bool:
-        return self.conversation_id is not None
-
 
 def _known_family(family: str) -> TypeGuard[Family]:
     return family in FAMILIES or family in ("turn", "conversation")
@@ -136,11 +132,3 @@ def qualify(ref: str, conversation_id: str) -> str:
         return ref
     _check_id("conversation", conversation_id, ref)
     return format_ref(parsed.model_copy(update={"conversation_id": conversation_id}))
-
-
-def unqualify(ref: str) -> str:
-    """Drop the owner segment (the short form stored in TurnLog block paths)."""
-    parsed = parse_ref(ref)
-    if parsed.family == "conversation":
-        return ref
-    return format_ref(parsed.model_copy(update={"conversation_id": None}))

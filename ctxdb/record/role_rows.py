@@ -11,7 +11,6 @@ searchable; progress-only steps (a title and a status) stay in the TurnLog and a
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -54,14 +53,9 @@ STEPS_TEXT_CHARS = 100_000
 """Longest text of a turn's steps row (a turn of hundreds of tool calls is cut here)."""
 
 
-def row_id(conversation_id: str, turn_id: str, role: str, path: str, ordinal: int) -> str:
-    """Deterministic id: "turn-transcript-" + sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24]."""
-    raw = "\0".join([conversation_id, turn_id, role, path, str(ordinal)])
-    return "turn-transcript-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
-
-
 def row_id_expr() -> pl.Expr:
-    """`row_id` of every row from its conversation, turn, role, path and ordinal columns."""
+    """The deterministic `row_id` of every row: "turn-transcript-" +
+    sha256(conv\\0turn\\0role\\0path\\0ordinal)[:24], from those columns."""
     parts = ["conversation_id", "turn_id", "role", "path", pl.col("ordinal").cast(pl.String)]
     digest = plh.concat_str(parts, separator="\0").chash.sha2_256().str.slice(0, 24)
     return (pl.lit("turn-transcript-") + digest).alias("row_id")
