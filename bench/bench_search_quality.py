@@ -77,7 +77,8 @@ from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.fusion import FusionParams, arm_weights, dedup_turns, rank_turns
-from ctxdb.search.models import ARMS, Arm, SearchRequest
+from ctxdb.search.models import ARMS, MIN_SCORE, Arm, SearchRequest
+from ctxdb.search.relevance import arm_signal
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
@@ -165,7 +166,8 @@ def collected_rows(service: SearchService, qs: QuerySet, fresh: bool) -> list[Co
 @dataclass
 class Prepared:
     """One query's candidate turns as arrays: rank and query coverage per arm (0 = absent), age,
-    tie order, and whether the turn lies in the span the query's time expression names."""
+    tie order, whether the turn lies in the span the query's time expression names, and its
+    relevance (`ctxdb.search.relevance`; `floor`: the default relevance floor)."""
 
     keys: list[Key]
     convs: np.ndarray
@@ -176,6 +178,8 @@ class Prepared:
     tie: np.ndarray
     in_window: np.ndarray
     window: tuple[datetime, datetime] | None
+    relevance: np.ndarray
+    floor: float
     relevant: frozenset[Key]
     kind: str
     scope: str
@@ -185,6 +189,7 @@ def prepare(c: Collected, now) -> Prepared:
     per_turn: dict[Key, dict[Arm, int]] = {}
     cover: dict[Key, dict[Arm, float]] = {}
     score: dict[Key, dict[Arm, float]] = {}
+    strength: dict[Key, float] = {}
     ts: dict[Key, float] = {}
     topic, hint = split_time_hint(c.query.request.query.strip())
     for arm, rows in with_coverage(c.rows, topic).items():
@@ -192,6 +197,7 @@ def prepare(c: Collected, now) -> Prepared:
             per_turn.setdefault(row.key, {})[arm] = rank
             cover.setdefault(row.key, {})[arm] = row.coverage
             score.setdefault(row.key, {})[arm] = row.score
+            strength[row.key] = max(strength.get(row.key, 0.0), arm_signal(arm, row))
             ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
     keys = list(per_turn)
     stamps = np.array([ts[k] for k in keys])
@@ -215,6 +221,8 @@ def prepare(c: Collected, now) -> Prepared:
         tie=tie,
         in_window=inside,
         window=window,
+        relevance=np.array([strength[k] for k in keys]),
+        floor=MIN_SCORE,
         relevant=c.query.relevant,
         kind=c.query.kind,
         scope=c.query.request.scope,
@@ -232,13 +240,14 @@ class Config:
     rrf_k: int = 60
     time: float = 0.0
     coverage: float = 0.0
+    min_score: float = 0.0
 
     def label(self) -> str:
         cap = "off" if self.cap is None else self.cap
         return (
             f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
             f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
-            f" cov={self.coverage:g}"
+            f" cov={self.coverage:g} floor={self.min_score:g}"
         )
 
 
@@ -262,6 +271,7 @@ def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
         return []
     final, rrf = _fused(p, cfg)
     order = np.lexsort((p.tie, -rrf, -final))
+    order = order[p.relevance[order] >= cfg.min_score]
     cap = None if p.scope == "conversation" else cfg.cap
     out: list[Key] = []
     counts: dict[int, int] = {}
@@ -292,6 +302,7 @@ def config_of(params: FusionParams) -> Config:
         params.rrf_k,
         params.window_weight,
         params.coverage_power,
+        params.min_score,
     )
 
 

@@ -9,6 +9,7 @@ on).
   shipped-like     `rank_fast` under a `Config` (coverage, recency, time lift, cap)
   minmax / z       convex combination of per-arm scores normalised over the arm's returned turns
                    (min-max to [0, 1], or z-scores), an absent turn scoring the arm's minimum
+  (every variant drops the turns below the service's relevance floor, as the service does)
   mmr(d)           any base score, then greedy selection in which each turn already taken from
                    a conversation multiplies the next one's score by (1 - d): diversity over
                    conversations
@@ -44,6 +45,7 @@ def order(p, score: np.ndarray, diversity: float = 0.0, top: int = TOP) -> list[
     if not p.keys:
         return []
     ranked = np.lexsort((p.tie, -score))
+    ranked = ranked[p.relevance[ranked] >= p.floor]  # the service's relevance floor
     if diversity <= 0:
         return [p.keys[i] for i in ranked[:top]]
     pool = list(ranked[: top * 4])

@@ -86,7 +86,7 @@ def test_each_adapter_projects_its_role_rows(sample) -> None:
     )
     targets = dict(by_adapter.group_by("adapter").agg(pl.col("target").unique().sort()).iter_rows())
     for adapter in ("minimal", "langgraph", "claude_code"):
-        assert targets[adapter] == ["assistant", "user"]
+        assert targets[adapter] == ["assistant", "session", "user"]
     assert {"assistant", "user", "summary", "notes"} <= set(targets["react"])
     submissions = sum(1 + f.followups for f in generated.facts)
     assert rows.filter(pl.col("target") == "user").height == submissions
@@ -201,7 +201,7 @@ def test_late_events_merge_into_the_closed_turn(tmp_path: Path) -> None:
     ]
     assert log.feedback.count == 1
     assert json.loads(logs["feedback_summary"][0])["last_reaction"] == "up"
-    assert store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "ca").height == 2
+    assert store.read(ROLE_ROWS).filter(pl.col("conversation_id") == "ca").height == 3  # + session
     assert logs["last_event_at"][0] == T0 + timedelta(hours=4)
 
 
@@ -266,10 +266,10 @@ def test_rows_a_recompute_no_longer_produces_are_deleted(tmp_path: Path) -> None
         (pl.col("conversation_id") == "ca") & (pl.col("target") == "assistant")
     )
     result = write_table(store, target, only_assistant, ["ca"])
-    assert result["deleted"] == 1
+    assert result["deleted"] == 2  # the user row and the session row
     after = store.read(ROLE_ROWS)
     assert after.filter(pl.col("conversation_id") == "ca")["target"].to_list() == ["assistant"]
-    assert after.filter(pl.col("conversation_id") == "cb").height == 2
+    assert after.filter(pl.col("conversation_id") == "cb").height == 3
 
 
 def test_retention_rules_set_expires_at(tmp_path: Path) -> None:
@@ -286,7 +286,8 @@ def test_retention_rules_set_expires_at(tmp_path: Path) -> None:
     land_and_derive(store, tmp_path / "in", settings)
     rows = store.read(ROLE_ROWS).sort("role")
     ttl = (rows["expires_at"] - rows["ts"]).dt.total_days().to_list()
-    assert dict(zip(rows["role"], ttl, strict=True)) == {"assistant": 30, "user": 7}
+    # the session row expires with the user row it sums up
+    assert dict(zip(rows["role"], ttl, strict=True)) == {"assistant": 30, "session": 7, "user": 7}
 
 
 def test_an_interrupted_derivation_converges_on_the_next_run(
