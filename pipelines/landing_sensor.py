@@ -127,7 +127,7 @@ def request_landing(
     uri = get_settings().landing_uri
     store = delta.store()
     floor = landing_floor(store)
-    files = list_files(uri)
+    files = list_files(uri, store.storage_options)
     cursor = Cursor.parse(context.cursor)
     since = compared_from(cursor, floor)
     recent, older = split(files, since)

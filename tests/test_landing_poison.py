@@ -150,10 +150,10 @@ def test_finding_8_a_file_that_fails_to_read_is_tried_again(
     store = DeltaStore(str(tmp_path / "delta"))
     real = landing_files._read_raw
 
-    def failing(path: str) -> bytes:  # a fake read error: this test is about reads failing
+    def failing(path: str, storage_options=None) -> bytes:  # a fake read error (reads failing)
         if path == str(flaky):
             raise PermissionError(13, "Permission denied", path)
-        return real(path)
+        return real(path, storage_options)
 
     monkeypatch.setattr(landing_files, "_read_raw", failing)
     stats = land(store, str(landing), now=NOW)

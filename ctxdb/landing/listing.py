@@ -2,12 +2,17 @@
 reading them in one piece (zlib-ng gunzip) ahead of the parser, and telling which are pending.
 
 A file that cannot be read is not an error of the run: reading it gives an `Unreadable` (why,
-and its first bytes), which landing quarantines as a file while the other files land."""
+and its first bytes), which landing quarantines as a file while the other files land.
+
+On S3 the landing location is reached with Delta's storage options
+(`CTXDB_DELTA_STORAGE_OPTIONS`, delta-rs keys such as `AWS_ENDPOINT_URL`, `AWS_REGION`,
+`AWS_ACCESS_KEY_ID`), so one setting names the endpoint and keys of both; without options
+pyarrow resolves the location itself (the `AWS_*` environment)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,16 +41,57 @@ class LandingFile:
     mtime: datetime | None
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and base path of a local directory or an object-store URI."""
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), uri
+StorageOptions = Mapping[str, str]
+"""delta-rs storage options (`CTXDB_DELTA_STORAGE_OPTIONS`); keys are case-insensitive."""
+S3_SCHEMES = ("s3://", "s3a://")
+S3_OPTIONS = {
+    "aws_access_key_id": "access_key",
+    "aws_secret_access_key": "secret_key",
+    "aws_session_token": "session_token",
+    "aws_default_region": "region",
+    "aws_region": "region",
+}
+"""delta-rs S3 options and the `pyarrow.fs.S3FileSystem` argument each one sets (a later key
+wins: `AWS_REGION` over `AWS_DEFAULT_REGION`). The endpoint, plain HTTP and virtual-hosted
+addressing are read in `s3_arguments`; other keys (locking, conditional puts) concern Delta
+commits only."""
 
 
-def list_files(uri: str) -> list[LandingFile]:
-    """Every JSONL file (plain or gzip) under `uri`, recursively, sorted by path."""
-    fs, base = filesystem(uri)
+def s3_arguments(options: StorageOptions) -> dict[str, object]:
+    """`S3FileSystem` arguments for delta-rs storage options: keys, region, endpoint (its
+    scheme, or `AWS_ALLOW_HTTP`, picks http) and virtual-hosted addressing."""
+    lowered = {key.lower(): value for key, value in options.items()}
+    arguments: dict[str, object] = {
+        S3_OPTIONS[key]: lowered[key] for key in S3_OPTIONS if key in lowered
+    }
+    endpoint = lowered.get("aws_endpoint_url") or lowered.get("aws_endpoint")
+    if endpoint:
+        scheme, _, host = endpoint.rpartition("://")
+        arguments["endpoint_override"] = host
+        arguments["scheme"] = scheme or "https"
+    if lowered.get("aws_allow_http", "").lower() == "true":
+        arguments["scheme"] = "http"
+    if lowered.get("aws_virtual_hosted_style_request", "").lower() == "true":
+        arguments["force_virtual_addressing"] = True
+    return arguments
+
+
+def filesystem(
+    uri: str, storage_options: StorageOptions | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and base path of a local directory or an object-store URI; an
+    `s3://` URI with `storage_options` gets an S3 filesystem built from them."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    if storage_options and uri.startswith(S3_SCHEMES):
+        return pafs.S3FileSystem(**s3_arguments(storage_options)), uri.split("://", 1)[1]
+    return pafs.FileSystem.from_uri(uri)
+
+
+def list_files(uri: str, storage_options: StorageOptions | None = None) -> list[LandingFile]:
+    """Every JSONL file (plain or gzip) under `uri`, recursively, sorted by path (`filesystem`
+    for `storage_options`)."""
+    fs, base = filesystem(uri, storage_options)
     if fs.get_file_info(base).type == pafs.FileType.NotFound:
         return []
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
@@ -92,16 +138,18 @@ def unpack(data: bytes) -> bytes:
     return gzip_ng.decompress(data) if is_gzip(data) else data
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(path: str, storage_options: StorageOptions | None = None) -> bytes:
     """The content of one landing file, gunzipped (zlib-ng) when it starts with gzip's magic."""
-    return unpack(_read_raw(path))
+    return unpack(_read_raw(path, storage_options))
 
 
-def read_landing_file(path: str) -> bytes | Unreadable:
+def read_landing_file(
+    path: str, storage_options: StorageOptions | None = None
+) -> bytes | Unreadable:
     """`read_bytes`, or why the file cannot be read (a truncated or corrupt gzip member, an I/O
     error); never raises for one bad file."""
     try:
-        data = _read_raw(path)
+        data = _read_raw(path, storage_options)
     except OSError as exc:
         log.warning("cannot read landing file %s: %s", path, exc)
         return Unreadable(UNREADABLE_FILE, f"{type(exc).__name__}: {exc}")
@@ -114,25 +162,29 @@ def read_landing_file(path: str) -> bytes | Unreadable:
         return Unreadable(CORRUPT_GZIP, f"{type(exc).__name__}: {exc}", data[:HEAD_BYTES])
 
 
-def _read_raw(path: str) -> bytes:
-    fs, real = filesystem(path)
+def _read_raw(path: str, storage_options: StorageOptions | None = None) -> bytes:
+    fs, real = filesystem(path, storage_options)
     # A random-access file reads in one piece; an input stream would also gunzip `.gz` names
     # itself, with the slower zlib.
     with fs.open_input_file(real) as file:
         return file.read()
 
 
-def prefetched(paths: Sequence[str]) -> Iterator[bytes | Unreadable]:
+def prefetched(
+    paths: Sequence[str], storage_options: StorageOptions | None = None
+) -> Iterator[bytes | Unreadable]:
     """The content of each file in order (or why it cannot be read), the next file read (and
     gunzipped, which releases the GIL) in a background thread while the caller parses the
     current one."""
+    if not paths:
+        return
     with ThreadPoolExecutor(max_workers=1) as reader:
-        ahead = reader.submit(read_landing_file, paths[0]) if paths else None
-        for index in range(len(paths)):
+        ahead = reader.submit(read_landing_file, paths[0], storage_options)
+        for following in paths[1:]:
             data = ahead.result()
-            if index + 1 < len(paths):
-                ahead = reader.submit(read_landing_file, paths[index + 1])
+            ahead = reader.submit(read_landing_file, following, storage_options)
             yield data
+        yield ahead.result()
 
 
 def pending_files(files: Sequence[LandingFile], *done: pl.DataFrame) -> list[LandingFile]:

@@ -12,7 +12,13 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.landing.listing import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
+from ctxdb.landing.listing import (
+    CORRUPT_GZIP,
+    LandingFile,
+    StorageOptions,
+    Unreadable,
+    read_landing_file,
+)
 from ctxdb.landing.scan import BOM, EVENT_COLUMNS
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore, sql_in
@@ -68,14 +74,16 @@ def split_conflicts(
     return marked.filter(pl.col("reason").is_null()).drop("reason"), rejected
 
 
-def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFrame:
+def rejected_to_quarantine(
+    rejected: pl.DataFrame, now: datetime, storage_options: StorageOptions | None = None
+) -> pl.DataFrame:
     """Quarantine rows for events that validated but cannot be accepted, with their raw lines
-    (`raw_lines`)."""
+    (`raw_lines`; `storage_options`: Delta's, for an `s3://` landing location)."""
     return pl.DataFrame(
         {
             "source_file": rejected["source_file"],
             "line_number": rejected["line_number"],
-            "raw_line": raw_lines(rejected),
+            "raw_line": raw_lines(rejected, storage_options),
             "reason": rejected["reason"],
             "detail": rejected["detail"],
             "event_id": rejected["event_id"],
@@ -85,12 +93,12 @@ def rejected_to_quarantine(rejected: pl.DataFrame, now: datetime) -> pl.DataFram
     )
 
 
-def raw_lines(events: pl.DataFrame) -> pl.Series:
+def raw_lines(events: pl.DataFrame, storage_options: StorageOptions | None = None) -> pl.Series:
     """Each event's line as its file holds it (read again: refusals are few), or the event
     re-serialized when the file no longer holds that line (rewritten or gone since)."""
     lines: dict[tuple[str, int], str] = {}
     for (path,), rows in events.group_by("source_file"):
-        data = read_landing_file(str(path))
+        data = read_landing_file(str(path), storage_options)
         if isinstance(data, Unreadable):
             continue
         split = data.removeprefix(BOM).split(b"\n")

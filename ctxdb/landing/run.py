@@ -101,7 +101,7 @@ def _land(
     fence: Callable[[], None],
     full: bool,
 ) -> LandingStats:
-    files = list_files(uri)
+    files = list_files(uri, store.storage_options)
     todo = files_to_land(store, files, full)
     stats = LandingStats(skipped_files=len(files) - len(todo))
     todo = _oldest(todo, max_files) if max_files else todo
@@ -114,7 +114,8 @@ def _land(
     earlier = EarlierWaves()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="landing-commit") as committer:
         pending = None
-        for group in waves(parse_files(todo, now, threads, scanner), WAVE_ROWS):
+        parsed = parse_files(todo, now, threads, scanner, store.storage_options)
+        for group in waves(parsed, WAVE_ROWS):
             wave = prepare(store, before, group, earlier, now)
             earlier.add(wave.accepted)
             stats.lines += sum(p.events.height + p.quarantine.height for p in wave.parsed)

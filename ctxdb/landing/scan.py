@@ -25,7 +25,7 @@ from ctxdb.contract.events import (
     parse_event,
 )
 from ctxdb.landing import mirror
-from ctxdb.landing.listing import LandingFile, Unreadable, prefetched
+from ctxdb.landing.listing import LandingFile, StorageOptions, Unreadable, prefetched
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
@@ -172,13 +172,18 @@ def _contract_frame(slow: dict[str, list]) -> pl.DataFrame:
 
 
 def parse_files(
-    files: Sequence[LandingFile], now: datetime, threads: int = 0, scanner: str = "auto"
+    files: Sequence[LandingFile],
+    now: datetime,
+    threads: int = 0,
+    scanner: str = "auto",
+    storage_options: StorageOptions | None = None,
 ) -> Iterator[tuple[LandingFile, Parsed]]:
     """Each file with its parse, in order, validated by `scanner` (the native one on `threads`
-    threads, 0: one per core) while the next file is read; each parsed file is logged (long
-    landings report as they go)."""
+    threads, 0: one per core) while the next file is read (`storage_options`: Delta's, for an
+    `s3://` location); each parsed file is logged (long landings report as they go)."""
     paths = [f.path for f in files]
-    for number, (file, data) in enumerate(zip(files, prefetched(paths), strict=True), start=1):
+    contents = prefetched(paths, storage_options)
+    for number, (file, data) in enumerate(zip(files, contents, strict=True), start=1):
         if isinstance(data, Unreadable):
             empty = parse_bytes(b"", file.path, now, threads, scanner)
             yield file, Parsed(empty.events, empty.quarantine, unreadable=data)

@@ -124,7 +124,8 @@ def prepare(
         fresh, owners, purged_among(store, fresh["conversation_id"])
     )
     rejected = pl.concat([refused, reused])
-    quarantine = pl.concat([*(p.quarantine for p in parsed), rejected_to_quarantine(rejected, now)])
+    refusals = rejected_to_quarantine(rejected, now, store.storage_options)
+    quarantine = pl.concat([*(p.quarantine for p in parsed), refusals])
     return Wave([f for f, _ in group], parsed, accepted, quarantine, duplicates, rejected)
 
 

@@ -4,7 +4,9 @@ build of the same sample events, table by table."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +15,7 @@ import polars as pl
 import pyarrow.fs as pafs
 import pytest
 from cluster_stack import (
+    BUILT_AT,
     SCRIPTS,
     SERVER_START_S,
     S3Server,
@@ -22,8 +25,11 @@ from cluster_stack import (
     stop_process,
 )
 
+from ctxdb.landing.listing import list_files
+from ctxdb.landing.run import land
 from ctxdb.settings import Settings
-from ctxdb.storage.tables import LANDED_FILES, RAW_TURN_EVENTS, ROLE_ROWS
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import LANDED_FILES, QUARANTINED_EVENTS, RAW_TURN_EVENTS, ROLE_ROWS
 
 pytestmark = pytest.mark.cluster
 
@@ -120,3 +126,54 @@ def test_an_object_store_gone_mid_derivation_fails_the_run_in_one_line(
     assert table is not None, lines[0]
     assert table[2] == f"{settings.delta_uri}/{table[1]}", lines[0]
     assert out == ""
+
+
+def test_landing_reaches_s3_with_the_delta_storage_options_alone(
+    s3_server: S3Server, sample_events: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The landing location is listed and read with CTXDB_DELTA_STORAGE_OPTIONS: no `AWS_*`
+    variable is set in this process, and landing gives what a local landing of the same files
+    gives; a refused event's raw line is read back from the object store as it was written."""
+    for name in s3_server.env:
+        monkeypatch.delenv(name, raising=False)
+    settings = s3_server.settings(Settings(home=tmp_path / "remote"))
+    s3_server.upload(sample_events, settings.landing_uri)
+    store = DeltaStore.from_settings(settings)
+    listed = list_files(settings.landing_uri, store.storage_options)
+    assert [f.path.rsplit("/", 1)[-1] for f in listed] == sorted(
+        p.name for p in sample_events.iterdir()
+    )
+    local = Settings(home=tmp_path / "local")
+    shutil.copytree(sample_events, local.landing_uri)
+    expected = land(DeltaStore.from_settings(local), local.landing_uri, now=BUILT_AT)
+    landed = land(store, settings.landing_uri, now=BUILT_AT)
+    assert landed.landed > 0 and (landed.files, landed.landed, landed.quarantined) == (
+        expected.files,
+        expected.landed,
+        expected.quarantined,
+    )
+
+    owner = store.read(RAW_TURN_EVENTS).row(0, named=True)
+    clash = {
+        "event_id": "owner-clash-1",
+        "schema_version": 1,
+        "type": "turn.started",
+        "occurred_at": "2026-11-30T00:00:00Z",
+        "tenant": owner["tenant"],
+        "app": owner["app"],
+        "agent": "helper",
+        "adapter": "minimal",
+        "user_id": "someone-else",
+        "conversation_id": owner["conversation_id"],
+        "turn_id": "t-clash",
+        "payload": {},
+    }
+    line = json.dumps(clash, separators=(" , ", " : "))  # spacing no re-serialization gives
+    folder = tmp_path / "clash"
+    folder.mkdir()
+    (folder / "zz-clash.jsonl").write_text(line + "\n")
+    s3_server.upload(folder, settings.landing_uri)
+    assert land(store, settings.landing_uri, now=BUILT_AT).quarantined == 1
+    refused = store.read(QUARANTINED_EVENTS).filter(pl.col("event_id") == "owner-clash-1")
+    assert refused["reason"].to_list() == ["conversation_owner_mismatch"]
+    assert refused["raw_line"].to_list() == [line]
