@@ -87,7 +87,7 @@ def last_derived_version(store: DeltaStore) -> int:
     """The highest raw `landed_version` already derived (-1 before the first run)."""
     state = store.read(DERIVE_STATE, DERIVE_STATE_SCHEMA)
     state = state.filter(pl.col("name") == STATE_NAME)
-    return -1 if state.is_empty() else int(state["landed_version"].max())
+    return -1 if state.is_empty() else int(state.select(pl.col("landed_version").max()).item())
 
 
 def write_table(
@@ -105,6 +105,7 @@ def write_table(
     whatever runs beside it."""
     if conversations is not None and not conversations:
         return dict(WRITTEN)
+    delete_when: str | None
     if conversations is not None:
         delete_when = sql_in("t.conversation_id", conversations)
     else:
@@ -152,7 +153,7 @@ def _derive(
     stats = DeriveStats(from_version=since, to_version=since)
     if touched.is_empty():
         return stats
-    to_version = int(touched["landed_version"].max())
+    to_version = int(touched.select(pl.col("landed_version").max()).item())
     touched = touched.join(
         purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
     )

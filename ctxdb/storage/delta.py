@@ -6,7 +6,7 @@ import errno
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -331,7 +331,7 @@ def _as_view(field: pa.Field, actual: pa.Field) -> pa.Field:
     return field
 
 
-def sql_in(column: str, values: Sequence[str]) -> str:
+def sql_in(column: str, values: Iterable[str]) -> str:
     """A SQL `column IN (...)` predicate with quoted string literals (for Delta delete/merge)."""
     quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
     return f"{column} IN ({quoted})"

@@ -38,11 +38,12 @@ class StorageError(OSError):
         self.table = table
         self.uri = uri
         self.action = action
+        self.code = code  # `errno` too, typed as optional by OSError
         self.cause = cause
 
     def __reduce__(self) -> tuple[type[StorageError], tuple[str, str, str, int, str | None]]:
         """Pickle by the constructor's arguments (a derivation worker raises it to its caller)."""
-        return type(self), (self.table, self.uri, self.action, self.errno, self.cause)
+        return type(self), (self.table, self.uri, self.action, self.code, self.cause)
 
     def __str__(self) -> str:
         return f"cannot {self.action} table {self.table} at {self.uri}: {self.strerror}"
