@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, TypedDict
 
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
@@ -27,6 +27,15 @@ from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
 from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
+
+
+class BulkOptions(TypedDict):
+    """The keyword arguments of `bulk_write` a sync passes to each of its writes."""
+
+    chunk_size: int
+    threads: int
+    timeout_s: float | None
+    max_retries: int
 
 
 class ElasticsearchUnavailable(RuntimeError):
@@ -72,7 +81,7 @@ def _send_chunk(
 ) -> list[tuple[bool, dict[str, Any]]]:
     """One bulk request (429s retried with backoff); results per action."""
     client = es if timeout_s is None else es.options(request_timeout=timeout_s)
-    server = {} if timeout_s is None else {"timeout": f"{max(int(timeout_s), 1)}s"}
+    server: dict[str, Any] = {} if timeout_s is None else {"timeout": f"{max(int(timeout_s), 1)}s"}
     results = list(
         helpers.streaming_bulk(
             client,

@@ -21,17 +21,18 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.index.bulk import BulkReport, bulk_write
+from ctxdb.index.bulk import BulkOptions, BulkReport, bulk_write
 from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.index_failures import settle
@@ -125,10 +126,11 @@ def full_parts(
     """How many parts a full sync at `versions` builds: the first source table's row count (from
     the Delta log; its share of `shard`'s conversations) over `FULL_PART_ROWS`, at least one."""
     first = source.tables[0]
-    dt = store.table(first) if versions[first] is not None else None
-    if dt is None:
+    version = versions[first]
+    dt = store.table(first) if version is not None else None
+    if dt is None or version is None:
         return 1
-    dt.load_as_version(versions[first])
+    dt.load_as_version(version)
     rows = pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"]).as_py() or 0
     per_part = FULL_PART_ROWS * (1 if shard is None else shard.count)
     return max(1, -(-rows // per_part))
@@ -182,7 +184,7 @@ def write_state(
 
 def indexed_ids(es: Elasticsearch, index: str, shard: Shard | None = None) -> pl.Series:
     """Every document id in `index` (of `shard`'s conversations, when given)."""
-    query = {"query": {"match_all": {}}}
+    query: dict[str, Any] = {"query": {"match_all": {}}}
     if shard is None:
         hits = helpers.scan(es, index=index, query=query, _source=False)
         return pl.Series(ID, [hit["_id"] for hit in hits], dtype=pl.String)
@@ -238,7 +240,7 @@ def sync_index(
     uuid = index_uuid(es, index)
     key = state_name(index, shard)
     state, docs_before = read_state(store, key, uuid) or (None, 0)
-    bulk = {
+    bulk: BulkOptions = {
         "chunk_size": chunk_size,
         "threads": threads,
         "timeout_s": timeout_s,
@@ -310,7 +312,7 @@ class _Writer:
     index: str
     model_id: str
     report: SyncReport
-    options: Mapping[str, object]
+    options: BulkOptions
 
     def __call__(self, changed: pl.DataFrame, gone: pl.Series) -> None:
         docs = self.source.complete(self.store, changed, self.model_id)
@@ -337,4 +339,4 @@ class _Writer:
         self.report.indexed += result.indexed
         self.report.deleted += result.deleted
         if "embedding" in docs.columns:
-            self.report.vectors += docs.get_column("embedding").is_not_null().sum()
+            self.report.vectors += int(docs.get_column("embedding").is_not_null().sum())

@@ -77,6 +77,7 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
         )
     stats = es.indices.stats(index=index, metric="store")["indices"][index]
     replicas = replica_state(es, index)
+    count_setting = replicas["number_of_replicas"]  # the live setting is a string
     with_vector = embeddable = pct = None
     if kind == ROWS:
         with_vector, embeddable, pct = vector_coverage(es, index)
@@ -92,7 +93,7 @@ def index_status(es: Elasticsearch, prefix: str, kind: str) -> IndexStatus:
         size_bytes=int(stats["total"]["store"]["size_in_bytes"]),
         model_id=index_meta(es, index).get("model_id"),
         layout=index_layout(es, index),
-        number_of_replicas=replicas["number_of_replicas"],
+        number_of_replicas=None if count_setting is None else int(count_setting),
         auto_expand_replicas=replicas["auto_expand_replicas"],
         health=es.cluster.health(index=index)["status"],
     )
