@@ -144,7 +144,10 @@ FILE_KEY = ["source_file", "size", "mtime", "reason"]
 def insert_quarantined_files(
     store: DeltaStore, files: Sequence[tuple[LandingFile, Unreadable]], now: datetime
 ) -> int:
-    """Record files that could not be read (once per path, size, mtime and reason)."""
+    """Record files that could not be read, once per path, size, mtime and reason: rows already
+    there are left out, and the rest go in with a MERGE keyed on those columns, so two landings
+    reading the same bad file at once record it once (the later MERGE reruns on the winner's
+    commit and finds the row). A file without an mtime is kept once by the first step only."""
     if not files:
         return 0
     rows = pl.DataFrame(
@@ -165,7 +168,7 @@ def insert_quarantined_files(
         log.warning(
             "quarantined file %s (%s): %s", row["source_file"], row["reason"], row["detail"]
         )
-    return store.append(QUARANTINED_FILES, rows, QUARANTINED_FILES_SCHEMA)
+    return store.insert_new(QUARANTINED_FILES, rows, FILE_KEY, QUARANTINED_FILES_SCHEMA)
 
 
 def clear_quarantined_files(store: DeltaStore, paths: Sequence[str]) -> int:
