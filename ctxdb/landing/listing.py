@@ -157,7 +157,8 @@ def read_landing_file(
         return data
     try:
         return gzip_ng.decompress(data)
-    except (EOFError, OSError, zlib_ng.error) as exc:
+    # zlib_ng's stub declares `error` an Exception instance; it is the module's exception class.
+    except (EOFError, OSError, zlib_ng.error) as exc:  # type: ignore[misc]
         log.warning("landing file %s is not a valid gzip file: %s", path, exc)
         return Unreadable(CORRUPT_GZIP, f"{type(exc).__name__}: {exc}", data[:HEAD_BYTES])
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -113,7 +113,7 @@ def _land(
     after: int | None = before
     earlier = EarlierWaves()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="landing-commit") as committer:
-        pending = None
+        pending: Future[tuple[Wave, int, int, int | None]] | None = None
         parsed = parse_files(todo, now, threads, scanner, store.storage_options)
         for group in waves(parsed, WAVE_ROWS):
             wave = prepare(store, before, group, earlier, now)
@@ -127,7 +127,8 @@ def _land(
             if pending is not None:
                 after = _count(stats, *pending.result())  # in order; a failure stops the run
             pending = committer.submit(_commit, store, wave, now, fence, after)
-        _count(stats, *pending.result())
+        if pending is not None:  # always: `todo` is not empty, so there was a wave
+            _count(stats, *pending.result())
     log.info(
         "landed %d events from %d files (%d duplicates, %d quarantined)",
         stats.landed,

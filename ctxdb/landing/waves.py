@@ -303,7 +303,7 @@ def _first_holders(
 def _same(column: str, value: object, first: object) -> bool:
     if value == first:
         return True
-    if column != "payload" or value is None or first is None:
+    if column != "payload" or not isinstance(value, str) or not isinstance(first, str):
         return False
     return json.loads(value) == json.loads(first)
 
