@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from claude_code_sessions import FIXTURES, fixture_transcripts, installed_command, replay, run_hook
 
-from ctxdb.capture.claude_code import spool
+from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.hook import LOCK_TIMEOUT_S, handle
 from ctxdb.capture.claude_code.importer import import_transcripts, transcript_events
@@ -78,7 +78,7 @@ def import_lines(transcript: Path, config: HookConfig) -> dict[str, bytes]:
     mapped = transcript_events(
         transcript, config.identity, settle_s=0, output_chars=config.tool_output_chars
     )
-    return {json.loads(x)["event_id"]: x for x in spool.encode(mapped.events).splitlines()}
+    return {json.loads(x)["event_id"]: x for x in part_files.encode(mapped.events).splitlines()}
 
 
 @pytest.mark.parametrize("output_chars", [0, 2000], ids=["no-output", "output"])

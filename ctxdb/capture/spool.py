@@ -1,5 +1,6 @@
 """A recorder's spool: events appended to part files, published atomically, recovered after a
-crash.
+crash. Parts are sealed, and a dead writer's completed, through `part_files`, which the Claude
+Code hook writes through too.
 
 Layout under a spool root (the landing folder's `capture/` for a local landing):
 
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ctxdb.capture.part_files import DONE, PART, append_whole_lines, seal
 from ctxdb.contract.events import SCHEMA_VERSION, parse_event
 from ctxdb.storage.faults import reached
 
@@ -40,8 +42,6 @@ except ImportError:  # pragma: no cover - Windows: no crash recovery across proc
 
 log = logging.getLogger(__name__)
 
-PART = ".jsonl.part"
-DONE = ".jsonl"
 TurnKey = tuple[str, str]
 """(conversation_id, turn_id) of a turn."""
 ENVELOPE = ("tenant", "app", "agent", "adapter", "user_id", "conversation_id", "turn_id")
@@ -52,29 +52,6 @@ Publisher = Callable[[Path], None]
 def writer_name() -> str:
     """A new writer's name: start time, process id and a random tail (unique per writer)."""
     return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in `path` durable (best effort: some file systems refuse it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def seal(part: Path) -> Path:
-    """fsync `part` and rename it to its `.jsonl` name (atomic on one file system)."""
-    fd = os.open(part, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    final = part.with_name(part.name.removesuffix(".part"))
-    os.replace(part, final)
-    _fsync_dir(part.parent)
-    return final
 
 
 @dataclass
@@ -284,7 +261,7 @@ def _recover_writer(directory: Path, name: str, done: Recovered) -> None:
     cancels = [_cancel_event(turns[k], last_seen.get(k, turns[k]["at"])) for k in still_open]
     if cancels:
         target = parts[-1] if parts else directory / f"{name}-recovered{PART}"
-        _append_whole_lines(target, cancels)
+        append_whole_lines(target, cancels)
         reached("capture:cancelled")
         parts = parts if parts else [target]
     # The journal goes before any part is sealed: a recovery killed from here on is resumed from
@@ -359,14 +336,3 @@ def _cancel_event(base: dict[str, Any], at: str) -> bytes:
     line = json.dumps(event, ensure_ascii=False).encode("utf-8")
     parse_event(line)
     return line + b"\n"
-
-
-def _append_whole_lines(part: Path, lines: list[bytes]) -> None:
-    """Append `lines` to `part` after cutting a last line the crash left unfinished."""
-    if part.exists():
-        content = part.read_bytes()
-        os.truncate(part, content.rfind(b"\n") + 1)
-    with open(part, "ab") as file:
-        file.write(b"".join(lines))
-        file.flush()
-        os.fsync(file.fileno())

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ctxdb.capture.claude_code import spool
+from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.transcript import read_file, tool_input_summary, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
@@ -72,8 +72,8 @@ class Unreadable(OSError):
 def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive lock on `path` (hooks of one session run one at a time); HookError
     when another process holds it longer than `timeout` seconds."""
-    spool.private_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | _flag("O_CLOEXEC"), spool.FILE_MODE)
+    part_files.private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _flag("O_CLOEXEC"), part_files.FILE_MODE)
     with open(fd, "rb") as file:
         if fcntl is not None:
             deadline = time.monotonic() + timeout
@@ -104,7 +104,9 @@ def load_state(path: Path) -> dict[str, Any]:
 
 def save_state(path: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _flag("O_CLOEXEC"), spool.FILE_MODE)
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _flag("O_CLOEXEC"), part_files.FILE_MODE
+    )
     with open(fd, "w", encoding="utf-8") as file:
         file.write(json.dumps(state, ensure_ascii=False))
     os.replace(tmp, path)
@@ -255,9 +257,9 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
             prompt = payload["prompt"]
             state["prompt"] = {"text": prompt, "ts": now}
         part = Path(config.spool) / f"{key}-{state['seq']:06d}.jsonl.part"
-        spool.append(part, events)
+        part_files.append(part, events)
         if any(e["type"] == "turn.closed" for e in events) or event == "SessionEnd":
-            if spool.publish(part) is not None:
+            if part_files.publish(part) is not None:
                 state["seq"] += 1
             state["prompt"] = None
         save_state(sessions / f"{key}.json", state)
@@ -275,7 +277,7 @@ def _config_path(argv: Sequence[str]) -> Path | None:
 
 def _setup_log(config: HookConfig | None) -> None:
     path = config.log_path if config else Path.home() / ".ctxdb-claude-code-hook.log"
-    spool.private_dir(path.parent)
+    part_files.private_dir(path.parent)
     handler = logging.FileHandler(path, encoding="utf-8", delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     log.addHandler(handler)

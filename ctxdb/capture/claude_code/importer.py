@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ctxdb.capture.claude_code import spool
+from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.transcript import read_from
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
 
@@ -133,7 +133,9 @@ def write_sessions(
                 stats.skipped += 1
                 continue
             events = mapped.events
-            changed = bool(events) and spool.write_atomic(target(path), spool.encode(events))
+            changed = bool(events) and part_files.write_atomic(
+                target(path), part_files.encode(events)
+            )
         except errors as exc:
             stats.failed += 1
             stats.problems.append(f"{path}: {exc}")

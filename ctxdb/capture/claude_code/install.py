@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxdb.capture.claude_code.config import HookConfig
-from ctxdb.capture.claude_code.spool import private_dir
 from ctxdb.capture.claude_code.turns import ident
+from ctxdb.capture.part_files import private_dir
 from ctxdb.settings import Settings
 
 EVENTS = ("UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")

@@ -1,20 +1,26 @@
-"""The hook's spool files: events appended to `<name>.jsonl.part`, published under a new name.
+"""Part files, the one way capture writes events: lines appended to `<name>.jsonl.part` (landing
+lists only `*.jsonl` and `.jsonl.gz`, so a part is never read while it grows), fsync'd, then
+renamed to a `.jsonl` name (atomic on one file system).
 
-Landing lists only `*.jsonl` (and `.jsonl.gz`), so a `.part` file is never read while a turn is
-still being written; `publish` fsyncs it and gives it a name no other publish can have
-(`<name>-<random>.jsonl`, created by a hard link that fails rather than replace a file), so a
-hook killed after publishing can never have its file overwritten by the next one. Every file is
-private to the account (0600, folders 0700). Standard library only (the hook imports it).
+Both writers use it: the recorder's `Spool` (one long-lived process, a name unique per writer:
+`seal` keeps it) and the Claude Code hook (one short-lived process after another appending to the
+same part: `publish` gives each file a name no other publish can have, `<name>-<random>.jsonl`,
+created by a hard link that fails rather than replace a file, so a hook killed after publishing
+can never have its file overwritten by the next one). The hook's files are private to the account
+(0600, folders 0700). Standard library only: the hook starts once per event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+PART = ".jsonl.part"
+DONE = ".jsonl"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -53,16 +59,51 @@ def append(part: Path, events: list[dict[str, Any]]) -> None:
         file.flush()
 
 
+def append_whole_lines(part: Path, lines: list[bytes]) -> None:
+    """Append `lines` to `part` after cutting a last line a crash left unfinished (recovery:
+    nothing is appended after the cut line), fsync'd."""
+    if part.exists():
+        content = part.read_bytes()
+        os.truncate(part, content.rfind(b"\n") + 1)
+    with open(part, "ab") as file:
+        file.write(b"".join(lines))
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (best effort: some file systems refuse it)."""
+    with contextlib.suppress(OSError):
+        _fsync(path)
+
+
+def seal(part: Path) -> Path:
+    """fsync `part` and rename it to its `.jsonl` name, replacing nothing but a file of the same
+    writer (its name is unique per writer)."""
+    _fsync(part)
+    final = part.with_name(part.name.removesuffix(".part"))
+    os.replace(part, final)
+    _fsync_dir(part.parent)
+    return final
+
+
 def publish(part: Path) -> Path | None:
     """fsync `part` and move it to a fresh `<name>-<random>.jsonl`; None when there is no
     such file. The new name is created exclusively: an existing file is never replaced."""
     if not part.exists():
         return None
-    with open(part, "rb+") as file:
-        os.fsync(file.fileno())
-    stem = part.name.removesuffix(".part").removesuffix(".jsonl")
+    _fsync(part)
+    stem = part.name.removesuffix(".part").removesuffix(DONE)
     while True:
-        final = part.with_name(f"{stem}-{os.urandom(6).hex()}.jsonl")
+        final = part.with_name(f"{stem}-{os.urandom(6).hex()}{DONE}")
         try:
             os.link(part, final)
         except FileExistsError:
