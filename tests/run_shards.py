@@ -4,8 +4,9 @@ code location (`pipelines.celery_definitions`, every step sent to Celery workers
 `pipelines.definitions` (the multiprocess executor runs each step in a process of its own).
 tests/test_fanout.py and tests/test_celery_executor.py start two of these at once, released
 together from a start line (the file named by argv[1]) once their imports are done. Writes one
-JSON line per run: partition, success, the materializations' numeric and text metadata, the
-step, engine and run failures, and per step the Celery worker that ran it and its start and end."""
+JSON line per run: partition, success, the run's start and end as the instance recorded them,
+the materializations' numeric and text metadata, the step, engine and run failures, and per step
+the Celery worker that ran it and its start and end."""
 
 from __future__ import annotations
 
@@ -85,7 +86,9 @@ def main(go: Path, partitions: list[str]) -> None:
                         k: v.value for k, v in metadata.items() if isinstance(v.value, int | str)
                     }
                 errors = [failure(event) for event in result.all_events if failure(event)]
+                record = instance.get_run_record_by_id(result.run_id)
                 run = {"partition": key, "success": result.success, "assets": assets}
+                run |= {"start": record.start_time, "end": record.end_time}
                 run["steps"] = steps(instance, result.run_id)
                 emit(json.dumps({**run, "errors": errors}))
 
