@@ -8,7 +8,6 @@ row count of every Delta table and the index status, then searches as one of the
 from __future__ import annotations
 
 import logging
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -132,4 +131,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -154,7 +154,7 @@ def request_landing(
         cursor, digest=current, attempt=attempt, run_key=f"landing-{current}-{attempt}"
     )
     context.update_cursor(request.dumps())
-    if attempt > 1:
+    if attempt > 1 and status is not None:  # a retry: the last run ended in a RETRY status
         context.log.info(f"run {cursor.run_key} ended {status.value}; requesting attempt {attempt}")
     return RunRequest(
         run_key=request.run_key,

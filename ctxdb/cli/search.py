@@ -176,23 +176,26 @@ def search(
     caller = _principal(settings, token)
     ordinal = 1 if first else -1 if last else nth
     try:
-        request = SearchRequest(
-            query=query,
-            scope=scope,
-            targets=list(target) if target else SearchRequest().targets,
-            snippets=list(snippet) if snippet else None,
-            conversation_id=conversation,
-            agent=agent,
-            since=since,
-            until=until,
-            ordinal=ordinal,
-            top_k=top_k,
-            days=days,
-            weights=Weights(
-                semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
-            ),
-            min_score=min_score,
-            explain=explain,
+        # The model checks the CLI's strings (scope, targets) against its literal types.
+        request = SearchRequest.model_validate(
+            dict(
+                query=query,
+                scope=scope,
+                targets=list(target) if target else SearchRequest().targets,
+                snippets=list(snippet) if snippet else None,
+                conversation_id=conversation,
+                agent=agent,
+                since=since,
+                until=until,
+                ordinal=ordinal,
+                top_k=top_k,
+                days=days,
+                weights=Weights(
+                    semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
+                ),
+                min_score=min_score,
+                explain=explain,
+            )
         )
     except ValueError as exc:
         typer.echo(f"error: {describe(exc)}", err=True)

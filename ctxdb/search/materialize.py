@@ -19,7 +19,7 @@ from ctxdb.contract.refs import RefError, qualify
 from ctxdb.index.mappings import turn_doc_id
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
-from ctxdb.search.models import FileCard, Message, Snippet, Step, Target, TurnView
+from ctxdb.search.models import FileCard, Message, Snippet, Step, StepKind, Target, TurnView
 from ctxdb.text import words
 
 MAX_SNIPPETS_PER_TARGET = 3
@@ -176,7 +176,7 @@ def _is_hosted_file(block: dict[str, Any]) -> bool:
     )
 
 
-STEP_KINDS = {
+STEP_KINDS: dict[str, StepKind] = {
     "assistant.step": "step",
     "react.tool.call": "tool_call",
     "react.tool.result": "tool_result",

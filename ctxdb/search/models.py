@@ -13,6 +13,7 @@ Scope = Literal["conversation", "user", "agent"]
 Target = Literal["user", "assistant", "summary", "notes", "attachment", "steps"]
 Arm = Literal["semantic", "lexical", "trigram"]
 Mode = Literal["search", "catalog"]
+StepKind = Literal["step", "tool_call", "tool_result", "thinking"]
 
 ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
 DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment", "steps")
@@ -282,7 +283,7 @@ class Message(BaseModel):
 class Step(BaseModel):
     """One step of a turn's work: a progress step, a tool call or result, or the thinking."""
 
-    kind: Literal["step", "tool_call", "tool_result", "thinking"]
+    kind: StepKind
     text: str = ""
     tool: str | None = None
     status: str | None = None

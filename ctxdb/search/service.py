@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
@@ -54,6 +54,9 @@ from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
+
+Name = TypeVar("Name", bound=str)
+"""The names of the bodies `run_arms` runs: arms, or arms and the session search."""
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
 """Runs the text arms of searches while their queries embed (one thread per search in flight)."""
@@ -389,8 +392,8 @@ class SearchService:
         )
 
     def run_arms(
-        self, bodies: dict[Arm, dict[str, Any]], routing: str | None = None
-    ) -> dict[Arm, list[RowHit]]:
+        self, bodies: dict[Name, dict[str, Any]], routing: str | None = None
+    ) -> dict[Name, list[RowHit]]:
         """All arms in one _msearch (on the `routing` shard when given); an arm that errors
         fails the call with a clear message."""
         header: dict[str, Any] = {"index": self.rows_alias}
@@ -400,7 +403,7 @@ class SearchService:
         for body in bodies.values():
             searches.extend([header, body])
         responses = self.client.msearch(searches=searches)["responses"]
-        out: dict[Arm, list[RowHit]] = {}
+        out: dict[Name, list[RowHit]] = {}
         for arm, response in zip(bodies, responses, strict=True):
             error = response.get("error")
             if error and error.get("type") == "index_not_found_exception":
@@ -453,8 +456,8 @@ class SearchService:
         if weight <= 0 or request.scope == "conversation":
             return self.run_arms({"semantic": body}, routing)
 
-        def run(bodies: dict[str, dict[str, Any]]) -> dict[Arm, list[RowHit]]:
-            return self.run_arms(bodies, routing)  # type: ignore[arg-type]
+        def run(bodies: dict[str, dict[str, Any]]) -> dict[str, list[RowHit]]:
+            return self.run_arms(bodies, routing)
 
         rows = sessions.lifted_semantic(
             run, body, principal, request, now, weight=weight, expand=s.session_expand

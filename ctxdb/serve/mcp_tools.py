@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -282,7 +282,9 @@ class MemoryTools:
         return hits[0].turn_id
 
     def _turn_out(self, view: TurnView, message: int | None, offset: int) -> TurnOut:
-        texts: list[tuple[str, Any]] = [(m.role, m) for m in view.messages]
+        texts: list[tuple[Literal["user", "assistant", "summary"], Any]] = [
+            (m.role, m) for m in view.messages
+        ]
         if view.summary:
             texts.append(("summary", None))
         if message is not None and message >= len(texts):
