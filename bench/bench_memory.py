@@ -154,7 +154,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-memory-", dir=args.out))
     prefix = f"bench-mem-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "CTXDB_HOME": str(work), "CTXDB_INDEX_PREFIX": prefix}
+    env = {**os.environ, "CTXDB_HOME": str(work)}
+    env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix}
     env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     report: dict = {"events": args.events, "increment_events": args.increment_events}
     try:
