@@ -21,7 +21,13 @@ from ctxdb.settings import Settings, clear_settings_cache, get_settings
 from ctxdb.storage.delta import DeltaStore
 
 # Support modules whose fixtures every test module sees (their helpers are imported by name).
-pytest_plugins = ["conftest_index", "conftest_ops", "conftest_search"]
+pytest_plugins = [
+    "conftest_components",
+    "conftest_index",
+    "conftest_ops",
+    "conftest_search",
+    "pytester",
+]
 
 
 @pytest.fixture(autouse=True)

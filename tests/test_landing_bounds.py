@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest_components import NATIVE, skip_missing
 from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
 
 from ctxdb.contract import events
@@ -32,7 +33,7 @@ HUGE = 10**400
 @pytest.fixture(params=["native", "python"])
 def scanner(request: pytest.FixtureRequest) -> str:
     if request.param == "native" and scan._native is None:
-        pytest.skip("the native scanner is not built here")
+        skip_missing(NATIVE)
     return request.param
 
 

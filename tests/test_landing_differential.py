@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from conftest_components import NATIVE, without
 from conftest_turn_record import NOW
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -31,7 +32,7 @@ from ctxdb.contract.events import INT64_MAX, INT64_MIN, MAX_EVENT_BYTES, EventEr
 from ctxdb.landing import scan
 from ctxdb.landing.scan import parse_bytes, payload_as_written
 
-pytestmark = pytest.mark.skipif(scan._native is None, reason="the native scanner is not built")
+pytestmark = without(NATIVE, scan._native is not None)
 
 DIFFERENTIAL = settings(
     max_examples=300,

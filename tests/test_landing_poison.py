@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest_components import NATIVE, skip_missing
 from conftest_turn_record import NOW, Turn, settings_for, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason
 from test_landing_sensor import Sensor
@@ -36,7 +37,7 @@ from ctxdb.storage.tables import (
 @pytest.fixture(params=["native", "python"])
 def scanner(request: pytest.FixtureRequest) -> str:
     if request.param == "native" and scan._native is None:
-        pytest.skip("the native scanner is not built here")
+        skip_missing(NATIVE)
     return request.param
 
 

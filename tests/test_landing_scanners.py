@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+from conftest_components import NATIVE, NATIVE_SOURCES, skip_missing
 from conftest_turn_record import NOW
 from pydantic import BaseModel, field_validator
 from test_events import PAYLOADS, line
@@ -34,7 +35,7 @@ NATIVE_BUILT = scan._native is not None
 @pytest.fixture(params=["native", "python"])
 def scanner(request: pytest.FixtureRequest) -> str:
     if request.param == "native" and not NATIVE_BUILT:
-        pytest.skip("the native scanner is not built here")
+        skip_missing(NATIVE)
     return request.param
 
 
@@ -87,7 +88,7 @@ def test_both_scanners_take_the_common_forms(scanner: str) -> None:
 
 def test_the_same_files_land_identically_through_both_scanners(tmp_path: Path) -> None:
     if not NATIVE_BUILT:
-        pytest.skip("the native scanner is not built here")
+        skip_missing(NATIVE)
     generated = generate_events(
         users=3, conversations=20, seed=6, now=NOW, malformed_ratio=0.03, duplicate_ratio=0.02
     )
@@ -303,14 +304,14 @@ def _contract_limits(schema: dict) -> tuple[set[int], set[str]]:
 
 def test_the_rust_mirror_checks_every_payload_type_of_the_contract() -> None:
     if not RUST_CONTRACT.exists():
-        pytest.skip("no native sources")
+        skip_missing(NATIVE_SOURCES)
     assert set(_rust_arms()) == set(events.PAYLOADS)
 
 
 @pytest.mark.parametrize("type_", sorted(events.PAYLOADS))
 def test_every_limit_in_the_rust_mirror_is_a_contract_limit(type_: str) -> None:
     if not RUST_CONTRACT.exists():
-        pytest.skip("no native sources")
+        skip_missing(NATIVE_SOURCES)
     arm = re.sub(r"b'.'", "", _rust_arms()[type_])  # byte literals are not limits
     constants = _rust_constants()
     rust_numbers = {int(n.replace("_", "")) for n in re.findall(r"\b\d[\d_]*\b", arm)}
@@ -325,7 +326,7 @@ def test_every_limit_in_the_rust_mirror_is_a_contract_limit(type_: str) -> None:
 
 def test_the_rust_envelope_limits_are_the_contract_limits() -> None:
     if not RUST_CONTRACT.exists():
-        pytest.skip("no native sources")
+        skip_missing(NATIVE_SOURCES)
     source = RUST_CONTRACT.read_text()
     adapters = re.search(r"const ADAPTERS: \[&str; \d+\] = \[(.*?)\];", source).group(1)
     assert re.findall(r'"([^"]+)"', adapters) == list(events.ADAPTERS)

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
+from conftest_components import NATIVE, without
 from conftest_turn_record import NOW
 from test_events import BASE, PAYLOADS, line
 
@@ -17,7 +18,7 @@ from ctxdb.contract.events import MAX_EVENT_BYTES, EventError, parse_event
 from ctxdb.landing.scan import _native, parse_bytes
 from ctxdb.sample.generate import generate_events
 
-pytestmark = pytest.mark.skipif(_native is None, reason="the native scanner is not built here")
+pytestmark = without(NATIVE, _native is not None)
 
 EDGE_CASES = [
     line(occurred_at="2026-11-30T10:00:00.123456789+05:30"),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from conftest_components import BROWSER, without
 from conftest_ports import free_port_pair
 from conftest_search import CODING_PROMPT, SearchEnv
 from fastapi.testclient import TestClient
@@ -29,10 +30,7 @@ DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 pytestmark = [
     pytest.mark.es,
     pytest.mark.model,
-    pytest.mark.skipif(
-        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
-    ),
+    without(BROWSER, CHROMIUM.exists() and CHROMEDRIVER.exists()),
 ]
 
 
