@@ -16,15 +16,18 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest_ops import role_rows, write_derived, write_embeddings
+from conftest_ops import conform, role_rows, write_derived, write_embeddings
 
 from ctxdb.index.mappings import ROWS, TURNS
 from ctxdb.lifecycle import purge, retention
-from ctxdb.lifecycle.retention import drop_live_ids, prune_embedding_cache, sweep
+from ctxdb.lifecycle.retention import drop_live_ids, find_expired, prune_embedding_cache, sweep
+from ctxdb.record.expiry import ttl_days_expr
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
     EMBEDDINGS,
+    RAW_EVENTS_SCHEMA,
+    RAW_TURN_EVENTS,
     RETENTION_PENDING,
     ROLE_ROWS,
     ROW_EMBEDDINGS,
@@ -182,3 +185,36 @@ def test_a_sweep_in_small_parts_purges_what_a_whole_table_sweep_purges(
         for s in (first, second)
     ]
     assert pending[0].height > 0 and pending[1].equals(pending[0])
+
+
+def test_expired_raw_events_are_found_without_reading_recent_files(
+    delta_store: DeltaStore, settings: Settings, capfd: pytest.CaptureFixture[str]
+) -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    short = settings.replace(retention={"days": 30, "rules": [{"app": "short", "days": 4}]})
+    for n, (age, app) in enumerate([(100, "chat"), (5, "short"), (3, "short"), (1, "chat")]):
+        events = pl.DataFrame(
+            {
+                "event_id": [f"f{n}-{i}" for i in range(10)],
+                "app": app,
+                "occurred_at": now - timedelta(days=age),
+                "source_file": f"f{n}.jsonl",
+                "landed_version": n,
+            }
+        ).with_columns(pl.col("occurred_at").dt.cast_time_unit("us"))
+        delta_store.append(RAW_TURN_EVENTS, conform(events, RAW_EVENTS_SCHEMA), RAW_EVENTS_SCHEMA)
+    days = ttl_days_expr(short.retention.rules, short.retention.days, role_column=None)
+    exact = delta_store.read(RAW_TURN_EVENTS).filter(
+        pl.col("occurred_at") + pl.duration(days=days) <= now
+    )
+
+    capfd.readouterr()
+    with pl.Config(verbose=True):
+        expired = find_expired(delta_store, now, short)
+
+    assert expired.raw_ids is not None
+    assert sorted(expired.raw_ids["event_id"]) == sorted(exact["event_id"])
+    assert expired.sources == ["f0.jsonl", "f1.jsonl"] and expired.counts[RAW_TURN_EVENTS] == 20
+    # no event younger than the shortest TTL (4 days) can have expired: the two files of events
+    # 3 and 1 days old are skipped by their occurred_at statistics
+    assert re.findall(r"skipping (\d+) / (\d+) files", capfd.readouterr().err) == [("2", "4")]
