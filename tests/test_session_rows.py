@@ -100,13 +100,14 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, es_base_settings: Settings) -> Iterator[Env]:
     """The corpus built by the pipeline; the kNN arm reads 11 rows at top_k 1 (knn_k 1,
-    overfetch 1), fewer than Alice's rows, so only expansion can reach a row it did not."""
+    overfetch 1), fewer than Alice's rows, so only expansion (3 sessions, off by default) can
+    reach a row it did not."""
     prefix = f"t-sessions-{uuid.uuid4().hex[:10]}"
     settings = es_base_settings.replace(
         home=tmp_path_factory.mktemp("sessions-home"),
         elasticsearch={"index_prefix": prefix},
         retention={"rules": [{"tenant": TENANT, "app": BRIEF, "days": 1}]},
-        search={"knn_k": 1, "overfetch_rows": 1, "num_candidates": 10},
+        search={"knn_k": 1, "overfetch_rows": 1, "num_candidates": 10, "session_expand": 3},
     )
     store = build_memory(settings, corpus())
     client = make_client(settings)
@@ -193,3 +194,18 @@ def test_the_lift_stays_inside_the_callers_boundary_and_live_rows(env: Env) -> N
     lifted = hits(2)
     assert REPLY in lifted  # the session brought its turn into the results
     assert {"c-bob-trip", "c-brief"}.isdisjoint(c for c, _ in lifted)  # other owner, expired
+
+
+def test_without_expansion_the_lift_only_reorders_the_rows_the_knn_arm_read(env: Env) -> None:
+    alice = Principal(user_id="alice", tenant=TENANT)
+    settings = env.settings.replace(search={"session_expand": 0})
+    service = SearchService(settings, env.client, env.service.embedder)
+    request = SearchRequest(query=QUERY, top_k=1, session_weight=1, min_score=0)
+    vector = service.embedder.embed_query(QUERY)
+    plain = service.semantic_arm(
+        alice, request.model_copy(update={"session_weight": 0}), QUERY, vector, NOW
+    )["semantic"]
+    lifted = service.semantic_arm(alice, request, QUERY, vector, NOW)["semantic"]
+    assert sorted(r.key for r in lifted) == sorted(r.key for r in plain)  # the same rows
+    assert REPLY not in {r.key for r in lifted}
+    assert [r.key for r in lifted] != [r.key for r in plain]  # in another order

@@ -41,14 +41,14 @@ class SearchSettings(GroupSettings):
         " scales that conversation's next one by (1 - this) (0: off).",
     )
     session_weight: float = Field(
-        default=0.5,
+        default=1.0,
         ge=0,
         le=2,
         description="Session lift: each kNN row ranks by its cosine plus this x its conversation's"
         " session-row cosine (0: off; ctxdb.search.sessions).",
     )
     session_expand: int = Field(
-        default=3,
+        default=0,
         ge=0,
         le=20,
         description="The best-matching sessions whose rows a search fetches beside the kNN arm's.",
