@@ -34,6 +34,11 @@ one alone):
              rule like the one-standard-error rule: fitted weight ratios are what the two sets
              would overfit
 
+The kNN arm is collected as the service runs it, session lift included (`SearchService.
+semantic_arm`); `--rederive` derives every conversation again after a derivation change (the
+session rows of issue 29 came this way). The offline fusion drops turns below the relevance
+floor as the service does.
+
 Run: `ELASTICSEARCH_URL=... .venv/bin/python bench/bench_search_quality.py [--sets
 generator,realistic] [--sweep] [--set search.phrase_boost=1] [--out bench/results/q.json]`.
 """
