@@ -37,13 +37,13 @@ def live(es, settings: Settings) -> dict[str, str]:
 
 
 def status_lines(settings: Settings, monkeypatch, *args: str) -> str:
-    monkeypatch.setenv("CTXDB_INDEX_PREFIX", settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", settings.elasticsearch.index_prefix)
     monkeypatch.setenv("ELASTICSEARCH_URL", settings.elasticsearch.url)
-    monkeypatch.setenv("CTXDB_INDEX_REPLICAS", settings.elasticsearch.replicas)
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_REPLICAS", settings.elasticsearch.replicas)
     _register_all()
     result = CliRunner().invoke(app, ["index", "status", *args])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout
 
 
 def test_replicas_setting_reads_a_count_or_a_range() -> None:
