@@ -38,8 +38,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ctxdb.auth.credentials import Authenticator, AuthError, TokenStoreUnavailable
 from ctxdb.contract.identity import Principal
+from ctxdb.errors import validation_line
 from ctxdb.search.service import SearchService
-from ctxdb.serve.mcp_tools import Identify, MemoryTools, ProjectAgent, problems
+from ctxdb.serve.mcp_tools import Identify, MemoryTools, ProjectAgent
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings
 
@@ -111,7 +112,8 @@ class MemoryServer(MCPServer):
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
-                message = f"Error executing tool {name}: invalid arguments: {problems(cause)}"
+                problems = validation_line(cause)
+                message = f"Error executing tool {name}: invalid arguments: {problems}"
                 raise ToolError(message) from cause
             raise
 

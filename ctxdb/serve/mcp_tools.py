@@ -20,6 +20,7 @@ from ctxdb.auth.credentials import AuthError
 from ctxdb.contract.events import REF_MAX_CHARS, RefId
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError
+from ctxdb.errors import validation_line
 from ctxdb.search import lookups
 from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
@@ -64,16 +65,6 @@ MAX_WINDOW = 10
 CONVERSATION_WINDOW = lookups.MAX_CONVERSATIONS
 
 
-def problems(exc: ValidationError) -> str:
-    """One line naming each bad argument and why (never echoing the value)."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error.get("loc", ()))
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(parts)
-
-
 @contextmanager
 def tool_errors() -> Iterator[None]:
     """Domain failures as one-line tool errors the model can act on."""
@@ -84,7 +75,7 @@ def tool_errors() -> Iterator[None]:
     except RefError as exc:
         raise ToolError(f"invalid ref: {exc}") from None
     except ValidationError as exc:
-        raise ToolError(f"invalid arguments: {problems(exc)}") from None
+        raise ToolError(f"invalid arguments: {validation_line(exc)}") from None
     except SearchUnavailable as exc:
         log.warning("search unavailable: %s", exc)
         raise ToolError("search is unavailable right now; the server log has the cause") from None
