@@ -49,6 +49,26 @@ def _check_id(kind: str, value: str, ref: str) -> str:
     return value
 
 
+_SEGMENTS = {
+    "conversation": ("conv_", "an owner segment but no body"),
+    "turn": ("turn_", "a turn segment but no path"),
+}
+
+
+def _leading_id(
+    kind: Literal["conversation", "turn"], body: str, ref: str
+) -> tuple[str | None, str]:
+    """The id of the `conv_<id>.` (kind conversation) or `turn_<id>.` (kind turn) segment `body`
+    starts with, None without one; and the rest of `body`."""
+    prefix, missing = _SEGMENTS[kind]
+    if not body.startswith(prefix):
+        return None, body
+    head, dot, rest = body.partition(".")
+    if not dot:
+        raise RefError(f"ref {ref!r} has {missing}")
+    return _check_id(kind, head.removeprefix(prefix), ref), rest
+
+
 def _check_path(path: str, ref: str) -> str:
     if not path:
         raise RefError(f"ref {ref!r} has an empty path")
@@ -68,22 +88,12 @@ def parse_ref(ref: str) -> Ref:
         raise RefError(f"unknown ref family {family!r} in {ref!r}")
     if family == "conversation":
         return Ref(family=family, conversation_id=_check_id("conversation", body, ref))
-    conversation_id = None
-    if body.startswith("conv_"):
-        head, dot, body = body.partition(".")
-        if not dot:
-            raise RefError(f"ref {ref!r} has an owner segment but no body")
-        conversation_id = _check_id("conversation", head[5:], ref)
+    conversation_id, body = _leading_id("conversation", body, ref)
     if family == "turn":
         return Ref(
             family=family, conversation_id=conversation_id, turn_id=_check_id("turn", body, ref)
         )
-    turn_id = None
-    if body.startswith("turn_"):
-        head, dot, body = body.partition(".")
-        if not dot:
-            raise RefError(f"ref {ref!r} has a turn segment but no path")
-        turn_id = _check_id("turn", head[5:], ref)
+    turn_id, body = _leading_id("turn", body, ref)
     return Ref(
         family=family, conversation_id=conversation_id, turn_id=turn_id, path=_check_path(body, ref)
     )
