@@ -67,6 +67,19 @@ def content_words(query: str) -> str:
     return " ".join(kept) if kept else query
 
 
+def _text_body(
+    row_filter: dict[str, Any], should: list[dict[str, Any]], size: int
+) -> dict[str, Any]:
+    """A text arm's body: rows inside the filter that match any of `should`, with the fields
+    coverage reads."""
+    return {
+        "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
+        "size": size,
+        "track_total_hits": False,
+        "_source": TEXT_SOURCE_FIELDS,
+    }
+
+
 def semantic_body(
     vector: list[float],
     row_filter: dict[str, Any],
@@ -147,12 +160,7 @@ def lexical_body(
                 }
             }
         )
-    return {
-        "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
-        "size": size,
-        "track_total_hits": False,
-        "_source": TEXT_SOURCE_FIELDS,
-    }
+    return _text_body(row_filter, should, size)
 
 
 def trigram_body(
@@ -183,12 +191,7 @@ def trigram_body(
             }
         },
     ]
-    return {
-        "query": {"bool": {"filter": [row_filter], "should": should, "minimum_should_match": 1}},
-        "size": size,
-        "track_total_hits": False,
-        "_source": TEXT_SOURCE_FIELDS,
-    }
+    return _text_body(row_filter, should, size)
 
 
 def parse_hits(response: dict[str, Any]) -> list[RowHit]:
