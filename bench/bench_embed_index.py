@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import polars as pl
 from elasticsearch import Elasticsearch, helpers
+from stages import cache_random_vectors
 
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
@@ -38,7 +39,7 @@ from ctxdb.index.sync import sync_live
 from ctxdb.index.versions import KINDS, ensure_index
 from ctxdb.settings import Settings, get_settings
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA
 from ctxdb.text import text_hash, trigrams
 
 WORDS = (
@@ -99,17 +100,7 @@ def workspace(name: str, batch_size: int) -> tuple[Settings, Elasticsearch, Delt
 
 def fill_cache(store: DeltaStore, model_id: str, hashes: pl.Series, seed: int = 7) -> None:
     """Random unit vectors for `hashes` in the embeddings cache (rows embedded by a past run)."""
-    vectors = np.random.default_rng(seed).standard_normal((hashes.len(), 384), dtype=np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    frame = pl.DataFrame(
-        {
-            "model_id": [model_id] * hashes.len(),
-            "text_hash": hashes,
-            "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
-            "created_at": [datetime.now(UTC)] * hashes.len(),
-        }
-    )
-    store.append(EMBEDDINGS, frame, EMBEDDINGS_SCHEMA)
+    cache_random_vectors(store, model_id, hashes, np.random.default_rng(seed))
 
 
 def main() -> None:

@@ -167,13 +167,34 @@ def stored_model_id(settings, store) -> str:
     return backend_model_id(name, backend)
 
 
+def cache_random_vectors(store, model_id: str, hashes, rng) -> None:
+    """Random unit vectors from `rng` for `hashes` in the embeddings cache, as a past run of
+    `model_id` would have left them."""
+    import numpy as np
+    import polars as pl
+
+    from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA
+
+    vectors = rng.standard_normal((hashes.len(), 384), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    frame = pl.DataFrame(
+        {
+            "model_id": [model_id] * hashes.len(),
+            "text_hash": hashes,
+            "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
+            "created_at": [datetime.now(UTC)] * hashes.len(),
+        }
+    )
+    store.append(EMBEDDINGS, frame, EMBEDDINGS_SCHEMA)
+
+
 def fill_cache(store, settings, leave: int) -> int:
     """Random unit vectors in the embeddings cache for every distinct role-row text not cached
     yet, but the last `leave` of them (which the embedding stage then embeds with the model)."""
     import numpy as np
     import polars as pl
 
-    from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, ROLE_ROWS
+    from ctxdb.storage.tables import ROLE_ROWS
 
     hashes = (
         store.scan(ROLE_ROWS)
@@ -185,18 +206,7 @@ def fill_cache(store, settings, leave: int) -> int:
     rng = np.random.default_rng(7)
     model_id = stored_model_id(settings, store)
     for start in range(0, hashes.len(), 50_000):
-        part = hashes.slice(start, 50_000)
-        vectors = rng.standard_normal((part.len(), 384), dtype=np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        frame = pl.DataFrame(
-            {
-                "model_id": [model_id] * part.len(),
-                "text_hash": part,
-                "vector": pl.Series(vectors).cast(pl.List(pl.Float32)),
-                "created_at": [datetime.now(UTC)] * part.len(),
-            }
-        )
-        store.append(EMBEDDINGS, frame, EMBEDDINGS_SCHEMA)
+        cache_random_vectors(store, model_id, hashes.slice(start, 50_000), rng)
     return hashes.len()
 
 
