@@ -17,7 +17,6 @@ verification (`verify_ids`, which the count check used to be). Indices are delet
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_embed_index import fill_cache
+from reports import write_report
 
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.stage import embed_role_rows
@@ -185,11 +185,7 @@ def main() -> None:
             stage: round(big["no_change_s"][stage] / small["no_change_s"][stage], 2)
             for stage in small["no_change_s"]
         }
-    text = json.dumps(result, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)  # noqa: T201 (benchmark output)
+    write_report(result, args.json)
 
 
 if __name__ == "__main__":

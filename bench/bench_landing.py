@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import resource
 import shutil
 import statistics
@@ -18,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from deltalake import write_deltalake
+from reports import write_report
 
 from ctxdb.contract.events import MAX_EVENT_BYTES
 from ctxdb.landing import mirror
@@ -222,11 +222,7 @@ def main() -> None:
     report |= landing_floors([f.path for f in list_files(str(landing))], args.threads, scanners)
     if not args.no_derive:
         report |= derive_and_increment(args, store, settings, now, conversations, t_land, cpu_land)
-    text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)  # noqa: T201
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":

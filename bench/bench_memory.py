@@ -30,6 +30,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+from reports import write_report
 from stages import NOW, drop_indices, fill_cache, measured, pipeline_stage, spawn
 
 EVENTS_PER_CONVERSATION = 33.0  # measured average of the generator
@@ -177,11 +178,7 @@ def main() -> None:
     finally:
         drop_indices(prefix)
         shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n")
-    print(text)  # noqa: T201
+    write_report(report, args.json)
 
 
 if __name__ == "__main__":
