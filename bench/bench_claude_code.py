@@ -32,7 +32,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ctxdb.capture.claude_code.config import HookConfig
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from claude_code_sessions import transcript_line  # noqa: E402
+
+from ctxdb.capture.claude_code.config import HookConfig  # noqa: E402
 
 WORDS = (
     "retry upload socket test flaky fixture parser config cache index query schema migration "
@@ -59,24 +64,13 @@ class Writer:
 
     def line(self, kind: str, message: dict, **extra) -> str:
         self.clock += timedelta(seconds=2)
-        line_uuid = str(uuid.uuid4())
-        record = {
-            "parentUuid": self.parent,
-            "isSidechain": False,
-            "userType": "external",
-            "cwd": self.cwd,
-            "sessionId": self.session_id,
-            "version": "2.0.29",
-            "gitBranch": "main",
-            "type": kind,
-            "message": message,
-            "uuid": line_uuid,
-            "timestamp": self.clock.isoformat().replace("+00:00", "Z"),
-            **extra,
-        }
-        self.parent = line_uuid
+        timestamp = self.clock.isoformat().replace("+00:00", "Z")
+        record = transcript_line(
+            kind, message, self.parent, self.cwd, self.session_id, timestamp, **extra
+        )
+        self.parent = record["uuid"]
         self.lines.append(json.dumps(record))
-        return line_uuid
+        return record["uuid"]
 
     def assistant(self, msg_id: str, block: dict) -> None:
         message = {"id": msg_id, "type": "message", "role": "assistant", "content": [block]}

@@ -25,6 +25,32 @@ from ctxdb.capture.claude_code.install import install
 from ctxdb.settings import Settings
 
 
+def transcript_line(
+    kind: str,
+    message: dict[str, Any],
+    parent: str | None,
+    cwd: str,
+    session_id: str,
+    timestamp: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A user or assistant line of a session's transcript, with a new `uuid`, after `parent`."""
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": cwd,
+        "sessionId": session_id,
+        "version": "2.0.29",
+        "gitBranch": "main",
+        "type": kind,
+        "message": message,
+        "uuid": str(uuid.uuid4()),
+        "timestamp": timestamp,
+        **extra,
+    }
+
+
 @dataclass
 class Session:
     """A Claude Code session being written: transcript lines and the hook payloads they imply."""
@@ -50,23 +76,11 @@ class Session:
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
     def _line(self, kind: str, message: dict[str, Any], **extra: Any) -> dict[str, Any]:
-        line_uuid = str(uuid.uuid4())
-        line = {
-            "parentUuid": self._parent,
-            "isSidechain": False,
-            "userType": "external",
-            "cwd": self.cwd,
-            "sessionId": self.session_id,
-            "version": "2.0.29",
-            "gitBranch": "main",
-            "type": kind,
-            "message": message,
-            "uuid": line_uuid,
-            "timestamp": self._ts(),
-            **extra,
-        }
+        line = transcript_line(
+            kind, message, self._parent, self.cwd, self.session_id, self._ts(), **extra
+        )
         if not extra.get("isSidechain"):
-            self._parent = line_uuid
+            self._parent = line["uuid"]
         self.lines.append(line)
         return line
 
