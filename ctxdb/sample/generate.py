@@ -105,11 +105,17 @@ def _pause(rng: random.Random, lo: float, hi: float) -> timedelta:
     return timedelta(seconds=rng.uniform(lo, hi))
 
 
-def _turn_dir(ident: dict[str, str], turn_id: str) -> str:
-    """The turn's folder under the files root."""
-    return turn_file_path(
+def _keep_file(
+    files: dict[str, bytes], ident: dict[str, str], turn_id: str, path: str, text: str
+) -> tuple[bytes, str]:
+    """`text` kept in `files` as `path` inside the turn's folder under the files root: its bytes
+    and its conv:fi: ref."""
+    data = text.encode()
+    folder = turn_file_path(
         ident["tenant"], ident["app"], ident["user_id"], ident["conversation_id"], turn_id
     )
+    files[f"{folder}/{path}"] = data
+    return data, make_ref("fi", path, turn_id, ident["conversation_id"])
 
 
 def _turn(
@@ -206,11 +212,9 @@ def _attachment(
     """Sometimes the topic's attachment: its bytes into `files`, a user.attachment event."""
     if not (topic.attachment and rng.random() < 0.35):
         return ts, None
-    ident = w.identity
     batch = f"{turn_id}-b0"
     name, mime, text = topic.attachment
-    data = text.encode()
-    files[f"{_turn_dir(ident, turn_id)}/user.attachments/{name}"] = data
+    data, ref = _keep_file(files, w.identity, turn_id, f"user.attachments/{name}", text)
     ts += _pause(rng, 0.5, 3)
     w.emit(
         "user.attachment",
@@ -220,9 +224,7 @@ def _attachment(
             "name": name,
             "mime": mime,
             "size": len(data),
-            "storage_ref": make_ref(
-                "fi", f"user.attachments/{name}", turn_id, ident["conversation_id"]
-            ),
+            "storage_ref": ref,
             "extracted_text": text,
             "batch_id": batch,
         },
@@ -308,10 +310,8 @@ def _hosted_file(
     """Sometimes (langgraph, react) a file the agent hosts; returns its conv:fi: ref."""
     if not (topic.hosted_file and adapter in ("langgraph", "react") and rng.random() < 0.5):
         return ts, None
-    ident = w.identity
     path, mime, content = topic.hosted_file
-    data = content.encode()
-    files[f"{_turn_dir(ident, turn_id)}/files/{path}"] = data
+    data, ref = _keep_file(files, w.identity, turn_id, f"files/{path}", content)
     ts += _pause(rng, 0.5, 3)
     w.emit(
         "file.hosted",
@@ -324,7 +324,7 @@ def _hosted_file(
             "sha256": hashlib.sha256(data).hexdigest(),
         },
     )
-    return ts, make_ref("fi", f"files/{path}", turn_id, ident["conversation_id"])
+    return ts, ref
 
 
 def _stream_and_citations(
