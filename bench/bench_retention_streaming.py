@@ -25,12 +25,16 @@ from pathlib import Path
 
 import polars as pl
 
-from ctxdb.index.mappings import ROWS, TURNS
-from ctxdb.lifecycle import retention
-from ctxdb.lifecycle.purge import part_count
-from ctxdb.lifecycle.retention import drop_live_ids
-from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import EMBEDDINGS, ROLE_ROWS, TURN_LOGS
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from retention_whole_table import whole_table_stale  # noqa: E402
+
+from ctxdb.index.mappings import ROWS, TURNS  # noqa: E402
+from ctxdb.lifecycle import retention  # noqa: E402
+from ctxdb.lifecycle.purge import part_count  # noqa: E402
+from ctxdb.lifecycle.retention import drop_live_ids  # noqa: E402
+from ctxdb.storage.delta import DeltaStore  # noqa: E402
+from ctxdb.storage.tables import EMBEDDINGS, ROLE_ROWS, TURN_LOGS  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 FILE_ROWS = 100_000
@@ -88,18 +92,6 @@ def whole_live(store: DeltaStore, waiting: pl.DataFrame) -> pl.DataFrame:
     return waiting.join(live, on=["kind", "doc_id"], how="anti")
 
 
-def whole_stale(store: DeltaStore, before: datetime) -> pl.DataFrame:
-    """The cache prune's comparison as it was: every referenced hash and old entry read."""
-    referenced = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
-    return (
-        store.scan(EMBEDDINGS)
-        .filter(pl.col("created_at") < before)
-        .select("model_id", "text_hash")
-        .collect()
-        .join(referenced, on="text_hash", how="anti")
-    )
-
-
 def rss_mib() -> float:
     """This process's resident set size now (Linux)."""
     return int(Path("/proc/self/statm").read_text().split()[1]) * PAGE / 2**20
@@ -152,7 +144,7 @@ def run(store: DeltaStore, variant: str, waiting: pl.DataFrame) -> int:
         return drop_live_ids(store, waiting).height
     before = datetime.now(UTC)
     if variant == "cache_whole":
-        return whole_stale(store, before).height
+        return whole_table_stale(store, before).height
     # cache_parts: the prune's comparison, part by part (without its delete)
     parts = part_count(store, (EMBEDDINGS, ROLE_ROWS), retention.CACHE_PART_ROWS)
     return sum(retention._stale_entries(store, before, n, parts).height for n in range(parts))

@@ -17,6 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest_ops import conform, role_rows, write_derived, write_embeddings
+from retention_whole_table import whole_table_stale
 
 from ctxdb.index.mappings import ROWS, TURNS
 from ctxdb.lifecycle import purge, retention
@@ -120,18 +121,6 @@ def test_the_pending_ids_are_pushed_into_the_scan(
     # role_rows files, the 25 gone ones none (both skipped by the files' row-id ranges); turn
     # ids are computed from two columns, so the turn lookup reads every turn_logs file
     assert skipped == [("3", "4"), ("4", "4"), ("0", "4")]
-
-
-def whole_table_stale(store: DeltaStore, before: datetime) -> pl.DataFrame:
-    """The computation the cache prune replaces: every referenced hash read at once."""
-    referenced = store.scan(ROLE_ROWS).select("text_hash").unique().collect()
-    return (
-        store.scan(EMBEDDINGS)
-        .filter(pl.col("created_at") < before)
-        .select("model_id", "text_hash")
-        .collect()
-        .join(referenced, on="text_hash", how="anti")
-    )
 
 
 def test_the_cache_prune_in_parts_deletes_what_one_pass_deletes(
