@@ -18,6 +18,7 @@ from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.sql import (
     DEFAULT_TIMEOUT_S,
+    Snapshot,
     SqlError,
     connect,
     local_dirs,
@@ -101,6 +102,38 @@ def _shell(con: duckdb.DuckDBPyConnection, tables: list[str], timeout: float) ->
                 _emit(frame, Format.table, None)
 
 
+def _open(
+    store: DeltaStore,
+    tables: list[str] | None,
+    as_of: str | None,
+    allow_local_files: list[Path],
+    output: Path | None,
+) -> tuple[duckdb.DuckDBPyConnection, Snapshot, int | datetime | None]:
+    """The locked-down connection over `tables` (default: all) as of `--as-of`, its snapshot
+    and that point; a refused `--output` or directory is an `error:` line and exit status 2."""
+    try:
+        _check_output(store, output)
+        allowed = local_dirs(store, allow_local_files)
+        point = _as_of(as_of)
+        con, snapshot = connect(store, tables or None, as_of=point, allowed=allowed)
+    except SqlError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return con, snapshot, point
+
+
+def _write(frame: pl.DataFrame, fmt: Format, output: Path | None) -> None:
+    """`_emit` the result; a write that fails is an `error:` line and exit status 2."""
+    try:
+        _emit(frame, fmt, output)
+    except OSError as exc:
+        typer.echo(f"error: --output {output}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    except pl.exceptions.PolarsError as exc:
+        typer.echo(f"error: cannot write the result as {fmt}: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command("sql")
 def sql_command(
     query: Annotated[
@@ -131,16 +164,8 @@ def sql_command(
     """Run SQL over the Delta tables (each table is a view named like the table), read-only."""
     if fmt is Format.parquet and output is None:
         raise typer.BadParameter("--format parquet needs --output FILE")
-    settings = get_settings()
-    store = DeltaStore.from_settings(settings)
-    try:
-        _check_output(store, output)
-        allowed = local_dirs(store, allow_local_files or [])
-        point = _as_of(as_of)
-        con, snapshot = connect(store, table or None, as_of=point, allowed=allowed)
-    except SqlError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    store = DeltaStore.from_settings(get_settings())
+    con, snapshot, point = _open(store, table, as_of, allow_local_files or [], output)
     if query == "-":
         query = sys.stdin.read()
     if point is not None:
@@ -154,13 +179,5 @@ def sql_command(
     except SqlError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if frame is None:
-        return
-    try:
-        _emit(frame, fmt, output)
-    except OSError as exc:
-        typer.echo(f"error: --output {output}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(2) from None
-    except pl.exceptions.PolarsError as exc:
-        typer.echo(f"error: cannot write the result as {fmt}: {str(exc).splitlines()[0]}", err=True)
-        raise typer.Exit(2) from None
+    if frame is not None:
+        _write(frame, fmt, output)
