@@ -30,7 +30,7 @@ from ctxdb.search import lookups, sessions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
-from ctxdb.search.fusion import FusionParams, arm_weights, rank_turns
+from ctxdb.search.fusion import FusedTurn, FusionParams, arm_weights, rank_turns
 from ctxdb.search.materialize import (
     fallback_snippet,
     fetch_turns,
@@ -467,7 +467,6 @@ class SearchService:
     def _hybrid(
         self, principal: Principal, request: SearchRequest, now: datetime
     ) -> SearchResponse:
-        s = self.settings
         if request.scope == "conversation":
             lookups.require_conversation(
                 self.client,
@@ -494,35 +493,49 @@ class SearchService:
             now,
             routing=self.routing_for(principal, self.turns_alias),
         )
-        hits = []
-        for turn in kept:
-            best = turn.best_row
-            doc = docs.get((turn.conversation_id, turn.turn_id))
-            if doc is None:
-                warnings.append(
-                    f"turn_log_missing: {turn.conversation_id}/{turn.turn_id}; fallback snippet"
-                )
-                snippets = [fallback_snippet(best, query, s.search.snippet_chars)]
-            else:
-                snippets = snippets_from_payload(
-                    doc.get("payload") or {}, request.snippet_targets, query, s.search.snippet_chars
-                )
-            strength = relevance(turn.rows)
-            hits.append(
-                SearchHit(
-                    conversation_id=turn.conversation_id,
-                    turn_id=turn.turn_id,
-                    score=turn.final,
-                    target=best.target,
-                    matched_targets=turn.matched_targets,
-                    ts=turn.ts,
-                    ordinal=(doc or {}).get("ordinal"),
-                    title=(doc or {}).get("title"),
-                    agent=(doc or {}).get("agent") or best.agent,
-                    relevance=round(strength, 4),
-                    weak=is_weak(strength),
-                    snippets=snippets,
-                    explain=turn.explain if request.explain else None,
-                )
+        hits = [
+            self._hit(
+                turn, docs.get((turn.conversation_id, turn.turn_id)), request, query, warnings
             )
+            for turn in kept
+        ]
         return SearchResponse(mode="search", query=query, hits=hits, warnings=warnings)
+
+    def _hit(
+        self,
+        turn: FusedTurn,
+        doc: dict[str, Any] | None,
+        request: SearchRequest,
+        query: str,
+        warnings: list[str],
+    ) -> SearchHit:
+        """One fused turn as a hit, its snippets from its turn document `doc`; without one, a
+        snippet from its best row and a warning."""
+        best = turn.best_row
+        chars = self.settings.search.snippet_chars
+        if doc is None:
+            warnings.append(
+                f"turn_log_missing: {turn.conversation_id}/{turn.turn_id}; fallback snippet"
+            )
+            snippets = [fallback_snippet(best, query, chars)]
+        else:
+            snippets = snippets_from_payload(
+                doc.get("payload") or {}, request.snippet_targets, query, chars
+            )
+        strength = relevance(turn.rows)
+        found = doc or {}
+        return SearchHit(
+            conversation_id=turn.conversation_id,
+            turn_id=turn.turn_id,
+            score=turn.final,
+            target=best.target,
+            matched_targets=turn.matched_targets,
+            ts=turn.ts,
+            ordinal=found.get("ordinal"),
+            title=found.get("title"),
+            agent=found.get("agent") or best.agent,
+            relevance=round(strength, 4),
+            weak=is_weak(strength),
+            snippets=snippets,
+            explain=turn.explain if request.explain else None,
+        )
