@@ -34,6 +34,7 @@ from ctxdb.index.mappings import TURNS, alias_name, turn_doc_id
 from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
+from ctxdb.sample.generate import Generated, write_sample
 from ctxdb.search.service import ModelQueryEmbedder, SearchService, default_embedder
 from ctxdb.settings import Settings
 from ctxdb.storage.conversation_files import turn_file_path
@@ -378,6 +379,25 @@ def build_memory(settings: Settings, corpus: list[Turn], *, embed: bool = True) 
     with make_client(settings) as client:
         sync_live(store, client, settings, model_id=embedder.model_id)
     return store
+
+
+def embed_and_sync(store: DeltaStore, settings: Settings, query_embedder) -> Elasticsearch:
+    """Embed the role rows with the session's torch model (`query_embedder`) and sync them into
+    the live indices, as `ctxdb embed` and `index sync` run them; the client it synced with."""
+    embed_role_rows(store, query_embedder.embedder, batch_size=32)
+    client = make_client(settings)
+    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    return client
+
+
+def build_sample_memory(settings: Settings, generated: Generated, query_embedder) -> Elasticsearch:
+    """The generated sample written as landing files, landed, derived, embedded with torch and
+    indexed by the pipeline's own functions; the client it was indexed with."""
+    write_sample(generated, Path(settings.landing_uri), files_root=Path(settings.files))
+    store = DeltaStore(settings.delta_uri)
+    land(store, settings.landing_uri)
+    derive(store, settings)
+    return embed_and_sync(store, settings, query_embedder)
 
 
 def drop_turn_logs(client: Elasticsearch, prefix: str, keys: list[tuple[str, str]]) -> None:

@@ -8,12 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest_search import embed_and_sync
+
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.hosts import import_sessions
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.search import SearchRequest, SearchService
@@ -49,9 +48,7 @@ def check_import_searchable_and_idempotent(
     landed = land(store, settings.landing_uri)
     assert landed.quarantined == 0 and landed.landed == stats.events
     derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = embed_and_sync(store, settings, query_embedder)
     service = SearchService(settings, client, query_embedder)
     owner = Principal(user_id=case.identity.user_id, tenant=case.identity.tenant)
 

@@ -8,15 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest_search import embed_and_sync
 from langgraph.checkpoint.memory import InMemorySaver
 from test_capture_langgraph import build
 
 from ctxdb.capture import Recorder
 from ctxdb.capture.langgraph import RecordedGraph
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.search import SearchRequest, SearchService
@@ -36,9 +34,7 @@ def build_memory(settings: Settings, query_embedder) -> tuple[DeltaStore, Search
     landed = land(store, settings.landing_uri)
     assert landed.landed > 0 and landed.quarantined == 0
     derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = embed_and_sync(store, settings, query_embedder)
     return store, SearchService(settings, client, query_embedder)
 
 

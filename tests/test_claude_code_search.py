@@ -9,14 +9,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from claude_code_sessions import Session, coding_session, final_answers, installed_command, play
+from conftest_search import embed_and_sync
 
 from ctxdb.capture.claude_code.importer import find_transcripts, import_transcripts
 from ctxdb.capture.claude_code.install import hook_config
 from ctxdb.capture.claude_code.turns import agent_for_project
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.search import SearchRequest, SearchService
@@ -51,9 +49,7 @@ def test_hook_captured_turns_are_searchable_by_their_user_only(
     landed = land(store, settings.landing_uri)
     assert landed.quarantined == 0
     derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = embed_and_sync(store, settings, query_embedder)
     service = SearchService(settings, client, query_embedder)
     as_ann = Principal(user_id="ann", tenant="local")
     as_bob = Principal(user_id="bob", tenant="local")

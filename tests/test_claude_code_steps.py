@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from claude_code_sessions import FIXTURES
+from conftest_search import embed_and_sync
 
 from ctxdb.capture.claude_code.importer import import_transcripts, transcript_events
 from ctxdb.capture.claude_code.install import hook_config
@@ -17,9 +18,6 @@ from ctxdb.capture.claude_code.transcript import INPUT_CHARS
 from ctxdb.capture.claude_code.turns import OUTPUT_MAX_CHARS, Identity
 from ctxdb.contract.events import STEP_OUTPUT_MAX_CHARS
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.search import SearchRequest, SearchService
@@ -150,9 +148,7 @@ def test_a_command_the_agent_ran_finds_its_turn_through_the_steps_row(
         assert identity.height == 1
         ttl = turn.select(pl.col("expires_at") - pl.col("ts")).unique()
         assert ttl.height == 1
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = embed_and_sync(store, settings, query_embedder)
     service = SearchService(settings, client, query_embedder)
     as_ann = Principal(user_id="ann", tenant="local")
 

@@ -28,20 +28,15 @@ import jwt
 import pytest
 from conftest import delete_prefix_indices
 from conftest_ports import free_port_pair
+from conftest_search import build_sample_memory
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ResourceLink
 
 from ctxdb.auth.credentials import TokenStore
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.sample.generate import Fact, Generated, generate_events, write_sample
+from ctxdb.sample.generate import Fact, Generated, generate_events
 from ctxdb.sample.topics import TOPICS
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
@@ -111,13 +106,7 @@ def memory(tmp_path_factory, query_embedder, es_base_settings: Settings) -> Iter
     prefix = f"t-mcp-{uuid.uuid4().hex[:10]}"
     settings = es_base_settings.replace(home=home, elasticsearch={"index_prefix": prefix})
     generated = generate_events(users=2, conversations=8, seed=14)
-    write_sample(generated, Path(settings.landing_uri), files_root=Path(settings.files))
-    store = DeltaStore(settings.delta_uri)
-    land(store, settings.landing_uri)
-    derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = build_sample_memory(settings, generated, query_embedder)
     tokens = TokenStore(settings.tokens_path)
     users = {(f.user_id, f.tenant) for f in generated.facts}
     yield Memory(settings, generated, {u: tokens.issue(u, tenant=t) for u, t in users})

@@ -8,27 +8,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from conftest import delete_prefix_indices
+from conftest_search import build_sample_memory
 from fastapi.testclient import TestClient
 
 from ctxdb.auth.credentials import TokenStore
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
 from ctxdb.index.mappings import TURNS, alias_name
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.sample.generate import Fact, generate_events, write_sample
+from ctxdb.sample.generate import Fact, generate_events
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search import SearchRequest, SearchService
 from ctxdb.search.models import MIN_SCORE, WEAK_BELOW
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
-from ctxdb.storage.delta import DeltaStore
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
@@ -53,13 +47,7 @@ def memory(tmp_path_factory, es_base_settings: Settings, query_embedder) -> Iter
     generated = generate_events(
         users=1, conversations=3, seed=1, malformed_ratio=0, duplicate_ratio=0
     )
-    write_sample(generated, Path(settings.landing_uri), files_root=Path(settings.files))
-    store = DeltaStore(settings.delta_uri)
-    land(store, settings.landing_uri)
-    derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = build_sample_memory(settings, generated, query_embedder)
     fact = generated.facts[0]
     owner = Principal(user_id=fact.user_id, tenant=fact.tenant)
     token = TokenStore(settings.tokens_path).issue(owner.user_id, tenant=owner.tenant)

@@ -3,34 +3,21 @@ indexing), then search, known-turn reconstruction and pull as the owner, and nob
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest_search import build_sample_memory
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.stage import embed_role_rows
-from ctxdb.index.client import make_client
-from ctxdb.index.sync import sync_live
-from ctxdb.landing.run import land
-from ctxdb.record.run import derive
-from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.sample.generate import generate_events
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search import NotFound, SearchRequest, SearchService
 from ctxdb.serve.resolve import Resolver
-from ctxdb.storage.delta import DeltaStore
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
 
 def test_pipeline_built_memory_is_searchable_and_reloadable(settings, query_embedder) -> None:
     generated = generate_events(users=2, conversations=10, seed=11)
-    write_sample(generated, Path(settings.landing_uri), files_root=Path(settings.files))
-    store = DeltaStore(settings.delta_uri)
-    land(store, settings.landing_uri)
-    derive(store, settings)
-    embed_role_rows(store, query_embedder.embedder, batch_size=32)
-    client = make_client(settings)
-    sync_live(store, client, settings, model_id=query_embedder.embedder.model_id)
+    client = build_sample_memory(settings, generated, query_embedder)
     service = SearchService(settings, client, query_embedder)
     topics = {t.key: t for t in TOPICS}
 
