@@ -1,6 +1,7 @@
 """The end-to-end check every host importer (Codex, Gemini) shares: sessions imported into the
 spool land, derive, embed and index with the real pipeline; a turn is found by its content and
-shows its prompt and answer; a re-import (even of a deleted spool file) lands nothing new."""
+shows its prompt and answer; a re-import (even of a deleted spool file) lands nothing new. Also
+`by_type`, the events of one type, which every host's tests pick from an import."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from ctxdb.search import SearchRequest, SearchService
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
+
+
+def by_type(events: list[dict], kind: str) -> list[dict]:
+    """The events of one `type`, in order."""
+    return [e for e in events if e["type"] == kind]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from host_import_case import HostCase, check_import_searchable_and_idempotent
+from host_import_case import HostCase, by_type, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.importer import ADAPTER, find_rollouts, rollout_events
@@ -28,10 +28,6 @@ ABORTED = (
     f'"turn_id":"{SECOND_TURN}","reason":"interrupted"}}}}\n'
 )
 """The `turn_aborted` line as Codex CLI 0.146.0 writes it (SOURCE.md), for the second turn."""
-
-
-def by_type(events: list[dict], kind: str) -> list[dict]:
-    return [e for e in events if e["type"] == kind]
 
 
 def test_rollout_turns_prompts_answers_steps_and_tokens() -> None:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from host_import_case import HostCase, check_import_searchable_and_idempotent
+from host_import_case import HostCase, by_type, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini import hook
@@ -26,10 +26,6 @@ EXPLAIN = DATA / "session-2025-12-01T21-45-5b959dae.json"
 FILE_OPS = DATA / "session-2026-01-16T11-01-file-ops-37b7abef.json"
 ANN = Identity("local", "gemini-cli", "ann")
 REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
-
-
-def by_type(events: list[dict], kind: str) -> list[dict]:
-    return [e for e in events if e["type"] == kind]
 
 
 def test_session_turns_prompts_answers_steps_and_tokens() -> None:
