@@ -65,6 +65,40 @@ MAX_WINDOW = 10
 CONVERSATION_WINDOW = lookups.MAX_CONVERSATIONS
 
 
+# search_conversations' arguments that take a paragraph to describe to the model.
+QueryArg = Annotated[
+    str,
+    Field(
+        description="What to look for: words, an error message, a paraphrase; misspellings "
+        "are fine. Blank with since/until lists the turns of that window."
+    ),
+]
+ScopeArg = Annotated[
+    Scope | None,
+    Field(
+        description="conversation (needs conversation_id), user (all your "
+        "conversations) or agent (needs project_or_agent); default: conversation when "
+        "conversation_id is given, else user."
+    ),
+]
+TargetsArg = Annotated[
+    list[Target] | None,
+    Field(
+        description="Which parts may match: user, assistant, summary, attachment, "
+        "steps (tool calls run), notes (default: all but notes)."
+    ),
+]
+MinScoreArg = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        le=1,
+        description="Relevance floor 0..1: drop hits matching the query more weakly "
+        f"(default {MIN_SCORE}; 0 keeps every hit).",
+    ),
+]
+
+
 @contextmanager
 def tool_errors() -> Iterator[None]:
     """Domain failures as one-line tool errors the model can act on."""
@@ -159,21 +193,8 @@ class MemoryTools:
 
     def search_conversations(
         self,
-        query: Annotated[
-            str,
-            Field(
-                description="What to look for: words, an error message, a paraphrase; misspellings "
-                "are fine. Blank with since/until lists the turns of that window."
-            ),
-        ] = "",
-        scope: Annotated[
-            Scope | None,
-            Field(
-                description="conversation (needs conversation_id), user (all your "
-                "conversations) or agent (needs project_or_agent); default: conversation when "
-                "conversation_id is given, else user."
-            ),
-        ] = None,
+        query: QueryArg = "",
+        scope: ScopeArg = None,
         conversation_id: Annotated[
             RefId | None, Field(description="Search inside this conversation.")
         ] = None,
@@ -181,13 +202,7 @@ class MemoryTools:
             str | None,
             Field(description="Only this agent's turns (an agent id, or a project folder path)."),
         ] = None,
-        targets: Annotated[
-            list[Target] | None,
-            Field(
-                description="Which parts may match: user, assistant, summary, attachment, "
-                "steps (tool calls run), notes (default: all but notes)."
-            ),
-        ] = None,
+        targets: TargetsArg = None,
         since: Annotated[
             datetime | None, Field(description="Only turns at or after (ISO time).")
         ] = None,
@@ -195,15 +210,7 @@ class MemoryTools:
             datetime | None, Field(description="Only turns at or before (ISO time).")
         ] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="Hits to return.")] = 5,
-        min_score: Annotated[
-            float | None,
-            Field(
-                ge=0,
-                le=1,
-                description="Relevance floor 0..1: drop hits matching the query more weakly "
-                f"(default {MIN_SCORE}; 0 keeps every hit).",
-            ),
-        ] = None,
+        min_score: MinScoreArg = None,
     ) -> Annotated[CallToolResult, SearchOut]:
         """Search your past conversations (hybrid: meaning, words, misspellings; recent first on
         ties). Each hit names its conversation and turn, time, title, the parts that matched and
