@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -52,12 +52,25 @@ TokenOpt = Annotated[
     str | None, typer.Option("--token", help="Bearer token (default: CTXDB_TOKEN).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+QueryArg = Annotated[str, typer.Argument(help="What to look for (blank with --since/--until).")]
+TargetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target", "-t", help="Repeatable; default user, assistant, summary, attachment."
+    ),
+]
+NthOpt = Annotated[int | None, typer.Option("--nth", help="n-th turn (negative from the end).")]
+MinScoreOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-score", help=f"Relevance floor 0..1 (default {MIN_SCORE}; 0 keeps every hit)."
+    ),
+]
+ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")]
 
 
 def _principal(settings: Settings, token: str | None) -> Principal:
-    token = token or (
-        settings.token.get_secret_value() if settings.token else None
-    )
+    token = token or (settings.token.get_secret_value() if settings.token else None)
     try:
         return Authenticator(settings).authenticate(token)
     except AuthError as exc:
@@ -130,18 +143,21 @@ def render_turn(view: TurnView) -> str:
     return "\n".join(lines)
 
 
+def _search_request(fields: dict[str, Any]) -> SearchRequest:
+    """The request of `ctxdb search`, the model checking the CLI's strings (scope, targets)
+    against its literal types; a bad one is an `error:` line and exit status 2."""
+    try:
+        return SearchRequest.model_validate(fields)
+    except ValueError as exc:
+        typer.echo(f"error: {describe(exc)}", err=True)
+        raise typer.Exit(2) from exc
+
+
 @app.command()
 def search(
-    query: Annotated[
-        str, typer.Argument(help="What to look for (blank with --since/--until).")
-    ] = "",
+    query: QueryArg = "",
     scope: Annotated[str, typer.Option(help="conversation | user | agent")] = "user",
-    target: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--target", "-t", help="Repeatable; default user, assistant, summary, attachment."
-        ),
-    ] = None,
+    target: TargetOpt = None,
     snippet: Annotated[list[str] | None, typer.Option("--snippet", help="Snippet targets.")] = None,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
     agent: Annotated[str | None, typer.Option()] = None,
@@ -149,24 +165,15 @@ def search(
     until: Annotated[datetime | None, typer.Option(help="Window end (ISO time).")] = None,
     first: Annotated[bool, typer.Option("--first", help="First turn of --conversation.")] = False,
     last: Annotated[bool, typer.Option("--last", help="Last turn of --conversation.")] = False,
-    nth: Annotated[
-        int | None, typer.Option("--nth", help="n-th turn (negative from the end).")
-    ] = None,
+    nth: NthOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
     days: Annotated[int, typer.Option()] = 365,
     w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
     w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
-    min_score: Annotated[
-        float | None,
-        typer.Option(
-            "--min-score", help=f"Relevance floor 0..1 (default {MIN_SCORE}; 0 keeps every hit)."
-        ),
-    ] = None,
-    explain: Annotated[
-        bool, typer.Option("--explain", help="Per-arm ranks and contributions.")
-    ] = False,
+    min_score: MinScoreOpt = None,
+    explain: ExplainOpt = False,
     no_semantic: Annotated[bool, typer.Option("--no-semantic", help="Skip the model.")] = False,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -174,32 +181,26 @@ def search(
     """Hybrid conversation search (or a catalog lookup with --first/--last/--nth/--since)."""
     settings = get_settings()
     caller = _principal(settings, token)
-    ordinal = 1 if first else -1 if last else nth
-    try:
-        # The model checks the CLI's strings (scope, targets) against its literal types.
-        request = SearchRequest.model_validate(
-            dict(
-                query=query,
-                scope=scope,
-                targets=list(target) if target else SearchRequest().targets,
-                snippets=list(snippet) if snippet else None,
-                conversation_id=conversation,
-                agent=agent,
-                since=since,
-                until=until,
-                ordinal=ordinal,
-                top_k=top_k,
-                days=days,
-                weights=Weights(
-                    semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
-                ),
-                min_score=min_score,
-                explain=explain,
-            )
+    request = _search_request(
+        dict(
+            query=query,
+            scope=scope,
+            targets=list(target) if target else SearchRequest().targets,
+            snippets=list(snippet) if snippet else None,
+            conversation_id=conversation,
+            agent=agent,
+            since=since,
+            until=until,
+            ordinal=1 if first else -1 if last else nth,
+            top_k=top_k,
+            days=days,
+            weights=Weights(
+                semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
+            ),
+            min_score=min_score,
+            explain=explain,
         )
-    except ValueError as exc:
-        typer.echo(f"error: {describe(exc)}", err=True)
-        raise typer.Exit(2) from exc
+    )
     response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
     typer.echo(
         response.model_dump_json(indent=2, exclude_none=True)
