@@ -148,6 +148,14 @@ def row_docs(
         for ordinal in range(1, rng.randint(2, 6)):
             turn = f"t{seed}-{turn_n:09d}"
             turn_n += 1
+            identity = {
+                "tenant": TENANT,
+                "app": APP,
+                "agent": "helper",
+                "user_id": user,
+                "conversation_id": conv,
+                "turn_id": turn,
+            }
             ts = start + timedelta(minutes=ordinal * rng.uniform(1, 90))
             texts = []
             for target in TARGETS[: rng.randint(2, 4)]:
@@ -166,12 +174,7 @@ def row_docs(
                     {
                         "_id": doc_id,
                         "row_id": doc_id,
-                        "tenant": TENANT,
-                        "app": APP,
-                        "agent": "helper",
-                        "user_id": user,
-                        "conversation_id": conv,
-                        "turn_id": turn,
+                        **identity,
                         "role": "user" if target == "user" else "assistant",
                         "target": target,
                         "tags": [f"chat:{target}"],
@@ -207,12 +210,7 @@ def row_docs(
                 TURNS,
                 {
                     "_id": turn_doc_id(conv, turn),
-                    "tenant": TENANT,
-                    "app": APP,
-                    "agent": "helper",
-                    "user_id": user,
-                    "conversation_id": conv,
-                    "turn_id": turn,
+                    **identity,
                     "ordinal": ordinal,
                     "title": f"conversation {conv[:6]}",
                     "started_at": ts.isoformat(),
