@@ -46,12 +46,12 @@ import random
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from labeled_set_files import jsonl, set_manifest, write_set
+from labeled_set_files import TurnKey, jsonl, set_manifest, turn_events, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -175,37 +175,6 @@ def session_turns(conv_id: str, convo: dict[str, Any], sender: str) -> list[Turn
             )
         )
     return turns
-
-
-def _event(
-    kind: str, at: datetime, user_id: str, turn: Turn, n: int, payload: dict
-) -> dict[str, Any]:
-    return {
-        "event_id": f"{turn.turn_id}-e{n}",
-        "schema_version": 1,
-        "type": kind,
-        "occurred_at": at.isoformat().replace("+00:00", "Z"),
-        "tenant": TENANT,
-        "app": APP,
-        "agent": AGENT,
-        "adapter": "minimal",
-        "user_id": user_id,
-        "conversation_id": turn.conversation_id,
-        "turn_id": turn.turn_id,
-        "payload": payload,
-    }
-
-
-def turn_events(user_id: str, turn: Turn, title: str | None) -> list[dict[str, Any]]:
-    out = [
-        ("turn.started", turn.started, {}),
-        ("user.submission", turn.started, {"text": turn.user, "event_type": "prompt"}),
-        ("assistant.completion", turn.answered, {"text": turn.answer, "error": False}),
-        ("turn.closed", turn.answered + timedelta(seconds=1), {"status": "ok"}),
-    ]
-    if title is not None:
-        out.insert(1, ("conversation.title", turn.started, {"title": title}))
-    return [_event(kind, at, user_id, turn, n, p) for n, (kind, at, p) in enumerate(out)]
 
 
 # --- questions -------------------------------------------------------------------------------
@@ -411,7 +380,11 @@ def build_set(
             conv_id = f"{user_id}-c{n:02d}"
             turns = session_turns(conv_id, record, record["sender"])
             for i, turn in enumerate(turns):
-                events.extend(turn_events(user_id, turn, record.get("prompt") if i == 0 else None))
+                key = TurnKey(TENANT, APP, AGENT, user_id, turn.conversation_id, turn.turn_id)
+                title = record.get("prompt") if i == 0 else None
+                events.extend(
+                    turn_events(key, turn.user, turn.answer, turn.started, turn.answered, title)
+                )
             sessions.append((record, turns))
         mine = user_questions(user_id, sessions, random.Random(f"{seed}:{user_id}"))
         for n, q in enumerate(mine, start=1):

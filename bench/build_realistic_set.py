@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from labeled_set_files import jsonl, set_manifest, write_set
+from labeled_set_files import TurnKey, jsonl, set_manifest, turn_events, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -158,25 +158,6 @@ def with_smalltalk_sessions(sessions: list[Session], n: int, user_id: str) -> li
     return sorted(sessions + added, key=lambda s: s.start)
 
 
-def _event(
-    kind: str, at: datetime, user: UserSource, conv: str, turn: str, n: int, payload: dict
-) -> dict[str, Any]:
-    return {
-        "event_id": f"{turn}-e{n}",
-        "schema_version": 1,
-        "type": kind,
-        "occurred_at": at.isoformat().replace("+00:00", "Z"),
-        "tenant": user.tenant,
-        "app": APP,
-        "agent": AGENT,
-        "adapter": "minimal",
-        "user_id": user.user_id,
-        "conversation_id": conv,
-        "turn_id": turn,
-        "payload": payload,
-    }
-
-
 def _fill(text: str, slots: dict[str, str]) -> str:
     return re.sub(r"\{(\w+)\}", lambda m: slots[m.group(1)], text)
 
@@ -216,18 +197,9 @@ def build_user(user: UserSource, smalltalk: list[list[Turn]], rng: random.Random
         for t_no, turn in enumerate(turns, start=1):
             turn_id = f"{conv}-t{t_no:02d}"
             answered = at + timedelta(seconds=rng.randint(8, 40))
-            out = [
-                ("turn.started", at, {}),
-                ("user.submission", at, {"text": turn.user, "event_type": "prompt"}),
-                ("assistant.completion", answered, {"text": turn.answer, "error": False}),
-                ("turn.closed", answered + timedelta(seconds=1), {"status": "ok"}),
-            ]
-            if t_no == 1:
-                out.insert(1, ("conversation.title", at, {"title": session.title}))
-            events.extend(
-                _event(kind, when, user, conv, turn_id, n, payload)
-                for n, (kind, when, payload) in enumerate(out)
-            )
+            key = TurnKey(user.tenant, APP, AGENT, user.user_id, conv, turn_id)
+            title = session.title if t_no == 1 else None
+            events.extend(turn_events(key, turn.user, turn.answer, at, answered, title))
             texts[conv, turn_id] = f"{turn.user}\n{turn.answer}"
             for label in turn.labels:
                 if label in labels:

@@ -1,14 +1,59 @@
-"""What the labeled-set builders (`build_chitchat_set.py`, `build_realistic_set.py`) share: the
-manifest of a built set and writing its events, questions and manifest to a folder."""
+"""What the labeled-set builders (`build_chitchat_set.py`, `build_realistic_set.py`) share: a
+turn's contract events, the manifest of a built set and writing its events, questions and manifest
+to a folder."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import typer
+
+
+class TurnKey(NamedTuple):
+    """Whose a labeled set's turn is and its ids."""
+
+    tenant: str
+    app: str
+    agent: str
+    user_id: str
+    conversation_id: str
+    turn_id: str
+
+
+def turn_events(
+    key: TurnKey, prompt: str, answer: str, started: datetime, answered: datetime, title: str | None
+) -> list[dict[str, Any]]:
+    """A closed turn's contract events (minimal adapter), ids `<turn_id>-e<n>`: started, the
+    conversation's title when given, the prompt, the answer, closed a second after it."""
+    steps = [
+        ("turn.started", started, {}),
+        ("user.submission", started, {"text": prompt, "event_type": "prompt"}),
+        ("assistant.completion", answered, {"text": answer, "error": False}),
+        ("turn.closed", answered + timedelta(seconds=1), {"status": "ok"}),
+    ]
+    if title is not None:
+        steps.insert(1, ("conversation.title", started, {"title": title}))
+    return [
+        {
+            "event_id": f"{key.turn_id}-e{n}",
+            "schema_version": 1,
+            "type": kind,
+            "occurred_at": at.isoformat().replace("+00:00", "Z"),
+            "tenant": key.tenant,
+            "app": key.app,
+            "agent": key.agent,
+            "adapter": "minimal",
+            "user_id": key.user_id,
+            "conversation_id": key.conversation_id,
+            "turn_id": key.turn_id,
+            "payload": payload,
+        }
+        for n, (kind, at, payload) in enumerate(steps)
+    ]
 
 
 def jsonl(rows: list[dict]) -> str:
