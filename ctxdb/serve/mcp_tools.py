@@ -32,6 +32,7 @@ from ctxdb.search.models import (
     SearchRequest,
     SearchUnavailable,
     Target,
+    TurnHit,
     TurnView,
 )
 from ctxdb.search.service import SearchService, elasticsearch_errors
@@ -177,16 +178,8 @@ class MemoryTools:
             if snippet.text.endswith("…") or snippet.text.startswith("…"):
                 piece.truncated = True
         return HitOut(
-            conversation_id=hit.conversation_id,
-            turn_id=hit.turn_id,
+            **hit.model_dump(include=set(TurnHit.model_fields)),
             ref=turn_ref(hit.conversation_id, hit.turn_id),
-            ordinal=hit.ordinal,
-            ts=hit.ts,
-            title=hit.title,
-            agent=hit.agent,
-            score=hit.score,
-            weak=hit.weak,
-            matched_targets=list(hit.matched_targets),
             snippet_target=snippet.target if snippet else None,
             snippet=piece,
         )
