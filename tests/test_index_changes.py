@@ -23,7 +23,14 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.embedding.stage import covered_mark, embed_role_rows, retry_mark
+from ctxdb.embedding.stage import (
+    OK,
+    SKIPPED,
+    _status_frame,
+    covered_mark,
+    embed_role_rows,
+    retry_mark,
+)
 from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.checks import count_mismatches, verify_ids
 from ctxdb.index.client import make_client
@@ -74,17 +81,11 @@ def set_feed(store, tables, feed: bool) -> None:
             DeltaTable(store.uri(table)).alter.set_table_properties({CHANGE_FEED_PROPERTY: "false"})
 
 
-def statuses(frame: pl.DataFrame, status: str = "ok", model: str = MODEL) -> pl.DataFrame:
-    """Embedding status rows for the role rows in `frame` (no model needed for diff tests)."""
-    return frame.select(
-        "row_id",
-        pl.lit(model).alias("model_id"),
-        "text_hash",
-        pl.lit(status).alias("embedding_status"),
-        pl.lit(None, dtype=pl.String).alias("error"),
-        pl.lit(1, dtype=pl.Int32).alias("attempts"),
-        pl.lit(datetime.now(UTC)).alias("updated_at"),
-    )
+def statuses(frame: pl.DataFrame, status: str = OK, model: str = MODEL) -> pl.DataFrame:
+    """Embedding status rows for the role rows in `frame`, one attempt each, as the embedding
+    stage writes them (no model needed for diff tests)."""
+    before = frame.select("row_id", "text_hash", attempts=pl.lit(int(status in (OK, SKIPPED))))
+    return _status_frame(before, model, status, None, datetime.now(UTC))
 
 
 def write_statuses(store, frame: pl.DataFrame) -> None:
