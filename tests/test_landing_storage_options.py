@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from ctxdb.landing.listing import filesystem, list_files, s3_arguments
+from ctxdb.landing.listing import list_files
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.object_store import filesystem, s3_arguments
 
 MOTO_LIKE = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",

@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,7 +150,8 @@ class Recorder:
     """Records a host's turns into the landing location (see the module docstring).
 
     `landing` is a local folder or an object-store URI (events then spool under `spool_dir` and
-    each published file is uploaded). `enabled=False` makes every call a no-op.
+    each published file is uploaded, with `storage_options`: Delta's, as `from_settings` gives
+    them). `enabled=False` makes every call a no-op.
     """
 
     def __init__(
@@ -168,6 +169,7 @@ class Recorder:
         rotate_bytes: int = 8 * 1024 * 1024,
         rotate_age_s: float = 60.0,
         spool_dir: str | Path | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self.identity = {"tenant": tenant, "app": app, "agent": agent, "adapter": adapter}
         self.enabled = enabled
@@ -186,7 +188,7 @@ class Recorder:
             if spool_dir is None:
                 raise ValueError("a recorder landing in an object store needs a local spool_dir")
             root = Path(spool_dir)
-            publish = uploader(root, f"{landing.rstrip('/')}/capture")
+            publish = uploader(root, f"{landing.rstrip('/')}/capture", storage_options)
         else:
             root, publish = Path(landing) / "capture", None
         spool = Spool(root / adapter / app / agent, rotate_bytes, rotate_age_s, publish)
@@ -222,6 +224,7 @@ class Recorder:
             rotate_bytes=capture.rotate_bytes,
             rotate_age_s=capture.rotate_age_s,
             spool_dir=capture.spool_dir or settings.home / "capture" / "spool",
+            storage_options=settings.delta_storage_options,
         )
 
     def turn(

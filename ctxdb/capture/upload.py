@@ -15,11 +15,13 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from ctxdb.capture.spool import Publisher
+from ctxdb.storage.object_store import StorageOptions, filesystem
 
 
-def uploader(root: Path, uri: str) -> Publisher:
-    """A publisher copying files under the spool `root` to the same paths under `uri`."""
-    fs, base = pafs.FileSystem.from_uri(uri)
+def uploader(root: Path, uri: str, storage_options: StorageOptions | None = None) -> Publisher:
+    """A publisher copying files under the spool `root` to the same paths under `uri` (an
+    object store reached with `storage_options`, Delta's)."""
+    fs, base = filesystem(uri, storage_options)
     local = isinstance(fs, pafs.LocalFileSystem)
 
     def publish(sealed: Path) -> None:

@@ -5,14 +5,12 @@ A file that cannot be read is not an error of the run: reading it gives an `Unre
 and its first bytes), which landing quarantines as a file while the other files land.
 
 On S3 the landing location is reached with Delta's storage options
-(`CTXDB_DELTA_STORAGE_OPTIONS`, delta-rs keys such as `AWS_ENDPOINT_URL`, `AWS_REGION`,
-`AWS_ACCESS_KEY_ID`), so one setting names the endpoint and keys of both; without options
-pyarrow resolves the location itself (the `AWS_*` environment)."""
+(`ctxdb.storage.object_store.filesystem`), so one setting names the endpoint and keys of both."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,6 +18,8 @@ from datetime import UTC, datetime
 import polars as pl
 import pyarrow.fs as pafs
 from zlib_ng import gzip_ng, zlib_ng
+
+from ctxdb.storage.object_store import StorageOptions, filesystem
 
 log = logging.getLogger(__name__)
 
@@ -39,53 +39,6 @@ class LandingFile:
     path: str
     size: int
     mtime: datetime | None
-
-
-StorageOptions = Mapping[str, str]
-"""delta-rs storage options (`CTXDB_DELTA_STORAGE_OPTIONS`); keys are case-insensitive."""
-S3_SCHEMES = ("s3://", "s3a://")
-S3_OPTIONS = {
-    "aws_access_key_id": "access_key",
-    "aws_secret_access_key": "secret_key",
-    "aws_session_token": "session_token",
-    "aws_default_region": "region",
-    "aws_region": "region",
-}
-"""delta-rs S3 options and the `pyarrow.fs.S3FileSystem` argument each one sets (a later key
-wins: `AWS_REGION` over `AWS_DEFAULT_REGION`). The endpoint, plain HTTP and virtual-hosted
-addressing are read in `s3_arguments`; other keys (locking, conditional puts) concern Delta
-commits only."""
-
-
-def s3_arguments(options: StorageOptions) -> dict[str, object]:
-    """`S3FileSystem` arguments for delta-rs storage options: keys, region, endpoint (its
-    scheme, or `AWS_ALLOW_HTTP`, picks http) and virtual-hosted addressing."""
-    lowered = {key.lower(): value for key, value in options.items()}
-    arguments: dict[str, object] = {
-        S3_OPTIONS[key]: lowered[key] for key in S3_OPTIONS if key in lowered
-    }
-    endpoint = lowered.get("aws_endpoint_url") or lowered.get("aws_endpoint")
-    if endpoint:
-        scheme, _, host = endpoint.rpartition("://")
-        arguments["endpoint_override"] = host
-        arguments["scheme"] = scheme or "https"
-    if lowered.get("aws_allow_http", "").lower() == "true":
-        arguments["scheme"] = "http"
-    if lowered.get("aws_virtual_hosted_style_request", "").lower() == "true":
-        arguments["force_virtual_addressing"] = True
-    return arguments
-
-
-def filesystem(
-    uri: str, storage_options: StorageOptions | None = None
-) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and base path of a local directory or an object-store URI; an
-    `s3://` URI with `storage_options` gets an S3 filesystem built from them."""
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    if storage_options and uri.startswith(S3_SCHEMES):
-        return pafs.S3FileSystem(**s3_arguments(storage_options)), uri.split("://", 1)[1]
-    return pafs.FileSystem.from_uri(uri)
 
 
 def list_files(uri: str, storage_options: StorageOptions | None = None) -> list[LandingFile]:

@@ -12,16 +12,11 @@ from datetime import datetime
 
 import polars as pl
 
-from ctxdb.landing.listing import (
-    CORRUPT_GZIP,
-    LandingFile,
-    StorageOptions,
-    Unreadable,
-    read_landing_file,
-)
+from ctxdb.landing.listing import CORRUPT_GZIP, LandingFile, Unreadable, read_landing_file
 from ctxdb.landing.scan import BOM, EVENT_COLUMNS
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore, sql_in
+from ctxdb.storage.object_store import StorageOptions
 from ctxdb.storage.tables import (
     QUARANTINE_SCHEMA,
     QUARANTINED_EVENTS,

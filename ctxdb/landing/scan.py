@@ -25,8 +25,9 @@ from ctxdb.contract.events import (
     parse_event,
 )
 from ctxdb.landing import mirror
-from ctxdb.landing.listing import LandingFile, StorageOptions, Unreadable, prefetched
+from ctxdb.landing.listing import LandingFile, Unreadable, prefetched
 from ctxdb.storage.arrow import frame_of
+from ctxdb.storage.object_store import StorageOptions
 from ctxdb.storage.tables import (
     RAW_EVENTS_SCHEMA,
 )

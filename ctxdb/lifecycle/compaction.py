@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -147,8 +146,7 @@ def vacuum_all(
 
 def table_files(store: DeltaStore, table: str) -> int:
     """Every file under the table's folder: data, change data and log (0 when it is absent)."""
-    uri = store.uri(table)
-    filesystem, base = pafs.FileSystem.from_uri(uri if "://" in uri else _local_uri(uri))
+    filesystem, base = store.folder(table)
     if filesystem.get_file_info(base).type != pafs.FileType.Directory:
         return 0
     found = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))
@@ -204,7 +202,3 @@ def drop_superseded(store: DeltaStore, table: str, key: str, order: str) -> int:
         literal = str(value).replace("'", "''")
         deleted += delete_where(store, table, f"{key} = '{literal}' AND {order} < {int(top)}")
     return deleted
-
-
-def _local_uri(path: str) -> str:
-    return Path(path).resolve().as_uri()

@@ -47,7 +47,7 @@ from ctxdb.lifecycle.purge import (
     delete_keys,
     delete_where,
     deleted_by,
-    path_exists,
+    existing_paths,
     scan_ids,
     scan_sources,
     vacuum,
@@ -345,7 +345,7 @@ def _plan(
     )
     plan.sources = _source_files(store, plan)
     ids, ids_error = _es_ids(store, es, settings.elasticsearch.index_prefix, plan)
-    paths = [p for p in storage_paths(plan) if path_exists(settings.files, p)]
+    paths = existing_paths(settings.files, storage_paths(plan), settings.delta_storage_options)
     plan.pending = {**ids, FILES: paths}
     return plan, es_error or ids_error
 
@@ -356,7 +356,8 @@ def survey(
     """What of `plan` is present now, per store: rows per Delta table, embedding statuses and
     cached vectors, storage folders, landing lines and Elasticsearch documents."""
     counts = {table: _count(store, table, plan) for table in DELETED_TABLES}
-    counts["files"] = sum(path_exists(settings.files, p) for p in plan.pending.get(FILES, []))
+    files = plan.pending.get(FILES, [])
+    counts["files"] = len(existing_paths(settings.files, files, settings.delta_storage_options))
     counts["landing_lines"] = sum(landing_lines.count(settings, plan.sources, plan.scope).values())
     if es is None:
         counts[ES_UNREACHABLE] = 1

@@ -13,7 +13,6 @@ pass.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -34,10 +33,7 @@ def unread_files(store: DeltaStore, table: str) -> tuple[pafs.FileSystem, list[s
     dt = store.table(table)
     if dt is None:
         return pafs.LocalFileSystem(), []
-    uri = store.uri(table)
-    filesystem, base = pafs.FileSystem.from_uri(
-        uri if "://" in uri else Path(uri).resolve().as_uri()
-    )
+    filesystem, base = store.folder(table)
     base = base.rstrip("/")
     current = set(pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist())
     found = filesystem.get_file_info(pafs.FileSelector(base, recursive=True))

@@ -20,6 +20,7 @@ from ctxdb.landing.listing import is_gzip, unpack
 from ctxdb.landing.scan import BOM
 from ctxdb.lifecycle.scope import Scope
 from ctxdb.settings import Settings
+from ctxdb.storage import object_store
 
 TMP_SUFFIX = ".erase-tmp"
 """Suffix of a rewrite in progress (landing lists only *.jsonl / *.ndjson names)."""
@@ -90,14 +91,15 @@ def count(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int
 
 
 def landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and path of a landed file (`source_file` as landing recorded it)."""
+    """The filesystem and path of a landed file (`source_file` as landing recorded it), an
+    object store reached with the settings' storage options."""
+    options = settings.delta_storage_options
     if "://" in source:
-        return pafs.FileSystem.from_uri(source)
+        return object_store.filesystem(source, options)
     root = settings.landing_uri
-    if "://" not in root:
-        local = Path(source) if Path(source).is_absolute() else Path(root).resolve() / source
-        return pafs.LocalFileSystem(), str(local)
-    filesystem, base = pafs.FileSystem.from_uri(root)
+    if "://" not in root:  # a relative source lies under the root, an absolute one anywhere
+        return object_store.filesystem(str(Path(root).resolve() / source))
+    filesystem, base = object_store.filesystem(root, options)
     base = base.rstrip("/")
     return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
 

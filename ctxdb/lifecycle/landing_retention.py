@@ -29,6 +29,7 @@ from ctxdb.lifecycle import landing_lines
 from ctxdb.lifecycle.purge import columns_of, delete_keys, delete_where, sql_ts
 from ctxdb.record.expiry import ttl_days_expr
 from ctxdb.settings import Settings
+from ctxdb.storage import object_store
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, QUARANTINED_EVENTS, QUARANTINED_FILES
 
@@ -190,10 +191,8 @@ def _remove(
 
 
 def _archive(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    root = archive_root(settings)
-    if "://" in root:
-        return pafs.FileSystem.from_uri(root)
-    return pafs.LocalFileSystem(), str(Path(root).resolve())
+    root = object_store.absolute(archive_root(settings))
+    return object_store.filesystem(root, settings.delta_storage_options)
 
 
 def _relative(settings: Settings, path: str) -> str:

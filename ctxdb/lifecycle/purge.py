@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import chain
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -27,6 +26,7 @@ from pyarrow import fs as pafs
 from ctxdb.index.documents import ID, delete_actions
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import is_routed, stored_routing
+from ctxdb.storage import object_store
 from ctxdb.storage.delta import DeltaStore, among
 
 log = logging.getLogger(__name__)
@@ -302,9 +302,12 @@ def count_docs(es: Elasticsearch, prefix: str, kind: str, query: dict) -> int:
     return int(es.count(index=",".join(indices), query=query)["count"])
 
 
-def remove_paths(root: str, relative: Iterable[str]) -> int:
-    """Delete files or directories under the storage root `root`; returns how many existed."""
-    filesystem, base = pafs.FileSystem.from_uri(_as_uri(root))
+def remove_paths(
+    root: str, relative: Iterable[str], storage_options: object_store.StorageOptions | None = None
+) -> int:
+    """Delete files or directories under the storage root `root` (reached with
+    `storage_options`); returns how many existed."""
+    filesystem, base = object_store.filesystem(object_store.absolute(root), storage_options)
     removed = 0
     for rel in dict.fromkeys(relative):
         path = f"{base.rstrip('/')}/{rel.strip('/')}"
@@ -318,11 +321,15 @@ def remove_paths(root: str, relative: Iterable[str]) -> int:
     return removed
 
 
-def path_exists(root: str, rel: str) -> bool:
-    filesystem, base = pafs.FileSystem.from_uri(_as_uri(root))
-    info = filesystem.get_file_info(f"{base.rstrip('/')}/{rel.strip('/')}")
-    return info.type != pafs.FileType.NotFound
-
-
-def _as_uri(root: str) -> str:
-    return root if "://" in root else Path(root).resolve().as_uri()
+def existing_paths(
+    root: str, relative: Iterable[str], storage_options: object_store.StorageOptions | None = None
+) -> list[str]:
+    """The paths of `relative` present under the storage root `root` (reached with
+    `storage_options`)."""
+    filesystem, base = object_store.filesystem(object_store.absolute(root), storage_options)
+    return [
+        rel
+        for rel in relative
+        if filesystem.get_file_info(f"{base.rstrip('/')}/{rel.strip('/')}").type
+        != pafs.FileType.NotFound
+    ]

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.table import TableMerger
@@ -21,6 +22,7 @@ from ctxdb.settings import Settings
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.errors import StorageError, object_store_cause, os_errno
 from ctxdb.storage.faults import reached
+from ctxdb.storage.object_store import absolute, filesystem
 from ctxdb.storage.tables import table_properties
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,11 @@ class DeltaStore:
 
     def uri(self, table: str) -> str:
         return f"{self.root.rstrip('/')}/{table}"
+
+    def folder(self, table: str) -> tuple[pafs.FileSystem, str]:
+        """The filesystem and absolute base path of `table`'s folder, reached with the store's
+        storage options."""
+        return filesystem(absolute(self.uri(table)), self.storage_options)
 
     @contextmanager
     def guarded(self, table: str, action: str = "write") -> Iterator[None]:
