@@ -47,6 +47,9 @@ from ctxdb.text import text_hash, trigrams
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 
+TURN_IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
+"""The columns that name a turn and whose it is."""
+
 
 @pytest.fixture
 def ops_settings(settings: Settings) -> Settings:
@@ -119,7 +122,7 @@ def conform(frame: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
 
 
 def _per_turn(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.group_by("tenant", "app", "agent", "user_id", "conversation_id", "turn_id").agg(
+    return rows.group_by(TURN_IDENTITY).agg(
         pl.col("ts").min().alias("started_at"), pl.col("expires_at").max()
     )
 
@@ -170,12 +173,7 @@ def derived(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
         data=pl.lit("{}"),
     )
     raw = rows.select(
-        "tenant",
-        "app",
-        "agent",
-        "user_id",
-        "conversation_id",
-        "turn_id",
+        *TURN_IDENTITY,
         event_id=pl.col("row_id") + "-ev",
         occurred_at=pl.col("ts"),
         type=pl.lit("assistant.completion"),
@@ -256,12 +254,7 @@ def index_rows(es: Elasticsearch, prefix: str, rows: pl.DataFrame) -> None:
     ensure_indices(es, prefix)
     fields = [
         "row_id",
-        "tenant",
-        "app",
-        "agent",
-        "user_id",
-        "conversation_id",
-        "turn_id",
+        *TURN_IDENTITY,
         "role",
         "target",
         "text",
@@ -277,7 +270,7 @@ def index_rows(es: Elasticsearch, prefix: str, rows: pl.DataFrame) -> None:
         }
         for r in rows.iter_rows(named=True)
     ]
-    turn_fields = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id", "expires_at"]
+    turn_fields = [*TURN_IDENTITY, "expires_at"]
     docs += [
         {
             "_index": alias_name(prefix, TURNS),
