@@ -6,6 +6,7 @@ The fixtures are registered through `pytest_plugins` in tests/conftest.py; build
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -354,6 +355,21 @@ def crash_after_commit(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
             raise SimulatedCrash(f"simulated crash right after {point}")
 
     monkeypatch.setattr(delta_module, "reached", reached)
+
+
+def run_killed_at(
+    monkeypatch: pytest.MonkeyPatch, module: object, step: str, run: Callable[[], object]
+) -> None:
+    """Run `run` with `module.step` raising, a stand-in for the process being killed when it gets
+    there, and check that it died; `module.step` is restored afterwards."""
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"simulated crash at {step}")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, step, crash)
+        with pytest.raises(RuntimeError):
+            run()
 
 
 def table_rows(store: DeltaStore, table: str, volatile: set[str]) -> list[str]:

@@ -13,6 +13,7 @@ from conftest_ops import (
     derived,
     index_rows,
     role_rows,
+    run_killed_at,
     run_pipeline,
     write_derived,
     write_embeddings,
@@ -218,17 +219,17 @@ def test_interrupted_erase_is_finished_by_a_rerun(store, es, ops_settings, seede
     """The injected RuntimeError stands in for the process being killed after Delta was purged
     and before Elasticsearch and storage were touched."""
 
-    def crash(*args, **kwargs):
-        raise RuntimeError("simulated crash after the Delta step")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(erasure, "finish_pending", crash)
-        with pytest.raises(RuntimeError):
-            erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
+    scope = erasure.Scope("user_id", "u1")
+    run_killed_at(
+        monkeypatch,
+        erasure,
+        "finish_pending",
+        lambda: erasure.erase(store, es, ops_settings, scope),
+    )
     assert _rows_for(store, ROLE_ROWS, "user_id", "u1") == 0
     assert _es_count(es, ops_settings.elasticsearch.index_prefix, ROWS, "user_id", "u1") == 7
 
-    report = erasure.erase(store, es, ops_settings, erasure.Scope("user_id", "u1"))
+    report = erasure.erase(store, es, ops_settings, scope)
     assert report.verified, report.message
     assert _es_count(es, ops_settings.elasticsearch.index_prefix, TURNS, "user_id", "u1") == 0
     assert not (Path(ops_settings.files) / "acme/press/u1").exists()

@@ -16,6 +16,7 @@ from conftest_ops import (
     es_ids,
     index_rows,
     role_rows,
+    run_killed_at,
     run_pipeline,
     write_derived,
     write_embeddings,
@@ -166,13 +167,9 @@ def test_interrupted_sweep_is_finished_by_the_next_run(store, es, ops_settings, 
     RuntimeError stands in for the process being killed) leaves nothing behind next run."""
     rows, files = _seed(store, es, ops_settings)
 
-    def crash(*args, **kwargs):
-        raise RuntimeError("simulated crash between the Delta and Elasticsearch steps")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(retention, "finish_pending", crash)
-        with pytest.raises(RuntimeError):
-            retention.sweep(store, es, ops_settings)
+    run_killed_at(
+        monkeypatch, retention, "finish_pending", lambda: retention.sweep(store, es, ops_settings)
+    )
 
     assert store.read(ROLE_ROWS).height == 15
     assert store.read(RETENTION_PENDING).height == 15  # 5 rows + 5 turns + 5 file paths

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest_ops import run_pipeline
+from conftest_ops import run_killed_at, run_pipeline
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -201,13 +201,9 @@ def test_a_sweep_killed_after_the_landing_rewrite_is_finished_by_the_next(
     needles = _pipeline(store, es, ops_settings)
     landing = Path(ops_settings.landing_uri)
 
-    def crash(*args, **kwargs):
-        raise RuntimeError("simulated crash between the landing and Delta steps")
-
-    with monkeypatch.context() as patch:
-        patch.setattr(retention, "purge_expired", crash)
-        with pytest.raises(RuntimeError):
-            retention.sweep(store, es, ops_settings)
+    run_killed_at(
+        monkeypatch, retention, "purge_expired", lambda: retention.sweep(store, es, ops_settings)
+    )
     assert _found(_landing_text(landing), needles) == []
     assert _found(_delta_text(Path(ops_settings.delta_uri)), needles)
     assert store.read(LIFECYCLE_JOURNAL).height == 1  # the run is recorded as unfinished
