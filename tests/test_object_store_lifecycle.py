@@ -23,7 +23,7 @@ from botocore.exceptions import EndpointConnectionError
 from conftest_turn_record import T0, Turn
 
 from ctxdb.capture import Recorder
-from ctxdb.landing.listing import list_files
+from ctxdb.landing.listing import list_files, read_bytes
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import erase as erasure
 from ctxdb.lifecycle import retention
@@ -158,3 +158,24 @@ def test_a_recorder_uploads_to_an_s3_landing_with_the_storage_options_alone(
     options = on_s3.delta_storage_options
     assert [f.path for f in list_files(f"{on_s3.landing_uri}/capture", options)]
     assert land(DeltaStore.from_settings(on_s3), on_s3.landing_uri).landed > 0
+
+
+def test_a_retention_sweep_archives_an_expired_s3_landing_file_in_s3(on_s3: Settings) -> None:
+    archive = on_s3.landing_uri.replace("/landing", "/archive")
+    settings = on_s3.replace(retention={"archive_uri": archive, "archive_days": 3})
+    old = _lines(Turn("c-old", "t1", start=T0 - timedelta(days=30)))
+    _put(settings, "old.jsonl", old)
+    store = DeltaStore.from_settings(settings)
+    assert land(store, settings.landing_uri).landed == len(old)
+    now = T0 + timedelta(days=1)
+
+    report = retention.sweep(store, None, settings, now=now)
+
+    assert report.landing["files_archived"] == 1
+    options = settings.delta_storage_options
+    assert list_files(settings.landing_uri, options) == []
+    archived = f"{archive}/{now:%Y-%m-%d}/old.jsonl"
+    assert [f.path for f in list_files(archive, options)] == [archived]
+    assert read_bytes(archived, options) == b"".join(line + b"\n" for line in old)
+    later = retention.sweep(store, None, settings, now=now + timedelta(days=4))
+    assert later.landing["archive_days_removed"] == 1 and list_files(archive, options) == []
