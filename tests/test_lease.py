@@ -39,6 +39,7 @@ from ctxdb.lifecycle.reindex import reindex
 from ctxdb.lifecycle.retention import sweep
 from ctxdb.record import run as record_run
 from ctxdb.record.run import derive, last_derived_version
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES, RAW_TURN_EVENTS, ROLE_ROWS, TURN_LOGS
 
@@ -231,6 +232,21 @@ def steal(es, prefix: str) -> None:
     )
 
 
+def lose_the_lease_after(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str, es, settings: Settings
+) -> None:
+    """Every call of `module.name` runs, then hands the lease to another holder (a takeover
+    between two writes)."""
+    real = getattr(module, name)
+
+    def then_lose_the_lease(*args, **kwargs):
+        done = real(*args, **kwargs)
+        steal(es, settings.elasticsearch.index_prefix)
+        return done
+
+    monkeypatch.setattr(module, name, then_lose_the_lease)
+
+
 def test_issue_25_a_landing_that_lost_its_lease_stops_before_its_next_commit(
     es, settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,14 +256,7 @@ def test_issue_25_a_landing_that_lost_its_lease_stops_before_its_next_commit(
     for name in ("a", "b"):
         write_jsonl(tmp_path / "in" / f"{name}.jsonl", Turn(f"c-{name}", "t1").basic().events)
     monkeypatch.setattr("ctxdb.landing.run.WAVE_ROWS", 1)  # one file per wave
-    real_commit = landing_run.commit
-
-    def commit_then_lose_the_lease(*args, **kwargs):
-        committed = real_commit(*args, **kwargs)
-        steal(es, settings.elasticsearch.index_prefix)
-        return committed
-
-    monkeypatch.setattr("ctxdb.landing.run.commit", commit_then_lose_the_lease)
+    lose_the_lease_after(monkeypatch, landing_run, "commit", es, settings)
     store = DeltaStore(settings.delta_uri)
     with pytest.raises(LeaseLost, match="stopping before the next commit"):
         land(store, str(tmp_path / "in"), now=NOW, writer=writer_lease_for(es, settings, "landing"))
@@ -264,14 +273,7 @@ def test_issue_25_a_derivation_that_lost_its_lease_does_not_advance_its_state(
     write_jsonl(tmp_path / "in" / "a.jsonl", Turn("c1", "t1").basic().events)
     store = DeltaStore(settings.delta_uri)
     land(store, str(tmp_path / "in"), now=NOW)
-    real_write = record_run.write_table
-
-    def write_then_lose_the_lease(*args, **kwargs):
-        written = real_write(*args, **kwargs)
-        steal(es, settings.elasticsearch.index_prefix)
-        return written
-
-    monkeypatch.setattr("ctxdb.record.run.write_table", write_then_lose_the_lease)
+    lose_the_lease_after(monkeypatch, record_run, "write_table", es, settings)
     with pytest.raises(LeaseLost):
         derive(store, settings, now=NOW, writer=writer_lease_for(es, settings, "derivation"))
     assert store.read(TURN_LOGS).height == 1
