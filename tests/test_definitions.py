@@ -27,18 +27,17 @@ def test_definitions_load() -> None:
     assert {"delta", "es"} <= set(repository.get_top_level_resources())
 
 
+def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `command` from the repository root with `env`, its output captured as text."""
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
 def test_dagster_definitions_validate(tmp_path: Path) -> None:
     dagster = Path(sys.executable).with_name("dagster")
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
-    done = subprocess.run(
-        [str(dagster), "definitions", "validate"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = _run([str(dagster), "definitions", "validate"], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Validation successful" in done.stdout + done.stderr
 
@@ -46,15 +45,7 @@ def test_dagster_definitions_validate(tmp_path: Path) -> None:
 def _import_in_fresh_interpreter(modules: list[str], env: dict[str, str]) -> str:
     """Import `modules` in a fresh interpreter; its stderr ('' when every import worked)."""
     script = f"import importlib\nfor m in {modules!r}: importlib.import_module(m)\n"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = _run([sys.executable, "-c", script], env)
     return "" if done.returncode == 0 else done.stderr
 
 
