@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from conftest_components import BROWSER, without
 from conftest_ports import free_port_pair
+from headless_chromium import PRESENT, chromium
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
-pytestmark = [pytest.mark.slow, without(BROWSER, CHROMIUM.exists() and CHROMEDRIVER.exists())]
+pytestmark = [pytest.mark.slow, without(BROWSER, PRESENT)]
 
 
 def _wait_http(url: str, process: subprocess.Popen, timeout: float = 180.0) -> None:
@@ -64,8 +64,6 @@ def group_assets(group: str) -> list[str]:
 
 
 def test_asset_graph_shows_every_stage(tmp_path: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
     updating = os.environ.get("CTXDB_UPDATE_SCREENSHOTS") == "1"
@@ -82,19 +80,10 @@ def test_asset_graph_shows_every_stage(tmp_path: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1800,1300",
-    ):
-        options.add_argument(argument)
     driver = None
     try:
         _wait_http(f"http://127.0.0.1:{port}/server_info", process)
-        driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+        driver = chromium("1800,1300")
         for group in ("turn_record", "index"):
             # the list names every asset of the group (the graph renders only what is in view)
             page = f"http://127.0.0.1:{port}/locations/ctxdb/asset-groups/{group}"

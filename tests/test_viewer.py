@@ -19,18 +19,18 @@ from conftest_components import BROWSER, without
 from conftest_ports import free_port_pair
 from conftest_search import CODING_PROMPT, SearchEnv
 from fastapi.testclient import TestClient
+from headless_chromium import PRESENT, chromium
 
 from ctxdb.serve.http import create_app
 
 STORED_TITLE = CODING_PROMPT[:80]  # derivation cuts a prompt-made title at 80 characters
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 pytestmark = [
     pytest.mark.es,
     pytest.mark.model,
-    without(BROWSER, CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    without(BROWSER, PRESENT),
 ]
 
 
@@ -58,23 +58,8 @@ def downloads(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(downloads: Path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--window-size=1280,900",
-    ):
-        options.add_argument(argument)
-    options.add_experimental_option(
-        "prefs",
-        {"download.default_directory": str(downloads), "download.prompt_for_download": False},
-    )
-    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    prefs = {"download.default_directory": str(downloads), "download.prompt_for_download": False}
+    driver = chromium("1280,900", prefs)
     driver.implicitly_wait(0)
     yield driver
     driver.quit()
