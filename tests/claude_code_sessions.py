@@ -21,7 +21,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
 from ctxdb.capture.claude_code.install import install
+from ctxdb.cli import _register_all
+from ctxdb.cli.app import app
 from ctxdb.settings import Settings
 
 
@@ -236,6 +242,20 @@ def installed_command(settings: Settings, project: Path) -> str:
     }
     assert len(commands) == 1
     return commands.pop()
+
+
+def cli_install(
+    home: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[CliRunner, Result]:
+    """`ctxdb capture claude-code install --project` through the CLI, for user `ann` with the
+    home `home`; the runner (for the commands after it) and its result, checked to succeed."""
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(home))
+    monkeypatch.setenv("CTXDB_CLAUDE_CODE_USER_ID", "ann")
+    runner = CliRunner()
+    result = runner.invoke(app, ["capture", "claude-code", "install", "--project", str(project)])
+    assert result.exit_code == 0, result.output
+    return runner, result
 
 
 def run_hook(command: str, payload: dict | bytes) -> None:

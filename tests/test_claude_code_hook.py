@@ -14,13 +14,13 @@ import polars as pl
 import pytest
 from claude_code_sessions import (
     Session,
+    cli_install,
     coding_session,
     final_answers,
     installed_command,
     play,
     run_hook,
 )
-from typer.testing import CliRunner
 
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import find_transcripts, import_transcripts
@@ -33,7 +33,6 @@ from ctxdb.capture.claude_code.install import (
     remove_hooks,
     uninstall,
 )
-from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.landing.run import land
 from ctxdb.settings import Settings
@@ -323,13 +322,8 @@ def test_hooks_of_other_tools_sharing_a_group_survive() -> None:
 
 
 def test_cli_install_import_and_project(capture: Settings, tmp_path: Path, monkeypatch) -> None:
-    _register_all()
-    monkeypatch.setenv("CTXDB_HOME", str(capture.home))
-    monkeypatch.setenv("CTXDB_CLAUDE_CODE_USER_ID", "ann")
-    runner = CliRunner()
     project = tmp_path / "shop"
-    result = runner.invoke(app, ["capture", "claude-code", "install", "--project", str(project)])
-    assert result.exit_code == 0, result.output
+    runner, result = cli_install(capture.home, project, monkeypatch)
     assert "user 'ann'" in result.output
     both = runner.invoke(app, ["capture", "claude-code", "install", "--user", "--project", "x"])
     assert both.exit_code == 2

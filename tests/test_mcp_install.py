@@ -12,15 +12,14 @@ from pathlib import Path
 
 import anyio
 import pytest
+from claude_code_sessions import cli_install
 from conftest import delete_prefix_indices
 from conftest_search import Turn, build_memory
 from mcp import Client, StdioServerParameters, stdio_client
-from typer.testing import CliRunner
 
 from ctxdb.auth.credentials import TokenStore
 from ctxdb.capture.claude_code import mcp_config as registration
 from ctxdb.capture.claude_code.install import InstallError
-from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
@@ -118,14 +117,9 @@ def test_the_registered_server_serves_the_capture_users_memory(settings: Setting
 def test_cli_install_registers_and_uninstall_removes(
     capture: Settings, tmp_path: Path, monkeypatch
 ) -> None:
-    _register_all()
     monkeypatch.setenv("HOME", str(tmp_path / "user-home"))  # --user edits ~/.claude
-    monkeypatch.setenv("CTXDB_HOME", str(capture.home))
-    monkeypatch.setenv("CTXDB_CLAUDE_CODE_USER_ID", "ann")
-    runner = CliRunner()
     project = tmp_path / "shop"
-    done = runner.invoke(app, ["capture", "claude-code", "install", "--project", str(project)])
-    assert done.exit_code == 0, done.output
+    runner, done = cli_install(capture.home, project, monkeypatch)
     assert f"ctxdb MCP server added to {project / '.mcp.json'}" in done.output
     assert "ctxdb" in json.loads((project / ".mcp.json").read_text())["mcpServers"]
 
