@@ -7,7 +7,6 @@ backend Celery's file backend: real Celery, with folders where a deployment has 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dagster_shared.yaml_utils import dump_run_config_yaml
+from celery_executor_files import write_executor_config
 from test_fanout import (
     ROOT,
     assert_shard_runs_equal_one_run,
@@ -71,13 +70,7 @@ def celery_workers(es_settings: Settings, tmp_path: Path) -> Iterator[dict[str, 
     """Two solo-pool workers (one step at a time each) on the fanned memory's environment; yields
     the environment that points the Celery code location's executor at them."""
     config = celery_config(tmp_path / "celery")
-    config_yaml = tmp_path / "celery.yaml"
-    config_yaml.write_text(dump_run_config_yaml({"execution": {"config": config}}))
-    executor_env = {
-        "CTXDB_CELERY_BROKER": config["broker"],
-        "CTXDB_CELERY_BACKEND": config["backend"],
-        "CTXDB_CELERY_CONFIG_SOURCE": json.dumps(config["config_source"]),
-    }
+    config_yaml, executor_env = write_executor_config(config, tmp_path)
     scripts = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"  # `celery` too
     workers = []
     for name in WORKERS:

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
+from celery_executor_files import write_executor_config
 from cluster_stack import (
     ROOT,
     SCRIPTS,
@@ -31,7 +32,6 @@ from cluster_stack import (
 )
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
-from dagster_shared.yaml_utils import dump_run_config_yaml
 from run_shards import steps
 
 from assets.shards import all_shards_tags
@@ -72,13 +72,7 @@ def start_workers(
     """Solo-pool workers on `settings`' environment (plus `extra`), ready; the environment that
     points the Celery code location's executor at them, and each worker's process and log."""
     config = executor_config(redis_server)
-    config_yaml = folder / "celery.yaml"
-    config_yaml.write_text(dump_run_config_yaml({"execution": {"config": config}}))
-    executor_env = {
-        "CTXDB_CELERY_BROKER": config["broker"],
-        "CTXDB_CELERY_BACKEND": config["backend"],
-        "CTXDB_CELERY_CONFIG_SOURCE": json.dumps(config["config_source"]),
-    }
+    config_yaml, executor_env = write_executor_config(config, folder)
     workers = []
     try:
         for name in names:
