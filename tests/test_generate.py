@@ -19,6 +19,17 @@ from ctxdb.contract.events import EventError, parse_event
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.sample.topics import TOPICS
 
+MALFORMED_REASONS = {
+    "malformed_json",
+    "unknown_type",
+    "missing_field",
+    "naive_timestamp",
+    "unsafe_id",
+    "invalid_field",
+    "oversize",
+}
+"""The rejection reasons of the generator's malformed lines: each is injected at least once."""
+
 
 @pytest.fixture(scope="module")
 def generated():
@@ -39,15 +50,7 @@ def test_every_valid_event_passes_the_contract(generated) -> None:
         with pytest.raises(EventError) as info:
             parse_event(line)
         reasons.add(info.value.reason)
-    assert reasons == {
-        "malformed_json",
-        "unknown_type",
-        "missing_field",
-        "naive_timestamp",
-        "unsafe_id",
-        "invalid_field",
-        "oversize",
-    }
+    assert reasons == MALFORMED_REASONS
 
 
 def test_sample_covers_adapters_topics_and_features(generated) -> None:

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from conftest_turn_record import NOW, Turn, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+from test_generate import MALFORMED_REASONS
 
 from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import land
@@ -44,15 +45,7 @@ def test_generated_sample_lands_with_every_line_accounted_for(tmp_path: Path, st
     assert stats.lines == lines
     assert stats.landed + stats.duplicates + stats.quarantined == lines
     assert stats.landed == len({e["event_id"] for e in generated.events})
-    assert set(stats.reasons) == {
-        "malformed_json",
-        "unknown_type",
-        "missing_field",
-        "naive_timestamp",
-        "unsafe_id",
-        "invalid_field",
-        "oversize",
-    }
+    assert set(stats.reasons) == MALFORMED_REASONS
     raw = store.read(RAW_TURN_EVENTS)
     assert raw.schema == pl.from_arrow(RAW_EVENTS_SCHEMA.empty_table()).schema
     assert raw["event_id"].is_unique().all()
