@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from labeled_set_files import TurnKey, jsonl, set_manifest, turn_events, write_set
+from labeled_set_files import TurnEnvelope, jsonl, set_manifest, turn_events, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -380,10 +380,14 @@ def build_set(
             conv_id = f"{user_id}-c{n:02d}"
             turns = session_turns(conv_id, record, record["sender"])
             for i, turn in enumerate(turns):
-                key = TurnKey(TENANT, APP, AGENT, user_id, turn.conversation_id, turn.turn_id)
+                envelope = TurnEnvelope(
+                    TENANT, APP, AGENT, "minimal", user_id, turn.conversation_id, turn.turn_id
+                )
                 title = record.get("prompt") if i == 0 else None
                 events.extend(
-                    turn_events(key, turn.user, turn.answer, turn.started, turn.answered, title)
+                    turn_events(
+                        envelope, turn.user, turn.answer, turn.started, turn.answered, title
+                    )
                 )
             sessions.append((record, turns))
         mine = user_questions(user_id, sessions, random.Random(f"{seed}:{user_id}"))

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from labeled_set_files import TurnKey, jsonl, set_manifest, turn_events, write_set
+from labeled_set_files import TurnEnvelope, jsonl, set_manifest, turn_events, write_set
 
 from ctxdb.text import STOPWORDS, stems, words
 
@@ -197,9 +197,9 @@ def build_user(user: UserSource, smalltalk: list[list[Turn]], rng: random.Random
         for t_no, turn in enumerate(turns, start=1):
             turn_id = f"{conv}-t{t_no:02d}"
             answered = at + timedelta(seconds=rng.randint(8, 40))
-            key = TurnKey(user.tenant, APP, AGENT, user.user_id, conv, turn_id)
+            envelope = TurnEnvelope(user.tenant, APP, AGENT, "minimal", user.user_id, conv, turn_id)
             title = session.title if t_no == 1 else None
-            events.extend(turn_events(key, turn.user, turn.answer, at, answered, title))
+            events.extend(turn_events(envelope, turn.user, turn.answer, at, answered, title))
             texts[conv, turn_id] = f"{turn.user}\n{turn.answer}"
             for label in turn.labels:
                 if label in labels:

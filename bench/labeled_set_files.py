@@ -13,22 +13,29 @@ from typing import Any, NamedTuple
 import typer
 
 
-class TurnKey(NamedTuple):
-    """Whose a labeled set's turn is and its ids."""
+class TurnEnvelope(NamedTuple):
+    """The envelope fields a labeled set's turn gives each of its events (in the contract's
+    order): whose the turn is, the adapter that recorded it, its ids."""
 
     tenant: str
     app: str
     agent: str
+    adapter: str
     user_id: str
     conversation_id: str
     turn_id: str
 
 
 def turn_events(
-    key: TurnKey, prompt: str, answer: str, started: datetime, answered: datetime, title: str | None
+    envelope: TurnEnvelope,
+    prompt: str,
+    answer: str,
+    started: datetime,
+    answered: datetime,
+    title: str | None,
 ) -> list[dict[str, Any]]:
-    """A closed turn's contract events (minimal adapter), ids `<turn_id>-e<n>`: started, the
-    conversation's title when given, the prompt, the answer, closed a second after it."""
+    """A closed turn's contract events, ids `<turn_id>-e<n>`: started, the conversation's title
+    when given, the prompt, the answer, closed a second after it."""
     steps = [
         ("turn.started", started, {}),
         ("user.submission", started, {"text": prompt, "event_type": "prompt"}),
@@ -39,17 +46,11 @@ def turn_events(
         steps.insert(1, ("conversation.title", started, {"title": title}))
     return [
         {
-            "event_id": f"{key.turn_id}-e{n}",
+            "event_id": f"{envelope.turn_id}-e{n}",
             "schema_version": 1,
             "type": kind,
             "occurred_at": at.isoformat().replace("+00:00", "Z"),
-            "tenant": key.tenant,
-            "app": key.app,
-            "agent": key.agent,
-            "adapter": "minimal",
-            "user_id": key.user_id,
-            "conversation_id": key.conversation_id,
-            "turn_id": key.turn_id,
+            **envelope._asdict(),
             "payload": payload,
         }
         for n, (kind, at, payload) in enumerate(steps)
