@@ -103,12 +103,18 @@ def fill_cache(store: DeltaStore, model_id: str, hashes: pl.Series, seed: int = 
     cache_random_vectors(store, model_id, hashes, np.random.default_rng(seed))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
+def add_row_options(parser: argparse.ArgumentParser, rows: int) -> None:
+    """The options of a benchmark on generated role rows: how many (`rows` by default), their
+    length in words (`generate_rows`), and the embedding batch size (`workspace`)."""
+    parser.add_argument("--rows", type=int, default=rows)
     parser.add_argument("--min-words", type=int, default=15)
     parser.add_argument("--max-words", type=int, default=45)
     parser.add_argument("--batch-size", type=int, default=64)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_row_options(parser, rows=100_000)
     parser.add_argument("--rounds", type=int, default=4, help="alternations of bare and stage")
     parser.add_argument(
         "--embed-rows",

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 
-from bench_embed_index import fill_cache, generate_rows, workspace
+from bench_embed_index import add_row_options, fill_cache, generate_rows, workspace
 
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.model import SentenceTransformerEmbedder
@@ -77,10 +77,7 @@ def latency(samples: list[float]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000)
-    parser.add_argument("--min-words", type=int, default=15)
-    parser.add_argument("--max-words", type=int, default=45)
-    parser.add_argument("--batch-size", type=int, default=64)
+    add_row_options(parser, rows=2000)
     parser.add_argument("--rest-queries", type=int, default=200)
     parser.add_argument(
         "--cached-only",
