@@ -95,6 +95,18 @@ def compact_table(
     return result
 
 
+def compact_configured(store: DeltaStore, settings: Settings, table: str) -> TableCompaction | None:
+    """`compact_table` with the configured target, small-file bound and small-file count."""
+    retention = settings.retention
+    return compact_table(
+        store,
+        table,
+        target_bytes=retention.compaction_target_mb * MB,
+        small_bytes=retention.compaction_small_file_mb * MB,
+        max_small=retention.compaction_max_small_files,
+    )
+
+
 def compact_all(
     store: DeltaStore,
     es: Elasticsearch | None,
@@ -106,16 +118,7 @@ def compact_all(
     `tables`: default every table whose policy compacts it."""
     tables = tables_where(compact=True) if tables is None else tables
     with optional_writer_lease_for(es, settings, "compaction"):
-        results = [
-            compact_table(
-                store,
-                table,
-                target_bytes=settings.retention.compaction_target_mb * MB,
-                small_bytes=settings.retention.compaction_small_file_mb * MB,
-                max_small=settings.retention.compaction_max_small_files,
-            )
-            for table in tables
-        ]
+        results = [compact_configured(store, settings, table) for table in tables]
     return [r for r in results if r is not None]
 
 
@@ -166,13 +169,7 @@ def maintain_state(store: DeltaStore, settings: Settings) -> dict[str, int]:
         keep = policy(table).keep_latest
         if keep is not None:
             drop_superseded(store, table, *keep)
-        compact_table(
-            store,
-            table,
-            target_bytes=settings.retention.compaction_target_mb * MB,
-            small_bytes=settings.retention.compaction_small_file_mb * MB,
-            max_small=settings.retention.compaction_max_small_files,
-        )
+        compact_configured(store, settings, table)
         set_log_retention(store, table, hours)
         vacuum(store, (table,), hours, dry_run=False)
         dt = store.table(table)
