@@ -243,17 +243,15 @@ def _erase(
     started_at = datetime.now(UTC)
     plan, es_error = _plan(store, es, settings, scope, started_at)
     found = survey(store, es, settings, plan)
-    report = EraseReport(
+    report = EraseReport.begun(
+        plan.run_id,
+        started_at,
+        started_at,
+        dry_run,
+        es_error,
         scope=plan.scope,
-        run_id=plan.run_id,
         found=plan.resumed or any(v for k, v in found.items() if k != ES_UNREACHABLE),
         resumed=plan.resumed,
-        status="ok",
-        dry_run=dry_run,
-        cutoff=started_at,
-        started_at=started_at,
-        finished_at=started_at,
-        error=es_error,
         found_counts=found,
     )
     if dry_run:

@@ -38,6 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, Self
 
 import polars as pl
 import pyarrow as pa
@@ -147,6 +148,29 @@ class RetentionReport:
     state_files: dict[str, int] = field(default_factory=dict)
     oldest_remaining_ts: datetime | None = None
     error: str | None = None
+
+    @classmethod
+    def begun(
+        cls,
+        run_id: str,
+        started_at: datetime,
+        cutoff: datetime,
+        dry_run: bool,
+        error: str | None,
+        **details: Any,
+    ) -> Self:
+        """The report of a run begun at `started_at`: status ok until its steps say otherwise
+        (`details`: the fields of a subclass)."""
+        return cls(
+            run_id=run_id,
+            status="ok",
+            dry_run=dry_run,
+            cutoff=cutoff,
+            started_at=started_at,
+            finished_at=started_at,
+            error=error,
+            **details,
+        )
 
     @property
     def duration_s(self) -> float:
@@ -454,57 +478,79 @@ def _sweep(
     started_at = datetime.now(UTC)
     cutoff = now or started_at
     interrupted = journal.open_runs(store, OPERATION)
-    run = interrupted[0] if interrupted and not dry_run else None
-    run_id = run.run_id if run else new_run_id(OPERATION, started_at)
+    resumed = interrupted[0] if interrupted and not dry_run else None
     hours = settings.retention.vacuum_hours if vacuum_hours is None else vacuum_hours
-
     expired = find_expired(store, cutoff, settings)
     stragglers, es_error = _stragglers(es, settings.elasticsearch.index_prefix, cutoff)
     pending_now = expired.pending(stragglers)
-    report = RetentionReport(
-        run_id=run_id,
-        status="ok",
-        dry_run=dry_run,
-        cutoff=cutoff,
-        started_at=started_at,
-        finished_at=started_at,
-        error=es_error,
-    )
+    run_id = resumed.run_id if resumed else new_run_id(OPERATION, started_at)
+    report = RetentionReport.begun(run_id, started_at, cutoff, dry_run, es_error)
     if dry_run:
-        report.status = "dry_run"
-        report.deleted_rows = dict(expired.counts)
-        report.es_deleted = {kind: len(set(pending_now[kind])) for kind in (ROWS, TURNS)}
-        report.vacuumed_files = vacuum_all(store, settings, hours, dry_run=True)
-        report.landing = {"files_to_visit": len(expired.sources)}
-        return _finish(store, report, clock)
-
-    if run is None:
-        header = {
-            "started_at": started_at.isoformat(),
-            "versions": journal.table_versions(store, PURGED_TABLES),
-            "sources": expired.sources,
-        }
-        run = JournalRun(run_id, OPERATION, header)
-        journal.start(store, run)
-    else:
-        log.info("retention: resuming %s", run_id)
-    record_pending(store, run_id, pending_now)
-    landing = LandingSweep()
-    sources = {*run.header.get("sources", []), *expired.sources}
-    sweep_files(store, settings, sources, cutoff, landing, run_id)
-    expire_quarantined_files(store, settings, cutoff, landing, run_id)
-    purge_expired(store, expired, min(run.started_at, started_at), settings, run_id)
-    finish_pending(store, es, settings, report)
-    report.vacuumed_files = vacuum_all(store, settings, hours)
-    report.oldest_remaining_ts = oldest_remaining(store)
-    report.deleted_rows = deleted_by(store, PURGED_TABLES, run_id, run.versions)
-    landing.archive_days_removed = expire_archive(settings, cutoff)
-    report.landing = landing.as_dict()
-    report.state_files = maintain_state(store, settings)
+        return _finish(store, _preview(store, settings, report, expired, pending_now, hours), clock)
+    if resumed:
+        log.info("retention: resuming %s", resumed.run_id)
+    run = resumed or _journal_start(store, report, expired)
+    record_pending(store, run.run_id, pending_now)
+    _carry_out(store, es, settings, run, expired, report, hours)
     _finish(store, report, clock)
     for done in interrupted or [run]:
         journal.close(store, done.run_id)
     return report
+
+
+def _preview(
+    store: DeltaStore,
+    settings: Settings,
+    report: RetentionReport,
+    expired: Expired,
+    pending: dict[str, list[str]],
+    hours: int,
+) -> RetentionReport:
+    """`report` as a dry run: what the sweep would delete, and nothing changed."""
+    report.status = "dry_run"
+    report.deleted_rows = dict(expired.counts)
+    report.es_deleted = {kind: len(set(pending[kind])) for kind in (ROWS, TURNS)}
+    report.vacuumed_files = vacuum_all(store, settings, hours, dry_run=True)
+    report.landing = {"files_to_visit": len(expired.sources)}
+    return report
+
+
+def _journal_start(store: DeltaStore, report: RetentionReport, expired: Expired) -> JournalRun:
+    """Open the journal run of a new sweep: its start, the purged tables' versions and the
+    landing files to visit, so that a killed sweep is finished by the next."""
+    header = {
+        "started_at": report.started_at.isoformat(),
+        "versions": journal.table_versions(store, PURGED_TABLES),
+        "sources": expired.sources,
+    }
+    run = JournalRun(report.run_id, OPERATION, header)
+    journal.start(store, run)
+    return run
+
+
+def _carry_out(
+    store: DeltaStore,
+    es: Elasticsearch | None,
+    settings: Settings,
+    run: JournalRun,
+    expired: Expired,
+    report: RetentionReport,
+    hours: int,
+) -> None:
+    """Remove what expired from every store (landing files, Delta, Elasticsearch and storage
+    folders, old table files, the archive) and fill `report` in."""
+    landing = LandingSweep()
+    sources = {*run.header.get("sources", []), *expired.sources}
+    sweep_files(store, settings, sources, expired.cutoff, landing, run.run_id)
+    expire_quarantined_files(store, settings, expired.cutoff, landing, run.run_id)
+    purge_expired(store, expired, min(run.started_at, report.started_at), settings, run.run_id)
+    finish_pending(store, es, settings, report)
+    report.vacuumed_files = vacuum_all(store, settings, hours)
+    report.oldest_remaining_ts = oldest_remaining(store)
+    report.deleted_rows = deleted_by(store, PURGED_TABLES, run.run_id, run.versions)
+    landing.archive_days_removed = expire_archive(settings, expired.cutoff)
+    report.landing = landing.as_dict()
+    report.state_files = maintain_state(store, settings)
 
 
 def finish_pending(
