@@ -201,24 +201,19 @@ class RecordedGraph:
         mode = kwargs.pop("stream_mode", "values")
         if mode != "values":
             return list(self._stream(input, config, mode, kwargs, False))
-        result = None
-        for chunk in self._stream(input, config, ["updates", "values"], kwargs, True):
-            result = chunk
+        (result,) = self._stream(input, config, ["updates", "values"], kwargs, True)
         return result
 
     def stream(
-        self,
-        input: Any,
-        config: dict[str, Any] | None = None,
-        *,
-        stream_mode: str | Sequence[str] | None = None,
-        **kwargs: Any,
+        self, input: Any, config: dict[str, Any] | None = None, **kwargs: Any
     ) -> Iterator[Any]:
-        """The graph's `stream`, yielding exactly the chunks asked for, recorded."""
+        """The graph's `stream` (its keywords, `stream_mode` among them), yielding exactly the
+        chunks asked for, recorded."""
         if kwargs.get("version", "v1") != "v1":
-            yield from self.graph.stream(input, config, stream_mode=stream_mode, **kwargs)
+            yield from self.graph.stream(input, config, **kwargs)
             return
-        yield from self._stream(input, config, stream_mode, kwargs, False)
+        mode = kwargs.pop("stream_mode", None)
+        yield from self._stream(input, config, mode, kwargs, False)
 
     async def ainvoke(self, input: Any, config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """The graph's `ainvoke`, recorded (as `invoke`)."""
@@ -227,25 +222,20 @@ class RecordedGraph:
         mode = kwargs.pop("stream_mode", "values")
         if mode != "values":
             return [c async for c in self._astream(input, config, mode, kwargs, False)]
-        result = None
-        async for chunk in self._astream(input, config, ["updates", "values"], kwargs, True):
-            result = chunk
+        recorded = self._astream(input, config, ["updates", "values"], kwargs, True)
+        (result,) = [c async for c in recorded]
         return result
 
     async def astream(
-        self,
-        input: Any,
-        config: dict[str, Any] | None = None,
-        *,
-        stream_mode: str | Sequence[str] | None = None,
-        **kwargs: Any,
+        self, input: Any, config: dict[str, Any] | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        """The graph's `astream`, yielding exactly the chunks asked for, recorded."""
+        """The graph's `astream`, recorded (as `stream`)."""
         if kwargs.get("version", "v1") != "v1":
-            async for chunk in self.graph.astream(input, config, stream_mode=stream_mode, **kwargs):
+            async for chunk in self.graph.astream(input, config, **kwargs):
                 yield chunk
             return
-        async for chunk in self._astream(input, config, stream_mode, kwargs, False):
+        mode = kwargs.pop("stream_mode", None)
+        async for chunk in self._astream(input, config, mode, kwargs, False):
             yield chunk
 
     def _stream(
@@ -257,21 +247,10 @@ class RecordedGraph:
         as_invoke: bool,
     ) -> Iterator[Any]:
         start = self.graph.get_state(config) if self._checkpointed(config) else None
-        modes, single = _modes(stream_mode, self.graph.stream_mode)
-        subgraphs = bool(kwargs.pop("subgraphs", False))
+        relay = _Relay(stream_mode, self.graph.stream_mode, kwargs, as_invoke)
         with self._open(input, config, start) as call:
-            chunks = self.graph.stream(
-                input,
-                config,
-                stream_mode=list(dict.fromkeys([*modes, "updates", "values"])),
-                subgraphs=subgraphs,
-                **kwargs,
-            )
-            for chunk in chunks:
-                namespace, mode, data = _unpack(chunk, subgraphs)
-                call.observe(namespace, mode, data)
-                if not as_invoke and mode in modes:
-                    yield _repack(namespace, mode, data, single, subgraphs)
+            for chunk in self.graph.stream(input, config, **relay.arguments):
+                yield from relay.passed(call, chunk)
             self._finish(call)
         if as_invoke:
             yield _invoke_result(call)
@@ -285,21 +264,11 @@ class RecordedGraph:
         as_invoke: bool,
     ) -> AsyncIterator[Any]:
         start = await self.graph.aget_state(config) if self._checkpointed(config) else None
-        modes, single = _modes(stream_mode, self.graph.stream_mode)
-        subgraphs = bool(kwargs.pop("subgraphs", False))
+        relay = _Relay(stream_mode, self.graph.stream_mode, kwargs, as_invoke)
         with self._open(input, config, start) as call:
-            chunks = self.graph.astream(
-                input,
-                config,
-                stream_mode=list(dict.fromkeys([*modes, "updates", "values"])),
-                subgraphs=subgraphs,
-                **kwargs,
-            )
-            async for chunk in chunks:
-                namespace, mode, data = _unpack(chunk, subgraphs)
-                call.observe(namespace, mode, data)
-                if not as_invoke and mode in modes:
-                    yield _repack(namespace, mode, data, single, subgraphs)
+            async for chunk in self.graph.astream(input, config, **relay.arguments):
+                for passed in relay.passed(call, chunk):
+                    yield passed
             self._finish(call)
         if as_invoke:
             yield _invoke_result(call)
@@ -392,12 +361,38 @@ def _file_path(entry: Any) -> str:
     return str(entry.get("path", "")) if isinstance(entry, dict) else str(entry)
 
 
-def _modes(stream_mode: str | Sequence[str] | None, default: Any) -> tuple[list[str], bool]:
-    """The modes the caller asked for, and whether it named one mode (bare chunks)."""
-    wanted = default if stream_mode is None else stream_mode
-    if isinstance(wanted, str):
-        return [wanted], True
-    return list(wanted), False
+class _Relay:
+    """One recorded call's stream: the modes the caller asked for (`single`: it named one mode,
+    so chunks come bare), with subgraphs or not, and the graph's own stream arguments (the modes
+    asked for and the `updates` and `values` the recording reads)."""
+
+    def __init__(
+        self,
+        stream_mode: str | Sequence[str] | None,
+        default: Any,
+        kwargs: dict[str, Any],
+        as_invoke: bool,
+    ) -> None:
+        wanted = default if stream_mode is None else stream_mode
+        self.single = isinstance(wanted, str)
+        self.modes: list[str] = [wanted] if isinstance(wanted, str) else list(wanted)
+        self.subgraphs = bool(kwargs.pop("subgraphs", False))
+        self.as_invoke = as_invoke
+        self.arguments = {
+            "stream_mode": list(dict.fromkeys([*self.modes, "updates", "values"])),
+            "subgraphs": self.subgraphs,
+            **kwargs,
+        }
+
+    def passed(self, call: _Call, chunk: Any) -> list[Any]:
+        """Note the graph's `chunk` in `call`; what the caller gets of it: the chunk in the shape
+        its own stream call would have yielded, or nothing (a mode only the recording reads, or
+        an `invoke`)."""
+        namespace, mode, data = _unpack(chunk, self.subgraphs)
+        call.observe(namespace, mode, data)
+        if self.as_invoke or mode not in self.modes:
+            return []
+        return [_repack(namespace, mode, data, self.single, self.subgraphs)]
 
 
 def _unpack(chunk: Any, subgraphs: bool) -> tuple[tuple[str, ...], str, Any]:
