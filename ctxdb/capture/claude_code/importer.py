@@ -43,14 +43,21 @@ class ImportStats:
     problems: list[str] = field(default_factory=list)
 
 
-def find_transcripts(path: Path) -> list[Path]:
-    """The session transcripts at `path` (a file, or every `*.jsonl` below a folder)."""
+def session_files(
+    path: Path, pattern: str, keep: Callable[[Path], bool] = lambda _: True
+) -> list[Path]:
+    """A host's session files at `path`: the file itself, or every file below the folder whose
+    name matches `pattern` and that `keep` accepts, sorted."""
     if path.is_file():
         return [path]
-    return sorted(
-        p
-        for p in path.rglob("*.jsonl")
-        if p.is_file() and not p.name.startswith("agent-") and "subagents" not in p.parts
+    return sorted(p for p in path.rglob(pattern) if p.is_file() and keep(p))
+
+
+def find_transcripts(path: Path) -> list[Path]:
+    """The session transcripts at `path` (a file, or every `*.jsonl` below a folder but the
+    subagents' own)."""
+    return session_files(
+        path, "*.jsonl", lambda p: not p.name.startswith("agent-") and "subagents" not in p.parts
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ctxdb.capture.claude_code.importer import Mapped
+from ctxdb.capture.claude_code.importer import Mapped, session_files
 from ctxdb.capture.claude_code.transcript import INTERRUPT, Record
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.rollout import RolloutReader
@@ -25,9 +25,7 @@ SESSIONS = Path("~/.codex/sessions")
 
 def find_rollouts(path: Path) -> list[Path]:
     """The rollouts at `path` (a file, or every `rollout-*.jsonl` below a folder)."""
-    if path.is_file():
-        return [path]
-    return sorted(p for p in path.rglob("rollout-*.jsonl") if p.is_file())
+    return session_files(path, "rollout-*.jsonl")
 
 
 def rollout_events(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ctxdb.capture.claude_code.importer import Mapped
+from ctxdb.capture.claude_code.importer import Mapped, session_files
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini.session import read_session, records
 from ctxdb.capture.hosts import HostMapper
@@ -23,11 +23,7 @@ SESSIONS = Path("~/.gemini/tmp")
 
 def find_sessions(path: Path) -> list[Path]:
     """The session files at `path` (a file, or every `session-*.json[l]` below a folder)."""
-    if path.is_file():
-        return [path]
-    return sorted(
-        p for p in path.rglob("session-*.json*") if p.is_file() and p.suffix in (".json", ".jsonl")
-    )
+    return session_files(path, "session-*.json*", lambda p: p.suffix in (".json", ".jsonl"))
 
 
 def session_events(
