@@ -382,7 +382,7 @@ class Turn:
             ref=ref,
             source=source,
             batch_id=batch_id,
-            event=strip_private_all(event) if event is not None else None,
+            event=strip_private_all(event),
         )
         return self._emit("user.context", payload, event_id, occurred_at)
 
@@ -407,7 +407,7 @@ class Turn:
             mime=mime,
             size=size,
             storage_ref=storage_ref,
-            extracted_text=strip_private(extracted_text) if extracted_text is not None else None,
+            extracted_text=strip_private_all(extracted_text),
             batch_id=batch_id,
         )
         self._emit("user.attachment", payload, event_id, occurred_at)
@@ -429,8 +429,8 @@ class Turn:
             step=step,
             phase=phase,
             tool=tool,
-            status=strip_private(status) if status is not None else None,
-            title=strip_private(title) if title is not None else None,
+            status=strip_private_all(status),
+            title=strip_private_all(title),
         )
         return self._emit("chat.step", payload, event_id, occurred_at)
 
@@ -543,7 +543,7 @@ class Turn:
             call_id=call_id,
             tool=tool,
             text=strip_private(text),
-            meta=strip_private_all(meta) if meta is not None else None,
+            meta=strip_private_all(meta),
         )
         return self._emit("react.block", payload, event_id, occurred_at)
 

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,22 +230,22 @@ class Writer:
             log.error("capture: fsync of %s failed: %s", self.spool.directory, exc)
 
     def _rotate_if_due(self) -> None:
-        try:
-            if self.spool.rotate_if_due() is not None:
-                self.stats.published += 1
-        except OSError as exc:
-            self.stats.io_errors += 1
-            log.error("capture: publishing a file of %s failed: %s", self.spool.directory, exc)
+        self._publishing(self.spool.rotate_if_due, "publishing a file of")
 
     def _close(self, pending: list[Line]) -> None:
         if pending:
             self._dropped(len(pending))
             log.error("capture: %d event(s) never written (spool failing)", len(pending))
+        self._publishing(self.spool.close, "closing the spool")
+
+    def _publishing(self, step: Callable[[], object], what: str) -> None:
+        """Run a spool `step` that may publish a file (it returns it): counted as published, or
+        its I/O error counted and logged as `what` of the spool failed."""
         try:
-            if self.spool.close() is not None:
+            if step() is not None:
                 self.stats.published += 1
         except OSError as exc:
             self.stats.io_errors += 1
-            log.error("capture: closing the spool %s failed: %s", self.spool.directory, exc)
+            log.error("capture: %s %s failed: %s", what, self.spool.directory, exc)
         if self.stats.dropped > self._drops_logged:
             log.warning("capture: %d event(s) dropped in all", self.stats.dropped)
