@@ -24,6 +24,7 @@ from ctxdb.landing.quarantine import (
     split_conflicts,
 )
 from ctxdb.landing.scan import Parsed, polars_schema
+from ctxdb.storage.arrow import owned
 from ctxdb.storage.delta import DeltaStore, among
 from ctxdb.storage.tables import (
     LANDED_FILES,
@@ -82,10 +83,10 @@ class EarlierWaves:
         self.latest = events
         if events.is_empty():
             return
-        ids = events.select(pl.col("event_id").hash().alias("hash"), "event_id")
+        ids = owned(events.select(pl.col("event_id").hash().alias("hash"), "event_id"))
         self.hashes.append(np.sort(ids["hash"].to_numpy()))
         self.ids.append(ids)
-        owners = events.select("conversation_id", *OWNER).unique()  # one owner each, once accepted
+        owners = owned(events.select("conversation_id", *OWNER).unique())  # once accepted, kept
         self.owners = pl.concat([self.owners, owners]).unique("conversation_id", keep="first")
 
     def contains(self, ids: pl.Series) -> pl.Series:
