@@ -24,6 +24,7 @@ from typing import Any, TypedDict
 from elasticsearch import ConnectionError as ESConnectionError
 from elasticsearch import ConnectionTimeout, Elasticsearch, helpers
 
+from ctxdb.settings.elasticsearch import ElasticsearchSettings
 from ctxdb.storage.faults import reached
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,19 @@ class BulkOptions(TypedDict):
     threads: int
     timeout_s: float | None
     max_retries: int
+
+
+DEFAULT_BULK = BulkOptions(chunk_size=500, threads=2, timeout_s=None, max_retries=3)
+
+
+def bulk_options(settings: ElasticsearchSettings) -> BulkOptions:
+    """The bulk options the Elasticsearch settings give every sync (incremental or reindex)."""
+    return BulkOptions(
+        chunk_size=settings.chunk_size,
+        threads=settings.bulk_threads,
+        timeout_s=settings.bulk_timeout_s,
+        max_retries=settings.bulk_max_retries,
+    )
 
 
 class ElasticsearchUnavailable(RuntimeError):

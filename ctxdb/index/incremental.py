@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from elasticsearch import Elasticsearch, helpers
 
-from ctxdb.index.bulk import BulkOptions, BulkReport, bulk_write
+from ctxdb.index.bulk import DEFAULT_BULK, BulkOptions, BulkReport, bulk_write
 from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.documents import FINGERPRINT, ID, delete_actions, index_actions
 from ctxdb.index.index_failures import settle
@@ -224,10 +224,7 @@ def sync_index(
     index: str,
     *,
     model_id: str,
-    chunk_size: int = 500,
-    threads: int = 2,
-    timeout_s: float | None = None,
-    max_retries: int = 3,
+    bulk: BulkOptions = DEFAULT_BULK,
     refresh: bool = True,
     versions: Versions | None = None,
     shard: Shard | None = None,
@@ -240,12 +237,6 @@ def sync_index(
     uuid = index_uuid(es, index)
     key = state_name(index, shard)
     state, docs_before = read_state(store, key, uuid) or (None, 0)
-    bulk: BulkOptions = {
-        "chunk_size": chunk_size,
-        "threads": threads,
-        "timeout_s": timeout_s,
-        "max_retries": max_retries,
-    }
     if state == target:
         report.skipped = True
         report.seconds = time.monotonic() - started

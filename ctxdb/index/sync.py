@@ -8,7 +8,7 @@ from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch
 from elasticsearch import ConnectionError as ESConnectionError
 
 from ctxdb.coordination.lease import writer_lease_for
-from ctxdb.index.bulk import ElasticsearchUnavailable
+from ctxdb.index.bulk import ElasticsearchUnavailable, bulk_options
 from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import settings_layout
@@ -85,10 +85,7 @@ def _sync_live(
                 SOURCES[kind],
                 index,
                 model_id=model_id,
-                chunk_size=settings.elasticsearch.chunk_size,
-                threads=settings.elasticsearch.bulk_threads,
-                timeout_s=settings.elasticsearch.bulk_timeout_s,
-                max_retries=settings.elasticsearch.bulk_max_retries,
+                bulk=bulk_options(settings.elasticsearch),
                 shard=shard,
             )
             reports.append(report)

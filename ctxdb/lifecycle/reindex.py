@@ -18,6 +18,7 @@ from elasticsearch import Elasticsearch
 from ctxdb.coordination.lease import Lease, writer_lease_for
 from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import EmbedReport, embed_role_rows
+from ctxdb.index.bulk import bulk_options
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import settings_layout
@@ -188,10 +189,7 @@ def _load_build(
         source,
         index,
         model_id=model_id,
-        chunk_size=settings.elasticsearch.chunk_size,
-        threads=settings.elasticsearch.bulk_threads,
-        timeout_s=settings.elasticsearch.bulk_timeout_s,
-        max_retries=settings.elasticsearch.bulk_max_retries,
+        bulk=bulk_options(settings.elasticsearch),
         refresh=False,
         versions=current_versions(store, source.tables),
     )

@@ -30,6 +30,7 @@ from ctxdb.search.models import NotFound
 from ctxdb.search.service import elasticsearch_errors
 from ctxdb.settings import Settings
 from ctxdb.storage.conversation_files import turn_file_path
+from ctxdb.storage.object_store import StorageOptions, absolute, filesystem
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,13 @@ class PulledFile:
         return len(self.data)
 
 
-def storage(root: str) -> tuple[pafs.FileSystem, str]:
-    """The filesystem and base path of the conversation file storage root."""
-    if "://" in root:
-        fs, base = pafs.FileSystem.from_uri(root)
-        return fs, base.rstrip("/")
-    return pafs.LocalFileSystem(), str(Path(root).resolve())
+def storage(
+    root: str, storage_options: StorageOptions | None = None
+) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and base path of the conversation file storage root (an `s3://` root is
+    reached with Delta's storage options, as every other object-store access)."""
+    fs, base = filesystem(absolute(root), storage_options)
+    return fs, base.rstrip("/")
 
 
 def safe_join(base: str, *parts: str) -> str:
@@ -110,7 +112,7 @@ class Resolver:
         doc = docs.get((parsed.conversation_id, parsed.turn_id))
         if doc is None:
             raise NotFound(f"ref {ref!r} not found")
-        fs, base = storage(self.settings.files)
+        fs, base = storage(self.settings.files, self.settings.delta_storage_options)
         turn_dir = turn_file_path(
             doc["tenant"], doc["app"], doc["user_id"], parsed.conversation_id, parsed.turn_id
         )
