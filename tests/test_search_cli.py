@@ -115,3 +115,22 @@ def test_tokens_issue_and_revoke(search_env: SearchEnv) -> None:
     assert listing.exit_code == 0 and json.loads(listing.stdout)["conversations"] == []
     assert cli(search_env, "tokens", "revoke", token.split("_")[1]).exit_code == 0
     assert cli(search_env, "conversations", token=token).exit_code == 1
+
+
+def test_fusion_knobs_reach_the_service(search_env: SearchEnv) -> None:
+    """--rrf-k, --session-weight and --diversity are request parameters, checked by the model."""
+    alice = search_env.tokens["alice"]
+    query = ("search", "KeyError Worksheet Sheet3", "--explain", "--json")
+
+    def contributions(*options: str) -> set[float]:
+        result = cli(search_env, *query, *options, token=alice)
+        assert result.exit_code == 0, result.output
+        arms = json.loads(result.stdout)["hits"][0]["explain"]["arms"]
+        return {round(arm["contribution"], 6) for arm in arms.values()}
+
+    assert contributions("--rrf-k", "1") == {0.5}  # every arm ranks it first: 1 / (1 + 1)
+    knobs = ("--rrf-k", "50", "--session-weight", "0", "--diversity", "0.5")
+    assert contributions(*knobs) == {round(1 / 51, 6)}
+    for option, value in (("--session-weight", "3"), ("--diversity", "1"), ("--rrf-k", "0")):
+        bad = cli(search_env, *query, option, value, token=alice)
+        assert bad.exit_code == 2 and option.strip("-").replace("-", "_") in bad.output, option

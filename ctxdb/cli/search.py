@@ -66,6 +66,13 @@ MinScoreOpt = Annotated[
         "--min-score", help=f"Relevance floor 0..1 (default {MIN_SCORE}; 0 keeps every hit)."
     ),
 ]
+DiversityOpt = Annotated[
+    float | None, typer.Option("--diversity", help="Diversity over conversations (0: off).")
+]
+SessionWeightOpt = Annotated[
+    float | None,
+    typer.Option("--session-weight", help="Session lift of the kNN arm (0: off)."),
+]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")]
 
 
@@ -172,6 +179,9 @@ def search(
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
     w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
+    rrf_k: Annotated[int | None, typer.Option("--rrf-k", help="Fusion constant k.")] = None,
+    diversity: DiversityOpt = None,
+    session_weight: SessionWeightOpt = None,
     min_score: MinScoreOpt = None,
     explain: ExplainOpt = False,
     no_semantic: Annotated[bool, typer.Option("--no-semantic", help="Skip the model.")] = False,
@@ -197,6 +207,9 @@ def search(
             weights=Weights(
                 semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
             ),
+            rrf_k=rrf_k,
+            diversity=diversity,
+            session_weight=session_weight,
             min_score=min_score,
             explain=explain,
         )

@@ -107,7 +107,7 @@ class SearchRequest(BaseModel):
         ge=0,
         le=2,
         description="Session lift: kNN rows rank by their cosine plus this x their"
-        " conversation's session-row cosine, and the best sessions' rows join the arm (0: off).",
+        " conversation's session-row cosine (0: off).",
     )
     min_score: float | None = Field(
         default=None,
