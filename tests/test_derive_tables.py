@@ -306,12 +306,12 @@ def test_an_interrupted_derivation_converges_on_the_next_run(
     real_write = run.write_table
     written: list[str] = []
 
-    def crash_after_two_tables(store_, target, data, conversations, keep=()):
+    def crash_after_two_tables(store_, target, data, conversations):
         # Stands in for the process dying between two Delta commits of one derivation run.
         if len(written) == 2:
             raise RuntimeError("simulated crash")
         written.append(target.table)
-        return real_write(store_, target, data, conversations, keep)
+        return real_write(store_, target, data, conversations)
 
     monkeypatch.setattr(run, "write_table", crash_after_two_tables)
     with pytest.raises(RuntimeError, match="simulated crash"):

@@ -3,9 +3,10 @@
 1. `derive_state` holds the highest `landed_version` of `raw_turn_events` already derived.
 2. New rows (`landed_version` above it, read at one pinned table version) name the touched
    conversations; every event of those conversations is read back and derived from scratch.
-3. Each derived table is written with one MERGE per table keyed on its natural key: matched rows are
-   updated (TurnLogs only when the incoming recording state is not lower), new rows inserted, and
-   rows of the touched conversations that the recompute no longer produces are deleted.
+3. Each derived table is written with a MERGE keyed on its natural key: matched rows are updated
+   (TurnLogs only when the incoming recording state is not lower), new rows inserted; then rows
+   of the touched conversations that the recompute no longer produces are deleted by key
+   (`write_table`).
 4. Only then does `derive_state` advance. A run that dies before step 4 leaves the state behind,
    so the next run recomputes the same conversations and converges to the same tables.
 
@@ -31,7 +32,7 @@ from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
 from ctxdb.record.derive_failures import clear_failures, record_failures
 from ctxdb.settings import Settings
 from ctxdb.storage.arrow import frame_of
-from ctxdb.storage.delta import DeltaStore, sql_in
+from ctxdb.storage.delta import DeltaStore, among, sql_in, sql_span
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
@@ -94,31 +95,38 @@ def write_table(
     store: DeltaStore,
     target: Target,
     data: pl.DataFrame,
-    conversations: Sequence[str] | None,
-    keep: Sequence[str] = (),
+    conversations: Sequence[str],
 ) -> dict[str, int]:
-    """One MERGE on the table's natural key: upsert `data` and delete the touched conversations'
-    rows it no longer holds (`conversations=None`: `data` is the whole table, so every row it
-    lacks is deleted, except those of the conversations in `keep`, whose derivation failed).
-    Always a keyed MERGE, also for conversations new to the table: a concurrent derivation's
-    commit makes it rerun (`DeltaStore.merge`), so no TurnLog or role row is ever stored twice,
-    whatever runs beside it."""
-    if conversations is not None and not conversations:
+    """Write `data`, the recomputed rows of `conversations`: a MERGE on the table's natural key
+    upserts them, then the conversations' rows it no longer holds are deleted by key (a second
+    MERGE, only when there are any). Both MERGEs and the scan for the rows to delete carry the
+    conversations' id range, so each reads only the files whose statistics overlap it: batches
+    are derived in conversation order, so a batch's rows sit in few files, and the cost of a
+    batch does not grow with the table (a MERGE deleting unmatched rows would read the whole
+    table). Keyed MERGEs also for conversations new to the table: a concurrent derivation's
+    commit makes one rerun (`DeltaStore.merge`), so no TurnLog or role row is ever stored twice,
+    whatever runs beside it; a run stopped between the two leaves `derive_state` behind, and
+    the next run recomputes the same conversations."""
+    if not conversations:
         return dict(WRITTEN)
-    delete_when: str | None
-    if conversations is not None:
-        delete_when = sql_in("t.conversation_id", conversations)
-    else:
-        delete_when = f"NOT ({sql_in('t.conversation_id', keep)})" if keep else None
+    span = sql_span("t.conversation_id", conversations)
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
-    return store.merge(
-        target.table,
-        source,
-        target.keys,
-        update_when=target.update_when,
-        delete_unmatched=True,
-        delete_when=delete_when,
+    written = store.merge(
+        target.table, source, target.keys, update_when=target.update_when, within=span
     )
+    keys = list(target.keys)
+    stale = (
+        store.scan(target.table)
+        .filter(among(pl.col("conversation_id"), pl.Series(conversations)))
+        .select(keys)
+        .collect()
+        .join(data.select(keys), on=keys, how="anti", nulls_equal=True)
+    )
+    if not stale.is_empty():
+        keyed = stale.to_arrow().cast(pa.schema([target.schema.field(k) for k in keys]))
+        gone = store.merge(target.table, keyed, keys, delete_matched=True, within=span)
+        written["deleted"] = gone["deleted"]
+    return written
 
 
 def derive(

@@ -158,20 +158,24 @@ class DeltaStore:
         *,
         update: bool = True,
         update_when: str | None = None,
+        delete_matched: bool = False,
         delete_unmatched: bool = False,
         delete_when: str | None = None,
+        within: str | None = None,
     ) -> dict[str, int]:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
-        replaced when `update` (and `update_when` holds); with `delete_unmatched`, table rows the
-        source lacks are deleted (those matching `delete_when`, when given). The first write
+        replaced when `update` (and `update_when` holds), or deleted when `delete_matched`; with
+        `delete_unmatched`, table rows the source lacks are deleted (those matching
+        `delete_when`, when given). `within`, a SQL predicate on the table's rows (alias `t`),
+        joins the match condition: delta-rs then reads only the files whose statistics may hold
+        such rows, where a MERGE on keys alone (or one deleting unmatched rows, whatever its
+        predicates: delta-io/delta-rs#3476) reads the whole table into memory. The first write
         creates the table empty, then merges (`create`). Returns the inserted, updated and
         deleted row counts. A commit conflict with a concurrent writer reruns the MERGE on the
         new snapshot (`rerun_on_conflict`)."""
+        clauses = _Clauses(update, update_when, delete_matched, delete_unmatched, delete_when)
         return rerun_on_conflict(
-            table,
-            lambda: self._merge_once(
-                table, source, keys, update, update_when, delete_unmatched, delete_when
-            ),
+            table, lambda: self._merge_once(table, source, keys, clauses, within)
         )
 
     def _merge_once(
@@ -179,19 +183,20 @@ class DeltaStore:
         table: str,
         source: pa.Table,
         keys: Sequence[str],
-        update: bool,
-        update_when: str | None,
-        delete_unmatched: bool,
-        delete_when: str | None,
+        clauses: _Clauses,
+        within: str | None,
     ) -> dict[str, int]:
         dt = self.table(table)
         dt = self.create(table, source.schema) if dt is None else dt
-        merger = _merger(dt, source, keys)
-        if update:
-            merger = merger.when_matched_update_all(predicate=update_when)
-        merger = merger.when_not_matched_insert_all()
-        if delete_unmatched:
-            merger = merger.when_not_matched_by_source_delete(predicate=delete_when)
+        merger = _merger(dt, source, keys, within=within)
+        if clauses.delete_matched:
+            merger = merger.when_matched_delete()
+        elif clauses.update:
+            merger = merger.when_matched_update_all(predicate=clauses.update_when)
+        if not clauses.delete_matched:
+            merger = merger.when_not_matched_insert_all()
+        if clauses.delete_unmatched:
+            merger = merger.when_not_matched_by_source_delete(predicate=clauses.delete_when)
         with self.guarded(table):
             return _counts(merger.execute())
 
@@ -290,16 +295,30 @@ class DeltaStore:
             return int(dt.delete(predicate).get("num_deleted_rows", 0))
 
 
+@dataclass(frozen=True)
+class _Clauses:
+    """What a MERGE does with matched and unmatched rows (`DeltaStore.merge`)."""
+
+    update: bool
+    update_when: str | None
+    delete_matched: bool
+    delete_unmatched: bool
+    delete_when: str | None
+
+
 def _merger(
     dt: DeltaTable,
     source: pa.Table,
     keys: Sequence[str],
     commit_properties: CommitProperties | None = None,
+    within: str | None = None,
 ) -> TableMerger:
-    """A MERGE of `source` (alias `s`) into `dt` (alias `t`) matched on equal `keys`."""
+    """A MERGE of `source` (alias `s`) into `dt` (alias `t`) matched on equal `keys` (and on
+    `within`, a predicate on the table's rows)."""
+    on = [f"t.{k} = s.{k}" for k in keys]
     return dt.merge(
         source,
-        predicate=" AND ".join(f"t.{k} = s.{k}" for k in keys),
+        predicate=" AND ".join([f"({within})", *on] if within else on),
         source_alias="s",
         target_alias="t",
         commit_properties=commit_properties,
@@ -340,8 +359,18 @@ def _as_view(field: pa.Field, actual: pa.Field) -> pa.Field:
 
 def sql_in(column: str, values: Iterable[str]) -> str:
     """A SQL `column IN (...)` predicate with quoted string literals (for Delta delete/merge)."""
-    quoted = ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+    quoted = ", ".join(_quoted(v) for v in values)
     return f"{column} IN ({quoted})"
+
+
+def sql_span(column: str, values: Sequence[str]) -> str:
+    """A SQL range predicate `column` between the least and greatest of `values` (non-empty):
+    what delta-rs can test against file statistics, where an `IN` list is not."""
+    return f"{column} >= {_quoted(min(values))} AND {column} <= {_quoted(max(values))}"
+
+
+def _quoted(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def among(key: pl.Expr, values: pl.Series) -> pl.Expr:
