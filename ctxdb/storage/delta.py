@@ -159,21 +159,18 @@ class DeltaStore:
         update: bool = True,
         update_when: str | None = None,
         delete_matched: bool = False,
-        delete_unmatched: bool = False,
-        delete_when: str | None = None,
         within: str | None = None,
     ) -> dict[str, int]:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
-        replaced when `update` (and `update_when` holds), or deleted when `delete_matched`; with
-        `delete_unmatched`, table rows the source lacks are deleted (those matching
-        `delete_when`, when given). `within`, a SQL predicate on the table's rows (alias `t`),
-        joins the match condition: delta-rs then reads only the files whose statistics may hold
-        such rows, where a MERGE on keys alone (or one deleting unmatched rows, whatever its
-        predicates: delta-io/delta-rs#3476) reads the whole table into memory. The first write
+        replaced when `update` (and `update_when` holds), or deleted when `delete_matched`.
+        `within`, a SQL predicate on the table's rows (alias `t`), joins the match condition:
+        delta-rs then reads only the files whose statistics may hold such rows, where a MERGE on
+        keys alone reads the whole table into memory (as does any MERGE deleting unmatched rows,
+        whatever its predicates: delta-io/delta-rs#3476, so ctxdb has none). The first write
         creates the table empty, then merges (`create`). Returns the inserted, updated and
         deleted row counts. A commit conflict with a concurrent writer reruns the MERGE on the
         new snapshot (`rerun_on_conflict`)."""
-        clauses = _Clauses(update, update_when, delete_matched, delete_unmatched, delete_when)
+        clauses = _Clauses(update, update_when, delete_matched)
         return rerun_on_conflict(
             table, lambda: self._merge_once(table, source, keys, clauses, within)
         )
@@ -195,8 +192,6 @@ class DeltaStore:
             merger = merger.when_matched_update_all(predicate=clauses.update_when)
         if not clauses.delete_matched:
             merger = merger.when_not_matched_insert_all()
-        if clauses.delete_unmatched:
-            merger = merger.when_not_matched_by_source_delete(predicate=clauses.delete_when)
         with self.guarded(table):
             return _counts(merger.execute())
 
@@ -302,8 +297,6 @@ class _Clauses:
     update: bool
     update_when: str | None
     delete_matched: bool
-    delete_unmatched: bool
-    delete_when: str | None
 
 
 def _merger(
