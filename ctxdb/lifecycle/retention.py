@@ -264,20 +264,26 @@ def quarantine_cutoff(cutoff: datetime, settings: Settings) -> datetime:
     return cutoff - timedelta(days=settings.retention.days)
 
 
+def raw_bound(cutoff: datetime, settings: Settings) -> datetime:
+    """The latest `occurred_at` a raw event expired at `cutoff` can have: the cutoff less the
+    shortest raw-event TTL of any rule."""
+    shortest = min(
+        [settings.retention.days, *(r.days for r in settings.retention.rules if r.role is None)]
+    )
+    return cutoff - timedelta(days=shortest)
+
+
 def _expired_raw_events(
     store: DeltaStore, cutoff: datetime, settings: Settings
 ) -> pl.DataFrame | None:
     if not {"event_id", "occurred_at", "source_file"} <= set(columns_of(store, RAW_TURN_EVENTS)):
         return None
     days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=None)
-    shortest = min(
-        [settings.retention.days, *(r.days for r in settings.retention.rules if r.role is None)]
-    )
-    # the bound by the shortest TTL is implied by the exact test; on a column, it lets the scan
-    # skip files of events too recent to have expired under any rule
+    # the bound is implied by the exact test; on a column, it lets the scan skip files of events
+    # too recent to have expired under any rule (and the delete's MERGE, `purge_expired`)
     return (
         store.scan(RAW_TURN_EVENTS)
-        .filter(pl.col("occurred_at") <= cutoff - timedelta(days=shortest))
+        .filter(pl.col("occurred_at") <= raw_bound(cutoff, settings))
         .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
         .select("event_id", "source_file")
         .collect()
@@ -333,7 +339,10 @@ def purge_expired(
     keys = pl.concat([purged, purged_row_ids(store)]).unique()
     deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys, run_id)
     if expired.raw_ids is not None:
-        deleted[RAW_TURN_EVENTS] = delete_keys(store, RAW_TURN_EVENTS, expired.raw_ids, run_id)
+        within = f"t.occurred_at <= {sql_ts(raw_bound(expired.cutoff, settings))}"
+        deleted[RAW_TURN_EVENTS] = delete_keys(
+            store, RAW_TURN_EVENTS, expired.raw_ids, run_id, within
+        )
     before = sql_ts(quarantine_cutoff(expired.cutoff, settings))
     for table in DEFAULT_TTL_TABLES:
         if table in expired.counts and table != QUARANTINED_FILES:
