@@ -8,6 +8,7 @@ Real Delta tables in tmp_path, the real node (unique index prefix) and the real 
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
@@ -51,6 +52,26 @@ def test_the_parts_of_a_full_build_are_the_whole_build(delta_store, embedder, mo
         ]
         assert sum(p.height for p in parts) == whole.height
         assert pl.concat(parts).sort(ID).equals(whole)
+
+
+def test_bytes_bound_a_part_where_rows_do_not(delta_store, monkeypatch) -> None:
+    """A part of turns is bounded by the source tables' parquet bytes too (TurnLog payloads make
+    a turn several KB): with rows allowing one part, the bytes split the build."""
+    for conversation in ("c1", "c2", "c3"):
+        turn_tables(delta_store, 4, conversation=conversation)
+    versions = current_versions(delta_store, TURNS_SOURCE.tables)
+    assert full_parts(delta_store, TURNS_SOURCE, versions) == 1
+    files = [pa.table(delta_store.table(t).get_add_actions(flatten=True)) for t in versions]
+    size = sum(sum(f["size_bytes"].to_pylist()) for f in files)
+    monkeypatch.setattr(incremental, "FULL_PART_BYTES", size // 3)
+    count = full_parts(delta_store, TURNS_SOURCE, versions)
+    assert count in (3, 4)  # ceil(size / (size // 3))
+    whole = build_base(delta_store, TURNS_SOURCE, versions, MODEL).sort(ID)
+    parts = [
+        build_base(delta_store, TURNS_SOURCE, versions, MODEL, Shard(n, count))
+        for n in range(count)
+    ]
+    assert pl.concat(parts).sort(ID).equals(whole)
 
 
 def test_a_full_sync_in_parts_gives_the_same_index(

@@ -118,22 +118,37 @@ def build_base(
 
 FULL_PART_ROWS = 200_000
 """Rows of the first source table per part of a full sync: its memory is bounded by a part."""
+FULL_PART_BYTES = 32 * 2**20
+"""Parquet bytes of the source tables per part of a full sync. Rows alone do not bound a part of
+turns: a TurnLog's payload makes a turn several KB in memory (10M events: a part of 177k turns,
+112 MB of parquet, built a 562 MB frame and 1.5 GB of RSS). Role rows stay bounded by rows
+(10M events: 330 MB of parquet, 15 parts of 200k rows)."""
 
 
 def full_parts(
     store: DeltaStore, source: Source, versions: Versions, shard: Shard | None = None
 ) -> int:
-    """How many parts a full sync at `versions` builds: the first source table's row count (from
-    the Delta log; its share of `shard`'s conversations) over `FULL_PART_ROWS`, at least one."""
-    first = source.tables[0]
-    version = versions[first]
-    dt = store.table(first) if version is not None else None
+    """How many parts a full sync at `versions` builds, from the Delta log: the first source
+    table's rows over `FULL_PART_ROWS` or the source tables' bytes over `FULL_PART_BYTES`,
+    whichever is more (their share of `shard`'s conversations), at least one."""
+    sizes = [_size(store, table, versions[table]) for table in source.tables]
+    share = 1 if shard is None else shard.count
+    by_rows = -(-sizes[0][0] // (FULL_PART_ROWS * share))
+    by_bytes = -(-sum(size for _, size in sizes) // (FULL_PART_BYTES * share))
+    return max(1, by_rows, by_bytes)
+
+
+def _size(store: DeltaStore, table: str, version: int | None) -> tuple[int, int]:
+    """Rows and parquet bytes of `table` at `version` (0, 0 when absent)."""
+    dt = store.table(table) if version is not None else None
     if dt is None or version is None:
-        return 1
+        return 0, 0
     dt.load_as_version(version)
-    rows = pc.sum(pa.table(dt.get_add_actions(flatten=True))["num_records"]).as_py() or 0
-    per_part = FULL_PART_ROWS * (1 if shard is None else shard.count)
-    return max(1, -(-rows // per_part))
+    files = pa.table(dt.get_add_actions(flatten=True))
+    return (
+        pc.sum(files["num_records"]).as_py() or 0,
+        pc.sum(files["size_bytes"]).as_py() or 0,
+    )
 
 
 def _bases(
