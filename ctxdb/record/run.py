@@ -109,7 +109,8 @@ def write_table(
     the next run recomputes the same conversations."""
     if not conversations:
         return dict(WRITTEN)
-    span = sql_span("t.conversation_id", conversations)
+    # the span covers every row written too, so no row of `data` can miss its match
+    span = sql_span("t.conversation_id", [*conversations, *data["conversation_id"].unique()])
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
     written = store.merge(
         target.table, source, target.keys, update_when=target.update_when, within=span
