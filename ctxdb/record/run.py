@@ -123,10 +123,7 @@ def write_table(
         .collect()
         .join(data.select(keys), on=keys, how="anti", nulls_equal=True)
     )
-    if not stale.is_empty():
-        keyed = stale.to_arrow().cast(pa.schema([target.schema.field(k) for k in keys]))
-        gone = store.merge(target.table, keyed, keys, delete_matched=True, within=span)
-        written["deleted"] = gone["deleted"]
+    written["deleted"] = store.delete_keys(target.table, stale, within=span)
     return written
 
 

@@ -158,21 +158,20 @@ class DeltaStore:
         *,
         update: bool = True,
         update_when: str | None = None,
-        delete_matched: bool = False,
         within: str | None = None,
     ) -> dict[str, int]:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
-        replaced when `update` (and `update_when` holds), or deleted when `delete_matched`.
-        `within`, a SQL predicate on the table's rows (alias `t`), joins the match condition:
-        delta-rs then reads only the files whose statistics may hold such rows, where a MERGE on
-        keys alone reads the whole table into memory (as does any MERGE deleting unmatched rows,
-        whatever its predicates: delta-io/delta-rs#3476, so ctxdb has none). The first write
-        creates the table empty, then merges (`create`). Returns the inserted, updated and
-        deleted row counts. A commit conflict with a concurrent writer reruns the MERGE on the
-        new snapshot (`rerun_on_conflict`)."""
-        clauses = _Clauses(update, update_when, delete_matched)
+        replaced when `update` (and `update_when` holds). `within`, a SQL predicate on the
+        table's rows (alias `t`), joins the match condition: delta-rs then reads only the files
+        whose statistics may hold such rows, where a MERGE on keys alone reads the whole table
+        into memory (as does any MERGE deleting unmatched rows, whatever its predicates:
+        delta-io/delta-rs#3476, so ctxdb has none). The first write creates the table empty, then
+        merges (`create`). Returns the inserted, updated and deleted row counts. A commit
+        conflict with a concurrent writer reruns the MERGE on the new snapshot
+        (`rerun_on_conflict`)."""
         return rerun_on_conflict(
-            table, lambda: self._merge_once(table, source, keys, clauses, within)
+            table,
+            lambda: self._merge_once(table, source, keys, update, update_when, within),
         )
 
     def _merge_once(
@@ -180,20 +179,51 @@ class DeltaStore:
         table: str,
         source: pa.Table,
         keys: Sequence[str],
-        clauses: _Clauses,
+        update: bool,
+        update_when: str | None,
         within: str | None,
     ) -> dict[str, int]:
         dt = self.table(table)
         dt = self.create(table, source.schema) if dt is None else dt
         merger = _merger(dt, source, keys, within=within)
-        if clauses.delete_matched:
-            merger = merger.when_matched_delete()
-        elif clauses.update:
-            merger = merger.when_matched_update_all(predicate=clauses.update_when)
-        if not clauses.delete_matched:
-            merger = merger.when_not_matched_insert_all()
+        if update:
+            merger = merger.when_matched_update_all(predicate=update_when)
+        merger = merger.when_not_matched_insert_all()
         with self.guarded(table):
             return _counts(merger.execute())
+
+    def delete_keys(
+        self,
+        table: str,
+        keys: pl.DataFrame,
+        *,
+        within: str | None = None,
+        commit_properties: CommitProperties | None = None,
+    ) -> int:
+        """Delete the rows whose key columns match a row of `keys` in one MERGE commit; returns
+        how many. The MERGE reads only the files whose statistics overlap the keys' span (a
+        single string key: between its least and greatest value) and `within` (a SQL predicate
+        on the table's rows, alias `t`, true of every row to delete, e.g. a time bound): a MERGE
+        on keys alone reads the whole table into memory (10M raw events: +5.1 GB, against
+        +0.4 GB with the retention sweep's time bound). Reruns on a commit conflict."""
+        if keys.is_empty():
+            return 0
+        bounds = [within] if within else []
+        values = keys.to_series().drop_nulls().to_list() if keys.width == 1 else []
+        if values and keys.dtypes[0] == pl.String:
+            bounds.append(sql_span(f"t.{keys.columns[0]}", values))
+        source = keys.unique().to_arrow()
+
+        def delete_once() -> int:
+            dt = self.table(table)
+            if dt is None:
+                return 0
+            on = " AND ".join(f"({bound})" for bound in bounds) or None
+            merger = _merger(dt, source, keys.columns, commit_properties, within=on)
+            with self.guarded(table, "delete from"):
+                return _counts(merger.when_matched_delete().execute())["deleted"]
+
+        return rerun_on_conflict(table, delete_once)
 
     def create(self, table: str, schema: pa.Schema) -> DeltaTable:
         """The table, created empty with `schema` when it does not exist yet. Writers create a
@@ -288,15 +318,6 @@ class DeltaStore:
             return 0
         with self.guarded(table, "delete from"):
             return int(dt.delete(predicate).get("num_deleted_rows", 0))
-
-
-@dataclass(frozen=True)
-class _Clauses:
-    """What a MERGE does with matched and unmatched rows (`DeltaStore.merge`)."""
-
-    update: bool
-    update_when: str | None
-    delete_matched: bool
 
 
 def _merger(
