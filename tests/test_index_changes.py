@@ -26,10 +26,10 @@ from ctxdb.cli.app import app
 from ctxdb.embedding.stage import (
     OK,
     SKIPPED,
-    _status_frame,
     covered_mark,
     embed_role_rows,
     retry_mark,
+    status_frame,
 )
 from ctxdb.index.changed_docs import changed_bases
 from ctxdb.index.checks import count_mismatches, verify_ids
@@ -85,7 +85,7 @@ def statuses(frame: pl.DataFrame, status: str = OK, model: str = MODEL) -> pl.Da
     """Embedding status rows for the role rows in `frame`, one attempt each, as the embedding
     stage writes them (no model needed for diff tests)."""
     before = frame.select("row_id", "text_hash", attempts=pl.lit(int(status in (OK, SKIPPED))))
-    return _status_frame(before, model, status, None, datetime.now(UTC))
+    return status_frame(before, model, status, None, datetime.now(UTC))
 
 
 def write_statuses(store, frame: pl.DataFrame) -> None:

@@ -126,9 +126,10 @@ def rows_needing_embedding(
     return rows.join(done, on=["row_id", "text_hash"], how="anti")
 
 
-def _status_frame(
+def status_frame(
     row_ids: pl.DataFrame, model_id: str, status: str, error: str | None, now: datetime
 ) -> pl.DataFrame:
+    """`role_row_embeddings` rows for `row_ids` (row_id, text_hash, attempts): one status each."""
     return row_ids.select(
         "row_id",
         pl.lit(model_id).alias("model_id"),
@@ -198,12 +199,12 @@ def _embed_part(
     now = datetime.now(UTC)
     blank = pl.col("text").str.strip_chars().str.len_chars() == 0
     empty, todo = todo.filter(blank), todo.filter(~blank)
-    frames = [_status_frame(empty, embedder.model_id, SKIPPED, "empty text", now)]
+    frames = [status_frame(empty, embedder.model_id, SKIPPED, "empty text", now)]
     report.skipped += empty.height
 
     hits = cached_hashes(store, embedder.model_id, todo.get_column("text_hash").unique())
     is_hit = pl.col("text_hash").is_in(hits.implode())
-    frames.append(_status_frame(todo.filter(is_hit), embedder.model_id, OK, None, now))
+    frames.append(status_frame(todo.filter(is_hit), embedder.model_id, OK, None, now))
     report.cache_hits += todo.filter(is_hit).height
     misses = todo.filter(~is_hit)
     if not misses.is_empty():
@@ -234,7 +235,7 @@ def _embed_misses(
         report.error = str(exc)
         report.pending += misses.height
         log.error("embedding model unavailable, %d rows stay pending: %s", misses.height, exc)
-        return [_status_frame(misses, embedder.model_id, PENDING, str(exc), now)]
+        return [status_frame(misses, embedder.model_id, PENDING, str(exc), now)]
     unique = misses.unique("text_hash", keep="first").select("text_hash", "text")
     failures = embed_texts(
         store,
@@ -253,8 +254,8 @@ def _embed_misses(
     report.embedded += unique.height - len(failures)
     report.failed += failed.height
     return [
-        _status_frame(done, embedder.model_id, OK, None, now),
-        _status_frame(failed, embedder.model_id, FAILED, None, now).with_columns(
+        status_frame(done, embedder.model_id, OK, None, now),
+        status_frame(failed, embedder.model_id, FAILED, None, now).with_columns(
             error=failed.get_column("error")
         ),
     ]
