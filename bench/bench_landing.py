@@ -112,7 +112,7 @@ def derive_and_increment(
         "derive_events_per_s": round(derived.events / t_derive),
         "derive_cpu_s": round(cpu_derive, 2),
         "derive_processes": worker_count(
-            settings.derive_processes, derived_batches(derived, settings)
+            settings.derive_processes, derived.batches
         ),
         "derive_one_process_s": round(t_derive_one, 2),
         "derive_one_process_events_per_s": round(derived_one.events / t_derive_one),
@@ -130,11 +130,6 @@ def derive_and_increment(
         ),
         "derived_rows": {t: w["inserted"] for t, w in derived.written.items()},
     }
-
-
-def derived_batches(stats: DeriveStats, settings: Settings) -> int:
-    """Batches a derivation of `stats.conversations` (and its failures) took."""
-    return -(-(stats.conversations + stats.failed) // settings.derive_batch_conversations)
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from pydantic_core import to_json
 
 from ctxdb.contract.refs import RefError, make_ref
 from ctxdb.landing.run import land
-from ctxdb.record.run import derive
+from ctxdb.record.run import derive, pack
 from ctxdb.record.turns import _path_ok, iso, parse_turn_log
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -121,6 +121,46 @@ def test_every_derived_table_equals_the_recorded_derivation(
     assert_golden(tables)
 
 
+def test_batches_are_bounded_by_their_events(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With room for every conversation but 60 events a batch, each batch holds at most 60 of the
+    events landed (one conversation over that alone), in id order, and the tables are the same."""
+    store = landed(tmp_path)
+    sizes = store.read(RAW_TURN_EVENTS).group_by("conversation_id").len().sort("conversation_id")
+    bounded = Settings(home=tmp_path, derive_batch_events=60, derive_processes=1)
+
+    with caplog.at_level(logging.INFO, logger="ctxdb.record.run"):
+        stats = derive(store, bounded, now=NOW)
+
+    expected = pack(sizes["conversation_id"].to_list(), sizes["len"].to_list(), 5_000, 60)
+    assert stats.batches == len(expected) > 3
+    for batch in expected:
+        events = sizes.filter(pl.col("conversation_id").is_in(batch))["len"].sum()
+        assert events <= 60 or len(batch) == 1, batch
+    totals = [
+        int(m.getMessage().rsplit(", ", 1)[1].split()[0])
+        for m in caplog.records
+        if m.getMessage().startswith("derived batch")
+    ]
+    batch_events = [b - a for a, b in zip([0, *totals], totals, strict=False)]
+    assert batch_events == [
+        sizes.filter(pl.col("conversation_id").is_in(batch))["len"].sum() for batch in expected
+    ]
+    assert_golden(derived_tables(store))
+
+
+def test_packing_closes_a_batch_at_either_bound() -> None:
+    assert pack(list("abcdefg"), [1, 2, 3, 10, 1, 1, 1], 3, 5) == [
+        ["a", "b"],
+        ["c"],
+        ["d"],
+        ["e", "f", "g"],
+    ]
+    assert pack(list("abcd"), [1, 1, 1, 1], 2, 100) == [["a", "b"], ["c", "d"]]
+    assert pack([], [], 3, 5) == []
+
+
 def test_reruns_and_a_full_rerun_leave_every_table_as_recorded(tmp_path: Path) -> None:
     store = landed(tmp_path)
     derive(store, settings(tmp_path, 10), now=NOW)
@@ -142,7 +182,7 @@ def test_a_script_without_a_main_guard_derives_in_its_own_process(tmp_path: Path
     script.write_text(
         textwrap.dedent(f"""
             from datetime import datetime, UTC
-            from ctxdb.record.run import derive
+            from ctxdb.record.run import derive, pack
             from ctxdb.settings import Settings
             from ctxdb.storage.delta import DeltaStore
             settings = Settings(home={str(tmp_path)!r}, derive_batch_conversations=10,

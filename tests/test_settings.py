@@ -41,6 +41,7 @@ ENVIRONMENT = {
     "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
     "CTXDB_SHARDS": (None, "shards", "8", 8),
     "CTXDB_DERIVE_BATCH_CONVERSATIONS": (None, "derive_batch_conversations", "200", 200),
+    "CTXDB_DERIVE_BATCH_EVENTS": (None, "derive_batch_events", "9000", 9000),
     "CTXDB_DERIVE_PROCESSES": (None, "derive_processes", "3", 3),
     "CTXDB_DERIVE_SESSION_ROWS": (None, "derive_session_rows", "false", False),
     "CTXDB_TOKEN": (None, "token", "ctx_abc", "ctx_abc"),

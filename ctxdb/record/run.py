@@ -82,6 +82,7 @@ class DeriveStats:
     to_version: int = -1
     written: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: int = 0
+    batches: int = 0
 
 
 def last_derived_version(store: DeltaStore) -> int:
@@ -163,8 +164,10 @@ def _derive(
     touched = touched.join(
         purged_among(store, touched["conversation_id"]), on="conversation_id", how="anti"
     )
-    conversations = touched["conversation_id"].sort()
-    batches = _batches(store, pinned, conversations, settings.derive_batch_conversations)
+    touched = touched.sort("conversation_id")
+    conversations = touched["conversation_id"]
+    batches = _batches(store, pinned, touched, settings)
+    stats.batches = len(batches)
     processes = worker_count(settings.derive_processes, len(batches))
     if processes > 1:
         log.info("deriving %d batches in %d processes", len(batches), processes)
@@ -199,29 +202,51 @@ def _derive(
 
 def _touched(store: DeltaStore, pinned: int, since: int) -> pl.DataFrame:
     """The conversations with events landed after `since` (at table version `pinned`), each with
-    the highest `landed_version` among them."""
+    the highest `landed_version` among them and the number of those events."""
     scan = pl.scan_delta(
         store.uri(RAW_TURN_EVENTS), version=pinned, storage_options=store.storage_options or None
     )
     return (
         scan.filter(pl.col("landed_version") > since)
         .group_by("conversation_id")
-        .agg(pl.col("landed_version").max())
+        .agg(pl.col("landed_version").max(), pl.len().alias("events"))
         .collect()
     )
 
 
-def _batches(store: DeltaStore, pinned: int, conversations: pl.Series, size: int) -> list[Batch]:
-    """The conversations to derive in batches of `size`, each read at table version `pinned`."""
+def _batches(
+    store: DeltaStore, pinned: int, touched: pl.DataFrame, settings: Settings
+) -> list[Batch]:
+    """The touched conversations (in id order) in batches, each read at table version `pinned`:
+    a batch closes before it would pass `derive_batch_conversations` conversations or
+    `derive_batch_events` new events (a lone conversation above that is a batch of its own), so
+    a batch's memory follows its events whatever the conversations' lengths."""
     return [
-        Batch(
-            store.uri(RAW_TURN_EVENTS),
-            pinned,
-            store.storage_options,
-            conversations[start : start + size].to_list(),
+        Batch(store.uri(RAW_TURN_EVENTS), pinned, store.storage_options, ids)
+        for ids in pack(
+            touched["conversation_id"].to_list(),
+            touched["events"].to_list(),
+            settings.derive_batch_conversations,
+            settings.derive_batch_events,
         )
-        for start in range(0, conversations.len(), size)
     ]
+
+
+def pack(ids: Sequence[str], sizes: Sequence[int], most: int, budget: int) -> list[list[str]]:
+    """`ids` in order, cut into runs of at most `most` ids whose `sizes` sum to at most `budget`
+    (an id whose size alone passes `budget` runs alone). Greedy packing under two bounds depends
+    on where the previous run closed, which no columnar expression carries, so this is a loop
+    (one pass over the touched conversations, about 50 ms a million)."""
+    runs: list[list[str]] = []
+    run: list[str] = []
+    total = 0
+    for key, size in zip(ids, sizes, strict=True):
+        if run and (len(run) == most or total + size > budget):
+            runs.append(run)
+            run, total = [], 0
+        run.append(key)
+        total += size
+    return runs + [run] if run else runs
 
 
 def _advance_state(store: DeltaStore, stats: DeriveStats, now: datetime) -> None:

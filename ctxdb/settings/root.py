@@ -74,7 +74,13 @@ class Settings(BaseSettings):
     derive_batch_conversations: int = Field(
         default=5_000,
         ge=1,
-        description="Conversations derived and written per batch: bounds derivation's memory.",
+        description="Most conversations derived and written per batch.",
+    )
+    derive_batch_events: int = Field(
+        default=50_000,
+        ge=1,
+        description="Most newly landed events per derivation batch (a longer conversation is a"
+        " batch of its own): bounds derivation's memory, per worker process.",
     )
     derive_session_rows: bool = Field(
         default=True,
