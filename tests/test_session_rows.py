@@ -23,6 +23,7 @@ from ctxdb.auth.credentials import Principal
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.search.models import SearchRequest
+from ctxdb.search.relevance import cosine_of
 from ctxdb.search.service import SearchService, default_embedder
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -209,3 +210,22 @@ def test_without_expansion_the_lift_only_reorders_the_rows_the_knn_arm_read(env:
     assert sorted(r.key for r in lifted) == sorted(r.key for r in plain)  # the same rows
     assert REPLY not in {r.key for r in lifted}
     assert [r.key for r in lifted] != [r.key for r in plain]  # in another order
+
+
+def test_explain_shows_the_session_lift_that_ordered_the_knn_arm(env: Env) -> None:
+    """The reply's kNN row explains its rank: its session row's cosine, and its own cosine plus
+    the weight times that, the value the arm was ordered by; without the lift both are absent."""
+    alice = Principal(user_id="alice", tenant=TENANT)
+
+    def reply_arm(weight: float):
+        request = SearchRequest(
+            query=QUERY, top_k=10, session_weight=weight, min_score=0, explain=True
+        )
+        hits = env.service.search(alice, request).hits
+        hit = next(h for h in hits if (h.conversation_id, h.turn_id) == ("c-trip", "t1"))
+        return hit.explain.arms["semantic"]
+
+    lifted, plain = reply_arm(1.5), reply_arm(0)
+    assert lifted.session is not None and 0 < lifted.session <= 1
+    assert lifted.lifted == pytest.approx(cosine_of(lifted.score) + 1.5 * lifted.session)
+    assert (plain.session, plain.lifted) == (None, None)

@@ -40,6 +40,8 @@ class RowHit:
     stems: str = ""
     anchors_text: str = ""
     coverage: float = 1.0
+    session: float | None = None
+    lifted: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:

@@ -121,6 +121,8 @@ class FusedTurn:
                     weight=weight,
                     coverage=row.coverage,
                     contribution=self.contributions[arm],
+                    session=row.session,
+                    lifted=row.lifted,
                 )
             )
         return Explain(

@@ -192,6 +192,16 @@ class ArmExplain(BaseModel):
         default=None, description="Share of the query's terms in the arm's row (coverage.py)."
     )
     contribution: float = 0.0
+    session: float | None = Field(
+        default=None,
+        description="kNN arm under the session lift: the cosine of the row's conversation's"
+        " session row (sessions.py).",
+    )
+    lifted: float | None = Field(
+        default=None,
+        description="kNN arm under the session lift: the row's cosine plus session_weight times"
+        " `session`, the value that ordered the arm.",
+    )
 
 
 class Explain(BaseModel):

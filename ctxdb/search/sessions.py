@@ -17,6 +17,7 @@ sees the re-ordered arm as it sees any other.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -59,13 +60,15 @@ def session_scores(hits: Sequence[RowHit]) -> dict[str, float]:
 def lift(
     rows: Sequence[RowHit], extra: Sequence[RowHit], sessions: Mapping[str, float], weight: float
 ) -> list[RowHit]:
-    """`rows` and `extra` (each row once) ordered by own cosine + `weight` x session cosine."""
+    """`rows` and `extra` (each row once) ordered by own cosine + `weight` x session cosine,
+    each carrying its session cosine and that sum (what explain reports)."""
     floor = min(sessions.values(), default=0.0)
     merged = {(r.key, r.target, r.path): r for r in [*extra, *rows]}
-    return sorted(
-        merged.values(),
-        key=lambda r: -(cosine_of(r.score) + weight * sessions.get(r.conversation_id, floor)),
-    )
+    lifted = []
+    for row in merged.values():
+        session = sessions.get(row.conversation_id, floor)
+        lifted.append(replace(row, session=session, lifted=cosine_of(row.score) + weight * session))
+    return sorted(lifted, key=lambda r: -(r.lifted or 0.0))
 
 
 def lifted_semantic(
