@@ -25,7 +25,7 @@ from ctxdb.landing.listing import list_files, read_bytes
 from ctxdb.landing.run import land
 from ctxdb.landing.scan import _native
 from ctxdb.record.batches import worker_count
-from ctxdb.record.run import DeriveStats, derive
+from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -111,9 +111,7 @@ def derive_and_increment(
         "derive_s": round(t_derive, 2),
         "derive_events_per_s": round(derived.events / t_derive),
         "derive_cpu_s": round(cpu_derive, 2),
-        "derive_processes": worker_count(
-            settings.derive_processes, derived.batches
-        ),
+        "derive_processes": worker_count(settings.derive_processes, derived.batches),
         "derive_one_process_s": round(t_derive_one, 2),
         "derive_one_process_events_per_s": round(derived_one.events / t_derive_one),
         "derive_one_process_cpu_s": round(cpu_derive_one, 2),
