@@ -12,6 +12,8 @@ the turn's owner and with the service's own row filter:
                plain    the row's own text (what the pipeline embeds; checks the harness)
                prev     the previous turn of the conversation (both sides), then the row
                header   "<date>, <role>:" before the row's text (session date and speaker)
+               asked    a user row after a turn whose answer asks something: the last question
+                        of that answer, then the row (the reply to a question carries it)
                max      the better of `plain` and `prev` per row (two vectors per row)
                session  `plain` plus 0.5 x the cosine of the row's session vector (the
                         normalised mean of the session's row vectors): session-level expansion
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -45,7 +48,7 @@ from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import get_settings
 
 Key = tuple[str, str]
-VARIANTS = ("plain", "prev", "header")
+VARIANTS = ("plain", "prev", "header", "asked")
 WIDE = 5000
 SESSION_WEIGHT = 0.5
 LONG_WORDS = 190  # about the 254 content tokens of the model's window
@@ -98,9 +101,17 @@ def row_texts(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
         text = r["text"] or ""
         out["plain"][rid] = text
         out["prev"][rid] = "\n".join(x for x in (both(previous[key]), text) if x)
+        asked = last_question(turns[previous[key]].get("assistant", "")) if previous[key] else ""
+        out["asked"][rid] = f"{asked}\n{text}" if asked and r["target"] == "user" else text
         day = r["ts"][:10]
         out["header"][rid] = f"{day}, {r['target']}: {text}"
     return out
+
+
+def last_question(text: str) -> str:
+    """The last sentence of `text` that ends with a question mark ("" when none)."""
+    found = re.findall(r"[^.!?\n]*\?", text)
+    return found[-1].strip() if found else ""
 
 
 def session_vectors(vectors: np.ndarray, convs: list[str]) -> np.ndarray:
