@@ -116,7 +116,9 @@ def test_role_rows_follow_the_contract(sample) -> None:
     assert rows.schema == pl.from_arrow(ROLE_ROWS_SCHEMA.empty_table()).schema
     assert rows["row_id"].is_unique().all()
     assert rows["row_id"].str.starts_with("turn-transcript-").all()
-    for row in rows.head(40).iter_rows(named=True):
+    sessions = rows.filter(pl.col("role") == "session")
+    assert (sessions["trigrams"] == "").all()  # no text arm reads session rows (session_rows.py)
+    for row in rows.filter(pl.col("role") != "session").head(40).iter_rows(named=True):
         assert row["trigrams"] == trigrams(row["text"] + " " + row["anchors_text"])
         assert row["text_hash"] == text_hash(row["text"])
         ref = parse_ref(row["ref"])
