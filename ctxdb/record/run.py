@@ -236,7 +236,7 @@ def pack(ids: Sequence[str], sizes: Sequence[int], most: int, budget: int) -> li
     """`ids` in order, cut into runs of at most `most` ids whose `sizes` sum to at most `budget`
     (an id whose size alone passes `budget` runs alone). Greedy packing under two bounds depends
     on where the previous run closed, which no columnar expression carries, so this is a loop
-    (one pass over the touched conversations, about 50 ms a million)."""
+    (one pass over the touched conversations: 86 ms for a million, measured)."""
     runs: list[list[str]] = []
     run: list[str] = []
     total = 0
