@@ -87,6 +87,8 @@ from ctxdb.search.relevance import arm_signal
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import ROLE_ROWS
 
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
@@ -117,9 +119,11 @@ class Collected:
 
 
 def cache_key(qs: QuerySet) -> str:
-    """The set, the arm settings and the source of the code that builds arm bodies."""
+    """The set, the version of its built `role_rows` (a derivation change rebuilds the rows the
+    arms read), the arm settings and the source of the code that builds arm bodies."""
     s = qs.settings.search
-    parts = [qs.name, qs.fingerprint, qs.settings.elasticsearch.index_prefix]
+    built = DeltaStore.from_settings(qs.settings).version(ROLE_ROWS)
+    parts = [qs.name, qs.fingerprint, qs.settings.elasticsearch.index_prefix, f"rows@{built}"]
     parts += [f"{name}={getattr(s, name)}" for name in ARM_SETTINGS]
     for module in (
         ctxdb.search.arms,

@@ -65,6 +65,7 @@ def role_rows(
             "visibility": ["public"] * n,
             "expires_at": [now + timedelta(days=expires_in_days)] * n,
             "derived_at": [now] * n,
+            "context": [""] * n,
         },
         schema_overrides={"event_type": pl.String, "batch_id": pl.String},
     )

@@ -98,6 +98,7 @@ def role_rows(
                 for i in range(n)
             ],
             "derived_at": now,
+            "context": "",
         }
     ).with_columns(pl.col("ts", "expires_at", "derived_at").dt.cast_time_unit("us"))
 

@@ -44,6 +44,7 @@ ENVIRONMENT = {
     "CTXDB_DERIVE_BATCH_EVENTS": (None, "derive_batch_events", "9000", 9000),
     "CTXDB_DERIVE_PROCESSES": (None, "derive_processes", "3", 3),
     "CTXDB_DERIVE_SESSION_ROWS": (None, "derive_session_rows", "false", False),
+    "CTXDB_DERIVE_ASKED_CONTEXT": (None, "derive_asked_context", "false", False),
     "CTXDB_TOKEN": (None, "token", "ctx_abc", "ctx_abc"),
     "ELASTICSEARCH_URL": ("elasticsearch", "url", EXTERNAL, EXTERNAL),
     "ELASTICSEARCH_API_KEY": ("elasticsearch", "api_key", "a2V5", "a2V5"),

@@ -1,8 +1,10 @@
 """The embedding stage: role rows -> vectors in the cache and a status per row and model.
 
-Identical texts are embedded once per model; a failed batch is retried row by row; rows whose
-embedding failed (or whose model could not load) keep a status and are retried on a later run,
-while their text stays indexable lexically. Empty texts are never sent to the model.
+What the model reads of a row is its `context` and `text` (`ctxdb.record.role_rows.
+embedded_text_expr`), keyed by `text_hash`. Identical texts are embedded once per model; a failed
+batch is retried row by row; rows whose embedding failed (or whose model could not load) keep a
+status and are retried on a later run, while their text stays indexable lexically. Empty texts are
+never sent to the model.
 
 Each run reads only what changed: the `role_rows` version it covered and the number of rows it
 left to retry are committed per model as watermarks in `role_row_embeddings`' Delta log. The next
@@ -34,6 +36,7 @@ import pyarrow as pa
 from ctxdb.embedding.cache import cached_hashes, embed_texts
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.embedding.runtime import BACKENDS, backend_model_id
+from ctxdb.record.role_rows import embedded_text_expr
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import (
     ChangesUnavailable,
@@ -52,7 +55,7 @@ OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
-ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id"]
+ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id", "context"]
 
 
 def stored_model_ids(store: DeltaStore, model_names: Collection[str] = ()) -> set[str]:
@@ -190,6 +193,8 @@ def _embed_part(
     once the model failed to load, the misses of later parts go `pending` without a new try."""
     todo = (
         rows_needing_embedding(rows, statuses, embedder.model_id)
+        .with_columns([] if "context" in rows.columns else pl.lit(None, pl.String).alias("context"))
+        .with_columns(embedded_text_expr().alias("text"))
         .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
         .with_columns(pl.col("attempts").fill_null(0))
     )
@@ -279,26 +284,35 @@ def _candidates(
     part by part, when there is no watermark or the covered version is gone
     (`ChangesUnavailable`; any other failure to read the changes is raised). Statuses of deleted
     rows are dropped."""
+    columns = _row_columns(store)
     if since is not None:
         try:
-            changes = table_changes(store, ROLE_ROWS, since, version, columns=ROW_COLUMNS)
+            changes = table_changes(store, ROLE_ROWS, since, version, columns=columns)
         except ChangesUnavailable as exc:
             log.warning("full pass over role_rows: version %d is gone (%s)", since, exc)
         else:
             new, old = (in_shard(frame, shard) for frame in changes.changed())
             _drop_statuses(store, old.join(new, on="row_id", how="anti"))
             if retry:
-                unfinished = in_shard(_unfinished(store, model_id), shard)
+                unfinished = in_shard(_unfinished(store, model_id, columns), shard)
                 new = pl.concat([new, unfinished]).unique("row_id")
             yield new, _statuses_of(store, new.get_column("row_id"))
             return
     count = max(1, -(-row_count(store, ROLE_ROWS) // FULL_PART_ROWS))
     for number in range(count):
-        rows = _read_part(store, ROLE_ROWS, ROLE_ROWS_SCHEMA, Shard(number, count), ROW_COLUMNS)
+        rows = _read_part(store, ROLE_ROWS, ROLE_ROWS_SCHEMA, Shard(number, count), columns)
         statuses = _read_part(store, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA, Shard(number, count))
         _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
         rows = in_shard(rows, shard)
         yield rows, statuses.join(rows.select("row_id"), on="row_id", how="semi")
+
+
+def _row_columns(store: DeltaStore) -> list[str]:
+    """The ROW_COLUMNS `role_rows` holds: a table derived before `context` existed lacks it
+    until derivation writes to it again (its rows then have no context)."""
+    dt = store.table(ROLE_ROWS)
+    held = {f.name for f in dt.schema().fields} if dt is not None else set(ROW_COLUMNS)
+    return [c for c in ROW_COLUMNS if c in held]
 
 
 def _read_part(
@@ -311,10 +325,10 @@ def _read_part(
     return scan.select(columns or schema.names).collect(engine="streaming")
 
 
-def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
+def _unfinished(store: DeltaStore, model_id: str, columns: list[str]) -> pl.DataFrame:
     """Role rows whose status for `model_id` is not final (pending or failed)."""
     if not store.exists(ROW_EMBEDDINGS):
-        return frame_of(ROLE_ROWS_SCHEMA.empty_table()).select(ROW_COLUMNS)
+        return frame_of(ROLE_ROWS_SCHEMA.empty_table()).select(columns)
     ids = (
         store.scan(ROW_EMBEDDINGS)
         .filter((pl.col("model_id") == model_id) & ~pl.col("embedding_status").is_in([OK, SKIPPED]))
@@ -325,7 +339,7 @@ def _unfinished(store: DeltaStore, model_id: str) -> pl.DataFrame:
     return (
         store.scan(ROLE_ROWS)
         .filter(pl.col("row_id").is_in(ids.implode()))
-        .select(ROW_COLUMNS)
+        .select(columns)
         .collect()
     )
 

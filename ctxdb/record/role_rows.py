@@ -6,7 +6,9 @@ working summary (anchors in `anchors_text`), internal notes (visibility internal
 attachment text. A turn whose steps record tool calls' inputs (`chat.step` `input`: the command
 run, the file read or changed) adds one `steps` row listing them, so what an agent ran is
 searchable; progress-only steps (a title and a status) stay in the TurnLog and add no row.
-`text_hash` is the hash of `text`, the exact string sent to the embedding model.
+A user row that replies to a question carries it as `context` (`asked_context`): the model
+reads `context`, a newline, then `text` (`embedded_text_expr`), and `text_hash` is the hash of
+that exact string. Search shows and matches `text` alone.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ SUPPORTED_ATTACHMENT_MIME = (
 )
 STEPS_TEXT_CHARS = 100_000
 """Longest text of a turn's steps row (a turn of hundreds of tool calls is cut here)."""
+ASKED_CHARS = 300
+"""Longest `context` of a user row: the row's own text keeps most of the model's window."""
+_QUESTION = r"[^.!?\n]*\?"
+"""A sentence ending in a question mark."""
+OWNER = ["tenant", "app", "agent", "user_id", "conversation_id"]
 
 
 def row_id_expr() -> pl.Expr:
@@ -303,6 +310,50 @@ def trigram_column(texts: pl.Series) -> pl.Series:
     return rows.join(grams, on="r", how="left")["g"].fill_null("").rename("trigrams")
 
 
+def embedded_text_expr() -> pl.Expr:
+    """What the embedding model reads of a row: `context`, a newline and `text`; `text` alone
+    when the row has no context."""
+    context = pl.col("context").fill_null("")
+    return (
+        pl.when(context != "")
+        .then(pl.concat_str(context, pl.lit("\n"), pl.col("text")))
+        .otherwise(pl.col("text"))
+    )
+
+
+def asked_context(rows: pl.DataFrame) -> pl.Series:
+    """Per row of `rows` (whole conversations), the question a user row answers: the last
+    sentence ending in "?" of the previous turn's assistant answer, same owner and conversation,
+    turns ordered by their first row; "" for other rows and when that answer asks nothing.
+
+    On real chat a reply is often a few words ("yes, twice last year") whose topic is the
+    question before it: measured on the semantic arm alone (bench/semantic_diagnosis.py,
+    variant `asked`), any@10 on the real-conversation set rose from .613 to .905 while the two
+    other sets held (realistic .910 -> .917, generator unchanged)."""
+    turn = [*OWNER, "turn_id"]
+    answer = pl.col("text").filter(pl.col("target") == "assistant").first()
+    asked = (
+        rows.group_by(turn)
+        .agg(
+            pl.col("ts").min().alias("_start"),
+            answer.str.extract_all(_QUESTION).list.last().str.strip_chars().alias("_asked"),
+        )
+        .sort([*OWNER, "_start", "turn_id"])
+        .with_columns(pl.col("_asked").shift(1).over(OWNER).alias("_asked"))
+    )
+    return (
+        rows.select(*turn, "target")
+        .join(asked, on=turn, how="left", maintain_order="left")
+        .select(
+            pl.when(pl.col("target") == "user")
+            .then(pl.col("_asked").fill_null("").str.slice(0, ASKED_CHARS))
+            .otherwise(pl.lit(""))
+            .alias("context")
+        )
+        .to_series()
+    )
+
+
 def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) -> pl.DataFrame:
     """ROLE_ROWS_SCHEMA rows for `turns`; `expires_at` = ts + TTL (tenant/app/role rules)."""
     rows: list[dict[str, Any]] = []
@@ -317,8 +368,11 @@ def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) ->
     columns |= {name: [getattr(turns[n], name) for n in owners] for name in IDENTITY}
     data = from_columns(columns, ROLE_ROWS_SCHEMA, micros=("ts",))
     data = data.with_columns(
+        asked_context(data) if settings.derive_asked_context else pl.lit("").alias("context")
+    ).with_columns(embedded_text_expr().alias("_embedded"))
+    data = data.with_columns(
         trigram_column(data["text"] + " " + data["anchors_text"]),
-        plh.col("text").chash.sha2_256().alias("text_hash"),
+        plh.col("_embedded").chash.sha2_256().alias("text_hash"),
         row_id_expr(),
         owned_expr(),
         pl.lit(now).cast(pl.Datetime("us", "UTC")).alias("derived_at"),

@@ -22,7 +22,7 @@ import polars as pl
 import polars_hash as plh
 
 from ctxdb.record.frames import frame
-from ctxdb.record.role_rows import row_id_expr
+from ctxdb.record.role_rows import OWNER, row_id_expr
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
 
 SESSION = "session"
@@ -32,7 +32,6 @@ SESSION_TEXT_CHARS = 1_000
 MIN_MESSAGE_CHARS = 80
 """Each message keeps at least this many characters (a long conversation fills the budget with
 its first messages rather than with fragments of every one)."""
-OWNER = ["tenant", "app", "agent", "user_id", "conversation_id"]
 _MESSAGE = r"^\[user\.message\]\n((?s:.*?))(?:\n\[(?:context|attachment)\.\d+\] |\z)"
 """The typed message of a rendered submission (`role_rows.render_submission`)."""
 
@@ -85,6 +84,7 @@ def session_rows_frame(rows: pl.DataFrame, titles: Mapping[str, str] | None = No
         pl.lit("").alias("trigrams"),
         pl.lit(0, pl.Int32).alias("ordinal"),
         pl.lit("public").alias("visibility"),
+        pl.lit("").alias("context"),
     ).with_columns(
         plh.col("text").chash.sha2_256().alias("text_hash"),
         row_id_expr(),

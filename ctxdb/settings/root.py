@@ -86,6 +86,12 @@ class Settings(BaseSettings):
         default=True,
         description="Derive one `session` role row per conversation (ctxdb.record.session_rows).",
     )
+    derive_asked_context: bool = Field(
+        default=True,
+        description="Give a user row the question it answers as `context`: the last question of"
+        " the previous turn's answer, which the embedding model reads before the row's text"
+        " (ctxdb.record.role_rows.asked_context).",
+    )
     derive_processes: int = Field(
         default=0,
         ge=0,

@@ -166,7 +166,8 @@ class DeltaStore:
         whose statistics may hold such rows, where a MERGE on keys alone reads the whole table
         into memory (as does any MERGE deleting unmatched rows, whatever its predicates:
         delta-io/delta-rs#3476, so ctxdb has none). The first write creates the table empty, then
-        merges (`create`). Returns the inserted, updated and deleted row counts. A commit
+        merges (`create`); columns of `source` the table lacks are added to it. Returns the
+        inserted, updated and deleted row counts. A commit
         conflict with a concurrent writer reruns the MERGE on the new snapshot
         (`rerun_on_conflict`)."""
         return rerun_on_conflict(
@@ -185,7 +186,7 @@ class DeltaStore:
     ) -> dict[str, int]:
         dt = self.table(table)
         dt = self.create(table, source.schema) if dt is None else dt
-        merger = _merger(dt, source, keys, within=within)
+        merger = _merger(dt, source, keys, within=within, evolve=True)
         if update:
             merger = merger.when_matched_update_all(predicate=update_when)
         merger = merger.when_not_matched_insert_all()
@@ -326,15 +327,18 @@ def _merger(
     keys: Sequence[str],
     commit_properties: CommitProperties | None = None,
     within: str | None = None,
+    evolve: bool = False,
 ) -> TableMerger:
     """A MERGE of `source` (alias `s`) into `dt` (alias `t`) matched on equal `keys` (and on
-    `within`, a predicate on the table's rows)."""
+    `within`, a predicate on the table's rows); `evolve` adds the source's columns the table
+    lacks (a column added to a contract schema reaches tables written before it)."""
     on = [f"t.{k} = s.{k}" for k in keys]
     return dt.merge(
         source,
         predicate=" AND ".join([f"({within})", *on] if within else on),
         source_alias="s",
         target_alias="t",
+        merge_schema=evolve,
         commit_properties=commit_properties,
     )
 

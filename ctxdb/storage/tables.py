@@ -45,13 +45,16 @@ ROLE_ROWS_SCHEMA = pa.schema(
         pa.field("text", pa.string(), nullable=False),
         pa.field("anchors_text", pa.string(), nullable=False),
         pa.field("trigrams", pa.string(), nullable=False),
-        pa.field("text_hash", pa.string(), nullable=False),  # sha256 of the text sent to the model
+        pa.field("text_hash", pa.string(), nullable=False),  # sha256 of what the model reads
         pa.field("ref", pa.string(), nullable=False),  # conv: ref of the source block
         pa.field("path", pa.string(), nullable=False),
         pa.field("ordinal", pa.int32(), nullable=False),
         pa.field("visibility", pa.string(), nullable=False),  # public | internal
         pa.field("expires_at", TS, nullable=False),
         pa.field("derived_at", TS, nullable=False),
+        # what the model reads before `text` (a user row: the question it answers); null or ""
+        # when none, and in rows derived before the column existed
+        pa.field("context", pa.string()),
     ]
 )
 

@@ -1,0 +1,159 @@
+"""Asked context (ctxdb.record.role_rows.asked_context, issue 29): a user row that replies to a
+question carries it as `context`, and the embedding model reads it before the row's text.
+
+Real Delta tables and the configured embedding model. Alice's conversation: her first message,
+an answer that asks where she skied, her reply ("yes, twice last winter") that never names the
+place, an answer that asks nothing, and her last message. Bob's conversation asks him a question
+too, in his own conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest_search import Turn, write_landing
+
+from ctxdb.embedding.backends import memory_embedder
+from ctxdb.embedding.model import Embedder
+from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.landing.run import land
+from ctxdb.record.role_rows import ASKED_CHARS
+from ctxdb.record.run import derive
+from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.tables import EMBEDDINGS, ROLE_ROWS, ROLE_ROWS_SCHEMA
+from ctxdb.text import text_hash
+
+QUESTION = "Did you go skiing in Chamonix or in Zermatt?"
+REPLY = "yes, twice last winter"
+
+
+def corpus() -> list[Turn]:
+    return [
+        Turn(
+            "alice",
+            "c-ski",
+            "t1",
+            3,
+            "I just got back from the mountains",
+            f"Welcome back. Was the snow good? {QUESTION} Both are lovely in March.",
+        ),
+        Turn("alice", "c-ski", "t2", 2.9, REPLY, "Lucky you. Zermatt is lovely."),
+        Turn("alice", "c-ski", "t3", 2.8, "thanks", "You are welcome!"),
+        Turn("bob", "c-bob", "t1", 2, "I want to learn the guitar", "Which style do you like?"),
+        Turn("bob", "c-bob", "t2", 1.9, "jazz mostly", "Start with standards."),
+    ]
+
+
+def landed(settings: Settings) -> DeltaStore:
+    write_landing(Path(settings.landing_uri), corpus())
+    store = DeltaStore.from_settings(settings)
+    land(store, settings.landing_uri)
+    return store
+
+
+def user_rows(store: DeltaStore) -> dict[tuple[str, str], dict]:
+    rows = store.read(ROLE_ROWS).filter(pl.col("target") == "user")
+    return {(r["conversation_id"], r["turn_id"]): r for r in rows.iter_rows(named=True)}
+
+
+def cached_vector(store: DeltaStore, model_id: str, digest: str) -> np.ndarray:
+    found = store.read(EMBEDDINGS).filter(
+        (pl.col("model_id") == model_id) & (pl.col("text_hash") == digest)
+    )
+    assert found.height >= 1, "no vector cached for the row's text_hash"
+    return np.asarray(found["vector"][0].to_list())
+
+
+@pytest.fixture
+def embedder(settings: Settings) -> Iterator[Embedder]:
+    yield memory_embedder(settings.embedding, DeltaStore.from_settings(settings))
+
+
+def test_a_reply_carries_the_question_it_answers(settings: Settings) -> None:
+    store = landed(settings)
+    derive(store, settings)
+    rows = user_rows(store)
+    reply = rows[("c-ski", "t2")]
+    assert reply["context"] == QUESTION  # the last question of the answer before it
+    assert reply["text"] == f"[user.message]\n{REPLY}"  # what search shows is the reply alone
+    assert reply["text_hash"] == text_hash(f"{QUESTION}\n{reply['text']}")
+    assert rows[("c-bob", "t2")]["context"] == "Which style do you like?"
+    for first in (("c-ski", "t1"), ("c-bob", "t1"), ("c-ski", "t3")):  # nothing asked before
+        assert rows[first]["context"] == ""
+        assert rows[first]["text_hash"] == text_hash(rows[first]["text"])
+    others = store.read(ROLE_ROWS).filter(pl.col("target") != "user")
+    assert set(others["context"]) == {""}
+    assert others["text_hash"].to_list() == [text_hash(t) for t in others["text"]]
+
+
+def test_the_model_reads_the_question_before_the_reply(
+    settings: Settings, embedder: Embedder
+) -> None:
+    store = landed(settings)
+    derive(store, settings)
+    report = embed_role_rows(store, embedder, batch_size=8)
+    assert report.failed == 0 and report.pending == 0
+    reply = user_rows(store)[("c-ski", "t2")]
+    stored = cached_vector(store, embedder.model_id, reply["text_hash"])
+    asked, alone = embedder.encode([f"{QUESTION}\n{reply['text']}", reply["text"]])
+    assert float(np.dot(stored, asked)) > 0.999
+    assert float(np.dot(stored, alone)) < 0.95  # the question changed what was embedded
+    query = embedder.encode(["how often did I go skiing in Chamonix"])[0]
+    assert float(np.dot(stored, query)) > float(np.dot(alone, query)) + 0.1
+
+
+def test_off_by_setting_the_rows_embed_their_text_alone(settings: Settings) -> None:
+    off = settings.replace(derive_asked_context=False)
+    store = landed(off)
+    derive(store, off)
+    rows = store.read(ROLE_ROWS)
+    assert set(rows["context"]) == {""}
+    assert rows["text_hash"].to_list() == [text_hash(t) for t in rows["text"]]
+
+
+def test_a_long_question_is_cut(settings: Settings) -> None:
+    long = "Which of these " + "very " * 200 + "long options do you like?"
+    turns = [
+        Turn("carol", "c-long", "t1", 2, "help me choose", f"Here are options. {long}"),
+        Turn("carol", "c-long", "t2", 1.9, "the first", "Good choice."),
+    ]
+    write_landing(Path(settings.landing_uri), turns)
+    store = DeltaStore.from_settings(settings)
+    land(store, settings.landing_uri)
+    derive(store, settings)
+    reply = user_rows(store)[("c-long", "t2")]
+    assert reply["context"] == long[:ASKED_CHARS]
+
+
+def test_a_table_derived_before_the_column_gains_it_and_is_embedded_again(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """Upgrade: `role_rows` as an older release wrote it (no `context`; hashes of the text
+    alone) embeds as before; the next derivation adds the column, and the next embedding run
+    reads the changed rows through the change feed and embeds the question with the reply."""
+    store = landed(settings)
+    derive(store, settings)
+    old_schema = ROLE_ROWS_SCHEMA.remove(ROLE_ROWS_SCHEMA.get_field_index("context"))
+    old = store.read(ROLE_ROWS).drop("context")
+    old = old.with_columns(pl.col("text").map_elements(text_hash, pl.String).alias("text_hash"))
+    store.overwrite(ROLE_ROWS, old, old_schema)
+    assert "context" not in store.read(ROLE_ROWS).columns
+
+    first = embed_role_rows(store, embedder, batch_size=8)
+    assert first.failed == 0 and first.embedded > 0
+    before = user_rows(store)[("c-ski", "t2")]
+    cached_vector(store, embedder.model_id, text_hash(before["text"]))  # the reply alone
+
+    derive(store, settings, full=True)
+    reply = user_rows(store)[("c-ski", "t2")]
+    assert reply["context"] == QUESTION
+    again = embed_role_rows(store, embedder, batch_size=8)
+    assert again.failed == 0 and again.embedded == 2  # the two replies to a question
+    stored = cached_vector(store, embedder.model_id, reply["text_hash"])
+    asked = embedder.encode([f"{QUESTION}\n{reply['text']}"])[0]
+    assert float(np.dot(stored, asked)) > 0.999
