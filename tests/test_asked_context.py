@@ -1,10 +1,11 @@
 """Asked context (ctxdb.record.role_rows.asked_context, issue 29): a user row that replies to a
-question carries it as `context`, and the embedding model reads it before the row's text.
+question carries it as `context`; the embedding model reads it before the row's text, and the
+text arms match it (BM25 field, stems, trigrams).
 
-Real Delta tables and the configured embedding model. Alice's conversation: her first message,
-an answer that asks where she skied, her reply ("yes, twice last winter") that never names the
-place, an answer that asks nothing, and her last message. Bob's conversation asks him a question
-too, in his own conversation.
+Real Delta tables, the configured embedding model and the real Elasticsearch node. Alice's
+conversation: her first message, an answer that asks where she skied, her reply ("yes, twice last
+winter") that never names the place, an answer that asks nothing, and her last message. Bob's
+conversation asks him a question too, in his own conversation.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest_search import Turn, write_landing
+from conftest_search import NOW, TENANT, Turn, build_memory, write_landing
 
+from ctxdb.auth.credentials import Principal
 from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, alias_name, index_body, index_name
 from ctxdb.landing.run import land
 from ctxdb.record.role_rows import ASKED_CHARS
 from ctxdb.record.run import derive
+from ctxdb.search.coverage import with_coverage
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.service import SearchService, default_embedder
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import EMBEDDINGS, ROLE_ROWS, ROLE_ROWS_SCHEMA
@@ -157,3 +164,46 @@ def test_a_table_derived_before_the_column_gains_it_and_is_embedded_again(
     stored = cached_vector(store, embedder.model_id, reply["text_hash"])
     asked = embedder.encode([f"{QUESTION}\n{reply['text']}"])[0]
     assert float(np.dot(stored, asked)) > 0.999
+
+
+def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Settings) -> None:
+    """Built into the real node: BM25 (`context` field, stems) and trigrams reach Alice's reply
+    by the words of the question it answers, which the reply itself never uses; its hit shows
+    the reply as `text` and the question as `context`."""
+    build_memory(settings, corpus())
+    with make_client(settings) as client:
+        service = SearchService(settings, client, default_embedder(settings, client))
+        alice = Principal(user_id="alice", tenant=TENANT)
+        query = "skiing in Chamonix or Zermatt"
+        request = SearchRequest(query=query, top_k=5, min_score=0)
+        arms = service.run_arms(service.arm_bodies(alice, request, query, None, NOW))
+        for arm in ("lexical", "trigram"):
+            replies = [r for r in arms[arm] if r.key == ("c-ski", "t2") and r.target == "user"]
+            assert replies, arm
+            assert replies[0].context == QUESTION and REPLY in replies[0].text
+            assert {r.conversation_id for r in arms[arm]} == {"c-ski"}  # never Bob's rows
+        covered = with_coverage(arms, query)["trigram"]
+        reply = next(r for r in covered if r.key == ("c-ski", "t2") and r.target == "user")
+        assert reply.coverage == 1.0  # every query trigram is in the question it answers
+
+
+def test_an_index_created_before_the_context_field_gains_it(settings: Settings) -> None:
+    """Upgrade: an index whose mapping predates `context` (strict mappings would refuse the
+    field) gets it in place when a sync opens it, and the synced rows carry it."""
+    prefix = settings.elasticsearch.index_prefix
+    with make_client(settings) as client:
+        body = index_body(ROWS, 384)
+        del body["mappings"]["properties"]["context"]
+        client.indices.create(
+            index=index_name(prefix, ROWS, 1),
+            settings=body["settings"],
+            mappings=body["mappings"],
+            aliases={alias_name(prefix, ROWS): {"is_write_index": True}},
+        )
+        build_memory(settings, corpus())
+        mapping = client.indices.get_mapping(index=index_name(prefix, ROWS, 1))
+        assert "context" in mapping[index_name(prefix, ROWS, 1)]["mappings"]["properties"]
+        found = client.search(
+            index=alias_name(prefix, ROWS), query={"match": {"context": "Chamonix"}}
+        )["hits"]["hits"]
+        assert [h["_source"]["turn_id"] for h in found] == ["t2"]

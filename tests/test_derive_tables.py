@@ -119,8 +119,10 @@ def test_role_rows_follow_the_contract(sample) -> None:
     sessions = rows.filter(pl.col("role") == "session")
     assert (sessions["trigrams"] == "").all()  # no text arm reads session rows (session_rows.py)
     for row in rows.filter(pl.col("role") != "session").head(40).iter_rows(named=True):
-        assert row["trigrams"] == trigrams(row["text"] + " " + row["anchors_text"])
-        assert row["text_hash"] == text_hash(row["text"])
+        grammed = " ".join([row["text"], row["anchors_text"], row["context"]])
+        assert row["trigrams"] == trigrams(grammed)
+        embedded = f"{row['context']}\n{row['text']}" if row["context"] else row["text"]
+        assert row["text_hash"] == text_hash(embedded)
         ref = parse_ref(row["ref"])
         assert (ref.conversation_id, ref.turn_id) == (row["conversation_id"], row["turn_id"])
         assert f"turn:{row['turn_id']}" in row["tags"]

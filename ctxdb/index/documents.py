@@ -26,6 +26,8 @@ FINGERPRINT = "_fingerprint"
 VECTOR = "embedding"
 _WORD = r"\w+"  # ctxdb.text.words' pattern; equal to Python's on ASCII text
 _NON_ASCII = r"[^\x00-\x7F]"
+STEMMED = ["text", "anchors_text", "context"]
+"""The document fields whose words `stems` holds."""
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
 TURN_FIELDS = list(turns_mapping()["properties"])
 
@@ -48,6 +50,8 @@ def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.Da
     status = statuses.filter(pl.col("model_id") == model_id).select(
         "row_id", pl.col("text_hash").alias("_status_hash"), "embedding_status"
     )
+    if "context" not in rows.columns:  # a table derived before the column existed
+        rows = rows.with_columns(pl.lit(None, pl.String).alias("context"))
     return with_fingerprint(
         rows.join(status, on="row_id", how="left")
         .with_columns(
@@ -58,6 +62,7 @@ def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.Da
             pl.lit(model_id).alias("model_id"),
             _clean("text").alias("text"),
             _clean("anchors_text").alias("anchors_text"),
+            _clean("context").alias("context"),
             pl.col("row_id").alias(ID),
         )
         .select(ID, *ROW_FIELDS)
@@ -124,9 +129,10 @@ def complete_rows(base: pl.DataFrame, vectors: pl.DataFrame) -> pl.DataFrame:
 
 
 def with_stems(docs: pl.DataFrame) -> pl.DataFrame:
-    """Add `stems` of text + anchors (done per bulk slice, overlapping earlier requests)."""
+    """Add `stems` of text + anchors + context (done per bulk slice, overlapping earlier
+    requests)."""
     return docs.with_columns(
-        stems_column(docs.get_column("text") + " " + docs.get_column("anchors_text"))
+        stems_column(docs.select(pl.concat_str(STEMMED, separator=" ")).to_series())
     )
 
 

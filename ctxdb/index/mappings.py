@@ -47,7 +47,8 @@ def _identity() -> dict[str, Any]:
 
 
 def rows_mapping(dims: int = 384, vector_index: str = DEFAULT_VECTOR_INDEX) -> dict[str, Any]:
-    """Role rows: the searchable units (BM25 text, boosted anchors, trigrams, stems, vectors)."""
+    """Role rows: the searchable units (BM25 text, boosted anchors, the question a reply answers,
+    trigrams, stems, vectors)."""
     return {
         "dynamic": "strict",
         "properties": {
@@ -66,6 +67,7 @@ def rows_mapping(dims: int = 384, vector_index: str = DEFAULT_VECTOR_INDEX) -> d
             "expires_at": _DATE,
             "text": {"type": "text", "analyzer": "standard"},
             "anchors_text": {"type": "text", "analyzer": "standard"},
+            "context": {"type": "text", "analyzer": "standard"},
             "trigrams": {"type": "text", "analyzer": "whitespace", "norms": False},
             "stems": {"type": "text", "analyzer": "whitespace"},
             "embedding": {

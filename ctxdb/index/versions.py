@@ -134,7 +134,8 @@ def ensure_index(
 
     An existing index whose layout differs from `layout` is kept (documents are written and read
     the way it records); the difference is logged, and a reindex applies it. Replicas are the
-    exception: a dynamic setting, applied to the existing index in place. Two writers that
+    exception: a dynamic setting, applied to the existing index in place; so are fields the
+    mappings gained since the index was created (`add_new_fields`). Two writers that
     find no index at once (shard runs on different workers) both try to create it: the index and
     its alias are created in one request, so the one that loses takes the winner's."""
     alias = alias_name(prefix, kind)
@@ -145,6 +146,7 @@ def ensure_index(
                 log.warning("%s: %s; run a reindex to apply the settings", current, line)
             if "replicas" in layout:
                 apply_replicas(es, current, layout["replicas"])
+        add_new_fields(es, current, kind, dims)
         return current
     existing = versions(es, prefix, kind)
     version = max(existing, default=0) + 1
@@ -158,6 +160,19 @@ def ensure_index(
             raise
         log.info("%s was created by another writer at the same time", winner)
         return winner
+
+
+def add_new_fields(es: Elasticsearch, name: str, kind: str, dims: int) -> list[str]:
+    """Add to index `name` the fields of `kind`'s mappings it lacks (a field added to the
+    mappings after the index was created, such as the rows' `context`): adding a field is an
+    in-place mapping update, and each document holds it from its next write. Returns them."""
+    have = es.indices.get_mapping(index=name)[name]["mappings"].get("properties", {})
+    wanted = index_body(kind, dims)["mappings"]["properties"]
+    new = {field: spec for field, spec in wanted.items() if field not in have}
+    if new:
+        es.indices.put_mapping(index=name, properties=new)
+        log.info("%s: added the fields %s", name, ", ".join(sorted(new)))
+    return sorted(new)
 
 
 def swap_aliases(es: Elasticsearch, swaps: list[Swap]) -> None:

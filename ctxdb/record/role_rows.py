@@ -58,6 +58,8 @@ ASKED_CHARS = 300
 _QUESTION = r"[^.!?\n]*\?"
 """A sentence ending in a question mark."""
 OWNER = ["tenant", "app", "agent", "user_id", "conversation_id"]
+GRAMMED = ["text", "anchors_text", "context"]
+"""The columns whose words `trigrams` holds."""
 
 
 def row_id_expr() -> pl.Expr:
@@ -371,7 +373,7 @@ def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) ->
         asked_context(data) if settings.derive_asked_context else pl.lit("").alias("context")
     ).with_columns(embedded_text_expr().alias("_embedded"))
     data = data.with_columns(
-        trigram_column(data["text"] + " " + data["anchors_text"]),
+        trigram_column(data.select(pl.concat_str(GRAMMED, separator=" ")).to_series()),
         plh.col("_embedded").chash.sha2_256().alias("text_hash"),
         row_id_expr(),
         owned_expr(),

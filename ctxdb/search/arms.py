@@ -1,8 +1,9 @@
 """The three candidate generators as Elasticsearch request bodies, and their hits as RowHits.
 
 semantic: approximate kNN on `embedding` (cosine), filtered inside the kNN search.
-lexical:  BM25 `multi_match` over `anchors_text` (boosted) and `text`, plus the stemmed query on
-          `stems` (same Snowball stemmer as the pipeline).
+lexical:  BM25 `multi_match` over `anchors_text` (boosted), `text` and `context` (the question a
+          reply answers), plus the stemmed query on `stems` (same Snowball stemmer as the
+          pipeline).
 trigram:  the query's padded word trigrams matched on `trigrams` with a minimum-should-match
           threshold, or query words matched on `text` with edit-distance fuzziness.
 """
@@ -22,7 +23,7 @@ STEM_BOOST = 0.5
 FUZZY_BOOST = 0.5
 MAX_PHRASE_PAIRS = 8
 SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
-TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text"]  # for coverage (coverage.py)
+TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text", "context"]  # coverage.py
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class RowHit:
     agent: str | None = None
     stems: str = ""
     anchors_text: str = ""
+    context: str = ""
     coverage: float = 1.0
     session: float | None = None
     lifted: float | None = None
@@ -120,8 +122,9 @@ def lexical_body(
     phrase_boost: float = 0.0,
     phrase_slop: int = 2,
 ) -> dict[str, Any]:
-    """BM25 over anchors (boosted) and text on the query's content words, at least `min_match`
-    of them present; the stemmed words add recall for inflections under the same threshold.
+    """BM25 over anchors (boosted), text and context on the query's content words, at least
+    `min_match` of them present; the stemmed words add recall for inflections under the same
+    threshold.
     Proximity: each pair of adjacent content words found within `phrase_slop` positions of each
     other adds its phrase score times `phrase_boost` (0: off)."""
     content = without_stopwords(query)
@@ -129,7 +132,7 @@ def lexical_body(
         {
             "multi_match": {
                 "query": content,
-                "fields": [f"anchors_text^{ANCHOR_BOOST}", "text"],
+                "fields": [f"anchors_text^{ANCHOR_BOOST}", "text", "context"],
                 "type": "best_fields",
                 "tie_breaker": 0.3,
                 "minimum_should_match": min_match,
@@ -213,6 +216,7 @@ def parse_hits(response: dict[str, Any]) -> list[RowHit]:
                 agent=src.get("agent"),
                 stems=src.get("stems") or "",
                 anchors_text=src.get("anchors_text") or "",
+                context=src.get("context") or "",
             )
         )
     return rows

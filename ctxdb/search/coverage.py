@@ -67,7 +67,8 @@ def with_coverage(ranked: Mapping[Arm, Sequence[RowHit]], query: str) -> dict[Ar
         elif arm == "trigram":
             out[arm] = [
                 dataclasses.replace(
-                    r, coverage=trigram_coverage(terms, f"{r.text} {r.anchors_text}")
+                    r,
+                    coverage=trigram_coverage(terms, f"{r.text} {r.anchors_text} {r.context}"),
                 )
                 for r in rows
             ]
