@@ -185,6 +185,9 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         covered = with_coverage(arms, query)["trigram"]
         reply = next(r for r in covered if r.key == ("c-ski", "t2") and r.target == "user")
         assert reply.coverage == 1.0  # every query trigram is in the question it answers
+        hits = service.search(alice, SearchRequest(query=f"{query}?", min_score=0)).hits
+        order = [(h.conversation_id, h.turn_id) for h in hits]
+        assert order.index(("c-ski", "t2")) < order.index(("c-ski", "t1"))  # answers first
 
 
 def test_an_index_created_before_the_context_field_gains_it(settings: Settings) -> None:

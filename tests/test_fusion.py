@@ -9,6 +9,7 @@ import pytest
 from ctxdb.search.arms import RowHit
 from ctxdb.search.fusion import (
     FusionParams,
+    answers_first,
     arm_weights,
     cap_per_conversation,
     dedup_turns,
@@ -243,3 +244,26 @@ def test_diversity_scales_each_further_turn_of_a_conversation() -> None:
     fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
     assert diversify(fused, 0.0, 4) == fused
     assert len(diversify(fused, 0.9, 1)) == len(fused)  # turns past the pool keep their order
+
+
+def test_a_reply_moves_just_ahead_of_the_turn_that_asked_its_question() -> None:
+    """c1/t1's answer asks "what are you majoring in?"; c1/t2's user row replies and carries it
+    as context. Fused, the asking turn ranks first; answers_first puts the reply just ahead of
+    it and leaves every other turn in place. A reply to a question asked in another
+    conversation, or to a question no ranked turn holds, stays where it is."""
+    question = "What are you majoring in?"
+    asking = RowHit("c1", "t1", "assistant", NOW, 1.0, text=f"Nice! {question}")
+    reply = RowHit("c1", "t2", "user", NOW, 1.0, text="finance, maybe", context=question)
+    other = row("c2", "t1")
+    elsewhere = RowHit("c3", "t2", "user", NOW, 1.0, text="biology", context=question)
+    unasked = RowHit("c1", "t9", "user", NOW, 1.0, text="yes", context="Did you eat?")
+    ranked = {"semantic": [other, asking, elsewhere, unasked, reply]}
+    plain = FusionParams(weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, cap=None)
+    keys = lambda turns: [(t.conversation_id, t.turn_id) for t in turns]  # noqa: E731
+    fused_order = [("c2", "t1"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9"), ("c1", "t2")]
+    assert keys(rank_turns(ranked, plain, NOW, 5)) == fused_order
+    lifted = rank_turns(ranked, FusionParams(**{**plain.__dict__, "answers_first": True}), NOW, 5)
+    assert keys(lifted) == [("c2", "t1"), ("c1", "t2"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9")]
+    assert lifted[1].final < lifted[2].final  # reordered, scores as fused
+    fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
+    assert keys(answers_first(fused, 1)) == fused_order  # the reply is past a pool of 4

@@ -165,3 +165,11 @@ def test_query_embeddings_are_cached_and_bounded() -> None:
     uncached.embed_query("allotment onions")
     uncached.embed_query("allotment onions")
     assert CountingEmbedder.calls == 6
+
+
+def test_answers_first_takes_the_request_else_the_settings() -> None:
+    assert service().fusion_params(SearchRequest(query="q")).answers_first is True
+    off = service(answers_first=False)
+    assert off.fusion_params(SearchRequest(query="q")).answers_first is False
+    asked = SearchRequest(query="q", answers_first=False)
+    assert service().fusion_params(asked).answers_first is False

@@ -69,6 +69,13 @@ MinScoreOpt = Annotated[
 DiversityOpt = Annotated[
     float | None, typer.Option("--diversity", help="Diversity over conversations (0: off).")
 ]
+AnswersFirstOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--answers-first/--no-answers-first",
+        help="Replies ahead of the turns that asked what they answer (default: settings).",
+    ),
+]
 SessionWeightOpt = Annotated[
     float | None,
     typer.Option("--session-weight", help="Session lift of the kNN arm (0: off)."),
@@ -181,6 +188,7 @@ def search(
     w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
     rrf_k: Annotated[int | None, typer.Option("--rrf-k", help="Fusion constant k.")] = None,
     diversity: DiversityOpt = None,
+    answers_first: AnswersFirstOpt = None,
     session_weight: SessionWeightOpt = None,
     min_score: MinScoreOpt = None,
     explain: ExplainOpt = False,
@@ -209,6 +217,7 @@ def search(
             ),
             rrf_k=rrf_k,
             diversity=diversity,
+            answers_first=answers_first,
             session_weight=session_weight,
             min_score=min_score,
             explain=explain,

@@ -203,6 +203,41 @@ def fuse(
 DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
 
 
+def asked_of(turn: FusedTurn) -> str:
+    """The question the turn replies to: the `context` of its user row among its rows."""
+    return next((r.context for r in turn.rows.values() if r.target == "user" and r.context), "")
+
+
+def answers_first(fused: Sequence[FusedTurn], top_k: int) -> list[FusedTurn]:
+    """Among the first `DIVERSITY_POOL x top_k` turns, each turn that replies to a question
+    asked by a turn ranked above it (its user row's `context` is in a row of that turn, of the
+    same conversation) moves just ahead of the asking turn; order is otherwise kept, and final
+    scores are left as fused.
+
+    A question about what was said ("what am I majoring in?") matches the turn that asked it
+    ("what are you majoring in?") as well as the reply, which carries the question as context
+    (`ctxdb.record.role_rows.asked_context`); the reply holds the answer, the asking turn only
+    the question. Measured on the real-conversation set (bench/README.md)."""
+    pool = list(fused[: DIVERSITY_POOL * top_k])
+    for turn in list(pool):
+        asked = asked_of(turn)
+        if not asked:
+            continue
+        at = pool.index(turn)
+        asker = next(
+            (
+                i
+                for i, other in enumerate(pool[:at])
+                if other.conversation_id == turn.conversation_id
+                and any(asked in row.text for row in other.rows.values())
+            ),
+            None,
+        )
+        if asker is not None:
+            pool.insert(asker, pool.pop(at))
+    return pool + list(fused[DIVERSITY_POOL * top_k :])
+
+
 def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[FusedTurn]:
     """The first `DIVERSITY_POOL x top_k` turns re-ordered greedily: each pick is the turn whose
     final score times (1 - diversity) ** (turns already picked from its conversation) is highest
@@ -260,6 +295,7 @@ class FusionParams:
     coverage_power: float = 0.0
     diversity: float = 0.0
     min_score: float = 0.0  # relevance floor (relevance.py); 0: keep every turn
+    answers_first: bool = False
 
 
 def rank_turns(
@@ -270,7 +306,8 @@ def rank_turns(
     window: tuple[datetime, datetime] | None = None,
 ) -> list[FusedTurn]:
     """The top `top_k` fused turns under `params` (fusion, recency and window lifts, turns
-    below the relevance floor dropped, diversity over conversations, optional cap)."""
+    below the relevance floor dropped, replies ahead of the questions they answer, diversity
+    over conversations, optional cap)."""
     fused = fuse(
         ranked,
         weights=params.weights,
@@ -284,4 +321,6 @@ def rank_turns(
     )
     if params.min_score > 0:
         fused = [turn for turn in fused if relevance(turn.rows) >= params.min_score]
+    if params.answers_first:
+        fused = answers_first(fused, top_k)
     return cap_per_conversation(diversify(fused, params.diversity, top_k), params.cap, top_k)

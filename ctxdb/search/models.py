@@ -102,6 +102,11 @@ class SearchRequest(BaseModel):
         description="Diversity over conversations: each turn picked from a conversation scales"
         " its next one by (1 - this) (0: off).",
     )
+    answers_first: bool | None = Field(
+        default=None,
+        description="Rank a reply just ahead of the turn that asked the question it answers"
+        " when both are found.",
+    )
     session_weight: float | None = Field(
         default=None,
         ge=0,

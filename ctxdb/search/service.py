@@ -389,6 +389,9 @@ class SearchService:
             coverage_power=pick(request.coverage_power, s.coverage_power),
             diversity=pick(request.diversity, s.diversity),
             min_score=pick(request.min_score, MIN_SCORE),
+            answers_first=(
+                s.answers_first if request.answers_first is None else request.answers_first
+            ),
         )
 
     def run_arms(

@@ -40,6 +40,11 @@ class SearchSettings(GroupSettings):
         description="Diversity over conversations: each turn already picked from a conversation"
         " scales that conversation's next one by (1 - this) (0: off).",
     )
+    answers_first: bool = Field(
+        default=True,
+        description="Rank a reply just ahead of the turn that asked the question it answers"
+        " when both are found (ctxdb.search.fusion.answers_first).",
+    )
     session_weight: float = Field(
         default=1.0,
         ge=0,
