@@ -20,8 +20,14 @@ Index layout options (issue 15): `--index-type` (hnsw, int8_hnsw, bbq_hnsw), `--
 every document routed by its user, searches touch one shard), `--sort` (user: every segment sorted
 by user and conversation; builds without it keep their old names), `--shards`; `--users` or
 `--heavy-users` (few users owning many rows each); `--forcemerge` measures a one-segment index,
-`--live-sync` measures while a background writer bulk-indexes new rows. The build is kept and reused
-by later runs of the same layout and users (`--build-only` just builds it). Queries run in bursts;
+`--live-sync` measures while a background writer bulk-indexes new rows.
+`--asked` (issue 29) gives every user row after a conversation's first turn a `context`: the
+previous turn's assistant text cut to 300 characters (the pipeline keeps only its last question,
+so this is the pessimistic size), its stems and trigrams indexed with the text as the pipeline
+does; `--compare-asked` then times, query by query in alternating order, the Python API as
+shipped against the query before issue 29 (lexical arm without `context`, `answers_first` off).
+The build is kept and reused by later runs of the same layout and users (`--build-only` just
+builds it). Queries run in bursts;
 every burst records the load average; Elasticsearch's own `took` (summed over a search's requests:
 text arms, kNN arm, TurnLog fetch) and the query embedding time are reported apart from the
 end-to-end figures. `--recall-users` compares the kNN arm's top 10 with the exact top 10 (numpy over
@@ -38,6 +44,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -57,6 +64,7 @@ from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_name, turn_doc_i
 from ctxdb.index.routing import USER, routing_key
 from ctxdb.index.versions import create_index, finish_bulk_load
 from ctxdb.sample.topics import TOPICS
+from ctxdb.search import arms
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService, index_model_ids
 from ctxdb.serve.http import create_app
@@ -130,10 +138,13 @@ def row_docs(
     seed: int,
     now: datetime,
     vectors: VectorLog | None = None,
+    asked: bool = False,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """(kind, doc) for `rows` role rows and their turns, spread over `users` and 30 days.
 
-    The pool texts' derived fields (trigrams, stems, hash) are computed once per text."""
+    The pool texts' derived fields (trigrams, stems, hash) are computed once per text; with
+    `asked`, a user row after the first turn carries the previous turn's assistant text as
+    `context`, its stems and trigrams taken over both (module docstring)."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
     expires = (now + timedelta(days=365)).isoformat()
@@ -145,6 +156,7 @@ def row_docs(
         user = rng.choice(users)
         conv = f"c{rng.getrandbits(64):016x}"
         start = now - timedelta(days=rng.uniform(0, 30))
+        answered = ""
         for ordinal in range(1, rng.randint(2, 6)):
             turn = f"t{seed}-{turn_n:09d}"
             turn_n += 1
@@ -166,6 +178,11 @@ def row_docs(
                 vec /= np.linalg.norm(vec)
                 text = pool_texts[j]
                 texts.append((target, text))
+                context = answered if target == "user" else ""
+                fields = derived[j]
+                if context:
+                    both = f"{text} {context}"
+                    fields = {**fields, "trigrams": trigrams(both), "stems": stems(both)}
                 doc_id = f"{conv}:{turn}:{target}"
                 if vectors is not None:
                     vectors.add(doc_id, user, vec)
@@ -186,13 +203,15 @@ def row_docs(
                         "expires_at": expires,
                         "text": text,
                         "anchors_text": "",
-                        **derived[j],
+                        "context": context,
+                        **fields,
                         "embedding": vec,
                         "embedding_status": "ok",
                         "model_id": "all-MiniLM-L6-v2",
                     },
                 )
                 made += 1
+            answered = next((t for r, t in texts if r == "assistant"), "")[:300] if asked else ""
             blocks = [
                 {
                     "type": "user.prompt"
@@ -481,6 +500,52 @@ def measure(
     }
 
 
+def report(results: dict[str, Any], out: Path | None, echo: bool = True) -> None:
+    """Print the results (unless `echo` is off) and write them to `out` as JSON."""
+    if echo:
+        typer.echo(json.dumps(results, indent=2))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2))
+
+
+@contextmanager
+def before_asked() -> Iterator[None]:
+    """The lexical arm's fields as before issue 29 (no `context`), restored on exit."""
+    shipped = arms.LEXICAL_FIELDS
+    arms.LEXICAL_FIELDS = [f for f in shipped if f != "context"]
+    try:
+        yield
+    finally:
+        arms.LEXICAL_FIELDS = shipped
+
+
+def compare_asked(
+    service: SearchService, plan: list[tuple[str, str]], warmup: int, burst: int, pause_s: float
+) -> dict[str, Any]:
+    """Python API p50/p95 of each planned query as shipped and as before issue 29 (lexical arm
+    without `context`, `answers_first` off), alternating which goes first, with their ratio."""
+    timed: dict[str, list[float]] = {"shipped": [], "before": []}
+    for i, (user, query) in enumerate(plan):
+        if i >= warmup and (i - warmup) % burst == 0:
+            time.sleep(pause_s)
+        principal = Principal(user_id=user, tenant=TENANT)
+        for which in ("shipped", "before") if i % 2 == 0 else ("before", "shipped"):
+            request = SearchRequest(query=query, top_k=10, answers_first=which == "shipped")
+            t0 = time.perf_counter()
+            if which == "shipped":
+                service.search(principal, request)
+            else:
+                with before_asked():
+                    service.search(principal, request)
+            if i >= warmup:
+                timed[which].append(time.perf_counter() - t0)
+    out: dict[str, Any] = {name: percentiles(samples) for name, samples in timed.items()}
+    out["p95_ratio"] = round(out["shipped"]["p95_ms"] / out["before"]["p95_ms"], 3)
+    out["p50_ratio"] = round(out["shipped"]["p50_ms"] / out["before"]["p50_ms"], 3)
+    return out
+
+
 def main(
     rows: Annotated[int, typer.Option(help="Role rows to index.")] = 100_000,
     users: Annotated[int, typer.Option(help="Distinct users owning the rows.")] = 500,
@@ -517,12 +582,20 @@ def main(
         "/tmp/ctxdb-es-bench/vectors"
     ),
     keep: Annotated[bool, typer.Option(help="Keep the indices for a re-run.")] = True,
+    asked: Annotated[
+        bool, typer.Option(help="User rows carry the question they answer (module docstring).")
+    ] = False,
+    compare: Annotated[
+        bool,
+        typer.Option("--compare-asked", help="Time the query as shipped against before issue 29."),
+    ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
 ) -> None:
     base = get_settings()
     owners = heavy_users or users
     prefix = f"bench-lat-{rows}-{owners}u-{index_type}-{routing}-{shards}s"
     prefix += "-sorted" if sort == USER else ""
+    prefix += "-asked" if asked else ""
     layout = {"routing": routing, "vector_index": index_type, "shards": shards, "sort": sort}
     settings = base.replace(home=base.home / prefix, elasticsearch={"index_prefix": prefix})
     client = make_client(settings)
@@ -534,13 +607,14 @@ def main(
     if building or live_sync:  # the row texts and vectors come from the pool
         pool_texts, pool = vector_pool(embedder, random.Random(seed))
     results: dict[str, Any] = {"rows": rows, "users": owners, "layout": layout, "fanout": fanout}
+    results["asked"] = asked
     results["query_embedding_model_id"] = embedder.model_id
     results["knn_oversample"] = settings.search.knn_oversample
     if building:
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         log = VectorLog(vectors_dir, prefix, rows)
-        docs = row_docs(rows, user_ids, pool_texts, pool, seed, now, log)
+        docs = row_docs(rows, user_ids, pool_texts, pool, seed, now, log, asked)
         indexed = build_index(bulk_client(settings.elasticsearch.url), prefix, docs, layout)
         log.close()
         results["build"] = {
@@ -575,11 +649,13 @@ def main(
             )
             typer.echo(f"kNN recall: {results['knn_recall']}")
     if recall_only:
-        if out:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(results, indent=2))
+        report(results, out, echo=False)
         return
     plan = bench_queries(rng, user_ids, warmup + queries)
+    if compare:
+        results["asked_comparison"] = compare_asked(service, plan, warmup, burst, pause_s)
+        report(results, out)
+        return
     store = TokenStore(settings.tokens_path)
     tokens = {user: store.issue(user, tenant=TENANT) for user in dict.fromkeys(u for u, _ in plan)}
     server = serve(app, port)
@@ -600,10 +676,7 @@ def main(
     finally:
         server.should_exit = True
     results["live_sync_on"] = live_sync
-    typer.echo(json.dumps(results, indent=2))
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2))
+    report(results, out)
     if not keep:
         for kind in (ROWS, TURNS):
             client.indices.delete(index=index_name(prefix, kind, 1))

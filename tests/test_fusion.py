@@ -246,11 +246,12 @@ def test_diversity_scales_each_further_turn_of_a_conversation() -> None:
     assert len(diversify(fused, 0.9, 1)) == len(fused)  # turns past the pool keep their order
 
 
-def test_a_reply_moves_just_ahead_of_the_turn_that_asked_its_question() -> None:
+def test_a_reply_moves_just_ahead_of_the_turn_that_asked_what_the_query_asks() -> None:
     """c1/t1's answer asks "what are you majoring in?"; c1/t2's user row replies and carries it
-    as context. Fused, the asking turn ranks first; answers_first puts the reply just ahead of
-    it and leaves every other turn in place. A reply to a question asked in another
-    conversation, or to a question no ranked turn holds, stays where it is."""
+    as context. Fused, the asking turn ranks first; asked "what am I majoring in?",
+    answers_first puts the reply just ahead of it and leaves every other turn in place. A reply
+    to a question asked in another conversation, or to a question no ranked turn holds, stays
+    where it is; so does every reply when the query does not ask its question."""
     question = "What are you majoring in?"
     asking = RowHit("c1", "t1", "assistant", NOW, 1.0, text=f"Nice! {question}")
     reply = RowHit("c1", "t2", "user", NOW, 1.0, text="finance, maybe", context=question)
@@ -259,11 +260,14 @@ def test_a_reply_moves_just_ahead_of_the_turn_that_asked_its_question() -> None:
     unasked = RowHit("c1", "t9", "user", NOW, 1.0, text="yes", context="Did you eat?")
     ranked = {"semantic": [other, asking, elsewhere, unasked, reply]}
     plain = FusionParams(weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, cap=None)
+    first = FusionParams(**{**plain.__dict__, "answers_first": True})
     keys = lambda turns: [(t.conversation_id, t.turn_id) for t in turns]  # noqa: E731
     fused_order = [("c2", "t1"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9"), ("c1", "t2")]
-    assert keys(rank_turns(ranked, plain, NOW, 5)) == fused_order
-    lifted = rank_turns(ranked, FusionParams(**{**plain.__dict__, "answers_first": True}), NOW, 5)
+    asks = "what am I majoring in?"
+    assert keys(rank_turns(ranked, plain, NOW, 5, query=asks)) == fused_order
+    lifted = rank_turns(ranked, first, NOW, 5, query=asks)
     assert keys(lifted) == [("c2", "t1"), ("c1", "t2"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9")]
     assert lifted[1].final < lifted[2].final  # reordered, scores as fused
+    assert keys(rank_turns(ranked, first, NOW, 5, query="finance degree")) == fused_order
     fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
-    assert keys(answers_first(fused, 1)) == fused_order  # the reply is past a pool of 4
+    assert keys(answers_first(fused, 1, asks)) == fused_order  # the reply is past a pool of 4

@@ -24,6 +24,8 @@ FUZZY_BOOST = 0.5
 MAX_PHRASE_PAIRS = 8
 SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
 TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text", "context"]  # coverage.py
+LEXICAL_FIELDS = [f"anchors_text^{ANCHOR_BOOST}", "text", "context"]
+"""The fields the lexical arm's BM25 reads."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def lexical_body(
         {
             "multi_match": {
                 "query": content,
-                "fields": [f"anchors_text^{ANCHOR_BOOST}", "text", "context"],
+                "fields": LEXICAL_FIELDS,
                 "type": "best_fields",
                 "tie_breaker": 0.3,
                 "minimum_should_match": min_match,

@@ -26,8 +26,10 @@ from datetime import datetime
 from functools import cached_property
 
 from ctxdb.search.arms import RowHit
+from ctxdb.search.coverage import QueryTerms, stem_coverage
 from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Target
 from ctxdb.search.relevance import relevance
+from ctxdb.text import stems
 
 RRF_K = 60
 WEIGHT_MIN, WEIGHT_MAX = 0.0, 2.0
@@ -208,20 +210,30 @@ def asked_of(turn: FusedTurn) -> str:
     return next((r.context for r in turn.rows.values() if r.target == "user" and r.context), "")
 
 
-def answers_first(fused: Sequence[FusedTurn], top_k: int) -> list[FusedTurn]:
-    """Among the first `DIVERSITY_POOL x top_k` turns, each turn that replies to a question
-    asked by a turn ranked above it (its user row's `context` is in a row of that turn, of the
-    same conversation) moves just ahead of the asking turn; order is otherwise kept, and final
-    scores are left as fused.
+ASKED_COVERAGE = 0.5
+"""Share of the query's content stems the asked question must hold for its reply to move."""
+
+
+def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[FusedTurn]:
+    """Among the first `DIVERSITY_POOL x top_k` turns, each turn that replies to what the query
+    asks (its user row's `context`, the question it answers, holds at least `ASKED_COVERAGE` of
+    the query's content stems) moves just ahead of the turn that asked it (ranked above it, same
+    conversation, the question in one of its rows); order is otherwise kept, and final scores
+    are left as fused.
 
     A question about what was said ("what am I majoring in?") matches the turn that asked it
     ("what are you majoring in?") as well as the reply, which carries the question as context
     (`ctxdb.record.role_rows.asked_context`); the reply holds the answer, the asking turn only
-    the question. Measured on the real-conversation set (bench/README.md)."""
+    the question. A reply whose question the query does not ask stays where it ranked (after
+    "I painted a sunset, what about you?", the reply answers "what about you?", not a search
+    for the painting). Measured on the three quality sets (bench/README.md)."""
+    terms = QueryTerms.of(query)
+    if not terms.stems:
+        return list(fused)
     pool = list(fused[: DIVERSITY_POOL * top_k])
     for turn in list(pool):
         asked = asked_of(turn)
-        if not asked:
+        if not asked or stem_coverage(terms, stems(asked)) < ASKED_COVERAGE:
             continue
         at = pool.index(turn)
         asker = next(
@@ -304,10 +316,11 @@ def rank_turns(
     now: datetime,
     top_k: int,
     window: tuple[datetime, datetime] | None = None,
+    query: str = "",
 ) -> list[FusedTurn]:
     """The top `top_k` fused turns under `params` (fusion, recency and window lifts, turns
-    below the relevance floor dropped, replies ahead of the questions they answer, diversity
-    over conversations, optional cap)."""
+    below the relevance floor dropped, replies ahead of the questions `query` asks again,
+    diversity over conversations, optional cap)."""
     fused = fuse(
         ranked,
         weights=params.weights,
@@ -322,5 +335,5 @@ def rank_turns(
     if params.min_score > 0:
         fused = [turn for turn in fused if relevance(turn.rows) >= params.min_score]
     if params.answers_first:
-        fused = answers_first(fused, top_k)
+        fused = answers_first(fused, top_k, query)
     return cap_per_conversation(diversify(fused, params.diversity, top_k), params.cap, top_k)

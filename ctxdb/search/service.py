@@ -487,7 +487,7 @@ class SearchService:
         text_query, hint = split_time_hint(query)
         ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
-        kept = rank_turns(ranked, params, now, request.top_k, window)
+        kept = rank_turns(ranked, params, now, request.top_k, window, text_query)
         docs = fetch_turns(
             self.client,
             self.turns_alias,
