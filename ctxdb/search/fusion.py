@@ -233,7 +233,7 @@ def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[Fu
     pool = list(fused[: DIVERSITY_POOL * top_k])
     for turn in list(pool):
         asked = asked_of(turn)
-        if not asked or stem_coverage(terms, stems(asked)) < ASKED_COVERAGE:
+        if not asked:
             continue
         at = pool.index(turn)
         asker = next(
@@ -245,7 +245,8 @@ def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[Fu
             ),
             None,
         )
-        if asker is not None:
+        # the stems last: they cost the most, and most replies have no asker ranked above
+        if asker is not None and stem_coverage(terms, stems(asked)) >= ASKED_COVERAGE:
             pool.insert(asker, pool.pop(at))
     return pool + list(fused[DIVERSITY_POOL * top_k :])
 
