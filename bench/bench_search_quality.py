@@ -192,6 +192,9 @@ class Prepared:
     relevant: frozenset[Key]
     kind: str
     scope: str
+    query: str  # without its time expression, as the text arms and `answers_first` see it
+    asked: dict[Key, str]  # the question a turn's user row answers (`context`)
+    texts: dict[Key, list[str]]  # the texts of a turn's best row in each arm
 
 
 def prepare(c: Collected, now) -> Prepared:
@@ -200,6 +203,8 @@ def prepare(c: Collected, now) -> Prepared:
     score: dict[Key, dict[Arm, float]] = {}
     strength: dict[Key, float] = {}
     ts: dict[Key, float] = {}
+    asked: dict[Key, str] = {}
+    texts: dict[Key, list[str]] = {}
     topic, hint = split_time_hint(c.query.request.query.strip())
     for arm, rows in with_coverage(c.rows, topic).items():
         for rank, row in enumerate(dedup_turns(rows), start=1):
@@ -208,6 +213,9 @@ def prepare(c: Collected, now) -> Prepared:
             score.setdefault(row.key, {})[arm] = row.score
             strength[row.key] = max(strength.get(row.key, 0.0), arm_signal(arm, row))
             ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
+            texts.setdefault(row.key, []).append(row.text)
+            if row.target == "user" and row.context:
+                asked.setdefault(row.key, row.context)
     keys = list(per_turn)
     stamps = np.array([ts[k] for k in keys])
     order = sorted(range(len(keys)), key=lambda i: (-stamps[i], keys[i][0], keys[i][1]))
@@ -235,6 +243,9 @@ def prepare(c: Collected, now) -> Prepared:
         relevant=c.query.relevant,
         kind=c.query.kind,
         scope=c.query.request.scope,
+        query=topic,
+        asked=asked,
+        texts=texts,
     )
 
 
@@ -250,6 +261,7 @@ class Config:
     time: float = 0.0
     coverage: float = 0.0
     min_score: float = 0.0
+    answers_first: bool = False
 
     def label(self) -> str:
         cap = "off" if self.cap is None else self.cap
@@ -257,6 +269,7 @@ class Config:
             f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
             f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
             f" cov={self.coverage:g} floor={self.min_score:g}"
+            f"{' answers-first' if self.answers_first else ''}"
         )
 
 
@@ -281,6 +294,8 @@ def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
     final, rrf = _fused(p, cfg)
     order = np.lexsort((p.tie, -rrf, -final))
     order = order[p.relevance[order] >= cfg.min_score]
+    if cfg.answers_first:
+        order = fusion_variants.answers_first(p, order, top_k)
     cap = None if p.scope == "conversation" else cfg.cap
     out: list[Key] = []
     counts: dict[int, int] = {}
@@ -312,6 +327,7 @@ def config_of(params: FusionParams) -> Config:
         params.window_weight,
         params.coverage_power,
         params.min_score,
+        params.answers_first,
     )
 
 
@@ -321,14 +337,28 @@ def arm_alone(c: Collected, arm: Arm) -> list[Key]:
 
 def check_fast_fusion(collected: list[Collected], prepared: list[Prepared], now) -> None:
     """The vectorized fusion must rank exactly like ctxdb.search.fusion on every query."""
-    checked = (SHIPPED, FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0, 1.5))
+    checked = (
+        SHIPPED,
+        FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0, 1.5),
+        FusionParams(
+            arm_weights(1, 1),
+            0.5,
+            180.0,
+            None,
+            5,
+            2.0,
+            2.0,
+            min_score=MIN_SCORE,
+            answers_first=True,
+        ),
+    )
     for params in checked:
         cfg = config_of(params)
         for c, p in zip(collected, prepared, strict=True):
             cap = None if c.query.request.scope == "conversation" else params.cap
             capped = FusionParams(**{**asdict(params), "cap": cap})
             topic, _ = split_time_hint(c.query.request.query.strip())
-            exact = rank_turns(with_coverage(c.rows, topic), capped, now, 25, p.window)
+            exact = rank_turns(with_coverage(c.rows, topic), capped, now, 25, p.window, topic)
             if [(t.conversation_id, t.turn_id) for t in exact] != rank_fast(p, cfg):
                 raise AssertionError(f"offline fusion differs on {c.query.qid} ({cfg.label()})")
 
@@ -578,7 +608,7 @@ def main(
             cfg = replace(default_cfg, **changes)
             return lambda p: fused_scores(p, cfg)
 
-        rows = fusion_variants.compare(prepared, tweak(), tweak)
+        rows = fusion_variants.compare(prepared, tweak(), tweak, default_cfg.answers_first)
         typer.echo(fusion_variants.render(rows, list(prepared)))
         report["variants"] = rows
     if sweep and len(prepared) > 1:

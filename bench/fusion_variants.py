@@ -9,7 +9,8 @@ on).
   shipped-like     `rank_fast` under a `Config` (coverage, recency, time lift, cap)
   minmax / z       convex combination of per-arm scores normalised over the arm's returned turns
                    (min-max to [0, 1], or z-scores), an absent turn scoring the arm's minimum
-  (every variant drops the turns below the service's relevance floor, as the service does)
+  (every variant drops the turns below the service's relevance floor, as the service does, and
+  with `answers_first` moves replies ahead of their asking turns as the service does)
   mmr(d)           any base score, then greedy selection in which each turn already taken from
                    a conversation multiplies the next one's score by (1 - d): diversity over
                    conversations
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 from search_quality_metrics import query_metrics, summarize
 
+from ctxdb.search.fusion import DIVERSITY_POOL, FusedTurn, diversify, replies_ahead
 from ctxdb.search.models import ARMS
 
 Key = tuple[str, str]
 TOP = 25
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # diversify reads only conversation and score
 
 
 @dataclass(frozen=True)
@@ -38,28 +42,39 @@ class Variant:
     diversity: float = 0.0
 
 
-def order(p, score: np.ndarray, diversity: float = 0.0, top: int = TOP) -> list[Key]:
-    """The top turns by score (ties: most recent first, as the service breaks them); with
-    `diversity` d > 0 each turn already taken from a conversation scales the next one's score
-    by (1 - d)."""
+def answers_first(p, ranked: np.ndarray, top: int = TOP) -> np.ndarray:
+    """`ranked` (candidate indices of `p`) with the service's `answers_first` reorder applied to
+    its first `DIVERSITY_POOL x top` (`ctxdb.search.fusion.replies_ahead`, the same code)."""
+    pool = DIVERSITY_POOL * top
+    moved = replies_ahead(
+        list(ranked[:pool]),
+        p.query,
+        asked=lambda i: p.asked.get(p.keys[i], ""),
+        conversation=lambda i: p.keys[i][0],
+        texts=lambda i: p.texts[p.keys[i]],
+    )
+    return np.concatenate([np.array(moved, dtype=ranked.dtype), ranked[pool:]])
+
+
+def order(
+    p, score: np.ndarray, diversity: float = 0.0, top: int = TOP, replies_first: bool = False
+) -> list[Key]:
+    """The top turns by score (ties: most recent first, as the service breaks them), replies
+    ahead of their asking turns with `replies_first`, then with `diversity` d > 0 the service's
+    own greedy selection (`ctxdb.search.fusion.diversify`: each turn already taken from a
+    conversation scales that conversation's next one by (1 - d))."""
     if not p.keys:
         return []
     ranked = np.lexsort((p.tie, -score))
     ranked = ranked[p.relevance[ranked] >= p.floor]  # the service's relevance floor
-    if diversity <= 0:
-        return [p.keys[i] for i in ranked[:top]]
-    pool = list(ranked[: top * 4])
-    taken: list[int] = []
-    per_conv: dict[int, int] = {}
-    while pool and len(taken) < top:
-        best = max(
-            pool, key=lambda i: score[i] * (1 - diversity) ** per_conv.get(int(p.convs[i]), 0)
-        )
-        pool.remove(best)
-        taken.append(best)
-        conv = int(p.convs[best])
-        per_conv[conv] = per_conv.get(conv, 0) + 1
-    return [p.keys[i] for i in taken]
+    if replies_first:
+        ranked = answers_first(p, ranked, top)
+    if diversity > 0:
+        pool = ranked[: DIVERSITY_POOL * top]
+        turns = [FusedTurn(*p.keys[i], final=float(score[i]), rrf=0.0, ts=EPOCH) for i in pool]
+        at = {p.keys[i]: i for i in pool}
+        ranked = [at[(t.conversation_id, t.turn_id)] for t in diversify(turns, diversity, top)]
+    return [p.keys[i] for i in ranked[:top]]
 
 
 def rrf(k: float, weights: Sequence[float] = (1.0, 1.0, 1.0)) -> Callable:
@@ -134,9 +149,15 @@ def fit_learned(prepared: Sequence) -> Callable:
     return score
 
 
-def evaluate(prepared: Sequence, score: Callable, diversity: float = 0.0) -> dict:
+def evaluate(
+    prepared: Sequence, score: Callable, diversity: float = 0.0, replies_first: bool = False
+) -> dict:
     return summarize(
-        (p.kind, query_metrics(order(p, score(p), diversity), p.relevant)) for p in prepared
+        (
+            p.kind,
+            query_metrics(order(p, score(p), diversity, replies_first=replies_first), p.relevant),
+        )
+        for p in prepared
     )
 
 
@@ -177,15 +198,19 @@ def variants(default_score: Callable, tweak: Callable | None = None) -> list[Var
 
 
 def compare(
-    prepared: dict[str, Sequence], default_score: Callable, tweak: Callable | None = None
+    prepared: dict[str, Sequence],
+    default_score: Callable,
+    tweak: Callable | None = None,
+    replies_first: bool = False,
 ) -> list[dict]:
-    """Every variant on every set, plus the learned combination fitted on the other sets."""
+    """Every variant on every set, plus the learned combination fitted on the other sets; with
+    `replies_first` every variant's order gets the service's `answers_first` reorder."""
     rows = []
     for v in variants(default_score, tweak):
         rows.append(
             {"variant": v.name}
             | {
-                name: headline(evaluate(preps, v.score, v.diversity))
+                name: headline(evaluate(preps, v.score, v.diversity, replies_first))
                 for name, preps in prepared.items()
             }
         )
@@ -193,7 +218,8 @@ def compare(
         row: dict = {"variant": "learned (leave one set out)"}
         for held in prepared:
             train = [p for name, preps in prepared.items() if name != held for p in preps]
-            row[held] = headline(evaluate(prepared[held], fit_learned(train)))
+            learned = fit_learned(train)
+            row[held] = headline(evaluate(prepared[held], learned, replies_first=replies_first))
         rows.append(row)
     return rows
 

@@ -182,6 +182,8 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
             assert replies, arm
             assert replies[0].context == QUESTION and REPLY in replies[0].text
             assert {r.conversation_id for r in arms[arm]} == {"c-ski"}  # never Bob's rows
+        semantic = [r for r in arms["semantic"] if r.key == ("c-ski", "t2") and r.target == "user"]
+        assert semantic and semantic[0].context == QUESTION  # answers_first reads every arm
         covered = with_coverage(arms, query)["trigram"]
         reply = next(r for r in covered if r.key == ("c-ski", "t2") and r.target == "user")
         assert reply.coverage == 1.0  # every query trigram is in the question it answers

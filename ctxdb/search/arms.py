@@ -22,8 +22,19 @@ ANCHOR_BOOST = 2.0
 STEM_BOOST = 0.5
 FUZZY_BOOST = 0.5
 MAX_PHRASE_PAIRS = 8
-SOURCE_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text", "path", "ref", "agent"]
-TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text", "context"]  # coverage.py
+# `context` (the question a reply answers) is read by fusion.answers_first from every arm's rows
+SOURCE_FIELDS = [
+    "conversation_id",
+    "turn_id",
+    "target",
+    "ts",
+    "text",
+    "context",
+    "path",
+    "ref",
+    "agent",
+]
+TEXT_SOURCE_FIELDS = [*SOURCE_FIELDS, "stems", "anchors_text"]  # coverage.py
 LEXICAL_FIELDS = [f"anchors_text^{ANCHOR_BOOST}", "text", "context"]
 """The fields the lexical arm's BM25 reads."""
 

@@ -20,10 +20,11 @@ conversation".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
+from typing import TypeVar
 
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import QueryTerms, stem_coverage
@@ -210,6 +211,7 @@ def asked_of(turn: FusedTurn) -> str:
     return next((r.context for r in turn.rows.values() if r.target == "user" and r.context), "")
 
 
+T = TypeVar("T")
 ASKED_COVERAGE = 0.5
 """Share of the query's content stems the asked question must hold for its reply to move."""
 
@@ -227,28 +229,49 @@ def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[Fu
     the question. A reply whose question the query does not ask stays where it ranked (after
     "I painted a sunset, what about you?", the reply answers "what about you?", not a search
     for the painting). Measured on the three quality sets (bench/README.md)."""
+    pool = replies_ahead(
+        fused[: DIVERSITY_POOL * top_k],
+        query,
+        asked=asked_of,
+        conversation=lambda turn: turn.conversation_id,
+        texts=lambda turn: [row.text for row in turn.rows.values()],
+    )
+    return pool + list(fused[DIVERSITY_POOL * top_k :])
+
+
+def replies_ahead(
+    ranked: Sequence[T],
+    query: str,
+    *,
+    asked: Callable[[T], str],
+    conversation: Callable[[T], str],
+    texts: Callable[[T], Sequence[str]],
+) -> list[T]:
+    """`ranked` with each reply to what `query` asks moved just ahead of its asking item
+    (`answers_first`); items are read through the accessors, so the quality bench's offline
+    fusion reorders its turn keys with this very code."""
     terms = QueryTerms.of(query)
+    pool = list(ranked)
     if not terms.stems:
-        return list(fused)
-    pool = list(fused[: DIVERSITY_POOL * top_k])
-    for turn in list(pool):
-        asked = asked_of(turn)
-        if not asked:
+        return pool
+    for item in list(pool):
+        question = asked(item)
+        if not question:
             continue
-        at = pool.index(turn)
+        at = pool.index(item)
         asker = next(
             (
                 i
                 for i, other in enumerate(pool[:at])
-                if other.conversation_id == turn.conversation_id
-                and any(asked in row.text for row in other.rows.values())
+                if conversation(other) == conversation(item)
+                and any(question in text for text in texts(other))
             ),
             None,
         )
         # the stems last: they cost the most, and most replies have no asker ranked above
-        if asker is not None and stem_coverage(terms, stems(asked)) >= ASKED_COVERAGE:
+        if asker is not None and stem_coverage(terms, stems(question)) >= ASKED_COVERAGE:
             pool.insert(asker, pool.pop(at))
-    return pool + list(fused[DIVERSITY_POOL * top_k :])
+    return pool
 
 
 def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[FusedTurn]:
