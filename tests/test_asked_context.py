@@ -176,7 +176,8 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         alice = Principal(user_id="alice", tenant=TENANT)
         query = "skiing in Chamonix or Zermatt"
         request = SearchRequest(query=query, top_k=5, min_score=0)
-        arms = service.run_arms(service.arm_bodies(alice, request, query, None, NOW))
+        vector = service.embedder.embed_query(query)
+        arms = service.run_arms(service.arm_bodies(alice, request, query, vector, NOW))
         for arm in ("lexical", "trigram"):
             replies = [r for r in arms[arm] if r.key == ("c-ski", "t2") and r.target == "user"]
             assert replies, arm

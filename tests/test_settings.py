@@ -126,6 +126,7 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_FUZZY_MIN_MATCH": ("search", "fuzzy_min_match", "3<70%", "3<70%"),
     "CTXDB_SEARCH_SNIPPET_CHARS": ("search", "snippet_chars", "200", 200),
     "CTXDB_SEARCH_DIVERSITY": ("search", "diversity", "0.25", 0.25),
+    "CTXDB_SEARCH_ANSWERS_FIRST": ("search", "answers_first", "false", False),
     "CTXDB_SEARCH_SESSION_WEIGHT": ("search", "session_weight", "0.75", 0.75),
     "CTXDB_SEARCH_SESSION_EXPAND": ("search", "session_expand", "5", 5),
     "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),

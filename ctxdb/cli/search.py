@@ -224,11 +224,8 @@ def search(
         )
     )
     response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
-    typer.echo(
-        response.model_dump_json(indent=2, exclude_none=True)
-        if as_json
-        else render_response(response)
-    )
+    shown = response.model_dump_json(indent=2, exclude_none=True) if as_json else None
+    typer.echo(shown or render_response(response))
 
 
 @app.command()
