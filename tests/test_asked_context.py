@@ -24,6 +24,7 @@ from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name, index_body, index_name
+from ctxdb.index.sync import sync_live
 from ctxdb.landing.run import land
 from ctxdb.record.role_rows import ASKED_CHARS
 from ctxdb.record.run import derive
@@ -213,3 +214,37 @@ def test_an_index_created_before_the_context_field_gains_it(settings: Settings) 
             index=alias_name(prefix, ROWS), query={"match": {"context": "Chamonix"}}
         )["hits"]["hits"]
         assert [h["_source"]["turn_id"] for h in found] == ["t2"]
+
+
+def test_an_index_syncs_across_the_upgrade_of_role_rows(
+    settings: Settings, embedder: Embedder
+) -> None:
+    """Upgrade, index side: `role_rows` as an older release wrote it (no `context`) syncs, a
+    later change of that old table (an embedding retry, a sweep) syncs incrementally, and the
+    sync after the derivation that adds the column reads the changes across it (the older
+    version lacks the column): every document ends with the context the table holds."""
+    store = landed(settings)
+    derive(store, settings)
+    old_schema = ROLE_ROWS_SCHEMA.remove(ROLE_ROWS_SCHEMA.get_field_index("context"))
+    old = store.read(ROLE_ROWS).drop("context")
+    store.overwrite(ROLE_ROWS, old, old_schema)
+    embed_role_rows(store, embedder, batch_size=8)
+    with make_client(settings) as client:
+        sync_live(store, client, settings, model_id=embedder.model_id)
+        changed = old.with_columns(pl.col("text").str.replace("thanks", "thanks a lot"))
+        store.overwrite(ROLE_ROWS, changed, old_schema)
+        again = {r.kind: r for r in sync_live(store, client, settings, model_id=embedder.model_id)}
+        assert not again[ROWS].skipped and not again[ROWS].full  # changes of the old table
+        derive(store, settings, full=True)
+        embed_role_rows(store, embedder, batch_size=8)
+        upgraded = sync_live(store, client, settings, model_id=embedder.model_id)
+        assert {r.kind: r for r in upgraded}[ROWS].full  # once, across the new column
+        alias = alias_name(settings.elasticsearch.index_prefix, ROWS)
+        client.indices.refresh(index=alias)
+        docs = client.search(index=alias, size=100, query={"term": {"target": "user"}})
+        contexts = {
+            (h["_source"]["conversation_id"], h["_source"]["turn_id"]): h["_source"].get("context")
+            for h in docs["hits"]["hits"]
+        }
+    assert contexts[("c-ski", "t2")] == QUESTION
+    assert not contexts[("c-ski", "t1")]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from ctxdb.storage.arrow import frame_of
-from ctxdb.storage.changes import keys_frame, table_changes
+from ctxdb.storage.changes import comparable_columns, keys_frame, table_changes
 from ctxdb.storage.delta import DeltaStore
 
 if TYPE_CHECKING:
@@ -29,12 +29,14 @@ def changed_bases(
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(base at `new`, base at `old`) of the documents in scope of a change between the two
     versions; raises `ChangesUnavailable` when the older version is gone (log cleaned up, a file
-    vacuumed) and `ChangesUnreadable` when reading kept failing (every read is retried:
-    `ctxdb.storage.changes.read_retried`)."""
-    changes = {
-        table: table_changes(store, table, old.get(table), new[table], source.schemas[table])
-        for table in source.tables
-    }
+    vacuumed) or lacks a column the newer one holds (a contract upgrade), and `ChangesUnreadable`
+    when reading kept failing (every read is retried: `ctxdb.storage.changes.read_retried`)."""
+    changes = {}
+    for table in source.tables:
+        schema = source.schemas[table]
+        since, until = old.get(table), new[table]
+        held = comparable_columns(store, table, since, until, schema.names)
+        changes[table] = table_changes(store, table, since, until, schema=schema, columns=held)
     deltas = {table: change.changed() for table, change in changes.items()}
     scope = list(source.scope)
     scopes = keys_frame([frame for pair in deltas.values() for frame in pair], scope)
@@ -63,5 +65,9 @@ def _hashes(rows: pl.DataFrame, empty: pl.DataFrame) -> pl.Series:
 
 
 def _stack(empty: pl.DataFrame, *frames: pl.DataFrame) -> pl.DataFrame:
-    parts = [f.select(empty.columns) for f in frames if not f.is_empty()]
-    return pl.concat([empty, *parts], how="vertical_relaxed") if parts else empty
+    """`frames` under `empty`'s columns; a column a frame lacks (absent from the table version
+    it was read at) is null."""
+    parts = [f for f in frames if not f.is_empty()]
+    if not parts:
+        return empty
+    return pl.concat([empty, *parts], how="diagonal_relaxed").select(empty.columns)

@@ -6,7 +6,8 @@ does nothing. Otherwise only the documents in scope of a change are built, at th
 versions (`ctxdb.index.changed_docs`: from the files the Delta log added and removed in between,
 plus the unchanged rows sharing a changed scope value), diffed by content fingerprint, and only
 changed documents are indexed; documents whose rows disappeared are deleted. When the old version is
-gone (its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`) or
+gone (its log cleaned up or a file of it vacuumed: `ctxdb.storage.changes.ChangesUnavailable`),
+when a table gained a contract column since (its old rows cannot be compared with the new), or
 there is no state, every document is indexed and ids found in the index but not in Delta are
 deleted; any other failure to read the changes is raised (`ChangesUnreadable`), never a full sync.
 
@@ -262,7 +263,11 @@ def sync_index(
             new, old = _bases(store, source, state, target, model_id)
         except ChangesUnavailable as exc:
             log.warning(
-                "full sync of %s: %s sources at %s are gone (%s)", index, source.kind, state, exc
+                "full sync of %s: %s changes since %s unavailable (%s)",
+                index,
+                source.kind,
+                state,
+                exc,
             )
     write = _Writer(store, es, source, index, model_id, report, bulk)
     if old is None:

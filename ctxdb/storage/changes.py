@@ -222,6 +222,30 @@ def table_changes(
     return read_retried(table, what, lambda: _changes(store, table, since, until, names))
 
 
+def comparable_columns(
+    store: DeltaStore, table: str, since: int | None, until: int | None, names: Sequence[str]
+) -> list[str]:
+    """The `names` version `until` of `table` holds (a column the contract added later is absent
+    from a table written before it); `ChangesUnavailable` when `since` lacks one of them, since
+    rows written before the column existed cannot be compared with rows that have it (the
+    caller passes over the whole table once). Read as `read_retried` reads."""
+
+    def held(version: int | None) -> set[str]:
+        if version is None:
+            return set(names)
+        return {f.name for f in _open(store, table, version).schema().fields}
+
+    def compare() -> list[str]:
+        kept = [n for n in names if n in held(until)]
+        if since is not None and (added := [n for n in kept if n not in held(since)]):
+            raise ChangesUnavailable(
+                f"{table}: column(s) {', '.join(added)} added after version {since}"
+            )
+        return kept
+
+    return read_retried(table, "the columns", compare)
+
+
 def _changes(
     store: DeltaStore, table: str, since: int | None, until: int, names: list[str] | None
 ) -> TableChanges:
