@@ -4,8 +4,8 @@ text arms match it (BM25 field, stems, trigrams).
 
 Real Delta tables, the configured embedding model and the real Elasticsearch node. Alice's
 conversation: her first message, an answer that asks where she skied, her reply ("yes, twice last
-winter") that never names the place, an answer that asks nothing, and her last message. Bob's
-conversation asks him a question too, in his own conversation.
+winter") that never names the place, an answer that asks nothing, and her last message. Bob is
+asked the very same question in his own conversation: no search of Alice's may reach his reply.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def corpus() -> list[Turn]:
         ),
         Turn("alice", "c-ski", "t2", 2.9, REPLY, "Lucky you. Zermatt is lovely."),
         Turn("alice", "c-ski", "t3", 2.8, "thanks", "You are welcome!"),
-        Turn("bob", "c-bob", "t1", 2, "I want to learn the guitar", "Which style do you like?"),
+        Turn("bob", "c-bob", "t1", 2, "I want to learn the guitar", f"Which style? {QUESTION}"),
         Turn("bob", "c-bob", "t2", 1.9, "jazz mostly", "Start with standards."),
     ]
 
@@ -90,7 +90,7 @@ def test_a_reply_carries_the_question_it_answers(settings: Settings) -> None:
     assert reply["context"] == QUESTION  # the last question of the answer before it
     assert reply["text"] == f"[user.message]\n{REPLY}"  # what search shows is the reply alone
     assert reply["text_hash"] == text_hash(f"{QUESTION}\n{reply['text']}")
-    assert rows[("c-bob", "t2")]["context"] == "Which style do you like?"
+    assert rows[("c-bob", "t2")]["context"] == QUESTION  # Bob was asked the same
     for first in (("c-ski", "t1"), ("c-bob", "t1"), ("c-ski", "t3")):  # nothing asked before
         assert rows[first]["context"] == ""
         assert rows[first]["text_hash"] == text_hash(rows[first]["text"])
@@ -189,9 +189,15 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         covered = with_coverage(arms, query)["trigram"]
         reply = next(r for r in covered if r.key == ("c-ski", "t2") and r.target == "user")
         assert reply.coverage == 1.0  # every query trigram is in the question it answers
-        hits = service.search(alice, SearchRequest(query=f"{query}?", min_score=0)).hits
-        order = [(h.conversation_id, h.turn_id) for h in hits]
-        assert order.index(("c-ski", "t2")) < order.index(("c-ski", "t1"))  # answers first
+        orders = {}
+        for first in (False, True):
+            asked = SearchRequest(query=f"{query}?", min_score=0, answers_first=first)
+            orders[first] = [
+                (h.conversation_id, h.turn_id) for h in service.search(alice, asked).hits
+            ]
+            assert {c for c, _ in orders[first]} == {"c-ski"}
+        assert orders[False].index(("c-ski", "t1")) < orders[False].index(("c-ski", "t2"))
+        assert orders[True].index(("c-ski", "t2")) < orders[True].index(("c-ski", "t1"))
 
 
 def test_an_index_created_before_the_context_field_gains_it(settings: Settings) -> None:
@@ -213,7 +219,8 @@ def test_an_index_created_before_the_context_field_gains_it(settings: Settings) 
         found = client.search(
             index=alias_name(prefix, ROWS), query={"match": {"context": "Chamonix"}}
         )["hits"]["hits"]
-        assert [h["_source"]["turn_id"] for h in found] == ["t2"]
+        replies = {(h["_source"]["conversation_id"], h["_source"]["turn_id"]) for h in found}
+        assert replies == {("c-ski", "t2"), ("c-bob", "t2")}
 
 
 def test_an_index_syncs_across_the_upgrade_of_role_rows(

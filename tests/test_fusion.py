@@ -271,3 +271,28 @@ def test_a_reply_moves_just_ahead_of_the_turn_that_asked_what_the_query_asks() -
     assert keys(rank_turns(ranked, first, NOW, 5, query="finance degree")) == fused_order
     fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
     assert keys(answers_first(fused, 1, asks)) == fused_order  # the reply is past a pool of 4
+
+
+def test_diversity_keeps_a_moved_reply_ahead_and_its_conversation_in_place() -> None:
+    """answers_first puts c1's reply (scored lowest) ahead of c1's asking turn (scored highest);
+    diversity then ranks c1 by its best remaining score, not by the reply's, so c1 still comes
+    before c2 and the reply still precedes the question it answers."""
+    question = "What are you majoring in?"
+    asking = RowHit("c1", "t1", "assistant", NOW, 1.0, text=f"Nice! {question}")
+    reply = RowHit("c1", "t2", "user", NOW, 1.0, text="finance, maybe", context=question)
+    other = row("c2", "t1")
+    ranked = {"semantic": [asking, other, reply], "lexical": [asking]}
+    params = FusionParams(
+        weights=arm_weights(1, 1),
+        recency_weight=0,
+        half_life_days=7,
+        cap=None,
+        diversity=0.1,
+        answers_first=True,
+    )
+    kept = rank_turns(ranked, params, NOW, 3, query="what am I majoring in?")
+    assert [(t.conversation_id, t.turn_id) for t in kept] == [
+        ("c1", "t2"),
+        ("c1", "t1"),
+        ("c2", "t1"),
+    ]

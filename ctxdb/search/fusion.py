@@ -254,30 +254,34 @@ def replies_ahead(
     pool = list(ranked)
     if not terms.stems:
         return pool
+    asks: dict[str, bool] = {}  # question -> whether the query asks it (stemmed once)
     for item in list(pool):
         question = asked(item)
         if not question:
             continue
         at = pool.index(item)
-        asker = next(
-            (
-                i
-                for i, other in enumerate(pool[:at])
-                if conversation(other) == conversation(item)
-                and any(question in text for text in texts(other))
-            ),
-            None,
-        )
-        # the stems last: they cost the most, and most replies have no asker ranked above
-        if asker is not None and stem_coverage(terms, stems(question)) >= ASKED_COVERAGE:
+        # cheapest first: a turn of the same conversation above it, the query asking its
+        # question, and only then the texts (every turn qualifies in conversation scope)
+        above = [
+            i for i, other in enumerate(pool[:at]) if conversation(other) == conversation(item)
+        ]
+        if not above:
+            continue
+        if question not in asks:
+            asks[question] = stem_coverage(terms, stems(question)) >= ASKED_COVERAGE
+        if not asks[question]:
+            continue
+        asker = next((i for i in above if any(question in t for t in texts(pool[i]))), None)
+        if asker is not None:
             pool.insert(asker, pool.pop(at))
     return pool
 
 
 def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[FusedTurn]:
-    """The first `DIVERSITY_POOL x top_k` turns re-ordered greedily: each pick is the turn whose
-    final score times (1 - diversity) ** (turns already picked from its conversation) is highest
-    (ties: the earlier turn). Order is kept when `diversity` is 0."""
+    """The first `DIVERSITY_POOL x top_k` turns re-ordered greedily: each pick is the next turn,
+    in order, of the conversation whose best remaining final score times (1 - diversity) **
+    (turns already picked from it) is highest (ties: the earlier turn). Order is kept when
+    `diversity` is 0."""
     if diversity <= 0:
         return list(fused)
     pool = fused[: DIVERSITY_POOL * top_k]
@@ -287,11 +291,12 @@ def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[
     picked: list[FusedTurn] = []
     taken: dict[str, int] = {}
     while queues:
-        # a conversation's best remaining turn is its first: only the heads compete
+        # a conversation competes with the best score left in it and gives its first turn in
+        # order (answers_first may have put a reply, scored lower, ahead of its asking turn)
         conv = max(
             queues,
             key=lambda c: (
-                pool[queues[c][0]].final * (1.0 - diversity) ** taken.get(c, 0),
+                max(pool[i].final for i in queues[c]) * (1.0 - diversity) ** taken.get(c, 0),
                 -queues[c][0],
             ),
         )
