@@ -138,6 +138,28 @@ def test_a_long_question_is_cut(settings: Settings) -> None:
     assert reply["context"] == long[:ASKED_CHARS]
 
 
+def test_a_question_mark_that_ends_no_question_is_not_asked(settings: Settings) -> None:
+    """A URL's query, a code span's operator and a bare number are no questions: the reply to an
+    answer holding only those has no context; a question after them still counts."""
+    answers = {
+        "t1": "Docs: https://example.com/search?q=jsonb and `x ? y : z` in version 3.5?",
+        "t3": "See https://example.com/a?b=1 first. Did the query run faster?",
+    }
+    turns = [
+        Turn("dave", "c-q", "t1", 3, "where are the docs", answers["t1"]),
+        Turn("dave", "c-q", "t2", 2.9, "thanks", "Anytime."),
+        Turn("dave", "c-q", "t3", 2.8, "and the index?", answers["t3"]),
+        Turn("dave", "c-q", "t4", 2.7, "yes, twice as fast", "Great."),
+    ]
+    write_landing(Path(settings.landing_uri), turns)
+    store = DeltaStore.from_settings(settings)
+    land(store, settings.landing_uri)
+    derive(store, settings)
+    rows = user_rows(store)
+    assert rows[("c-q", "t2")]["context"] == ""
+    assert rows[("c-q", "t4")]["context"] == "Did the query run faster?"
+
+
 def test_a_table_derived_before_the_column_gains_it_and_is_embedded_again(
     settings: Settings, embedder: Embedder
 ) -> None:

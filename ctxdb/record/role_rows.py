@@ -8,7 +8,7 @@ run, the file read or changed) adds one `steps` row listing them, so what an age
 searchable; progress-only steps (a title and a status) stay in the TurnLog and add no row.
 A user row that replies to a question carries it as `context` (`asked_context`): the model
 reads `context`, a newline, then `text` (`embedded_text_expr`), and `text_hash` is the hash of
-that exact string. Search shows and matches `text` alone.
+that exact string. Search shows `text` alone; the text arms match `context` too.
 """
 
 from __future__ import annotations
@@ -55,8 +55,12 @@ STEPS_TEXT_CHARS = 100_000
 """Longest text of a turn's steps row (a turn of hundreds of tool calls is cut here)."""
 ASKED_CHARS = 300
 """Longest `context` of a user row: the row's own text keeps most of the model's window."""
-_QUESTION = r"[^.!?\n]*\?"
-"""A sentence ending in a question mark."""
+_QUESTION = r"[^.!?\n]*\p{L}{2}[^.!?\n]*\?(?:\s|$|[\"')\]])"
+"""A sentence with a word in it ending in a question mark that ends it (followed by a space, a
+closing quote or bracket, or the end): not the `?` of a URL's query ("search?q=1")."""
+_CODE = r"`[^`]*`"
+"""A code span, whose `?` is an operator, not a question."""
+_CLOSERS = " \t\n\"')]"
 OWNER = ["tenant", "app", "agent", "user_id", "conversation_id"]
 GRAMMED = ["text", "anchors_text", "context"]
 """The columns whose words `trigrams` holds."""
@@ -338,7 +342,11 @@ def asked_context(rows: pl.DataFrame) -> pl.Series:
         rows.group_by(turn)
         .agg(
             pl.col("ts").min().alias("_start"),
-            answer.str.extract_all(_QUESTION).list.last().str.strip_chars().alias("_asked"),
+            answer.str.replace_all(_CODE, " ")
+            .str.extract_all(_QUESTION)
+            .list.last()
+            .str.strip_chars(_CLOSERS)
+            .alias("_asked"),
         )
         .sort([*OWNER, "_start", "turn_id"])
         .with_columns(pl.col("_asked").shift(1).over(OWNER).alias("_asked"))

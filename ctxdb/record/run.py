@@ -114,7 +114,7 @@ def write_table(
     span = sql_span("t.conversation_id", [*conversations, *data["conversation_id"].unique()])
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
     written = store.merge(
-        target.table, source, target.keys, update_when=target.update_when, within=span
+        target.table, source, target.keys, update_when=target.update_when, within=span, evolve=True
     )
     keys = list(target.keys)
     stale = (

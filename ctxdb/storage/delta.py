@@ -159,6 +159,7 @@ class DeltaStore:
         update: bool = True,
         update_when: str | None = None,
         within: str | None = None,
+        evolve: bool = False,
     ) -> dict[str, int]:
         """One MERGE commit on `keys`: source rows not in the table are inserted; matched rows are
         replaced when `update` (and `update_when` holds). `within`, a SQL predicate on the
@@ -166,13 +167,15 @@ class DeltaStore:
         whose statistics may hold such rows, where a MERGE on keys alone reads the whole table
         into memory (as does any MERGE deleting unmatched rows, whatever its predicates:
         delta-io/delta-rs#3476, so ctxdb has none). The first write creates the table empty, then
-        merges (`create`); columns of `source` the table lacks are added to it. Returns the
+        merges (`create`); with `evolve`, columns of `source` the table lacks are added to it (for
+        a writer that casts to its contract schema: a column added to the contract reaches tables
+        written before it; without, a column the table lacks is not written). Returns the
         inserted, updated and deleted row counts. A commit
         conflict with a concurrent writer reruns the MERGE on the new snapshot
         (`rerun_on_conflict`)."""
         return rerun_on_conflict(
             table,
-            lambda: self._merge_once(table, source, keys, update, update_when, within),
+            lambda: self._merge_once(table, source, keys, update, update_when, within, evolve),
         )
 
     def _merge_once(
@@ -183,10 +186,11 @@ class DeltaStore:
         update: bool,
         update_when: str | None,
         within: str | None,
+        evolve: bool,
     ) -> dict[str, int]:
         dt = self.table(table)
         dt = self.create(table, source.schema) if dt is None else dt
-        merger = _merger(dt, source, keys, within=within, evolve=True)
+        merger = _merger(dt, source, keys, within=within, evolve=evolve)
         if update:
             merger = merger.when_matched_update_all(predicate=update_when)
         merger = merger.when_not_matched_insert_all()
