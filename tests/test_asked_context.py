@@ -211,15 +211,18 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         covered = with_coverage(arms, query)["trigram"]
         reply = next(r for r in covered if r.key == ("c-ski", "t2") and r.target == "user")
         assert reply.coverage == 1.0  # every query trigram is in the question it answers
-        orders = {}
+        orders, moved = {}, {}
         for first in (False, True):
-            asked = SearchRequest(query=f"{query}?", min_score=0, answers_first=first)
-            orders[first] = [
-                (h.conversation_id, h.turn_id) for h in service.search(alice, asked).hits
-            ]
+            asked = SearchRequest(
+                query=f"{query}?", min_score=0, answers_first=first, explain=True
+            )
+            hits = service.search(alice, asked).hits
+            orders[first] = [(h.conversation_id, h.turn_id) for h in hits]
+            moved[first] = {h.turn_id: h.explain.answers_turn for h in hits if h.explain}
             assert {c for c, _ in orders[first]} == {"c-ski"}
         assert orders[False].index(("c-ski", "t1")) < orders[False].index(("c-ski", "t2"))
         assert orders[True].index(("c-ski", "t2")) < orders[True].index(("c-ski", "t1"))
+        assert moved[True]["t2"] == "t1" and moved[False]["t2"] is None  # explain says why
 
 
 def test_an_index_created_before_the_context_field_gains_it(settings: Settings) -> None:

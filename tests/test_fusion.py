@@ -268,6 +268,8 @@ def test_a_reply_moves_just_ahead_of_the_turn_that_asked_what_the_query_asks() -
     lifted = rank_turns(ranked, first, NOW, 5, query=asks)
     assert keys(lifted) == [("c2", "t1"), ("c1", "t2"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9")]
     assert lifted[1].final < lifted[2].final  # reordered, scores as fused
+    explained = [t.explain for t in lifted]
+    assert [e.answers_turn if e else "?" for e in explained] == [None, "t1", None, None, None]
     assert keys(rank_turns(ranked, first, NOW, 5, query="finance degree")) == fused_order
     fused = fuse(ranked, weights=arm_weights(1, 1), recency_weight=0, half_life_days=7, now=NOW)
     assert keys(answers_first(fused, 1, asks)) == fused_order  # the reply is past a pool of 4

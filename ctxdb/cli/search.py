@@ -140,6 +140,7 @@ def render_response(response: SearchResponse) -> str:
             lines.append(
                 f"     explain: {arms} rrf={e.rrf:.5f} age={e.age_days:.1f}d "
                 f"recency={e.recency:.3f} final={e.final:.5f}"
+                + (f" answers={e.answers_turn}" if e.answers_turn else "")
             )
     lines += [f"warning: {w}" for w in response.warnings]
     return "\n".join(lines)

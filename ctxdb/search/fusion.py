@@ -93,6 +93,7 @@ class FusedTurn:
     recency: float = 0.0
     in_window: bool = False
     terms: FusionTerms | None = None
+    answers: str | None = None  # the turn this reply was moved ahead of (answers_first)
 
     @property
     def best_row(self) -> RowHit:
@@ -139,6 +140,7 @@ class FusedTurn:
             window_weight=t.window_weight,
             coverage_power=t.coverage_power,
             final=self.final,
+            answers_turn=self.answers,
         )
 
 
@@ -229,12 +231,17 @@ def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[Fu
     the question. A reply whose question the query does not ask stays where it ranked (after
     "I painted a sunset, what about you?", the reply answers "what about you?", not a search
     for the painting). Measured on the three quality sets (bench/README.md)."""
+
+    def moved(reply: FusedTurn, asker: FusedTurn) -> None:
+        reply.answers = asker.turn_id
+
     pool = replies_ahead(
         fused[: DIVERSITY_POOL * top_k],
         query,
         asked=asked_of,
         conversation=lambda turn: turn.conversation_id,
         texts=lambda turn: [row.text for row in turn.rows.values()],
+        moved=moved,
     )
     return pool + list(fused[DIVERSITY_POOL * top_k :])
 
@@ -246,10 +253,12 @@ def replies_ahead(
     asked: Callable[[T], str],
     conversation: Callable[[T], str],
     texts: Callable[[T], Sequence[str]],
+    moved: Callable[[T, T], None] | None = None,
 ) -> list[T]:
     """`ranked` with each reply to what `query` asks moved just ahead of its asking item
-    (`answers_first`); items are read through the accessors, so the quality bench's offline
-    fusion reorders its turn keys with this very code."""
+    (`answers_first`; `moved(reply, asker)` is told of each move); items are read through the
+    accessors, so the quality bench's offline fusion reorders its turn keys with this very
+    code."""
     terms = QueryTerms.of(query)
     pool = list(ranked)
     if not terms.stems:
@@ -273,6 +282,8 @@ def replies_ahead(
             continue
         asker = next((i for i in above if any(question in t for t in texts(pool[i]))), None)
         if asker is not None:
+            if moved is not None:
+                moved(item, pool[asker])
             pool.insert(asker, pool.pop(at))
     return pool
 

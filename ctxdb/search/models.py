@@ -222,6 +222,11 @@ class Explain(BaseModel):
     window_weight: float = 0.0
     coverage_power: float = 0.0
     final: float
+    answers_turn: str | None = Field(
+        default=None,
+        description="The turn this reply was ranked just ahead of, whose question it answers"
+        " (answers_first); its own final score may be lower.",
+    )
 
 
 class TurnHit(BaseModel):
