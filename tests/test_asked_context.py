@@ -139,11 +139,12 @@ def test_a_long_question_is_cut(settings: Settings) -> None:
 
 
 def test_a_question_mark_that_ends_no_question_is_not_asked(settings: Settings) -> None:
-    """A URL's query, a code span's operator and a bare number are no questions: the reply to an
-    answer holding only those has no context; a question after them still counts."""
+    """A URL's query and a code span's operator are no questions: the reply to an answer holding
+    only those has no context. A question keeps its code span, its version number and its dotted
+    name, and loses the marks around it."""
     answers = {
-        "t1": "Docs: https://example.com/search?q=jsonb and `x ? y : z` in version 3.5?",
-        "t3": "See https://example.com/a?b=1 first. Did the query run faster?",
+        "t1": "Docs: https://example.com/search?q=jsonb, and use `x ? y : z` there.",
+        "t3": "See https://example.com/a?b=1 first. **Did `npm ci` finish on Node.js 3.5?**",
     }
     turns = [
         Turn("dave", "c-q", "t1", 3, "where are the docs", answers["t1"]),
@@ -157,7 +158,7 @@ def test_a_question_mark_that_ends_no_question_is_not_asked(settings: Settings) 
     derive(store, settings)
     rows = user_rows(store)
     assert rows[("c-q", "t2")]["context"] == ""
-    assert rows[("c-q", "t4")]["context"] == "Did the query run faster?"
+    assert rows[("c-q", "t4")]["context"] == "Did `npm ci` finish on Node.js 3.5?"
 
 
 def test_a_table_derived_before_the_column_gains_it_and_is_embedded_again(

@@ -55,12 +55,14 @@ STEPS_TEXT_CHARS = 100_000
 """Longest text of a turn's steps row (a turn of hundreds of tool calls is cut here)."""
 ASKED_CHARS = 300
 """Longest `context` of a user row: the row's own text keeps most of the model's window."""
-_QUESTION = r"[^.!?\n]*\p{L}{2}[^.!?\n]*\?(?:\s|$|[\"')\]])"
-"""A sentence with a word in it ending in a question mark that ends it (followed by a space, a
-closing quote or bracket, or the end): not the `?` of a URL's query ("search?q=1")."""
-_CODE = r"`[^`]*`"
-"""A code span, whose `?` is an operator, not a question."""
-_CLOSERS = " \t\n\"')]"
+_UNIT = r"(?:`[^`\n]*`|[^.!?？\n`]|[.!?？]+[\p{L}\p{N}/=&])"
+"""One piece of a sentence: a code span (its `?` is an operator), a character that ends no
+sentence, or `.`, `!`, `?` inside a word ("Node.js", "3.5", a URL's "search?q=1")."""
+_QUESTION = rf"{_UNIT}*\p{{L}}{{2}}{_UNIT}*[?？]+!*(?:[^\p{{L}}\p{{N}}/=&]|$)"
+"""A sentence holding a word and ending in a question mark ("?", "??", "?!", "？"), which may be
+followed by closing marks ("**Which?**", a quote, a bracket)."""
+_CLOSERS = " \t\n\u00a0\"')]*_~”’»"
+"""Marks stripped from both ends of a question."""
 OWNER = ["tenant", "app", "agent", "user_id", "conversation_id"]
 GRAMMED = ["text", "anchors_text", "context"]
 """The columns whose words `trigrams` holds."""
@@ -342,8 +344,7 @@ def asked_context(rows: pl.DataFrame) -> pl.Series:
         rows.group_by(turn)
         .agg(
             pl.col("ts").min().alias("_start"),
-            answer.str.replace_all(_CODE, " ")
-            .str.extract_all(_QUESTION)
+            answer.str.extract_all(_QUESTION)
             .list.last()
             .str.strip_chars(_CLOSERS)
             .alias("_asked"),

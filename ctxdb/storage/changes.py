@@ -236,8 +236,10 @@ def comparable_columns(
         return {f.name for f in _open(store, table, version).schema().fields}
 
     def compare() -> list[str]:
-        kept = [n for n in names if n in held(until)]
-        if since is not None and (added := [n for n in kept if n not in held(since)]):
+        now = held(until)
+        kept = [n for n in names if n in now]
+        before = held(since)
+        if since is not None and (added := [n for n in kept if n not in before]):
             raise ChangesUnavailable(
                 f"{table}: column(s) {', '.join(added)} added after version {since}"
             )
