@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -262,11 +263,15 @@ def main() -> None:
     generated = generate_events(users=3, conversations=args.conversations, seed=7)
     write_sample(generated, sample, per_file=400)
     node_settings = get_settings().replace(node={"heap": "512m"})
-    cluster = start_cluster(node_settings, free_ports(3), 300)
-    s3 = start_s3_server(folder, "ctxdb-bench", 60)
-    os.environ.update(s3.env)  # the landing location (pyarrow) reads the AWS environment only
-    redis = start_redis(folder)
-    try:
+    with ExitStack() as started:  # whatever started is stopped, even when a later start fails
+        started.callback(shutil.rmtree, folder, ignore_errors=True)
+        cluster = start_cluster(node_settings, free_ports(3), 300)
+        started.callback(stop_cluster, node_settings, cluster)
+        s3 = start_s3_server(folder, "ctxdb-bench", 60)
+        started.callback(stop_process, s3.process)
+        os.environ.update(s3.env)  # the landing location (pyarrow) reads the AWS environment
+        redis = start_redis(folder)
+        started.callback(stop_process, redis.process)
         base = get_settings().replace(
             home=folder / "home",
             elasticsearch={"url": cluster.urls[0], "index_prefix": "benchcluster"},
@@ -284,11 +289,6 @@ def main() -> None:
             report(f"  speed-up {times[1] / times[2]:.2f}x (target >= 1.6x)")
         if "shards" in args.measure:
             measure_shards(base, s3, redis, folder, args.shard_conversations)
-    finally:
-        stop_process(redis.process)
-        stop_process(s3.process)
-        stop_cluster(node_settings, cluster)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
