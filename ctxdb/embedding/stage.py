@@ -40,6 +40,7 @@ from ctxdb.record.role_rows import embedded_text_expr
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import (
     ChangesUnavailable,
+    comparable_columns,
     row_count,
     set_watermarks,
     table_changes,
@@ -310,9 +311,7 @@ def _candidates(
 def _row_columns(store: DeltaStore) -> list[str]:
     """The ROW_COLUMNS `role_rows` holds: a table derived before `context` existed lacks it
     until derivation writes to it again (its rows then have no context)."""
-    dt = store.table(ROLE_ROWS)
-    held = {f.name for f in dt.schema().fields} if dt is not None else set(ROW_COLUMNS)
-    return [c for c in ROW_COLUMNS if c in held]
+    return comparable_columns(store, ROLE_ROWS, None, store.version(ROLE_ROWS), ROW_COLUMNS)
 
 
 def _read_part(

@@ -56,6 +56,7 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 Name = TypeVar("Name", bound=str)
+Knob = TypeVar("Knob", float, bool)
 """The names of the bodies `run_arms` runs: arms, or arms and the session search."""
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
@@ -369,7 +370,7 @@ class SearchService:
         s = self.settings.search
         w = request.weights
 
-        def pick(value: float | None, default: float) -> float:
+        def pick(value: Knob | None, default: Knob) -> Knob:
             return default if value is None else value
 
         applies = request.scope != "conversation" and (
@@ -389,9 +390,7 @@ class SearchService:
             coverage_power=pick(request.coverage_power, s.coverage_power),
             diversity=pick(request.diversity, s.diversity),
             min_score=pick(request.min_score, MIN_SCORE),
-            answers_first=(
-                s.answers_first if request.answers_first is None else request.answers_first
-            ),
+            answers_first=pick(request.answers_first, s.answers_first),
         )
 
     def run_arms(
