@@ -29,21 +29,23 @@ import polars as pl  # noqa: E402
 import pyarrow.fs as pafs  # noqa: E402
 from cluster_stack import (  # noqa: E402
     SCRIPTS,
-    RedisServer,
     S3Server,
     build_records,
     ctxdb,
     environment,
     free_ports,
-    start_process,
     start_s3_server,
-    stop_process,
-    wait_ready,
 )
 from dagster import DagsterInstance, RunsFilter  # noqa: E402
 from dagster._core.instance.ref import InstanceRef  # noqa: E402
 from elasticsearch import Elasticsearch  # noqa: E402
 from run_shards import steps  # noqa: E402
+from server_processes import (  # noqa: E402
+    RedisServer,
+    redis_server_running,
+    start_process,
+    stop_process,
+)
 from test_cluster_celery import memory_job, start_workers  # noqa: E402
 
 from ctxdb.index.mappings import ROWS, alias_name  # noqa: E402
@@ -86,16 +88,6 @@ def search_p95(url: str, alias: str, queries: list[str]) -> float:
             es.search(index=alias, query={"match": {"text": query}}, size=10)
             times.append((time.perf_counter() - started) * 1000)
     return p95(times)
-
-
-def start_redis(folder: Path) -> RedisServer:
-    (port,) = free_ports(1)
-    binary = shutil.which("redis-server") or "redis-server"
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder)]
-    process = start_process(command + ["--save", "", "--appendonly", "no"], folder / "redis.log")
-    server = RedisServer(port, process)
-    wait_ready("redis-server", server.alive, process, folder / "redis.log", 60)
-    return server
 
 
 def timed_memory_job(settings: Settings, redis: RedisServer, folder: Path, workers: int) -> float:
@@ -270,8 +262,7 @@ def main() -> None:
         s3 = start_s3_server(folder, "ctxdb-bench", 60)
         started.callback(stop_process, s3.process)
         os.environ.update(s3.env)  # the landing location (pyarrow) reads the AWS environment
-        redis = start_redis(folder)
-        started.callback(stop_process, redis.process)
+        redis = started.enter_context(redis_server_running(folder))
         base = get_settings().replace(
             home=folder / "home",
             elasticsearch={"url": cluster.urls[0], "index_prefix": "benchcluster"},

@@ -19,7 +19,9 @@ fetches them (twice what the default, uncapped request fetches), so the sweep ca
 on and off; the share of queries where the offline fusion of those rows under the defaults equals
 the service's answer is printed. Metrics: `search_quality_metrics.py`.
 
-`--variants` scores the fusion variants of `fusion_variants.py` on every set. `--sweep` scores a
+`--variants` scores the fusion variants of `fusion_variants.py` on every set (among them the
+defaults under other relevance floors); `--probes` asks off-topic queries under each floor
+(`relevance_probes.py`). `--sweep` scores a
 grid of fusion parameters on the sets and chooses defaults by cross-validation over them (never
 one alone):
 
@@ -59,6 +61,7 @@ from typing import Annotated, Any
 
 import fusion_variants
 import numpy as np
+import relevance_probes
 import typer
 from search_quality_metrics import METRICS, query_metrics, summarize
 from search_quality_sets import (
@@ -560,6 +563,9 @@ def main(
     rederive: Annotated[
         bool, typer.Option(help="Derive every conversation again (after a derivation change).")
     ] = False,
+    probes: Annotated[
+        bool, typer.Option(help="Off-topic probes under each relevance floor (relevance_probes).")
+    ] = False,
     service_check: Annotated[
         bool, typer.Option(help="Run every query through SearchService.search (the fused row).")
     ] = True,
@@ -579,6 +585,7 @@ def main(
     }
     prepared: dict[str, list[Prepared]] = {}
     qids: dict[str, list[str]] = {}
+    probed: dict[str, list[float]] = {}
     for name in sets.split(","):
         qs = SETS[name](base)
         if prefix_suffix:
@@ -602,6 +609,11 @@ def main(
         report["sets"][name] = {"turns": qs.turns, "offline_agreement": same, "results": results}
         prepared[name] = preps
         qids[name] = [q.qid for q in qs.queries]
+        if probes:
+            probed[name] = relevance_probes.probe_relevance(service, qs, qs.now)
+    if probes:
+        typer.echo(relevance_probes.render(probed))
+        report["probes"] = probed
     if variants:
 
         def tweak(**changes: float) -> Callable[[Prepared], np.ndarray]:

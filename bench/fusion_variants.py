@@ -11,6 +11,7 @@ on).
                    (min-max to [0, 1], or z-scores), an absent turn scoring the arm's minimum
   (every variant drops the turns below the service's relevance floor, as the service does, and
   with `answers_first` moves replies ahead of their asking turns as the service does)
+  floor f          the defaults with another relevance floor (`min_score`)
   mmr(d)           any base score, then greedy selection in which each turn already taken from
                    a conversation multiplies the next one's score by (1 - d): diversity over
                    conversations
@@ -40,6 +41,7 @@ class Variant:
     name: str
     score: Callable[[object], np.ndarray]  # Prepared -> one score per candidate turn
     diversity: float = 0.0
+    floor: float | None = None  # the relevance floor (None: the service's default)
 
 
 def answers_first(p, ranked: np.ndarray, top: int = TOP) -> np.ndarray:
@@ -57,16 +59,22 @@ def answers_first(p, ranked: np.ndarray, top: int = TOP) -> np.ndarray:
 
 
 def order(
-    p, score: np.ndarray, diversity: float = 0.0, top: int = TOP, replies_first: bool = False
+    p,
+    score: np.ndarray,
+    diversity: float = 0.0,
+    top: int = TOP,
+    replies_first: bool = False,
+    floor: float | None = None,
 ) -> list[Key]:
     """The top turns by score (ties: most recent first, as the service breaks them), replies
-    ahead of their asking turns with `replies_first`, then with `diversity` d > 0 the service's
+    ahead of their asking turns with `replies_first` (after dropping the turns below the relevance
+    floor: `floor`, or the service's default), then with `diversity` d > 0 the service's
     own greedy selection (`ctxdb.search.fusion.diversify`: each turn already taken from a
     conversation scales that conversation's next one by (1 - d))."""
     if not p.keys:
         return []
     ranked = np.lexsort((p.tie, -score))
-    ranked = ranked[p.relevance[ranked] >= p.floor]  # the service's relevance floor
+    ranked = ranked[p.relevance[ranked] >= (p.floor if floor is None else floor)]
     if replies_first:
         ranked = answers_first(p, ranked, top)
     if diversity > 0:
@@ -150,12 +158,19 @@ def fit_learned(prepared: Sequence) -> Callable:
 
 
 def evaluate(
-    prepared: Sequence, score: Callable, diversity: float = 0.0, replies_first: bool = False
+    prepared: Sequence,
+    score: Callable,
+    diversity: float = 0.0,
+    replies_first: bool = False,
+    floor: float | None = None,
 ) -> dict:
     return summarize(
         (
             p.kind,
-            query_metrics(order(p, score(p), diversity, replies_first=replies_first), p.relevant),
+            query_metrics(
+                order(p, score(p), diversity, replies_first=replies_first, floor=floor),
+                p.relevant,
+            ),
         )
         for p in prepared
     )
@@ -181,6 +196,8 @@ def variants(default_score: Callable, tweak: Callable | None = None) -> list[Var
         out.append(Variant("defaults recency 0", tweak(recency=0.0)))
         out.append(Variant("defaults time 0", tweak(time=0.0)))
         out.append(Variant("defaults k=60 coverage 0", tweak(rrf_k=60, coverage=0.0)))
+    for floor in (0.0, 0.1, 0.15, 0.18, 0.22, 0.25):
+        out.append(Variant(f"defaults floor {floor}", default_score, floor=floor))
     out += [Variant(f"rrf k={k}", rrf(k)) for k in (1, 2, 3, 5, 10, 20, 30, 60, 100, 200)]
     for sem in (0.5, 0.75):
         for k in (5, 20, 60):
@@ -210,7 +227,7 @@ def compare(
         rows.append(
             {"variant": v.name}
             | {
-                name: headline(evaluate(preps, v.score, v.diversity, replies_first))
+                name: headline(evaluate(preps, v.score, v.diversity, replies_first, v.floor))
                 for name, preps in prepared.items()
             }
         )

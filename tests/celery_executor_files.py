@@ -8,6 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from dagster_shared.yaml_utils import dump_run_config_yaml
+from server_processes import RedisServer
+
+
+def redis_executor_config(redis_server: RedisServer) -> dict[str, Any]:
+    """Broker and backend on Redis; one step at a time per worker, acknowledged when done (so no
+    worker holds a second step)."""
+    return {
+        "broker": redis_server.url(0),
+        "backend": redis_server.url(1),
+        "config_source": {"task_acks_late": True, "worker_prefetch_multiplier": 1},
+    }
 
 
 def write_executor_config(config: dict[str, Any], folder: Path) -> tuple[Path, dict[str, str]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from elasticsearch import Elasticsearch
+from server_processes import RedisServer, redis_server_running
 
 from ctxdb.index.client import make_client
 from ctxdb.index.errors import ClusterUnreachableError
@@ -95,3 +96,10 @@ def es(settings: Settings) -> Iterator[Elasticsearch]:
 def delta_store(tmp_path: Path) -> DeltaStore:
     """A DeltaStore over tmp_path/delta (the same root as `settings.delta_uri`)."""
     return DeltaStore(str(tmp_path / "delta"))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """Debian's redis-server on a free loopback port (the Celery broker and result backend)."""
+    with redis_server_running(tmp_path_factory.mktemp("redis")) as server:
+        yield server

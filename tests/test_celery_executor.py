@@ -1,9 +1,10 @@
 """Issue 17 item 4, the distributed configuration: the Celery code location
 (`pipelines.celery_definitions`) runs the shard partitions of `shards_job` on two Celery worker
 processes at once, started as docs/scale-out.md says (`dagster-celery worker start`), and the
-result equals one unpartitioned run. The broker is kombu's filesystem transport and the result
-backend Celery's file backend: real Celery, with folders where a deployment has Redis or RabbitMQ
-(nothing here can run a broker server). Real Delta tables, the real node and the real model."""
+result equals one unpartitioned run. That the two runs write at once is shown by stopping a
+worker (SIGSTOP) in the middle of its step: the other partition's run must still run to the end
+on the other worker, with no clock compared. Broker and result backend: a real Redis server
+(Debian's `redis-server`). Real Delta tables, the real node and the real model."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from celery_executor_files import write_executor_config
+from celery_executor_files import redis_executor_config, write_executor_config
+from server_processes import RedisServer, start_process, stop_process, wait_ready
 from test_fanout import (
     ROOT,
     assert_shard_runs_equal_one_run,
     one_run_and_fanned,
-    run_two_shard_processes,
     scoped,
     shard_env,
+    shard_runs,
+    start_two_shard_processes,
 )
 
 from ctxdb.index.client import make_client
@@ -30,109 +34,106 @@ from ctxdb.settings import Settings
 
 WORKERS = ("w0", "w1")
 READY_S = 120
+STEP_S = 600  # the longest a step or a run is waited for
+EMBED_STARTED = 'STEP_START - Started execution of step "role_row_embeddings"'
 
 
-def celery_config(folder: Path) -> dict:
-    """The executor config both sides share: a filesystem broker, a file result backend, and
-    one task at a time per worker, acknowledged when done (so no worker holds a second step)."""
-    names = ("queue", "processed", "results", "control")
-    queue, processed, results, control = (folder / name for name in names)
-    for path in (queue, processed, results, control):
-        path.mkdir(parents=True)
-    return {
-        "broker": "filesystem://",
-        "backend": f"file://{results}",
-        "config_source": {
-            "broker_transport_options": {
-                "data_folder_in": str(queue),
-                "data_folder_out": str(queue),
-                "processed_folder": str(processed),
-                "control_folder": str(control),  # else `control/` in the working directory
-            },
-            "task_acks_late": True,
-            "worker_prefetch_multiplier": 1,
-        },
-    }
-
-
-def wait_ready(log: Path, worker: subprocess.Popen) -> None:
-    deadline = time.monotonic() + READY_S
-    while time.monotonic() < deadline:
-        if "ready." in log.read_text(errors="replace"):
-            return
-        assert worker.poll() is None, log.read_text(errors="replace")[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"worker not ready in {READY_S} s: {log.read_text()[-3000:]}")
+@dataclass(frozen=True)
+class CeleryWorkers:
+    env: dict[str, str]  # points the Celery code location's executor at the workers
+    processes: dict[str, subprocess.Popen]  # by worker name
+    logs: dict[str, Path]
 
 
 @pytest.fixture
-def celery_workers(es_settings: Settings, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Two solo-pool workers (one step at a time each) on the fanned memory's environment; yields
-    the environment that points the Celery code location's executor at them."""
-    config = celery_config(tmp_path / "celery")
-    config_yaml, executor_env = write_executor_config(config, tmp_path)
+def celery_workers(
+    es_settings: Settings, redis_server: RedisServer, tmp_path: Path
+) -> Iterator[CeleryWorkers]:
+    """Two solo-pool workers (one step at a time each) on the fanned memory's environment."""
+    config_yaml, executor_env = write_executor_config(redis_executor_config(redis_server), tmp_path)
     scripts = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"  # `celery` too
-    workers = []
-    for name in WORKERS:
-        log = tmp_path / f"{name}.log"
-        # the CLI opens $DAGSTER_HOME's instance to keep its config: one each, as two processes
-        # creating one SQLite storage at once race on its schema (the steps use the run's own)
-        home = tmp_path / f"dagster_home_{name}"
-        home.mkdir()
-        command = [str(scripts / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
-        command += ["-y", str(config_yaml), "-n", name, "--"]
-        command += ["--pool=solo", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env={
+    processes, logs = {}, {}
+    try:
+        for name in WORKERS:
+            logs[name] = tmp_path / f"{name}.log"
+            # the CLI opens $DAGSTER_HOME's instance to keep its config: one each, as two processes
+            # creating one SQLite storage at once race on its schema (the steps use the run's own)
+            home = tmp_path / f"dagster_home_{name}"
+            home.mkdir()
+            command = [str(scripts / "dagster-celery"), "worker", "start"]
+            command += ["-A", "dagster_celery.app", "-y", str(config_yaml), "-n", name, "--"]
+            command += ["--pool=solo", "--without-gossip", "--without-mingle"]
+            env = {
                 **shard_env(scoped(es_settings, "fan")),
                 **executor_env,
                 "DAGSTER_HOME": str(home),
                 "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}",
-            },
-            stdout=log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # the CLI starts `celery worker` as its child: stop both
-        )
-        workers.append((process, log))
-    try:
-        for process, log in workers:
-            wait_ready(log, process)
-        yield executor_env
+            }
+            # a session of its own: the CLI starts `celery worker` as its child, stopped together
+            processes[name] = start_process(command, logs[name], env)
+        for name, process in processes.items():
+            ready = lambda log=logs[name]: "ready." in log.read_text(errors="replace")  # noqa: E731
+            wait_ready(f"celery worker {name}", ready, process, logs[name], READY_S)
+        yield CeleryWorkers(env=executor_env, processes=processes, logs=logs)
     finally:
-        for process, _ in workers:
+        for process in processes.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process, _ in workers:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                os.killpg(process.pid, signal.SIGCONT)  # a worker the test left stopped
+            stop_process(process)
+
+
+def worker_in_step(workers: CeleryWorkers, marker: str) -> str:
+    """The first worker whose log shows `marker` (Dagster's console log of a step it runs)."""
+    deadline = time.monotonic() + STEP_S
+    while time.monotonic() < deadline:
+        for name, log in workers.logs.items():
+            if marker in log.read_text(errors="replace"):
+                return name
+        time.sleep(0.05)
+    raise AssertionError(f"no worker started the step in {STEP_S} s")
+
+
+def first_to_exit(processes: list[subprocess.Popen]) -> int:
+    """The index of the first of `processes` to exit."""
+    deadline = time.monotonic() + STEP_S
+    while time.monotonic() < deadline:
+        for n, process in enumerate(processes):
+            if process.poll() is not None:
+                return n
+        time.sleep(0.1)
+    raise AssertionError(f"neither run ended in {STEP_S} s while one worker was stopped")
 
 
 @pytest.mark.es
 @pytest.mark.model
 @pytest.mark.slow
 def test_two_celery_workers_write_two_shards_at_once(
-    es_settings: Settings, embedder, tmp_path: Path, celery_workers: dict[str, str]
+    es_settings: Settings, embedder, tmp_path: Path, celery_workers: CeleryWorkers
 ) -> None:
     one, fanned = one_run_and_fanned(es_settings)
-    runs = run_two_shard_processes(fanned, tmp_path, flags=("--celery",), env=celery_workers)
+    processes = start_two_shard_processes(
+        fanned, tmp_path, flags=("--celery",), env=celery_workers.env
+    )
+    # stop the first worker to start an embedding step, in that step: the other partition's run
+    # must then run to its end on the other worker while the stopped step is still in flight
+    # (a shard lease, a table lock or a shared queue slot would keep it waiting instead)
+    stopped = worker_in_step(celery_workers, EMBED_STARTED)
+    os.killpg(celery_workers.processes[stopped].pid, signal.SIGSTOP)
+    try:
+        done = first_to_exit(processes)
+        waiting = processes[1 - done]
+        assert waiting.poll() is None  # its step is on the stopped worker: it cannot have ended
+    finally:
+        os.killpg(celery_workers.processes[stopped].pid, signal.SIGCONT)
+    runs = shard_runs(processes)
     assert_shard_runs_equal_one_run(runs, one, fanned, make_client(es_settings))
 
-    # every step ran on a Celery worker, each partition's embedding step on its own worker, and
-    # the two partitions' writing steps (embed, then index) were in flight at the same time: two
-    # executor processes writing at once. (The ONNX embed step alone can be over in 0.4 s, too
-    # short to count on the two of them overlapping on a loaded machine.)
+    # every step ran on a Celery worker: the run that ended first wholly on the other worker,
+    # the one that waited had its embedding step on the stopped worker
     for run in runs:
         assert run["steps"] and all("worker" in step for step in run["steps"].values()), run
-    embeds = [run["steps"]["role_row_embeddings"] for run in runs]
-    assert {step["worker"].split("@")[0] for step in embeds} == set(WORKERS)
-    writing = sorted(
-        (run["steps"]["role_row_embeddings"]["start"], run["steps"]["search_index"]["end"])
-        for run in runs
-    )
-    (_, first_end), (second_start, _) = writing
-    assert second_start < first_end, [run["steps"] for run in runs]
+    ran_on = [{step["worker"].split("@")[0] for step in run["steps"].values()} for run in runs]
+    (other,) = set(WORKERS) - {stopped}
+    assert ran_on[done] == {other}, runs
+    embed_worker = runs[1 - done]["steps"]["role_row_embeddings"]["worker"]
+    assert embed_worker.split("@")[0] == stopped, runs

@@ -128,11 +128,11 @@ def shard_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def run_two_shard_processes(
+def start_two_shard_processes(
     settings: Settings, tmp_path: Path, *, flags: tuple[str, ...] = (), env: dict | None = None
-) -> list[dict]:
+) -> list[subprocess.Popen]:
     """`shards_job` for partition 0 and partition 1 of 2, in two processes released at once
-    (`flags` go to tests/run_shards.py, `env` adds to `shard_env`)."""
+    (`flags` go to tests/run_shards.py, `env` adds to `shard_env`); collect with `shard_runs`."""
     go = tmp_path / "go"
     processes = [
         subprocess.Popen(
@@ -152,10 +152,22 @@ def run_two_shard_processes(
     for process in processes:
         assert process.stdout.readline().strip() == "ready", process.stderr.read()[-3000:]
     go.touch()
+    return processes
+
+
+def shard_runs(processes: list[subprocess.Popen]) -> list[dict]:
+    """What each shard process reported once it exited 0 (tests/run_shards.py's JSON lines)."""
     outputs = [process.communicate(timeout=900) for process in processes]
     for process, (_, err) in zip(processes, outputs, strict=True):
         assert process.returncode == 0, err[-3000:]
     return [json.loads(line) for out, _ in outputs for line in out.splitlines() if line]
+
+
+def run_two_shard_processes(
+    settings: Settings, tmp_path: Path, *, flags: tuple[str, ...] = (), env: dict | None = None
+) -> list[dict]:
+    """Both shard processes of `start_two_shard_processes`, run to the end."""
+    return shard_runs(start_two_shard_processes(settings, tmp_path, flags=flags, env=env))
 
 
 def one_run_and_fanned(settings: Settings) -> tuple[Settings, Settings]:

@@ -17,7 +17,7 @@ StepKind = Literal["step", "tool_call", "tool_result", "thinking"]
 
 ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
 DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment", "steps")
-MIN_SCORE = 0.2  # default relevance floor (search/relevance.py)
+MIN_SCORE = 0.15  # default relevance floor (search/relevance.py)
 WEAK_BELOW = 0.35  # a kept hit below this relevance is marked weak
 
 

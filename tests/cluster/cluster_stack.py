@@ -6,13 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +17,8 @@ from pathlib import Path
 import boto3
 import polars as pl
 import pyarrow.fs as pafs
-import redis
 from conftest_ports import free_port_pair
+from server_processes import start_process, stop_process, wait_ready
 
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
@@ -33,7 +30,6 @@ SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 REGION = "us-east-1"
 KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 KEYS_ENV = {name.upper(): value for name, value in KEYS.items()}
-SERVER_START_S = 60.0
 BUILT_AT = datetime(2026, 12, 1, tzinfo=UTC)
 
 
@@ -46,52 +42,6 @@ def free_ports(count: int) -> list[int]:
         if port not in taken and port + 100 not in taken:
             ports.append(port)
     return ports
-
-
-def log_tail(path: Path, lines: int = 20) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def wait_ready(
-    what: str, ready: Callable[[], bool], process: subprocess.Popen, log: Path, timeout_s: float
-) -> None:
-    """Poll `ready` until it holds; RuntimeError with `log`'s tail when `process` exits first or
-    `timeout_s` passes."""
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited ({process.returncode}):\n{log_tail(log)}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s:\n{log_tail(log)}")
-        time.sleep(0.2)
-
-
-def start_process(
-    command: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> subprocess.Popen:
-    """A server process in a session of its own (it and its children stop together)."""
-    with log.open("w") as out:
-        return subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def stop_process(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """SIGTERM the process group of `process`, SIGKILL it when it outlives `timeout_s`."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 @dataclass(frozen=True)
@@ -170,21 +120,6 @@ def start_s3_server(folder: Path, bucket: str, timeout_s: float) -> S3Server:
         stop_process(process)
         raise
     return server
-
-
-@dataclass(frozen=True)
-class RedisServer:
-    port: int
-    process: subprocess.Popen
-
-    def url(self, db: int) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def alive(self) -> bool:
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=2).ping())
-        except redis.RedisError:
-            return False
 
 
 def environment(settings: Settings, **extra: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ session, started on first use and stopped when the session ends.
   (`ctxdb.node.cluster`), run as the embedded node's system user under root;
 - `s3_server`: `moto_server`, an S3 endpoint, with one bucket; each test's Delta tables and
   landing location live under `s3://<bucket>/<unique>/`;
-- `redis_server`: Debian's `redis-server` (nothing persisted), the Celery broker and backend.
+- `redis_server` (tests/conftest.py): Debian's `redis-server` (nothing persisted), the Celery
+  broker and backend.
 
 Each start waits for readiness under a deadline and fails with the server's last log lines.
 The servers and helpers are in tests/cluster/cluster_stack.py.
@@ -13,22 +14,13 @@ The servers and helpers are in tests/cluster/cluster_stack.py.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_stack import (
-    SERVER_START_S,
-    RedisServer,
-    S3Server,
-    free_ports,
-    start_process,
-    start_s3_server,
-    stop_process,
-    wait_ready,
-)
+from cluster_stack import S3Server, free_ports, start_s3_server
+from server_processes import SERVER_START_S, stop_process
 
 from ctxdb.node.cluster import LocalCluster, start_cluster, stop_cluster
 from ctxdb.sample.generate import generate_events, write_sample
@@ -78,26 +70,6 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             yield server
     finally:
         stop_process(server.process)
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """Debian's redis-server on a free loopback port, nothing persisted."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server not found: apt-get install -y redis-server")
-    (port,) = free_ports(1)
-    folder = tmp_path_factory.mktemp("redis")
-    log = folder / "redis.log"
-    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(folder)]
-    command += ["--save", "", "--appendonly", "no"]
-    process = start_process(command, log)
-    server = RedisServer(port, process)
-    try:
-        wait_ready(f"redis-server on port {port}", server.alive, process, log, SERVER_START_S)
-        yield server
-    finally:
-        stop_process(process)
 
 
 @pytest.fixture(scope="session")

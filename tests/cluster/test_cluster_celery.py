@@ -16,23 +16,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
-from celery_executor_files import write_executor_config
-from cluster_stack import (
-    ROOT,
-    SCRIPTS,
-    RedisServer,
-    S3Server,
-    build_records,
-    ctxdb,
-    environment,
-    start_process,
-    stop_process,
-    table_rows,
-    wait_ready,
-)
+from celery_executor_files import redis_executor_config, write_executor_config
+from cluster_stack import ROOT, SCRIPTS, S3Server, build_records, ctxdb, environment, table_rows
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 from run_shards import steps
+from server_processes import RedisServer, start_process, stop_process, wait_ready
 
 from assets.shards import all_shards_tags
 from ctxdb.settings import Settings
@@ -53,15 +42,6 @@ def stack_settings(cluster_settings: Settings, s3_server: S3Server, sample_event
     return settings
 
 
-def executor_config(redis_server: RedisServer) -> dict:
-    """Broker and backend on Redis; one step at a time per worker, acknowledged when done."""
-    return {
-        "broker": redis_server.url(0),
-        "backend": redis_server.url(1),
-        "config_source": {"task_acks_late": True, "worker_prefetch_multiplier": 1},
-    }
-
-
 def start_workers(
     settings: Settings,
     redis_server: RedisServer,
@@ -71,7 +51,7 @@ def start_workers(
 ) -> tuple[dict[str, str], list[tuple[subprocess.Popen, Path]]]:
     """Solo-pool workers on `settings`' environment (plus `extra`), ready; the environment that
     points the Celery code location's executor at them, and each worker's process and log."""
-    config = executor_config(redis_server)
+    config = redis_executor_config(redis_server)
     config_yaml, executor_env = write_executor_config(config, folder)
     workers = []
     try:

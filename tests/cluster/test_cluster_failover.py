@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_stack import SCRIPTS, build_records, ctxdb, environment, start_process, stop_process
+from cluster_stack import SCRIPTS, build_records, ctxdb, environment
 from elasticsearch import Elasticsearch
+from server_processes import start_process, stop_process
 
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name

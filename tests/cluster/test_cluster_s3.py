@@ -14,16 +14,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
-from cluster_stack import (
-    BUILT_AT,
-    SCRIPTS,
-    SERVER_START_S,
-    S3Server,
-    build_records,
-    environment,
-    start_s3_server,
-    stop_process,
-)
+from cluster_stack import BUILT_AT, SCRIPTS, S3Server, build_records, environment, start_s3_server
+from server_processes import SERVER_START_S, stop_process
 
 from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import land

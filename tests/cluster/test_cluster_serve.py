@@ -13,16 +13,8 @@ from pathlib import Path
 import httpx
 import polars as pl
 import pytest
-from cluster_stack import (
-    SCRIPTS,
-    build_records,
-    ctxdb,
-    environment,
-    free_ports,
-    start_process,
-    stop_process,
-    wait_ready,
-)
+from cluster_stack import SCRIPTS, build_records, ctxdb, environment, free_ports
+from server_processes import start_process, stop_process, wait_ready
 
 from ctxdb.node.cluster import LocalCluster
 from ctxdb.settings import Settings
