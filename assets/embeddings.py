@@ -1,12 +1,14 @@
 """Asset `role_row_embeddings` (with the `embeddings` cache): embed new or changed role rows.
 
 Partitioned by shard (`assets.shards`): a partition embeds one shard's rows; an unpartitioned run
-(`memory_job`) embeds every shard's."""
+(`memory_job`) embeds every shard's, after `embedding_prefill` may have filled the cache in
+parallel steps (then its texts are cache hits)."""
 
 from collections.abc import Iterator
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, multi_asset
 
+from assets.embedding_prefill import PREFILL
 from assets.shards import SHARDS, run_shards, shards_label
 from assets.specs import DELTA_KINDS, materialization_metadata, table_spec
 from ctxdb.embedding.stage import EmbedReport, embed_role_rows
@@ -23,7 +25,7 @@ KINDS = {*DELTA_KINDS, "pytorch"}
             ROW_EMBEDDINGS,
             "Embedding status per role row (ok, skipped, pending, failed) for the model.",
             group="index",
-            deps=[ROLE_ROWS],
+            deps=[ROLE_ROWS, PREFILL],
             kinds=KINDS,
         ),
         table_spec(

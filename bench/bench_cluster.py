@@ -1,11 +1,14 @@
 """Benchmark the cluster stack (issue 25): (a) search p95 with all 3 nodes up vs one node killed
 (target: at most 1.5x), (b) memory_job on two Celery workers vs one on the same data (target: at
-least 1.6x faster), and (c) the same target measured on the sharded runs: two `shards_job`
+least 1.6x faster): by default the chitchat set's real chat (distinct texts, so embedding-bound),
+whose embedding the prefill spreads over the workers (one step per shard), ONNX, one intra-op
+thread per worker; and (c) the same target measured on the sharded runs: two `shards_job`
 partitions launched together on two Celery workers vs on one, on a sample of a few thousand role
 rows with unique texts (embedding-bound), ONNX, one intra-op thread per worker. Starts its own
 servers with tests/cluster/cluster_stack.py's helpers. Not a test: run it by hand (minutes).
 
     .venv/bin/python bench/bench_cluster.py --searches 400
+    .venv/bin/python bench/bench_cluster.py --measure memory
     .venv/bin/python bench/bench_cluster.py --measure shards --shard-conversations 600
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -35,6 +39,7 @@ from cluster_stack import (  # noqa: E402
     environment,
     free_ports,
     start_s3_server,
+    table_rows,
 )
 from dagster import DagsterInstance, RunsFilter  # noqa: E402
 from dagster._core.instance.ref import InstanceRef  # noqa: E402
@@ -68,6 +73,12 @@ SHARD_ENV = {
     "CTXDB_EMBEDDING_THREADS": "1",
 }
 """Workers and launchers of (c): two shard partitions, ONNX fp32, one core's worth per worker."""
+MEMORY_ENV = {"CTXDB_EMBEDDING_BACKEND": "onnx", "CTXDB_EMBEDDING_THREADS": "1"}
+"""Workers and launcher of (b): ONNX fp32, one core's worth per worker (as in (c))."""
+CHITCHAT_EVENTS = ROOT / "bench" / "data" / "chitchat" / "events.jsonl"
+"""(b)'s default events: real chat, so the texts are distinct and the run embedding-bound."""
+MEMORY_RETENTION_DAYS = 3650  # the chat is years old: keep it
+EMBEDDING_STEP = re.compile(r"^(embedding_prefill\.|role_row_embeddings$)")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -90,20 +101,64 @@ def search_p95(url: str, alias: str, queries: list[str]) -> float:
     return p95(times)
 
 
-def timed_memory_job(settings: Settings, redis: RedisServer, folder: Path, workers: int) -> float:
-    """Seconds of one memory_job run on `workers` solo-pool Celery workers."""
+def timed_memory_job(
+    settings: Settings, redis: RedisServer, folder: Path, workers: int
+) -> dict[str, object]:
+    """One memory_job run on `workers` solo-pool Celery workers: wall seconds, the seconds of its
+    embedding-bound part (first prefill step's start to `role_row_embeddings`' end) and its
+    steps."""
     folder.mkdir()
     names = tuple(f"w{i}" for i in range(workers))
-    executor_env, processes = start_workers(settings, redis, folder, names)
+    executor_env, processes = start_workers(settings, redis, folder, names, **MEMORY_ENV)
     try:
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
-        run = memory_job(environment(settings, **executor_env), folder / "home", folder / "run.log")
+        env = environment(settings, **executor_env, **MEMORY_ENV)
+        run = memory_job(env, folder / "home", folder / "run.log")
         if run.wait(timeout=1800) != 0:
             raise RuntimeError((folder / "run.log").read_text()[-3000:])
-        return time.perf_counter() - started
+        seconds = time.perf_counter() - started
     finally:
         for process, _ in processes:
             stop_process(process)
+    steps_of = run_steps(folder / "home", "memory_job")
+    embedding = [step for key, step in steps_of.items() if EMBEDDING_STEP.search(key)]
+    return {
+        "seconds": seconds,
+        "embedding_s": max(s["end"] for s in embedding) - min(s["start"] for s in embedding),
+        "steps": steps_of,
+        "load": (load_before, os.getloadavg()[0]),
+    }
+
+
+def measure_memory(
+    base: Settings, s3: S3Server, redis: RedisServer, folder: Path, events: Path
+) -> None:
+    """(b): memory_job on one and then two workers, each on a fresh prefix with `events` landed."""
+    results = {}
+    for workers in (1, 2):
+        settings = s3.settings(
+            base.replace(
+                elasticsearch={"index_prefix": f"bench{workers}w"},
+                retention={"days": MEMORY_RETENTION_DAYS},
+            )
+        )
+        pafs.copy_files(str(events), f"{settings.landing_uri}/{events.name}")
+        results[workers] = result = timed_memory_job(
+            settings, redis, folder / f"{workers}w", workers
+        )
+        rows = table_rows(DeltaStore.from_settings(settings), ROLE_ROWS)
+        load = " -> ".join(f"{x:.1f}" for x in result["load"])
+        report(
+            f"memory_job, {rows} role rows, {workers} worker(s): {result['seconds']:.1f} s, "
+            f"embedding part {result['embedding_s']:.1f} s, load {load}"
+        )
+        steps_of = result["steps"]
+        origin = min(step["start"] for step in steps_of.values())
+        report(f"  {step_line(steps_of, origin)}")
+    whole = results[1]["seconds"] / results[2]["seconds"]
+    part = results[1]["embedding_s"] / results[2]["embedding_s"]
+    report(f"  speed-up {whole:.2f}x whole run, {part:.2f}x embedding part (target >= 1.6x)")
 
 
 def measure_search(
@@ -164,10 +219,10 @@ def shard_run(env: dict[str, str], home: Path, log: Path, partition: str):
     return start_process(command, log, {**env, "DAGSTER_HOME": str(home)})
 
 
-def run_steps(home: Path) -> dict[str, dict]:
-    """The steps of the one run in the instance at `home`: worker, start, end."""
+def run_steps(home: Path, job: str = "shards_job") -> dict[str, dict]:
+    """The steps of the one run of `job` in the instance at `home`: worker, start, end."""
     with DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
-        (run,) = instance.get_runs(RunsFilter(job_name="shards_job"))
+        (run,) = instance.get_runs(RunsFilter(job_name=job))
         return steps(instance, run.run_id)
 
 
@@ -247,6 +302,9 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=48)
     parser.add_argument("--shard-conversations", type=int, default=600)
     parser.add_argument(
+        "--memory-events", type=Path, default=CHITCHAT_EVENTS, help="JSONL events that (b) lands"
+    )
+    parser.add_argument(
         "--measure", nargs="+", choices=("search", "memory", "shards"), default=["search", "memory"]
     )
     args = parser.parse_args()
@@ -270,14 +328,7 @@ def main() -> None:
         if "search" in args.measure:
             measure_search(base, node_settings, cluster, sample, args.searches)
         if "memory" in args.measure:
-            times = {}
-            for workers in (1, 2):
-                prefix = {"index_prefix": f"bench{workers}w"}
-                settings = s3.settings(base.replace(elasticsearch=prefix))
-                pafs.copy_files(str(sample), settings.landing_uri)
-                times[workers] = timed_memory_job(settings, redis, folder / f"{workers}w", workers)
-            report(f"memory_job (s): 1 worker {times[1]:.1f}, 2 workers {times[2]:.1f}")
-            report(f"  speed-up {times[1] / times[2]:.2f}x (target >= 1.6x)")
+            measure_memory(base, s3, redis, folder, args.memory_events)
         if "shards" in args.measure:
             measure_shards(base, s3, redis, folder, args.shard_conversations)
 

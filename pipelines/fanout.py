@@ -28,6 +28,7 @@ from dagster import (
     run_status_sensor,
 )
 
+from assets.embedding_prefill import embedding_prefill
 from assets.embeddings import role_row_embeddings
 from assets.search_index import search_index
 from assets.shards import SHARD_TAG, shard_count
@@ -44,7 +45,8 @@ IN_FLIGHT = [
 
 records_job = define_asset_job(
     "records_job",
-    selection=AssetSelection.all() - SHARD_ASSETS,
+    # the shard runs embed in parallel themselves: no prefill before them
+    selection=AssetSelection.all() - SHARD_ASSETS - AssetSelection.assets(embedding_prefill),
     description="Land new events and derive the turn record; the shards embed and index after.",
     tags=WRITER_TAGS,
     hooks=FAILURE_HOOKS,

@@ -15,6 +15,7 @@ from ctxdb.settings import Settings
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
+from resources.mapping_keys import MAPPING_KEYS, MappingKeyIOManager
 
 
 def build_resources(settings: Settings) -> dict[str, Any]:
@@ -22,4 +23,5 @@ def build_resources(settings: Settings) -> dict[str, Any]:
         "delta": DeltaResource.from_settings(settings),
         "es": ElasticsearchResource.from_settings(settings.elasticsearch),
         "embedder": EmbedderResource.from_settings(settings.embedding),
+        MAPPING_KEYS: MappingKeyIOManager(),
     }

@@ -13,14 +13,16 @@ from ctxdb.storage.delta import DeltaStore
 
 
 class EmbedderResource(ConfigurableResource):
-    """all-MiniLM-L6-v2 by default: the `embedding` settings group's model, batch size, device
-    and backend, filled by `from_settings` (the code location does, when it loads). Unset fields
-    keep the process settings' value, as do the group's other fields (threads, ONNX cache)."""
+    """all-MiniLM-L6-v2 by default: the `embedding` settings group's model, batch size, device,
+    backend and prefill threshold, filled by `from_settings` (the code location does, when it
+    loads). Unset fields keep the process settings' value, as do the group's other fields
+    (threads, ONNX cache)."""
 
     model_name: str | None = None
     batch_size: int | None = None
     device: str | None = None
     backend: str | None = None
+    prefill_min_texts: int | None = None
 
     _embedders: dict[str, SentenceTransformerEmbedder | OnnxEmbedder] = PrivateAttr(
         default_factory=dict
@@ -33,6 +35,7 @@ class EmbedderResource(ConfigurableResource):
             batch_size=settings.batch_size,
             device=settings.device,
             backend=settings.backend,
+            prefill_min_texts=settings.prefill_min_texts,
         )
 
     def embedder(
@@ -45,6 +48,12 @@ class EmbedderResource(ConfigurableResource):
         if name not in self._embedders:
             self._embedders[name] = self._build(name, store)
         return self._embedders[name]
+
+    def prefill_threshold(self) -> int:
+        """Texts to embed from which the prefill fans out (0: never)."""
+        if self.prefill_min_texts is None:
+            return get_settings().embedding.prefill_min_texts
+        return self.prefill_min_texts
 
     def configured_model(self) -> str:
         return self.model_name or get_settings().embedding.model

@@ -102,6 +102,7 @@ ENVIRONMENT = {
     "CTXDB_EMBEDDING_DEVICE": ("embedding", "device", "cuda", "cuda"),
     "CTXDB_EMBEDDING_BACKEND": ("embedding", "backend", "onnx-int8", "onnx-int8"),
     "CTXDB_EMBEDDING_THREADS": ("embedding", "threads", "3", 3),
+    "CTXDB_EMBEDDING_PREFILL_MIN_TEXTS": ("embedding", "prefill_min_texts", "500", 500),
     "CTXDB_EMBEDDING_ONNX_CACHE_DIR": ("embedding", "onnx_cache_dir", "/srv/o", Path("/srv/o")),
     "CTXDB_SEARCH_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
     "CTXDB_SEARCH_RRF_K": ("search", "rrf_k", "20", 20),

@@ -57,6 +57,8 @@ FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
 ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id", "context"]
+BLANK = pl.col("text").str.strip_chars().str.len_chars() == 0
+"""A row whose embedded text is empty or whitespace: `skipped`, never sent to the model."""
 
 
 def stored_model_ids(store: DeltaStore, model_names: Collection[str] = ()) -> set[str]:
@@ -130,6 +132,18 @@ def rows_needing_embedding(
     return rows.join(done, on=["row_id", "text_hash"], how="anti")
 
 
+def rows_to_embed(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.DataFrame:
+    """The rows of a part that need a status for `model_id`, with `text` replaced by what the
+    model reads (context and text) and their past `attempts`."""
+    return (
+        rows_needing_embedding(rows, statuses, model_id)
+        .with_columns([] if "context" in rows.columns else pl.lit(None, pl.String).alias("context"))
+        .with_columns(embedded_text_expr().alias("text"))
+        .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
+        .with_columns(pl.col("attempts").fill_null(0))
+    )
+
+
 def status_frame(
     row_ids: pl.DataFrame, model_id: str, status: str, error: str | None, now: datetime
 ) -> pl.DataFrame:
@@ -162,22 +176,41 @@ def embed_role_rows(
     role rows that no longer exist are deleted.
     """
     started = time.monotonic()
-    version = store.version(ROLE_ROWS)
-    since = watermark(store, ROW_EMBEDDINGS, covered_mark(embedder.model_id, shard))
-    retry = watermark(store, ROW_EMBEDDINGS, retry_mark(embedder.model_id, shard)) or 0
-    others = stored_model_ids(store) - {embedder.model_id} if since is not None else set()
-    if others:  # another model or backend ran since this one's watermark: statuses to take back
-        log.info("statuses of %s: a full pass for %s", sorted(others), embedder.model_id)
-        since = None
     report = EmbedReport(total_rows=row_count(store, ROLE_ROWS))
-    if version is None or (since == version and retry == 0):
-        report.seconds = time.monotonic() - started
-        return report
-    for rows, statuses in _candidates(store, embedder.model_id, since, version, retry, shard):
-        _embed_part(store, embedder, rows, statuses, report, batch_size, progress_every_s, progress)
-    _commit_marks(store, embedder.model_id, version, report, shard)
+    bounds = pass_bounds(store, embedder.model_id, shard)
+    if bounds is not None:
+        for rows, statuses in candidate_parts(store, embedder.model_id, bounds, shard):
+            _embed_part(
+                store, embedder, rows, statuses, report, batch_size, progress_every_s, progress
+            )
+        _commit_marks(store, embedder.model_id, bounds.version, report, shard)
     report.seconds = time.monotonic() - started
     return report
+
+
+@dataclass(frozen=True)
+class PassBounds:
+    """What a run reads: `role_rows` up to `version`, changed since `since` (None: every row),
+    plus the rows left to retry when `retry` > 0."""
+
+    version: int
+    since: int | None
+    retry: int
+
+
+def pass_bounds(store: DeltaStore, model_id: str, shard: Shard | None) -> PassBounds | None:
+    """The bounds of the next run for `model_id` (of `shard`), from its watermarks; None when
+    it has nothing to do (no role rows, or every row covered and none left to retry)."""
+    version = store.version(ROLE_ROWS)
+    since = watermark(store, ROW_EMBEDDINGS, covered_mark(model_id, shard))
+    retry = watermark(store, ROW_EMBEDDINGS, retry_mark(model_id, shard)) or 0
+    others = stored_model_ids(store) - {model_id} if since is not None else set()
+    if others:  # another model or backend ran since this one's watermark: statuses to take back
+        log.info("statuses of %s: a full pass for %s", sorted(others), model_id)
+        since = None
+    if version is None or (since == version and retry == 0):
+        return None
+    return PassBounds(version, since, retry)
 
 
 def _embed_part(
@@ -192,19 +225,12 @@ def _embed_part(
 ) -> None:
     """Embed the rows of one part that need it and MERGE their statuses, adding into `report`;
     once the model failed to load, the misses of later parts go `pending` without a new try."""
-    todo = (
-        rows_needing_embedding(rows, statuses, embedder.model_id)
-        .with_columns([] if "context" in rows.columns else pl.lit(None, pl.String).alias("context"))
-        .with_columns(embedded_text_expr().alias("text"))
-        .join(statuses.select("row_id", "attempts"), on="row_id", how="left")
-        .with_columns(pl.col("attempts").fill_null(0))
-    )
+    todo = rows_to_embed(rows, statuses, embedder.model_id)
     report.to_process += todo.height
     if todo.is_empty():
         return
     now = datetime.now(UTC)
-    blank = pl.col("text").str.strip_chars().str.len_chars() == 0
-    empty, todo = todo.filter(blank), todo.filter(~blank)
+    empty, todo = todo.filter(BLANK), todo.filter(~BLANK)
     frames = [status_frame(empty, embedder.model_id, SKIPPED, "empty text", now)]
     report.skipped += empty.height
 
@@ -272,20 +298,21 @@ FULL_PART_ROWS = 200_000
 pass's memory is bounded by a part, not by `role_rows`."""
 
 
-def _candidates(
+def candidate_parts(
     store: DeltaStore,
     model_id: str,
-    since: int | None,
-    version: int,
-    retry: int,
+    bounds: PassBounds,
     shard: Shard | None,
+    *,
+    drop_gone: bool = True,
 ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     """(role rows of `shard` that may need embedding, their statuses): the rows changed since the
     covered version plus, when the last run left some, the rows without a final status; every row,
     part by part, when there is no watermark or the covered version is gone
-    (`ChangesUnavailable`; any other failure to read the changes is raised). Statuses of deleted
-    rows are dropped."""
+    (`ChangesUnavailable`; any other failure to read the changes is raised). With `drop_gone`,
+    the statuses of deleted rows are dropped (the stage does; the prefill only reads)."""
     columns = _row_columns(store)
+    since, version, retry = bounds.since, bounds.version, bounds.retry
     if since is not None:
         try:
             changes = table_changes(store, ROLE_ROWS, since, version, columns=columns)
@@ -293,7 +320,8 @@ def _candidates(
             log.warning("full pass over role_rows: version %d is gone (%s)", since, exc)
         else:
             new, old = (in_shard(frame, shard) for frame in changes.changed())
-            _drop_statuses(store, old.join(new, on="row_id", how="anti"))
+            if drop_gone:
+                _drop_statuses(store, old.join(new, on="row_id", how="anti"))
             if retry:
                 unfinished = in_shard(_unfinished(store, model_id, columns), shard)
                 new = pl.concat([new, unfinished]).unique("row_id")
@@ -303,7 +331,8 @@ def _candidates(
     for number in range(count):
         rows = _read_part(store, ROLE_ROWS, ROLE_ROWS_SCHEMA, Shard(number, count), columns)
         statuses = _read_part(store, ROW_EMBEDDINGS, ROW_EMBEDDINGS_SCHEMA, Shard(number, count))
-        _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
+        if drop_gone:
+            _drop_statuses(store, statuses.join(rows.select("row_id"), on="row_id", how="anti"))
         rows = in_shard(rows, shard)
         yield rows, statuses.join(rows.select("row_id"), on="row_id", how="semi")
 

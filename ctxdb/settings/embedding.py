@@ -30,6 +30,12 @@ class EmbeddingSettings(GroupSettings):
         description="Intra-op threads of the embedder, torch or ONNX Runtime (0: torch's default,"
         " ONNX Runtime one per usable core); 1 when shards embed in parallel processes.",
     )
+    prefill_min_texts: int = Field(
+        default=2000,
+        ge=0,
+        description="From this many texts to embed, a run over every shard first fills the"
+        " vector cache in one parallel step per shard (asset embedding_prefill; 0: never).",
+    )
     onnx_cache_dir: Path | None = Field(
         default=None,
         description="Where ONNX exports are cached (default: $XDG_CACHE_HOME/ctxdb/onnx).",

@@ -23,7 +23,7 @@ from dagster._core.instance.ref import InstanceRef
 from run_shards import steps
 from server_processes import RedisServer, start_process, stop_process, wait_ready
 
-from assets.shards import all_shards_tags
+from assets.shards import all_shards_tags, shard_count
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, ROW_EMBEDDINGS, TURN_CATALOG
@@ -81,7 +81,9 @@ def celery_workers(
 ) -> Iterator[dict[str, str]]:
     """Two solo-pool workers on the stack's environment; yields the environment that points the
     Celery code location's executor at them."""
-    executor_env, workers = start_workers(stack_settings, redis_server, tmp_path, WORKERS)
+    executor_env, workers = start_workers(
+        stack_settings, redis_server, tmp_path, WORKERS, **PREFILL_ENV
+    )
     try:
         yield executor_env
     finally:
@@ -97,6 +99,10 @@ def memory_job(env: dict[str, str], home: Path, log: Path) -> subprocess.Popen:
     return start_process(command, log, {**env, "DAGSTER_HOME": str(home)})
 
 
+# the sample is a few hundred texts: prefill from one text on, so the embedding fans out
+PREFILL_ENV = {"CTXDB_EMBEDDING_PREFILL_MIN_TEXTS": "1"}
+
+
 def test_memory_job_on_two_celery_workers_builds_the_memory(
     stack_settings: Settings, celery_workers: dict[str, str], tmp_path: Path
 ) -> None:
@@ -104,7 +110,7 @@ def test_memory_job_on_two_celery_workers_builds_the_memory(
     home.mkdir()
     command = [str(SCRIPTS / "dagster"), "job", "execute", "-m", "pipelines.celery_definitions"]
     command += ["-j", "memory_job", "--tags", json.dumps(all_shards_tags())]
-    env = environment(stack_settings, **celery_workers, DAGSTER_HOME=str(home))
+    env = environment(stack_settings, **celery_workers, **PREFILL_ENV, DAGSTER_HOME=str(home))
     done = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S
     )
@@ -114,8 +120,12 @@ def test_memory_job_on_two_celery_workers_builds_the_memory(
         (run,) = instance.get_runs(RunsFilter(job_name="memory_job"))
         assert run.status == DagsterRunStatus.SUCCESS
         ran = steps(instance, run.run_id)
-    # every step ran on a worker, and both workers ran steps (the checks run side by side)
+    # every step ran on a worker, and both workers ran steps (the checks run side by side);
+    # the embedding was prefilled in one step per shard, spread over both workers
     assert ran and {step.get("worker", "").split("@")[0] for step in ran.values()} == set(WORKERS)
+    prefill = {key: step for key, step in ran.items() if ".prefill_step[" in key}
+    assert len(prefill) == shard_count(), sorted(ran)
+    assert {step["worker"].split("@")[0] for step in prefill.values()} == set(WORKERS)
 
     store = DeltaStore.from_settings(stack_settings)
     assert store.root.startswith("s3://")
