@@ -3,8 +3,11 @@
 spreads over every worker the executor has.
 
 `prefill_plan` counts the texts the embedding stage will send to the model. From
-`CTXDB_EMBEDDING_PREFILL_MIN_TEXTS` of them (0: never) it maps one `prefill_shard` step per shard
-(`CTXDB_SHARDS`), else none and the stage embeds them in its own step as before. A step's only
+`CTXDB_EMBEDDING_PREFILL_MIN_TEXTS` of them (unset: 2,000 in a code location whose executor sends
+steps to workers, never in the default one) it maps one `prefill_step` per shard
+(`CTXDB_SHARDS`), else none and the stage embeds them in its own step as before. Each step
+reports the texts it embedded (its output's `embedded`); the stage then counts them as cache
+hits. A step's only
 input is its shard, carried in its mapping key (`resources.mapping_keys`), so steps on different
 machines share no storage. `prefill_done` records the materialization once every step ended.
 """
@@ -25,9 +28,8 @@ from dagster import (
     op,
 )
 
-from assets.shards import shard_count
+from assets.shards import covers_every_shard, shard_count
 from assets.specs import DELTA_KINDS, OWNERS
-from ctxdb.embedding.model import EmbedderUnavailable
 from ctxdb.embedding.prefill import count_uncached, prefill_shard
 from ctxdb.storage.shards import Shard
 from ctxdb.storage.tables import ROLE_ROWS
@@ -44,6 +46,7 @@ def shard_key(shard: Shard) -> str:
 
 
 def key_shard(key: str) -> Shard:
+    """The shard of a mapping key made by `shard_key`."""
     index, count = key.split("_of_")
     return Shard(int(index), int(count))
 
@@ -55,7 +58,10 @@ def prefill_plan(
     """One step per shard when the stage has at least the configured number of texts to embed."""
     threshold = embedder.prefill_threshold()
     if threshold == 0:
-        context.log.info("prefill off (CTXDB_EMBEDDING_PREFILL_MIN_TEXTS=0)")
+        context.log.info("prefill off (CTXDB_EMBEDDING_PREFILL_MIN_TEXTS)")
+        return
+    if not covers_every_shard(context.run.tags):
+        context.log.info("a run of some shards: they embed on their own, no prefill")
         return
     store = delta.store()
     texts = count_uncached(store, embedder.model_id(store))
@@ -73,16 +79,17 @@ def prefill_plan(
 def prefill_step(
     context: OpExecutionContext, delta: DeltaResource, embedder: EmbedderResource, shard: str
 ) -> None:
-    """Embed one shard's uncached texts into the cache. A model that cannot load leaves them to
-    the embedding stage, which records them as pending."""
+    """Embed one shard's uncached texts into the cache. Whatever fails here (the model, the
+    store) leaves the texts to the embedding stage, which embeds them or records why it could
+    not: the prefill only saves the stage work, so it never fails the run."""
     store = delta.store()
     model = embedder.embedder(store)
     try:
         done = prefill_shard(
             store, model, key_shard(shard), batch_size=model.batch_size, progress=context.log.info
         )
-    except EmbedderUnavailable as exc:
-        context.log.warning(f"shard {shard}: model unavailable, left to the embedding stage: {exc}")
+    except Exception as exc:  # noqa: BLE001 - any failure only hands the texts back to the stage
+        context.log.warning(f"shard {shard}: prefill failed, left to the embedding stage: {exc!r}")
         return
     context.log.info(f"shard {shard}: {done} texts embedded into the cache")
     context.add_output_metadata({"embedded": done})
@@ -97,7 +104,8 @@ def prefill_done() -> Output[None]:
 @graph_asset(
     name=PREFILL,
     description="The vector cache filled with the texts role_row_embeddings will embed, one"
-    " parallel step per shard, when there are at least CTXDB_EMBEDDING_PREFILL_MIN_TEXTS.",
+    " parallel step per shard, when there are at least CTXDB_EMBEDDING_PREFILL_MIN_TEXTS; each"
+    " step reports what it embedded, and role_row_embeddings counts those texts as cache hits.",
     group_name="index",
     owners=OWNERS,
     kinds={*DELTA_KINDS, "pytorch"},

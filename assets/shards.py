@@ -14,6 +14,7 @@ watermarks, index state and lease, and Dagster records every partition as materi
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 from dagster import AssetExecutionContext, StaticPartitionsDefinition
 
@@ -66,6 +67,18 @@ def all_shards_tags() -> dict[str, str]:
         "dagster/asset_partition_range_start": "0",
         "dagster/asset_partition_range_end": str(shard_count() - 1),
     }
+
+
+def covers_every_shard(tags: Mapping[str, str]) -> bool:
+    """Whether a run with these tags covers every shard partition at once (or has none), as
+    `memory_job` does; a shard run or a run over some shards does not."""
+    if "dagster/partition" in tags:
+        return shard_count() == 1
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if start is None or end is None:
+        return True
+    return (start, end) == ("0", str(shard_count() - 1))
 
 
 def run_shards(context: AssetExecutionContext) -> list[Shard | None]:

@@ -17,11 +17,18 @@ from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
 from resources.mapping_keys import MAPPING_KEYS, MappingKeyIOManager
 
+DISTRIBUTED_PREFILL_MIN_TEXTS = 2000
+"""The embedding prefill's threshold where steps run on workers (about 30 s of one core's
+embedding: more than a step's fixed start)."""
 
-def build_resources(settings: Settings) -> dict[str, Any]:
+
+def build_resources(settings: Settings, distributed: bool = False) -> dict[str, Any]:
+    """The resources of a code location; `distributed` when its executor sends steps to workers
+    (Celery, Kubernetes), where the embedding prefill pays off by default."""
+    prefill = DISTRIBUTED_PREFILL_MIN_TEXTS if distributed else 0
     return {
         "delta": DeltaResource.from_settings(settings),
         "es": ElasticsearchResource.from_settings(settings.elasticsearch),
-        "embedder": EmbedderResource.from_settings(settings.embedding),
+        "embedder": EmbedderResource.from_settings(settings.embedding, prefill_default=prefill),
         MAPPING_KEYS: MappingKeyIOManager(),
     }

@@ -29,13 +29,18 @@ class EmbedderResource(ConfigurableResource):
     )
 
     @classmethod
-    def from_settings(cls, settings: EmbeddingSettings) -> EmbedderResource:
+    def from_settings(
+        cls, settings: EmbeddingSettings, prefill_default: int = 0
+    ) -> EmbedderResource:
+        """The group's values; `prefill_default` is the prefill threshold when the group sets
+        none (the code location's choice: `pipelines.resources`)."""
+        prefill = settings.prefill_min_texts
         return cls(
             model_name=settings.model,
             batch_size=settings.batch_size,
             device=settings.device,
             backend=settings.backend,
-            prefill_min_texts=settings.prefill_min_texts,
+            prefill_min_texts=prefill_default if prefill is None else prefill,
         )
 
     def embedder(
@@ -50,10 +55,8 @@ class EmbedderResource(ConfigurableResource):
         return self._embedders[name]
 
     def prefill_threshold(self) -> int:
-        """Texts to embed from which the prefill fans out (0: never)."""
-        if self.prefill_min_texts is None:
-            return get_settings().embedding.prefill_min_texts
-        return self.prefill_min_texts
+        """Texts to embed from which the prefill fans out (0: never, also when unset)."""
+        return self.prefill_min_texts or 0
 
     def configured_model(self) -> str:
         return self.model_name or get_settings().embedding.model

@@ -6,11 +6,13 @@ the embedded default, the embedded node is started (or reused) through `ctxdb.no
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest_components import REDIS, skip_missing
 from elasticsearch import Elasticsearch
 from server_processes import RedisServer, redis_server_running
 
@@ -101,5 +103,7 @@ def delta_store(tmp_path: Path) -> DeltaStore:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """Debian's redis-server on a free loopback port (the Celery broker and result backend)."""
+    if shutil.which("redis-server") is None:
+        skip_missing(REDIS)
     with redis_server_running(tmp_path_factory.mktemp("redis")) as server:
         yield server

@@ -8,12 +8,13 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from conftest_index import role_rows, write_rows
-from dagster import materialize
+from dagster import DagsterInstance, materialize
 
 from assets.embedding_prefill import PREFILL, embedding_prefill
 from assets.embeddings import role_row_embeddings
 from assets.shards import all_shards_tags, shard_count
 from ctxdb.embedding.cache import read_vectors
+from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.prefill import count_uncached, prefill_shard
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.storage.delta import DeltaStore
@@ -92,14 +93,22 @@ def test_the_prefill_counts_only_what_the_next_run_embeds_and_deletes_nothing(
     assert delta_store.read(ROW_EMBEDDINGS).height < gone  # c0's statuses dropped by the stage
 
 
-def run_assets(store: DeltaStore, threshold: int):
+def run_assets(
+    store: DeltaStore,
+    threshold: int,
+    tags: dict[str, str] | None = None,
+    instance: DagsterInstance | None = None,
+):
     resources = {
         "delta": DeltaResource(root=store.root),
         "embedder": EmbedderResource(batch_size=8, prefill_min_texts=threshold),
         MAPPING_KEYS: MappingKeyIOManager(),
     }
     return materialize(
-        [embedding_prefill, role_row_embeddings], resources=resources, tags=all_shards_tags()
+        [embedding_prefill, role_row_embeddings],
+        resources=resources,
+        tags=all_shards_tags() if tags is None else tags,
+        instance=instance,
     )
 
 
@@ -144,3 +153,49 @@ def test_the_asset_fans_out_one_step_per_shard_from_the_threshold(tmp_path) -> N
 
     again = run_assets(big, threshold=1)  # nothing left to embed: no step either
     assert again.success and prefill_steps(again) == []
+
+
+def test_a_run_of_one_shard_gets_no_prefill(tmp_path) -> None:
+    store = DeltaStore(str(tmp_path / "delta"))
+    write_memory(store)
+    one = run_assets(store, threshold=1, tags={"dagster/partition": "0"})
+    assert one.success and prefill_steps(one) == []
+    assert embedded_by_the_stage(one) > 0  # the shard embedded its own texts
+
+
+def test_a_failing_prefill_step_leaves_its_texts_to_the_stage(tmp_path, monkeypatch) -> None:
+    """The object store failing under a prefill step: stood in for by a `prefill_shard` that
+    raises what a throttled S3 append raises. The run still succeeds and the stage embeds it
+    all."""
+    import assets.embedding_prefill as prefill_asset
+
+    def throttled(*args, **kwargs) -> int:
+        raise OSError("object store error: SlowDown (503)")
+
+    monkeypatch.setattr(prefill_asset, "prefill_shard", throttled)
+    store = DeltaStore(str(tmp_path / "delta"))
+    texts = write_memory(store)
+    with DagsterInstance.ephemeral() as instance:
+        result = run_assets(store, threshold=1, instance=instance)
+        logged = [entry.user_message for entry in instance.all_logs(result.run_id)]
+    assert result.success and len(prefill_steps(result)) == shard_count()
+    assert embedded_by_the_stage(result) == texts
+    warnings = [message for message in logged if "prefill failed" in message]
+    assert len(warnings) == shard_count() and "SlowDown" in warnings[0]
+
+
+def test_a_full_pass_prefill_deletes_no_status(delta_store, embedder) -> None:
+    """Statuses of another model make the next run a full pass (`pass_bounds` since None): the
+    prefill reads every part and, unlike the stage, drops no status of a row that is gone."""
+    write_memory(delta_store)
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    delta_store.delete("role_rows", "conversation_id = 'c1'")
+    version, before = delta_store.version(ROW_EMBEDDINGS), statuses(delta_store)
+    other = SentenceTransformerEmbedder(batch_size=8, model_id="all-MiniLM-L6-v2@other")
+    assert count_uncached(delta_store, other.model_id) > 0
+    assert sum(prefill_shard(delta_store, other, Shard(i, 2), batch_size=8) for i in (0, 1))
+    assert delta_store.version(ROW_EMBEDDINGS) == version
+    assert statuses(delta_store).equals(before)
+    report = embed_role_rows(delta_store, other, batch_size=8)
+    assert report.embedded == 0 and report.cache_hits > 0
+    assert statuses(delta_store).height < before.height  # the stage dropped c1's

@@ -6,8 +6,8 @@ prefill embeds them first, shard by shard, one step per shard (on Celery or Kube
 or in the multiprocess executor's processes), and writes only to the cache (`embeddings`: one
 vector per model and text hash). The stage then finds them cached and writes statuses and
 watermarks as always. Correctness stays with the stage: a prefill that fails or is skipped leaves
-the texts for the stage to embed, and a text embedded twice (two steps racing, a rerun) is one
-cache entry, as readers keep the first vector of a hash.
+the texts for the stage to embed, and a text embedded twice (the same text in two shards, a
+rerun) is appended twice with the same vector, and every reader keeps one vector per hash.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def prefill_shard(
     for texts in uncached_texts(store, embedder.model_id, shard):
         if texts.is_empty():
             continue
+        embedder.load()  # a model that cannot load raises EmbedderUnavailable once, here
         failures = embed_texts(store, embedder, texts, batch_size=batch_size, progress=progress)
         embedded += texts.height - len(failures)
     return embedded

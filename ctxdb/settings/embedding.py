@@ -30,11 +30,13 @@ class EmbeddingSettings(GroupSettings):
         description="Intra-op threads of the embedder, torch or ONNX Runtime (0: torch's default,"
         " ONNX Runtime one per usable core); 1 when shards embed in parallel processes.",
     )
-    prefill_min_texts: int = Field(
-        default=2000,
+    prefill_min_texts: int | None = Field(
+        default=None,
         ge=0,
         description="From this many texts to embed, a run over every shard first fills the"
-        " vector cache in one parallel step per shard (asset embedding_prefill; 0: never).",
+        " vector cache in one parallel step per shard (asset embedding_prefill; 0: never)."
+        " Unset: 2000 in a code location whose executor sends steps to workers (Celery),"
+        " never in the default one, whose steps share one machine's cores.",
     )
     onnx_cache_dir: Path | None = Field(
         default=None,
