@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 from claude_code_sessions import FIXTURES
@@ -95,20 +96,36 @@ def test_serve_prints_the_viewer_url(tmp_path: Path) -> None:
     env = os.environ | {"CTXDB_HOME": str(tmp_path / "home")}
     env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": "t-serve"}
     env |= {"CTXDB_ES_CACHE_DIR": str(tmp_path / "es-cache")}
-    server = subprocess.Popen(
-        [str(CTXDB), "serve", "--port", str(free_port)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    log = tmp_path / "serve.log"
+    with log.open("w") as errors:
+        server = subprocess.Popen(
+            [str(CTXDB), "serve", "--port", str(free_port)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
     try:
         deadline = time.monotonic() + 120
         line = ""
         while "viewer" not in line and time.monotonic() < deadline:
             line = server.stdout.readline()
         assert line.strip().startswith(f"ctxdb viewer: http://127.0.0.1:{free_port}/")
+        # the URL it printed answers (then the stop below is a running server's, not a start's)
+        answered = None
+        while answered is None and time.monotonic() < deadline:
+            try:
+                with urlopen(f"http://127.0.0.1:{free_port}/openapi.json", timeout=5) as reply:
+                    answered = reply.status
+            except OSError:
+                time.sleep(0.2)
+        assert answered == 200, log.read_text()[-3000:]
     finally:
         server.terminate()
-        server.wait(30)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+            pytest.fail(f"ctxdb serve outlived SIGTERM by 30 s:\n{log.read_text()[-3000:]}")
