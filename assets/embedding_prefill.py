@@ -4,12 +4,11 @@ spreads over every worker the executor has.
 
 `prefill_plan` counts the texts the embedding stage will send to the model. From
 `CTXDB_EMBEDDING_PREFILL_MIN_TEXTS` of them (unset: 2,000 in a code location whose executor sends
-steps to workers, never in the default one) it maps one `prefill_step` per shard
-(`CTXDB_SHARDS`), else none and the stage embeds them in its own step as before. Each step
-reports the texts it embedded (its output's `embedded`); the stage then counts them as cache
-hits. A step's only
-input is its shard, carried in its mapping key (`resources.mapping_keys`), so steps on different
-machines share no storage. `prefill_done` records the materialization once every step ended.
+steps to workers, never in the default one) it maps one `prefill_step` per shard (`CTXDB_SHARDS`),
+else none and the stage embeds them in its own step as before. Each step reports the texts it
+embedded (its output's `embedded`); the stage then counts them as cache hits. A step's only input
+is its shard, carried in its mapping key (`resources.mapping_keys`), so steps on different machines
+share no storage. `prefill_done` records the materialization once every step ended.
 """
 
 from collections.abc import Iterator
