@@ -12,6 +12,7 @@ share no storage. `prefill_done` records the materialization once every step end
 """
 
 from collections.abc import Iterator
+from traceback import format_exc
 
 from dagster import (
     AssetIn,
@@ -88,7 +89,10 @@ def prefill_step(
             store, model, key_shard(shard), batch_size=model.batch_size, progress=context.log.info
         )
     except Exception as exc:  # noqa: BLE001 - any failure only hands the texts back to the stage
-        context.log.warning(f"shard {shard}: prefill failed, left to the embedding stage: {exc!r}")
+        # the traceback too: a bug here must be visible even though the run goes on
+        context.log.warning(
+            f"shard {shard}: prefill failed, left to the embedding stage: {exc!r}\n{format_exc()}"
+        )
         return
     context.log.info(f"shard {shard}: {done} texts embedded into the cache")
     context.add_output_metadata({"embedded": done})

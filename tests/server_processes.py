@@ -18,6 +18,7 @@ import redis
 from conftest_ports import free_port_pair
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 SERVER_START_S = 60.0
 
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from celery_executor_files import redis_executor_config, write_executor_config
-from server_processes import RedisServer, start_process, stop_process, wait_ready
+from celery_executor_files import start_celery_workers
+from server_processes import RedisServer, stop_process
 from test_fanout import (
-    ROOT,
     assert_shard_runs_equal_one_run,
     one_run_and_fanned,
     scoped,
@@ -33,7 +32,6 @@ from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 WORKERS = ("w0", "w1")
-READY_S = 120
 STEP_S = 600  # the longest a step or a run is waited for
 EMBED_STARTED = 'STEP_START - Started execution of step "role_row_embeddings"'
 
@@ -50,31 +48,15 @@ def celery_workers(
     es_settings: Settings, redis_server: RedisServer, tmp_path: Path
 ) -> Iterator[CeleryWorkers]:
     """Two solo-pool workers (one step at a time each) on the fanned memory's environment."""
-    config_yaml, executor_env = write_executor_config(redis_executor_config(redis_server), tmp_path)
-    scripts = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"  # `celery` too
-    processes, logs = {}, {}
+    env = shard_env(scoped(es_settings, "fan"))
+    executor_env, workers = start_celery_workers(env, redis_server, tmp_path, WORKERS)
+    processes = {name: process for name, (process, _) in zip(WORKERS, workers, strict=True)}
     try:
-        for name in WORKERS:
-            logs[name] = tmp_path / f"{name}.log"
-            # the CLI opens $DAGSTER_HOME's instance to keep its config: one each, as two processes
-            # creating one SQLite storage at once race on its schema (the steps use the run's own)
-            home = tmp_path / f"dagster_home_{name}"
-            home.mkdir()
-            command = [str(scripts / "dagster-celery"), "worker", "start"]
-            command += ["-A", "dagster_celery.app", "-y", str(config_yaml), "-n", name, "--"]
-            command += ["--pool=solo", "--without-gossip", "--without-mingle"]
-            env = {
-                **shard_env(scoped(es_settings, "fan")),
-                **executor_env,
-                "DAGSTER_HOME": str(home),
-                "PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}",
-            }
-            # a session of its own: the CLI starts `celery worker` as its child, stopped together
-            processes[name] = start_process(command, logs[name], env)
-        for name, process in processes.items():
-            ready = lambda log=logs[name]: "ready." in log.read_text(errors="replace")  # noqa: E731
-            wait_ready(f"celery worker {name}", ready, process, logs[name], READY_S)
-        yield CeleryWorkers(env=executor_env, processes=processes, logs=logs)
+        yield CeleryWorkers(
+            env=executor_env,
+            processes=processes,
+            logs={name: log for name, (_, log) in zip(WORKERS, workers, strict=True)},
+        )
     finally:
         for process in processes.values():
             if process.poll() is None:

@@ -18,7 +18,7 @@ import boto3
 import polars as pl
 import pyarrow.fs as pafs
 from conftest_ports import free_port_pair
-from server_processes import start_process, stop_process, wait_ready
+from server_processes import SCRIPTS, start_process, stop_process, wait_ready
 
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive
@@ -26,7 +26,6 @@ from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
 REGION = "us-east-1"
 KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 KEYS_ENV = {name.upper(): value for name, value in KEYS.items()}

@@ -16,12 +16,12 @@ from pathlib import Path
 import polars as pl
 import pyarrow.fs as pafs
 import pytest
-from celery_executor_files import redis_executor_config, write_executor_config
+from celery_executor_files import start_celery_workers
 from cluster_stack import ROOT, SCRIPTS, S3Server, build_records, ctxdb, environment, table_rows
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 from run_shards import steps
-from server_processes import RedisServer, start_process, stop_process, wait_ready
+from server_processes import RedisServer, start_process, stop_process
 
 from assets.shards import all_shards_tags, shard_count
 from ctxdb.settings import Settings
@@ -30,7 +30,6 @@ from ctxdb.storage.tables import ROLE_ROWS, ROW_EMBEDDINGS, TURN_CATALOG
 
 pytestmark = [pytest.mark.cluster, pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 WORKERS = ("w0", "w1")
-WORKER_READY_S = 120.0
 RUN_TIMEOUT_S = 600
 
 
@@ -49,30 +48,8 @@ def start_workers(
     names: tuple[str, ...],
     **extra: str,
 ) -> tuple[dict[str, str], list[tuple[subprocess.Popen, Path]]]:
-    """Solo-pool workers on `settings`' environment (plus `extra`), ready; the environment that
-    points the Celery code location's executor at them, and each worker's process and log."""
-    config = redis_executor_config(redis_server)
-    config_yaml, executor_env = write_executor_config(config, folder)
-    workers = []
-    try:
-        for name in names:
-            home = folder / f"dagster_home_{name}"  # one instance each (see test_celery_executor)
-            home.mkdir()
-            command = [str(SCRIPTS / "dagster-celery"), "worker", "start"]
-            command += ["-A", "dagster_celery.app", "-y", str(config_yaml), "-n", name]
-            command += ["--", "--pool=solo"]
-            # the steps resolve the executor's config again on the worker: the same values
-            env = environment(settings, **executor_env, **extra, DAGSTER_HOME=str(home))
-            log = folder / f"{name}.log"
-            workers.append((start_process(command, log, env), log))
-        for process, log in workers:
-            ready = lambda log=log: "ready." in log.read_text(errors="replace")  # noqa: E731
-            wait_ready("celery worker", ready, process, log, WORKER_READY_S)
-    except BaseException:
-        for process, _ in workers:
-            stop_process(process)
-        raise
-    return executor_env, workers
+    """`start_celery_workers` on `settings`' environment plus `extra`."""
+    return start_celery_workers(environment(settings, **extra), redis_server, folder, names)
 
 
 @pytest.fixture
