@@ -25,7 +25,9 @@ by user and conversation; builds without it keep their old names), `--shards`; `
 previous turn's assistant text cut to 300 characters (the pipeline keeps only its last question,
 so this is the pessimistic size), its stems and trigrams indexed with the text as the pipeline
 does; `--compare-asked` then times, query by query in alternating order, the Python API as
-shipped against the query before issue 29 (lexical arm without `context`, `answers_first` off).
+shipped against the query before issue 29 (lexical arm without `context`, `answers_first` off);
+`--compare-names` the same for every query asked about a person by a name no row holds, with
+`focus_names` on (one more request, the name counts: `ctxdb.search.names`) and off.
 The build is kept and reused by later runs of the same layout and users (`--build-only` just
 builds it). Queries run in bursts;
 every burst records the load average; Elasticsearch's own `took` (summed over a search's requests:
@@ -43,7 +45,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -520,30 +522,67 @@ def before_asked() -> Iterator[None]:
         arms.LEXICAL_FIELDS = shipped
 
 
-def compare_asked(
-    service: SearchService, plan: list[tuple[str, str]], warmup: int, burst: int, pause_s: float
+def alternate(
+    plan: list[tuple[str, str]],
+    warmup: int,
+    burst: int,
+    pause_s: float,
+    runs: dict[str, Callable[[Principal, str], object]],
 ) -> dict[str, Any]:
-    """Python API p50/p95 of each planned query as shipped and as before issue 29 (lexical arm
-    without `context`, `answers_first` off), alternating which goes first, with their ratio."""
-    timed: dict[str, list[float]] = {"shipped": [], "before": []}
+    """p50/p95 of each planned query under the two `runs` (shipped first in `runs`),
+    alternating which goes first, with their ratios."""
+    timed: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
     for i, (user, query) in enumerate(plan):
         if i >= warmup and (i - warmup) % burst == 0:
             time.sleep(pause_s)
         principal = Principal(user_id=user, tenant=TENANT)
-        for which in ("shipped", "before") if i % 2 == 0 else ("before", "shipped"):
-            request = SearchRequest(query=query, top_k=10, answers_first=which == "shipped")
+        for which in names if i % 2 == 0 else names[::-1]:
             t0 = time.perf_counter()
-            if which == "shipped":
-                service.search(principal, request)
-            else:
-                with before_asked():
-                    service.search(principal, request)
+            runs[which](principal, query)
             if i >= warmup:
                 timed[which].append(time.perf_counter() - t0)
     out: dict[str, Any] = {name: percentiles(samples) for name, samples in timed.items()}
-    out["p95_ratio"] = round(out["shipped"]["p95_ms"] / out["before"]["p95_ms"], 3)
-    out["p50_ratio"] = round(out["shipped"]["p50_ms"] / out["before"]["p50_ms"], 3)
+    shipped, before = names
+    out["p95_ratio"] = round(out[shipped]["p95_ms"] / out[before]["p95_ms"], 3)
+    out["p50_ratio"] = round(out[shipped]["p50_ms"] / out[before]["p50_ms"], 3)
     return out
+
+
+def compare_asked(
+    service: SearchService, plan: list[tuple[str, str]], warmup: int, burst: int, pause_s: float
+) -> dict[str, Any]:
+    """Python API p50/p95 of each planned query as shipped and as before issue 29 (lexical arm
+    without `context`, `answers_first` off)."""
+
+    def shipped(principal: Principal, query: str) -> object:
+        return service.search(principal, SearchRequest(query=query, top_k=10))
+
+    def before(principal: Principal, query: str) -> object:
+        with before_asked():
+            request = SearchRequest(query=query, top_k=10, answers_first=False)
+            return service.search(principal, request)
+
+    return alternate(plan, warmup, burst, pause_s, {"shipped": shipped, "before": before})
+
+
+def compare_names(
+    service: SearchService, plan: list[tuple[str, str]], warmup: int, burst: int, pause_s: float
+) -> dict[str, Any]:
+    """Python API p50/p95 of each planned query asked about a person by a name no row holds
+    ("what did Alex say about: ..."), with `focus_names` (one more request: the name counts)
+    and without."""
+
+    def asked(focus: bool) -> Callable[[Principal, str], object]:
+        def run(principal: Principal, query: str) -> object:
+            request = SearchRequest(
+                query=f"what did Alex say about: {query}", top_k=10, focus_names=focus
+            )
+            return service.search(principal, request)
+
+        return run
+
+    return alternate(plan, warmup, burst, pause_s, {"focus": asked(True), "as_given": asked(False)})
 
 
 def main(
@@ -588,6 +627,10 @@ def main(
     compare: Annotated[
         bool,
         typer.Option("--compare-asked", help="Time the query as shipped against before issue 29."),
+    ] = False,
+    names: Annotated[
+        bool,
+        typer.Option("--compare-names", help="Time queries naming a person, focus_names on/off."),
     ] = False,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
 ) -> None:
@@ -654,6 +697,9 @@ def main(
     plan = bench_queries(rng, user_ids, warmup + queries)
     if compare:
         results["asked_comparison"] = compare_asked(service, plan, warmup, burst, pause_s)
+    if names:
+        results["names_comparison"] = compare_names(service, plan, warmup, burst, pause_s)
+    if compare or names:
         report(results, out)
         return
     store = TokenStore(settings.tokens_path)

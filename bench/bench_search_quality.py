@@ -62,6 +62,7 @@ from typing import Annotated, Any
 import fusion_variants
 import numpy as np
 import relevance_probes
+import third_person
 import typer
 from search_quality_metrics import METRICS, query_metrics, summarize
 from search_quality_sets import (
@@ -75,6 +76,7 @@ from search_quality_sets import (
 
 import ctxdb.search.arms
 import ctxdb.search.filters
+import ctxdb.search.names
 import ctxdb.search.service
 import ctxdb.search.sessions
 import ctxdb.search.temporal
@@ -99,7 +101,12 @@ SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_l
 PLAIN_RRF = FusionParams(
     weights=arm_weights(1.0, 1.0), recency_weight=0.0, half_life_days=7, cap=None
 )
-SETS = {"generator": generator_set, "realistic": realistic_set, "chitchat": chitchat_set}
+SETS = {
+    "generator": generator_set,
+    "realistic": realistic_set,
+    "chitchat": chitchat_set,
+    "chitchat-named": third_person.chitchat_named_set,
+}
 ARM_SETTINGS = (
     "lexical_min_match",
     "trigram_min_match",
@@ -119,6 +126,7 @@ ARM_SETTINGS = (
 class Collected:
     query: LabeledQuery
     rows: dict[Arm, list[RowHit]]
+    text: str  # the query the arms searched for (`SearchService.focused_query`)
 
 
 def cache_key(qs: QuerySet) -> str:
@@ -131,6 +139,7 @@ def cache_key(qs: QuerySet) -> str:
     for module in (
         ctxdb.search.arms,
         ctxdb.search.filters,
+        ctxdb.search.names,
         ctxdb.search.service,
         ctxdb.search.sessions,
         ctxdb.search.temporal,
@@ -147,28 +156,29 @@ def collect(service: SearchService, qs: QuerySet) -> list[Collected]:
     out = []
     for q in qs.queries:
         principal = Principal(user_id=q.user_id, tenant=q.tenant)
-        text = q.request.query
+        text = service.focused_query(principal, q.request, q.request.query.strip(), qs.now)
         if text not in vectors:
             vectors[text] = service.embedder.embed_query(text) if service.embedder else None
         deep = q.request.model_copy(update={"cap_user_scope": True})
         rows = service.run_arms(service.arm_bodies(principal, deep, text, None, qs.now))
         if vectors[text] is not None:
             rows |= service.semantic_arm(principal, deep, text, vectors[text], qs.now)
-        out.append(Collected(q, rows))
+        out.append(Collected(q, rows, text))
     return out
 
 
 def collected_rows(service: SearchService, qs: QuerySet, fresh: bool) -> list[Collected]:
-    """The cached rows of every query ({query id: {arm: rows}}), collected when missing."""
+    """The cached rows of every query ({query id: ({arm: rows}, searched text)}), collected
+    when missing."""
     path = CACHE / f"{qs.name}-{cache_key(qs)}.pkl"
     if path.exists() and not fresh:
         cached = pickle.loads(path.read_bytes())
-        return [Collected(q, cached[q.qid]) for q in qs.queries]
+        return [Collected(q, *cached[q.qid]) for q in qs.queries]
     started = time.monotonic()
     rows = collect(service, qs)
     typer.echo(f"{qs.name}: {len(rows)} queries collected in {time.monotonic() - started:.0f}s")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps({c.query.qid: c.rows for c in rows}))
+    path.write_bytes(pickle.dumps({c.query.qid: (c.rows, c.text) for c in rows}))
     return rows
 
 
@@ -208,7 +218,7 @@ def prepare(c: Collected, now) -> Prepared:
     ts: dict[Key, float] = {}
     asked: dict[Key, str] = {}
     texts: dict[Key, list[str]] = {}
-    topic, hint = split_time_hint(c.query.request.query.strip())
+    topic, hint = split_time_hint(c.text)
     for arm, rows in with_coverage(c.rows, topic).items():
         for rank, row in enumerate(dedup_turns(rows), start=1):
             per_turn.setdefault(row.key, {})[arm] = rank
@@ -360,7 +370,7 @@ def check_fast_fusion(collected: list[Collected], prepared: list[Prepared], now)
         for c, p in zip(collected, prepared, strict=True):
             cap = None if c.query.request.scope == "conversation" else params.cap
             capped = FusionParams(**{**asdict(params), "cap": cap})
-            topic, _ = split_time_hint(c.query.request.query.strip())
+            topic, _ = split_time_hint(c.text)
             exact = rank_turns(with_coverage(c.rows, topic), capped, now, 25, p.window, topic)
             if [(t.conversation_id, t.turn_id) for t in exact] != rank_fast(p, cfg):
                 raise AssertionError(f"offline fusion differs on {c.query.qid} ({cfg.label()})")
@@ -553,7 +563,7 @@ def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
 
 def main(
     sets: Annotated[
-        str, typer.Option(help="Comma-separated: generator, realistic, chitchat.")
+        str, typer.Option(help="Comma-separated: generator, realistic, chitchat, chitchat-named.")
     ] = "chitchat,realistic,generator",
     sweep: Annotated[bool, typer.Option(help="Grid and cross-validation of fusion.")] = False,
     variants: Annotated[

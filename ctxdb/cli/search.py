@@ -76,6 +76,13 @@ AnswersFirstOpt = Annotated[
         help="Replies ahead of the turns that asked what they answer (default: settings).",
     ),
 ]
+FocusNamesOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--focus-names/--no-focus-names",
+        help="Leave out names found in none or most of your conversations (default: settings).",
+    ),
+]
 SessionWeightOpt = Annotated[
     float | None,
     typer.Option("--session-weight", help="Session lift of the kNN arm (0: off)."),
@@ -190,6 +197,7 @@ def search(
     rrf_k: Annotated[int | None, typer.Option("--rrf-k", help="Fusion constant k.")] = None,
     diversity: DiversityOpt = None,
     answers_first: AnswersFirstOpt = None,
+    focus_names: FocusNamesOpt = None,
     session_weight: SessionWeightOpt = None,
     min_score: MinScoreOpt = None,
     explain: ExplainOpt = False,
@@ -219,6 +227,7 @@ def search(
             rrf_k=rrf_k,
             diversity=diversity,
             answers_first=answers_first,
+            focus_names=focus_names,
             session_weight=session_weight,
             min_score=min_score,
             explain=explain,

@@ -107,6 +107,11 @@ class SearchRequest(BaseModel):
         description="Rank a reply just ahead of the turn that asked the question it answers"
         " when both are found.",
     )
+    focus_names: bool | None = Field(
+        default=None,
+        description="Leave out of the searched query a capitalized name found in none, or in at"
+        " least half of ten or more, of the caller's conversations.",
+    )
     session_weight: float | None = Field(
         default=None,
         ge=0,

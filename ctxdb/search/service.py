@@ -26,7 +26,7 @@ from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.index.versions import alias_target, index_meta
-from ctxdb.search import lookups, sessions
+from ctxdb.search import lookups, names, sessions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
@@ -314,6 +314,28 @@ class SearchService:
             )
         return vector
 
+    def focused_query(
+        self, principal: Principal, request: SearchRequest, query: str, now: datetime
+    ) -> str:
+        """`query` without the names the principal's memory cannot tell apart (`names.py`); as
+        it is in conversation scope, when the request (else the settings) turns `focus_names`
+        off, or when the counts cannot be read (the arms then report what is wrong)."""
+        on = (
+            self.settings.search.focus_names if request.focus_names is None else request.focus_names
+        )
+        found = names.query_names(query) if on and request.scope != "conversation" else {}
+        if not found:
+            return query
+        body = names.counts_body(principal, now, sorted(set(found.values())))
+        try:
+            response = self.client.search(
+                index=self.rows_alias, routing=self.routing_for(principal, self.rows_alias), **body
+            )
+        except (ApiError, TransportError) as exc:
+            log.warning("name counts unavailable, searching the query as given: %s", exc)
+            return query
+        return names.without_names(query, found, names.uninformative(response["aggregations"]))
+
     def arm_bodies(
         self,
         principal: Principal,
@@ -479,11 +501,14 @@ class SearchService:
                 routing=self.routing_for(principal, self.turns_alias),
             )
         query, warnings = self._cut(request.query.strip())
+        searched = self.focused_query(principal, request, query, now)
+        if request.explain and searched != query:
+            warnings.append(f"names_left_out: the arms searched for {searched!r}")
         params = self.fusion_params(request)
         ranked = self._ranked_arms(
-            principal, request, query, now, params.weights["semantic"] > 0, warnings
+            principal, request, searched, now, params.weights["semantic"] > 0, warnings
         )
-        text_query, hint = split_time_hint(query)
+        text_query, hint = split_time_hint(searched)
         ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
         kept = rank_turns(ranked, params, now, request.top_k, window, text_query)

@@ -45,6 +45,11 @@ class SearchSettings(GroupSettings):
         description="Rank a reply just ahead of the turn that asked the question it answers"
         " when both are found (ctxdb.search.fusion.answers_first).",
     )
+    focus_names: bool = Field(
+        default=True,
+        description="Leave out of the searched query a capitalized name found in none, or in at"
+        " least half of ten or more, of the user's conversations (ctxdb.search.names).",
+    )
     session_weight: float = Field(
         default=1.0,
         ge=0,

@@ -1,0 +1,127 @@
+"""Names the memory cannot tell apart (ctxdb.search.names, issue 29): a capitalized name in none
+or in at least half of the caller's conversations is left out of the query the arms search with;
+a name in some of them is content and stays.
+
+The pure parts first, then the real node: Alice has ten conversations. "Osaka" is in four,
+"Caroline" (her partner greeting her) in five, "Alex" in none. Bob names Osaka in both of his,
+so a count that crossed users would make Osaka common for Alice (6 of 12) and drop it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest_search import NOW, TENANT, Turn, build_memory
+
+from ctxdb.auth.credentials import Principal
+from ctxdb.index.client import make_client
+from ctxdb.search import names
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.service import SearchService
+from ctxdb.settings import Settings
+
+ALICE = Principal(user_id="alice", tenant=TENANT)
+
+
+def test_query_names_are_capitalized_words_inside_a_sentence() -> None:
+    found = names.query_names("what is Alex's major? Caroline said so. I met Ben in May")
+    assert found == {"Alex's": "alex", "Ben": "ben"}  # a sentence's first word, I and May are not
+    assert names.query_names("Where did At the end go") == {}  # stopwords are no names
+    found = names.query_names("what did Sam say about: What is Jo's dog called?")
+    assert found == {"Sam": "sam", "Jo's": "jo"}  # after a colon, a new sentence
+
+
+def test_uninformative_stems_are_in_none_or_in_most_conversations() -> None:
+    aggregations = {
+        "conversations": {"value": 4},
+        "names": {
+            "buckets": {
+                "alex": {"doc_count": 0, "conversations": {"value": 0}},
+                "osaka": {"doc_count": 3, "conversations": {"value": 1}},
+                "caroline": {"doc_count": 5, "conversations": {"value": 2}},
+            }
+        },
+    }
+    assert names.uninformative(aggregations, min_conversations=4) == {"alex", "caroline"}
+    assert names.uninformative(aggregations, share=0.75, min_conversations=4) == {"alex"}
+    assert names.uninformative(aggregations) == {"alex"}  # 4 conversations: too few to call common
+    assert names.uninformative({"conversations": {"value": 0}, "names": {"buckets": {}}}) == set()
+
+
+def test_without_names_keeps_a_query_that_would_lose_every_content_word() -> None:
+    found = {"Alex's": "alex", "Osaka": "osaka"}
+    assert names.without_names("what is Alex's plan in Osaka?", found, {"alex"}) == (
+        "what is plan in Osaka?"
+    )
+    assert names.without_names("where is Alex's?", found, {"alex"}) == "where is Alex's?"
+
+
+def corpus() -> list[Turn]:
+    alice = [
+        ("I flew to Osaka for the conference", "Enjoy the trip!"),
+        ("Osaka food was amazing", "Glad you liked it."),
+        ("back from Osaka", "Welcome home."),
+        ("Osaka castle photos", "Beautiful."),
+        ("we adopted a puppy", "Hey Caroline, congrats!"),
+        ("my sister started painting", "Hi Caroline! Lovely."),
+        ("I am majoring in biology", "Caroline, that is great."),
+        ("the garden is blooming", "Hey Caroline, nice."),
+        ("new running shoes", "Caroline! Enjoy them."),
+        ("cooking pasta tonight", "Sounds tasty."),
+    ]
+    turns = [
+        Turn("alice", f"c{n}", "t1", 10 - n * 0.5, prompt, answer)
+        for n, (prompt, answer) in enumerate(alice)
+    ]
+    return turns + [
+        Turn("bob", "b1", "t1", 8, "Osaka again next week", "Safe travels."),
+        Turn("bob", "b2", "t1", 4, "Osaka has the best ramen", "Agreed."),
+    ]
+
+
+@pytest.fixture
+def service(settings: Settings):
+    build_memory(settings, corpus(), embed=False)
+    with make_client(settings) as client:
+        yield SearchService(settings, client, None)
+
+
+def focused(service: SearchService, query: str, **request) -> str:
+    return service.focused_query(ALICE, SearchRequest(query=query, **request), query, NOW)
+
+
+def test_the_arms_search_without_names_the_memory_cannot_tell_apart(service) -> None:
+    assert focused(service, "what is Alex majoring in?") == "what is majoring in?"  # in none
+    assert focused(service, "what did Caroline adopt?") == "what did adopt?"  # in 5 of 10
+    # in 4 of Alice's 10: content; Bob's two conversations never count for her
+    assert focused(service, "when did I fly to Osaka?") == "when did I fly to Osaka?"
+
+
+def test_focus_follows_the_request_then_the_settings_and_skips_conversation_scope(
+    service, settings: Settings
+) -> None:
+    query = "what is Alex majoring in?"
+    assert focused(service, query, focus_names=False) == query
+    off = SearchService(settings.replace(search={"focus_names": False}), service.client, None)
+    assert off.focused_query(ALICE, SearchRequest(query=query), query, NOW) == query
+    assert focused(off, query, focus_names=True) == "what is majoring in?"
+    assert focused(service, query, scope="conversation", conversation_id="c6") == query
+
+
+def test_search_says_what_the_arms_searched_for_and_stays_inside_the_caller(service) -> None:
+    response = service.search(
+        ALICE, SearchRequest(query="what is Alex majoring in?", explain=True, min_score=0), NOW
+    )
+    assert "names_left_out: the arms searched for 'what is majoring in?'" in response.warnings
+    assert response.query == "what is Alex majoring in?"
+    assert [(h.conversation_id, h.turn_id) for h in response.hits][:1] == [("c6", "t1")]
+    quiet = service.search(ALICE, SearchRequest(query="what is Alex majoring in?"), NOW)
+    assert not [w for w in quiet.warnings if w.startswith("names_left_out")]  # explain only
+
+
+def test_unreadable_counts_leave_the_query_as_given(settings: Settings) -> None:
+    """The node is unreachable (a closed port, not a stand-in): the query is searched as given,
+    and the arms report the node's failure themselves."""
+    dead = settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
+    with make_client(dead) as client:
+        service = SearchService(dead, client, None)
+        assert focused(service, "what is Alex majoring in?") == "what is Alex majoring in?"
