@@ -564,7 +564,7 @@ def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
 def main(
     sets: Annotated[
         str, typer.Option(help="Comma-separated: generator, realistic, chitchat, chitchat-named.")
-    ] = "chitchat,realistic,generator",
+    ] = "chitchat,chitchat-named,realistic,generator",
     sweep: Annotated[bool, typer.Option(help="Grid and cross-validation of fusion.")] = False,
     variants: Annotated[
         bool, typer.Option(help="Fusion variants (fusion_variants.py) on every set.")

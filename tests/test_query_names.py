@@ -16,6 +16,7 @@ from ctxdb.auth.credentials import Principal
 from ctxdb.index.client import make_client
 from ctxdb.search import names
 from ctxdb.search.models import SearchRequest
+from ctxdb.search.names import QueryName
 from ctxdb.search.service import SearchService
 from ctxdb.settings import Settings
 
@@ -24,35 +25,45 @@ ALICE = Principal(user_id="alice", tenant=TENANT)
 
 def test_query_names_are_capitalized_words_inside_a_sentence() -> None:
     found = names.query_names("what is Alex's major? Caroline said so. I met Ben in May")
-    assert found == {"Alex's": "alex", "Ben": "ben"}  # a sentence's first word, I and May are not
+    # a sentence's first word, I and May are not names
+    assert found == {"Alex's": QueryName("alex", False), "Ben": QueryName("ben", False)}
     assert names.query_names("Where did At the end go") == {}  # stopwords are no names
-    found = names.query_names("what did Sam say about: What is Jo's dog called?")
-    assert found == {"Sam": "sam", "Jo's": "jo"}  # after a colon, a new sentence
-
-
-def test_uninformative_stems_are_in_none_or_in_most_conversations() -> None:
-    aggregations = {
-        "conversations": {"value": 4},
-        "names": {
-            "buckets": {
-                "alex": {"doc_count": 0, "conversations": {"value": 0}},
-                "osaka": {"doc_count": 3, "conversations": {"value": 1}},
-                "caroline": {"doc_count": 5, "conversations": {"value": 2}},
-            }
-        },
+    found = names.query_names("what did Sam say about: What is the Avengers plot in Japan?")
+    # after a colon, a new sentence; after an article or a preposition, led
+    assert found == {
+        "Sam": QueryName("sam", False),
+        "Avengers": QueryName("aveng", True),
+        "Japan": QueryName("japan", True),
     }
-    assert names.uninformative(aggregations, min_conversations=4) == {"alex", "caroline"}
-    assert names.uninformative(aggregations, share=0.75, min_conversations=4) == {"alex"}
-    assert names.uninformative(aggregations) == {"alex"}  # 4 conversations: too few to call common
-    assert names.uninformative({"conversations": {"value": 0}, "names": {"buckets": {}}}) == set()
+
+
+def aggregations(total: int, **conversations: int) -> dict:
+    buckets = {
+        s: {"doc_count": 2 * n, "conversations": {"value": n}} for s, n in conversations.items()
+    }
+    return {"conversations": {"value": total}, "names": {"buckets": buckets}}
+
+
+def test_left_out_are_unknown_names_and_names_in_most_conversations() -> None:
+    found = {
+        "Alex's": QueryName("alex", False),
+        "Japan": QueryName("japan", True),
+        "Osaka": QueryName("osaka", False),
+        "Caroline": QueryName("carolin", False),
+    }
+    counts = aggregations(4, alex=0, japan=0, osaka=1, carolin=2)
+    # Japan is unknown too, but led by "in": the model can relate it to what the memory holds
+    assert names.left_out(found, counts, min_conversations=4) == {"Alex's", "Caroline"}
+    assert names.left_out(found, counts, share=0.75, min_conversations=4) == {"Alex's"}
+    assert names.left_out(found, counts) == {"Alex's"}  # 4 conversations: too few for common
+    assert names.left_out(found, aggregations(0, alex=0, japan=0, osaka=0, carolin=0)) == set()
 
 
 def test_without_names_keeps_a_query_that_would_lose_every_content_word() -> None:
-    found = {"Alex's": "alex", "Osaka": "osaka"}
-    assert names.without_names("what is Alex's plan in Osaka?", found, {"alex"}) == (
+    assert names.without_names("what is Alex's plan in Osaka?", {"Alex's"}) == (
         "what is plan in Osaka?"
     )
-    assert names.without_names("where is Alex's?", found, {"alex"}) == "where is Alex's?"
+    assert names.without_names("where is Alex's?", {"Alex's"}) == "where is Alex's?"
 
 
 def corpus() -> list[Turn]:

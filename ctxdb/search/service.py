@@ -326,7 +326,7 @@ class SearchService:
         found = names.query_names(query) if on and request.scope != "conversation" else {}
         if not found:
             return query
-        body = names.counts_body(principal, now, sorted(set(found.values())))
+        body = names.counts_body(principal, now, sorted({n.stem for n in found.values()}))
         try:
             response = self.client.search(
                 index=self.rows_alias, routing=self.routing_for(principal, self.rows_alias), **body
@@ -334,7 +334,7 @@ class SearchService:
         except (ApiError, TransportError) as exc:
             log.warning("name counts unavailable, searching the query as given: %s", exc)
             return query
-        return names.without_names(query, found, names.uninformative(response["aggregations"]))
+        return names.without_names(query, names.left_out(found, response["aggregations"]))
 
     def arm_bodies(
         self,
