@@ -119,6 +119,7 @@ ARM_SETTINGS = (
     "max_per_conversation",
     "session_weight",
     "session_expand",
+    "focus_names",
 )
 
 

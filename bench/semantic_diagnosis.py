@@ -186,7 +186,7 @@ def main(
             if fkey not in filters:
                 filters[fkey] = np.array([index[i] for i in allowed_ids(client, alias, filt)])
             rows_in = filters[fkey]
-            qv = np.asarray(service.embedder.embed_query(q.request.query), dtype=np.float32)
+            qv = np.asarray(service.embedder.embed_query(c.text), dtype=np.float32)
             results["knn"].append((q.kind, query_metrics(arm_alone(c, "semantic"), q.relevant)))
             wide = wide_knn(client, alias, qv.tolist(), filt)
             results["knn-wide"].append((q.kind, query_metrics(wide, q.relevant)))

@@ -134,3 +134,20 @@ def test_fusion_knobs_reach_the_service(search_env: SearchEnv) -> None:
     for option, value in (("--session-weight", "3"), ("--diversity", "1"), ("--rrf-k", "0")):
         bad = cli(search_env, *query, option, value, token=alice)
         assert bad.exit_code == 2 and option.strip("-").replace("-", "_") in bad.output, option
+
+
+def test_focus_names_reaches_the_service(search_env: SearchEnv) -> None:
+    """A name in none of Alice's conversations is left out of what the arms search for (said
+    with --explain); --no-focus-names searches the query as given."""
+    alice = search_env.tokens["alice"]
+    query = ("search", "what did Zelda say about KeyError Worksheet Sheet3", "--explain", "--json")
+
+    def warned(*options: str) -> list[str]:
+        result = cli(search_env, *query, *options, token=alice)
+        assert result.exit_code == 0, result.output
+        return [w for w in json.loads(result.stdout)["warnings"] if w.startswith("names_left_out")]
+
+    assert warned() == [
+        "names_left_out: the arms searched for 'what did say about KeyError Worksheet Sheet3'"
+    ]
+    assert warned("--no-focus-names") == []

@@ -109,8 +109,9 @@ class SearchRequest(BaseModel):
     )
     focus_names: bool | None = Field(
         default=None,
-        description="Leave out of the searched query a capitalized name found in none, or in at"
-        " least half of ten or more, of the caller's conversations.",
+        description="Leave out of the searched query a capitalized name (no preposition or article"
+        " before it) found in none, or in at least half of ten or more, of the caller's"
+        " conversations.",
     )
     session_weight: float | None = Field(
         default=None,

@@ -317,22 +317,27 @@ class SearchService:
     def focused_query(
         self, principal: Principal, request: SearchRequest, query: str, now: datetime
     ) -> str:
-        """`query` without the names the principal's memory cannot tell apart (`names.py`); as
-        it is in conversation scope, when the request (else the settings) turns `focus_names`
-        off, or when the counts cannot be read (the arms then report what is wrong)."""
+        """`query` without the names the caller's memory cannot tell apart (`names.py`), counted
+        in the rows the arms search. The query as given in conversation scope, when
+        `focus_names` (the request's, else the settings') is off, and when the counts cannot be
+        read in full (the arms then report what is wrong)."""
         on = (
             self.settings.search.focus_names if request.focus_names is None else request.focus_names
         )
-        found = names.query_names(query) if on and request.scope != "conversation" else {}
+        topic, _ = split_time_hint(query)
+        found = names.query_names(topic) if on and request.scope != "conversation" else {}
         if not found:
             return query
-        body = names.counts_body(principal, now, sorted({n.stem for n in found.values()}))
+        filt = row_filter(principal, request, now)
+        body = names.counts_body(filt, sorted(set(found.values())))
         try:
             response = self.client.search(
                 index=self.rows_alias, routing=self.routing_for(principal, self.rows_alias), **body
             )
         except (ApiError, TransportError) as exc:
             log.warning("name counts unavailable, searching the query as given: %s", exc)
+            return query
+        if response.get("timed_out") or response.get("_shards", {}).get("failed"):
             return query
         return names.without_names(query, names.left_out(found, response["aggregations"]))
 
@@ -522,7 +527,7 @@ class SearchService:
         )
         hits = [
             self._hit(
-                turn, docs.get((turn.conversation_id, turn.turn_id)), request, query, warnings
+                turn, docs.get((turn.conversation_id, turn.turn_id)), request, searched, warnings
             )
             for turn in kept
         ]

@@ -47,8 +47,9 @@ class SearchSettings(GroupSettings):
     )
     focus_names: bool = Field(
         default=True,
-        description="Leave out of the searched query a capitalized name found in none, or in at"
-        " least half of ten or more, of the user's conversations (ctxdb.search.names).",
+        description="Leave out of the searched query a capitalized name (no preposition or article"
+        " before it) found in none, or in at least half of ten or more, of the user's"
+        " conversations (ctxdb.search.names).",
     )
     session_weight: float = Field(
         default=1.0,
