@@ -18,20 +18,7 @@ from search_quality_sets import CHITCHAT, QuerySet, realistic_set
 
 from ctxdb.settings import Settings
 
-NAMES = (
-    "Alex",
-    "Sam",
-    "Jordan",
-    "Taylor",
-    "Casey",
-    "Riley",
-    "Morgan",
-    "Jamie",
-    "Avery",
-    "Quinn",
-    "Drew",
-    "Reese",
-)
+NAMES = "Alex Sam Jordan Taylor Casey Riley Morgan Jamie Avery Quinn Drew Reese".split()
 # (pattern, with the name, with the pronoun); the longest forms first, matched case-insensitively
 FORMS = (
     (r"\bam I\b", "is {n}", "are they"),
