@@ -26,8 +26,9 @@ previous turn's assistant text cut to 300 characters (the pipeline keeps only it
 so this is the pessimistic size), its stems and trigrams indexed with the text as the pipeline
 does; `--compare-asked` then times, query by query in alternating order, the Python API as
 shipped against the query before issue 29 (lexical arm without `context`, `answers_first` off);
-`--compare-names` the same for every query asked about a person by a name no row holds, with
-`focus_names` on (one more request, the name counts: `ctxdb.search.names`) and off.
+`--compare-knob names` the same for every query asked about a person by a name no row holds,
+with `focus_names` on (one more request, the name counts: `ctxdb.search.names`) and off, and
+`--compare-knob split` for every query made a compound question, `split_questions` on and off.
 The build is kept and reused by later runs of the same layout and users (`--build-only` just
 builds it). Queries run in bursts;
 every burst records the load average; Elasticsearch's own `took` (summed over a search's requests:
@@ -566,23 +567,32 @@ def compare_asked(
     return alternate(plan, warmup, burst, pause_s, {"shipped": shipped, "before": before})
 
 
-def compare_names(
-    service: SearchService, plan: list[tuple[str, str]], warmup: int, burst: int, pause_s: float
+def compare_knob(
+    service: SearchService,
+    plan: list[tuple[str, str]],
+    timing: tuple[int, int, float],
+    template: str,
+    knob: str,
 ) -> dict[str, Any]:
-    """Python API p50/p95 of each planned query asked about a person by a name no row holds
-    ("what did Alex say about: ..."), with `focus_names` (one more request: the name counts)
-    and without."""
+    """Python API p50/p95 of each planned query written into `template` with the boolean
+    request field `knob` on and off (`timing`: warmup, burst, pause)."""
 
-    def asked(focus: bool) -> Callable[[Principal, str], object]:
+    def asked(on: bool) -> Callable[[Principal, str], object]:
         def run(principal: Principal, query: str) -> object:
-            request = SearchRequest(
-                query=f"what did Alex say about: {query}", top_k=10, focus_names=focus
-            )
-            return service.search(principal, request)
+            fields: dict[str, Any] = {"query": template.format(query), "top_k": 10, knob: on}
+            return service.search(principal, SearchRequest(**fields))
 
         return run
 
-    return alternate(plan, warmup, burst, pause_s, {"focus": asked(True), "as_given": asked(False)})
+    return alternate(plan, *timing, {"on": asked(True), "off": asked(False)})
+
+
+KNOB_COMPARISONS = {
+    # a person named by a name no row holds: one more request, the name counts (names.py)
+    "names": ("what did Alex say about: {}", "focus_names"),
+    # a compound question: one more embedding and kNN search per part (subquestions.py)
+    "split": ("what did I say about {}, and what did I decide about it?", "split_questions"),
+}
 
 
 def main(
@@ -628,10 +638,14 @@ def main(
         bool,
         typer.Option("--compare-asked", help="Time the query as shipped against before issue 29."),
     ] = False,
-    names: Annotated[
-        bool,
-        typer.Option("--compare-names", help="Time queries naming a person, focus_names on/off."),
-    ] = False,
+    knobs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--compare-knob",
+            help="Time queries with a request knob on and off: names (focus_names on queries"
+            " naming a person) or split (split_questions on compound questions).",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
 ) -> None:
     base = get_settings()
@@ -697,9 +711,11 @@ def main(
     plan = bench_queries(rng, user_ids, warmup + queries)
     if compare:
         results["asked_comparison"] = compare_asked(service, plan, warmup, burst, pause_s)
-    if names:
-        results["names_comparison"] = compare_names(service, plan, warmup, burst, pause_s)
-    if compare or names:
+    for knob in knobs or []:
+        template, field = KNOB_COMPARISONS[knob]
+        timing = (warmup, burst, pause_s)
+        results[f"{knob}_comparison"] = compare_knob(service, plan, timing, template, field)
+    if compare or knobs:
         report(results, out)
         return
     store = TokenStore(settings.tokens_path)

@@ -79,6 +79,7 @@ import ctxdb.search.filters
 import ctxdb.search.names
 import ctxdb.search.service
 import ctxdb.search.sessions
+import ctxdb.search.subquestions
 import ctxdb.search.temporal
 import ctxdb.text
 from ctxdb.contract.identity import Principal
@@ -120,6 +121,7 @@ ARM_SETTINGS = (
     "session_weight",
     "session_expand",
     "focus_names",
+    "split_questions",
 )
 
 
@@ -143,6 +145,7 @@ def cache_key(qs: QuerySet) -> str:
         ctxdb.search.names,
         ctxdb.search.service,
         ctxdb.search.sessions,
+        ctxdb.search.subquestions,
         ctxdb.search.temporal,
         ctxdb.text,
     ):

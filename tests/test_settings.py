@@ -129,6 +129,7 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_DIVERSITY": ("search", "diversity", "0.25", 0.25),
     "CTXDB_SEARCH_ANSWERS_FIRST": ("search", "answers_first", "false", False),
     "CTXDB_SEARCH_FOCUS_NAMES": ("search", "focus_names", "false", False),
+    "CTXDB_SEARCH_SPLIT_QUESTIONS": ("search", "split_questions", "false", False),
     "CTXDB_SEARCH_SESSION_WEIGHT": ("search", "session_weight", "0.75", 0.75),
     "CTXDB_SEARCH_SESSION_EXPAND": ("search", "session_expand", "5", 5),
     "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),

@@ -113,6 +113,11 @@ class SearchRequest(BaseModel):
         " before it) found in none, or in at least half of ten or more, of the caller's"
         " conversations.",
     )
+    split_questions: bool | None = Field(
+        default=None,
+        description="Ask the kNN arm each part of a compound question too (a new question after"
+        " a '?' or an 'and'), interleaving the parts' rows.",
+    )
     session_weight: float | None = Field(
         default=None,
         ge=0,

@@ -26,7 +26,7 @@ from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.index.versions import alias_target, index_meta
-from ctxdb.search import lookups, names, sessions
+from ctxdb.search import lookups, names, sessions, subquestions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter
@@ -478,20 +478,64 @@ class SearchService:
         routing: str | None = None,
     ) -> dict[Arm, list[RowHit]]:
         """The kNN arm's rows, lifted and expanded by session rows when the session weight
-        (request, else settings) is above 0 outside conversation scope (`sessions`)."""
+        (request, else settings) is above 0 outside conversation scope (`sessions`), then
+        interleaved with the rows of each part of a compound question (`subquestions`, when
+        `split_questions`, the request's else the settings', is on; the parts embed and search
+        on a pool thread while the whole query's kNN runs)."""
+        parts = self._sub_questions(request, query)
+        pending = (
+            _ARMS_POOL.submit(self._part_rows, principal, request, parts, now, routing)
+            if parts
+            else None
+        )
         body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
         s = self.settings.search
         weight = s.session_weight if request.session_weight is None else request.session_weight
         if weight <= 0 or request.scope == "conversation":
-            return self.run_arms({"semantic": body}, routing)
+            rows = self.run_arms({"semantic": body}, routing)["semantic"]
+        else:
 
-        def run(bodies: dict[str, dict[str, Any]]) -> dict[str, list[RowHit]]:
-            return self.run_arms(bodies, routing)
+            def run(bodies: dict[str, dict[str, Any]]) -> dict[str, list[RowHit]]:
+                return self.run_arms(bodies, routing)
 
-        rows = sessions.lifted_semantic(
-            run, body, principal, request, now, weight=weight, expand=s.session_expand
-        )
-        return {"semantic": rows}
+            rows = sessions.lifted_semantic(
+                run, body, principal, request, now, weight=weight, expand=s.session_expand
+            )
+        found = pending.result() if pending else []
+        return {"semantic": subquestions.interleave([rows, *found])}
+
+    def _sub_questions(self, request: SearchRequest, query: str) -> list[str]:
+        """The parts of a compound `query` the kNN arm also asks (`subquestions`), when
+        `split_questions` (the request's, else the settings') is on and a model embeds them."""
+        split = request.split_questions
+        on = self.settings.search.split_questions if split is None else split
+        return subquestions.sub_questions(query) if on and self.embedder else []
+
+    def _part_rows(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        parts: list[str],
+        now: datetime,
+        routing: str | None,
+    ) -> list[list[RowHit]]:
+        """The `CTXDB_SEARCH_KNN_K` best kNN rows of each of a compound question's `parts`, each
+        embedded by the same model and searched under the same row filter as the whole query
+        (none when a part cannot be embedded)."""
+        vectors = [self.embedder.embed_query(part) for part in parts] if self.embedder else []
+        if not vectors or None in vectors:
+            return []
+        s = self.settings.search
+        filt = row_filter(principal, request, now)
+        candidates = max(s.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * s.knn_k))
+        bodies = {
+            f"part{n}": semantic_body(
+                vector, filt, k=s.knn_k, num_candidates=candidates, oversample=s.knn_oversample
+            )
+            for n, vector in enumerate(vectors)
+            if vector is not None
+        }
+        return list(self.run_arms(bodies, routing).values())
 
     def _hybrid(
         self, principal: Principal, request: SearchRequest, now: datetime

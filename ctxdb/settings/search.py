@@ -51,6 +51,11 @@ class SearchSettings(GroupSettings):
         " before it) found in none, or in at least half of ten or more, of the user's"
         " conversations (ctxdb.search.names).",
     )
+    split_questions: bool = Field(
+        default=True,
+        description="Ask the kNN arm each part of a compound question too (a new question after"
+        " a '?' or an 'and'), interleaving the parts' rows (ctxdb.search.subquestions).",
+    )
     session_weight: float = Field(
         default=1.0,
         ge=0,

@@ -1,0 +1,99 @@
+"""Compound questions (ctxdb.search.subquestions, issue 29): the kNN arm is also asked each part of
+a question that joins two, and the parts' rows are interleaved with the whole query's.
+
+The pure parts first, then the real node with the configured embedding model: Alice's memory has
+two unrelated answers in two sessions, her favorite conference talk and how she got to campus,
+among other turns; Bob has the very same turns. The compound question must bring both of hers
+into the kNN arm's first rows and none of his.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest_search import NOW, TENANT, Turn, build_memory
+
+from ctxdb.auth.credentials import Principal
+from ctxdb.index.client import make_client
+from ctxdb.search.arms import RowHit
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.search.subquestions import MAX_PARTS, interleave, sub_questions
+from ctxdb.settings import Settings
+
+ALICE = Principal(user_id="alice", tenant=TENANT)
+QUESTION = "what was my favorite talk at the conference, and how did I get to campus this morning?"
+
+
+def test_a_new_question_after_a_question_mark_or_and_starts_a_part() -> None:
+    assert sub_questions(QUESTION) == [
+        "what was my favorite talk at the conference",
+        "how did I get to campus this morning?",
+    ]
+    assert sub_questions("where do I work? how long have I been there?") == [
+        "where do I work?",
+        "how long have I been there?",
+    ]
+    assert sub_questions("what do I like to eat and drink?") == []  # no question after "and"
+    assert sub_questions("what superpower do I wish I had? why?") == []  # "why?" holds no content
+    assert sub_questions("what is my favorite movie? (i.e. the one I watch most)") == []
+    many = "what is my job? where do I live? who is my doctor? when is my birthday?"
+    assert len(sub_questions(many)) == MAX_PARTS
+    assert sub_questions(many)[-1] == "who is my doctor? when is my birthday?"
+
+
+def row(conversation: str, turn: str) -> RowHit:
+    return RowHit(conversation_id=conversation, turn_id=turn, target="user", ts=NOW, score=1.0)
+
+
+def test_interleave_takes_each_list_in_turn_and_each_row_once() -> None:
+    whole = [row("a", "1"), row("b", "1"), row("c", "1")]
+    part = [row("d", "1"), row("a", "1")]
+    merged = [r.key for r in interleave([whole, part])]
+    assert merged == [("a", "1"), ("d", "1"), ("b", "1"), ("c", "1")]
+    assert interleave([]) == []
+
+
+def corpus() -> list[Turn]:
+    turns = []
+    for user, prefix in (("alice", "c"), ("bob", "b")):
+        turns += [
+            Turn(user, f"{prefix}-conf", "t1", 9, "I went to the data conference", "How was it?"),
+            Turn(user, f"{prefix}-conf", "t2", 8.9, "the storage keynote was my favorite", "Nice"),
+            Turn(user, f"{prefix}-bus", "t1", 2, "I took the early bus to campus today", "Good."),
+            Turn(user, f"{prefix}-food", "t1", 4, "I baked bread over the weekend", "Yum."),
+            Turn(user, f"{prefix}-run", "t1", 5, "my morning run was cold", "Stay warm."),
+            Turn(
+                user, f"{prefix}-talk", "t1", 6, "I gave a talk to my reading group", "Well done."
+            ),
+        ]
+    return turns
+
+
+@pytest.fixture
+def service(settings: Settings):
+    build_memory(settings, corpus())
+    with make_client(settings) as client:
+        yield SearchService(settings, client, default_embedder(settings, client))
+
+
+def knn(service: SearchService, query: str, **request) -> list[RowHit]:
+    asked = SearchRequest(query=query, **request)
+    vector = service.embedder.embed_query(query)
+    rows = service.semantic_arm(ALICE, asked, query, vector, NOW)["semantic"]
+    assert rows and all(r.conversation_id.startswith("c-") for r in rows)  # never Bob's
+    return rows
+
+
+def test_the_knn_arm_reaches_the_answer_of_every_part(service) -> None:
+    first = list(dict.fromkeys(r.key for r in knn(service, QUESTION)))[:3]
+    assert {("c-conf", "t2"), ("c-bus", "t1")} <= set(first)
+    # exactly the whole query's rows and each part's, round-robin (no session lift to compare)
+    alone = {"split_questions": False, "session_weight": 0}
+    expected = interleave(
+        [
+            knn(service, QUESTION, **alone),
+            *(knn(service, p, **alone) for p in sub_questions(QUESTION)),
+        ]
+    )
+    split = knn(service, QUESTION, session_weight=0)
+    assert [(r.key, r.target) for r in split] == [(r.key, r.target) for r in expected]
