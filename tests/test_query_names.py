@@ -33,6 +33,7 @@ def test_query_names_are_capitalized_words_inside_a_sentence() -> None:
         "Sam": "sam"
     }
     assert names.query_names("what did I eat in Japan, and how was Japan?") == {}
+    assert names.query_names("what did I buy for Alex with Sam?") == {"Alex": "alex", "Sam": "sam"}
 
 
 def aggregations(total: int, **conversations: int) -> dict:

@@ -34,6 +34,19 @@ def test_a_new_question_after_a_question_mark_or_and_starts_a_part() -> None:
         "how long have I been there?",
     ]
     assert sub_questions("what do I like to eat and drink?") == []  # no question after "and"
+    # a helper verb after "and" starts a question only before its subject
+    assert sub_questions("which cafe has good pasta and is close to my office?") == []
+    assert sub_questions("who do I know who plays guitar and can teach me?") == []
+    assert sub_questions("what did Tom and Will do at the lake?") == []
+    assert sub_questions("where do I work, and can I walk there?") == [
+        "where do I work",
+        "can I walk there?",
+    ]
+    # a first piece without a content word joins the next one
+    assert sub_questions("so and what did I eat? and where did I go?") == [
+        "so what did I eat?",
+        "where did I go?",
+    ]
     assert sub_questions("what superpower do I wish I had? why?") == []  # "why?" holds no content
     assert sub_questions("what is my favorite movie? (i.e. the one I watch most)") == []
     many = "what is my job? where do I live? who is my doctor? when is my birthday?"
@@ -51,6 +64,7 @@ def test_interleave_takes_each_list_in_turn_and_each_row_once() -> None:
     merged = [r.key for r in interleave([whole, part])]
     assert merged == [("a", "1"), ("d", "1"), ("b", "1"), ("c", "1")]
     assert interleave([]) == []
+    assert [r.key for r in interleave([[], part])] == [("d", "1"), ("a", "1")]
 
 
 def corpus() -> list[Turn]:
@@ -87,13 +101,44 @@ def knn(service: SearchService, query: str, **request) -> list[RowHit]:
 def test_the_knn_arm_reaches_the_answer_of_every_part(service) -> None:
     first = list(dict.fromkeys(r.key for r in knn(service, QUESTION)))[:3]
     assert {("c-conf", "t2"), ("c-bus", "t1")} <= set(first)
-    # exactly the whole query's rows and each part's, round-robin (no session lift to compare)
-    alone = {"split_questions": False, "session_weight": 0}
-    expected = interleave(
-        [
-            knn(service, QUESTION, **alone),
-            *(knn(service, p, **alone) for p in sub_questions(QUESTION)),
-        ]
-    )
+    # the whole query's rows (as without splitting) and each part's, round-robin; no session
+    # lift, so the whole query's rows are the plain kNN's
+    alone = knn(service, QUESTION, split_questions=False, session_weight=0)
+    request = SearchRequest(query=QUESTION, session_weight=0)
+    parts = service._part_rows(ALICE, request, sub_questions(QUESTION), NOW, None)
+    assert len(parts) == 2 and all(parts)
     split = knn(service, QUESTION, session_weight=0)
-    assert [(r.key, r.target) for r in split] == [(r.key, r.target) for r in expected]
+    assert [(r.key, r.target) for r in split] == [
+        (r.key, r.target) for r in interleave([alone, *parts])
+    ]
+
+
+def test_splitting_follows_the_request_then_the_settings(service, settings: Settings) -> None:
+    whole = [(r.key, r.target) for r in knn(service, QUESTION, split_questions=False)]
+    assert [(r.key, r.target) for r in knn(service, QUESTION)] != whole
+    off = SearchService(
+        settings.replace(search={"split_questions": False}), service.client, service.embedder
+    )
+    assert [(r.key, r.target) for r in knn(off, QUESTION)] == whole
+    assert [(r.key, r.target) for r in knn(off, QUESTION, split_questions=True)] != whole
+
+
+class PartsFail:
+    """The model failing on the parts only (a stand-in on purpose: this test is about the
+    embedding model failing): the whole query's vector comes from the real model."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+
+    def embed_query(self, text: str) -> list[float] | None:
+        if text == QUESTION:
+            return self.real.embed_query(text)
+        raise RuntimeError("model weights unavailable")
+
+
+def test_parts_that_cannot_be_embedded_leave_the_whole_query(service, settings: Settings) -> None:
+    failing = SearchService(settings, service.client, PartsFail(service.embedder))
+    whole = [(r.key, r.target) for r in knn(service, QUESTION, split_questions=False)]
+    assert [(r.key, r.target) for r in knn(failing, QUESTION)] == whole
+    response = failing.search(ALICE, SearchRequest(query=QUESTION), NOW)
+    assert response.hits and not response.warnings

@@ -216,7 +216,8 @@ class ArmExplain(BaseModel):
     lifted: float | None = Field(
         default=None,
         description="kNN arm under the session lift: the row's cosine plus session_weight times"
-        " `session`, the value that ordered the arm.",
+        " `session`, the value that ordered the whole query's rows (null on a row a part of a"
+        " compound question found first).",
     )
 
 

@@ -43,10 +43,11 @@ NOT_NAMES = frozenset(
 )
 """Capitalized, but times: months, weekdays, holidays and the words of relative dates."""
 LEADS = frozenset(
-    "a an the in to from at of about near around for with by on into through across over under"
+    "a an the in to from at of about near around on into through across over under"
     " visit visited visiting".split()
 )
-"""Prepositions, articles and visits: the name after one is the topic asked about."""
+"""Articles, visits and the prepositions of places and topics: the name after one is the topic
+asked about. Not "with", "for" or "by", which lead people ("with Caroline")."""
 _NAME = re.compile(r"\b([A-Z][a-z]+)(?:['’]s)?\b")
 _OPENS_SENTENCE = ".?!:;\"'(["
 """A word after one of these (or first in the query) is capitalized for its sentence."""

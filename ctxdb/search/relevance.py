@@ -4,7 +4,8 @@ a topic the memory never mentions scores like the top turn of a good match).
 
 A turn's relevance is its strongest arm signal, over the arms that returned it:
 
-    semantic  cosine similarity of the query and the turn's best kNN row
+    semantic  cosine similarity of the query (or of the compound question's part that found
+              the row) and the turn's best kNN row
               (Elasticsearch's cosine `_score` is (1 + cos) / 2)
     lexical   share of the query's content stems in the row (`coverage.py`)
     trigram   (share of the query's padded trigrams in the row) ** 2: the arm returns rows holding

@@ -60,7 +60,8 @@ Knob = TypeVar("Knob", float, bool)
 """The names of the bodies `run_arms` runs: arms, or arms and the session search."""
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
-"""Runs the text arms of searches while their queries embed (one thread per search in flight)."""
+"""Runs the text arms of searches while their queries embed, and the parts of a compound
+question while its whole kNN runs (one or two threads per search in flight)."""
 KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
 
 
@@ -491,16 +492,20 @@ class SearchService:
         body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
         s = self.settings.search
         weight = s.session_weight if request.session_weight is None else request.session_weight
-        if weight <= 0 or request.scope == "conversation":
-            rows = self.run_arms({"semantic": body}, routing)["semantic"]
-        else:
+        try:
+            if weight <= 0 or request.scope == "conversation":
+                rows = self.run_arms({"semantic": body}, routing)["semantic"]
+            else:
 
-            def run(bodies: dict[str, dict[str, Any]]) -> dict[str, list[RowHit]]:
-                return self.run_arms(bodies, routing)
+                def run(bodies: dict[str, dict[str, Any]]) -> dict[str, list[RowHit]]:
+                    return self.run_arms(bodies, routing)
 
-            rows = sessions.lifted_semantic(
-                run, body, principal, request, now, weight=weight, expand=s.session_expand
-            )
+                rows = sessions.lifted_semantic(
+                    run, body, principal, request, now, weight=weight, expand=s.session_expand
+                )
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()  # the whole query failed: nothing waits for its parts
         found = pending.result() if pending else []
         return {"semantic": subquestions.interleave([rows, *found])}
 
@@ -520,20 +525,24 @@ class SearchService:
         routing: str | None,
     ) -> list[list[RowHit]]:
         """The `CTXDB_SEARCH_KNN_K` best kNN rows of each of a compound question's `parts`, each
-        embedded by the same model and searched under the same row filter as the whole query
-        (none when a part cannot be embedded)."""
-        vectors = [self.embedder.embed_query(part) for part in parts] if self.embedder else []
-        if not vectors or None in vectors:
+        embedded by the same model and searched under the same row filter as the whole query;
+        none when a part cannot be embedded (the whole query's rows then stand alone)."""
+        try:
+            vectors = [self.embedder.embed_query(part) for part in parts] if self.embedder else []
+        except Exception as exc:  # noqa: BLE001 - the model failing must not fail the search
+            log.warning("embedding the parts of a compound question failed: %s", exc)
+            return []
+        ready = [vector for vector in vectors if vector is not None]
+        if not ready or len(ready) < len(parts):
             return []
         s = self.settings.search
         filt = row_filter(principal, request, now)
         candidates = max(s.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * s.knn_k))
         bodies = {
-            f"part{n}": semantic_body(
+            f"semantic (question part {n})": semantic_body(
                 vector, filt, k=s.knn_k, num_candidates=candidates, oversample=s.knn_oversample
             )
-            for n, vector in enumerate(vectors)
-            if vector is not None
+            for n, vector in enumerate(ready, start=1)
         }
         return list(self.run_arms(bodies, routing).values())
 
