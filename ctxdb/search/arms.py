@@ -62,6 +62,11 @@ class RowHit:
     def key(self) -> tuple[str, str]:
         return (self.conversation_id, self.turn_id)
 
+    @property
+    def identity(self) -> tuple[str, str, str, str | None]:
+        """The row itself: its turn, target and path (a turn has several rows)."""
+        return (self.conversation_id, self.turn_id, self.target, self.path)
+
 
 _STOPWORD_RE = re.compile(r"(?<![\w.])(?:" + "|".join(sorted(STOPWORDS)) + r")(?![\w.])", re.I)
 

@@ -65,6 +65,11 @@ question while its whole kNN runs (one or two threads per search in flight)."""
 KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
 
 
+def pick(value: Knob | None, default: Knob) -> Knob:
+    """A request's knob, else its configured default."""
+    return default if value is None else value
+
+
 class QueryEmbedder(Protocol):
     def embed_query(self, text: str) -> list[float] | None: ...
 
@@ -322,9 +327,7 @@ class SearchService:
         in the rows the arms search. The query as given in conversation scope, when
         `focus_names` (the request's, else the settings') is off, and when the counts cannot be
         read in full (the arms then report what is wrong)."""
-        on = (
-            self.settings.search.focus_names if request.focus_names is None else request.focus_names
-        )
+        on = pick(request.focus_names, self.settings.search.focus_names)
         topic, _ = split_time_hint(query)
         found = names.query_names(topic) if on and request.scope != "conversation" else {}
         if not found:
@@ -397,9 +400,6 @@ class SearchService:
         only when `cap_user_scope` (request, else settings) says so."""
         s = self.settings.search
         w = request.weights
-
-        def pick(value: Knob | None, default: Knob) -> Knob:
-            return default if value is None else value
 
         applies = request.scope != "conversation" and (
             s.cap_user_scope if request.cap_user_scope is None else request.cap_user_scope
@@ -512,8 +512,7 @@ class SearchService:
     def _sub_questions(self, request: SearchRequest, query: str) -> list[str]:
         """The parts of a compound `query` the kNN arm also asks (`subquestions`), when
         `split_questions` (the request's, else the settings') is on and a model embeds them."""
-        split = request.split_questions
-        on = self.settings.search.split_questions if split is None else split
+        on = pick(request.split_questions, self.settings.search.split_questions)
         return subquestions.sub_questions(query) if on and self.embedder else []
 
     def _part_rows(
@@ -530,7 +529,7 @@ class SearchService:
         try:
             vectors = [self.embedder.embed_query(part) for part in parts] if self.embedder else []
         except Exception as exc:  # noqa: BLE001 - the model failing must not fail the search
-            log.warning("embedding the parts of a compound question failed: %s", exc)
+            log.warning("embedding the parts of a compound question failed: %s", exc, exc_info=True)
             return []
         ready = [vector for vector in vectors if vector is not None]
         if not ready or len(ready) < len(parts):

@@ -63,7 +63,7 @@ def lift(
     """`rows` and `extra` (each row once) ordered by own cosine + `weight` x session cosine,
     each carrying its session cosine and that sum (what explain reports)."""
     floor = min(sessions.values(), default=0.0)
-    merged = {(r.key, r.target, r.path): r for r in [*extra, *rows]}
+    merged = {r.identity: r for r in [*extra, *rows]}
     lifted = []
     for row in merged.values():
         session = sessions.get(row.conversation_id, floor)

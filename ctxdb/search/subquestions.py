@@ -58,13 +58,9 @@ def sub_questions(query: str) -> list[str]:
 
 def interleave(ranked: Sequence[Sequence[RowHit]]) -> list[RowHit]:
     """The rows of every list, round-robin by rank, each row once (its first place)."""
-    seen: set[tuple[tuple[str, str], str, str | None]] = set()
-    out: list[RowHit] = []
+    merged: dict[tuple[str, str, str, str | None], RowHit] = {}
     for rank in range(max((len(rows) for rows in ranked), default=0)):
         for rows in ranked:
             if rank < len(rows):
-                row = rows[rank]
-                if (row.key, row.target, row.path) not in seen:
-                    seen.add((row.key, row.target, row.path))
-                    out.append(row)
-    return out
+                merged.setdefault(rows[rank].identity, rows[rank])
+    return list(merged.values())
