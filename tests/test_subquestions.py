@@ -9,9 +9,13 @@ into the kNN arm's first rows and none of his.
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from conftest_search import NOW, TENANT, Turn, build_memory
 
+import ctxdb.search.service as service_module
 from ctxdb.auth.credentials import Principal
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
@@ -142,3 +146,20 @@ def test_parts_that_cannot_be_embedded_leave_the_whole_query(service, settings: 
     assert [(r.key, r.target) for r in knn(failing, QUESTION)] == whole
     response = failing.search(ALICE, SearchRequest(query=QUESTION), NOW)
     assert response.hits and not response.warnings
+
+
+def test_parts_still_queued_when_the_whole_query_returns_are_awaited(
+    service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the parts' job may not have started when the whole query's kNN is back (here
+    the arms pool's only thread is busy for a moment): the search waits for it, never cancels
+    it (a 1M-row bench run once failed with CancelledError this way)."""
+    busy = ThreadPoolExecutor(1)
+    monkeypatch.setattr(service_module, "_ARMS_POOL", busy)
+    busy.submit(time.sleep, 1.0)
+    try:
+        split = [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
+    finally:
+        busy.shutdown()
+    monkeypatch.undo()
+    assert split == [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]

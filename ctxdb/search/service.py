@@ -503,9 +503,10 @@ class SearchService:
                 rows = sessions.lifted_semantic(
                     run, body, principal, request, now, weight=weight, expand=s.session_expand
                 )
-        finally:
-            if pending is not None and not pending.done():
+        except BaseException:
+            if pending is not None:
                 pending.cancel()  # the whole query failed: nothing waits for its parts
+            raise
         found = pending.result() if pending else []
         return {"semantic": subquestions.interleave([rows, *found])}
 
