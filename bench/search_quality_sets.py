@@ -6,6 +6,9 @@ realistic  `bench/data/realistic` (hand-written multi-session chats, `build_real
            the questions as written, relevant = their evidence turns, one category per kind.
 chitchat   `bench/data/chitchat` (real chats between people, the BYU Chit-Chat Challenge corpus,
            `build_chitchat_set.py`): single-hop, temporal, multi-hop and open-domain questions.
+realtalk   `bench/data/realtalk` (REALTALK: 21 days of real messaging between people, with the
+           questions and evidence its authors labeled; built from a local clone by
+           `build_realtalk_set.py`, not committed): the same four kinds.
 
 Each set lands its events into its own home and index prefix (`landing -> derive -> embed ->
 index`), with a ten-year retention so the fixed reference time of the set stays searchable.
@@ -40,6 +43,7 @@ from ctxdb.storage.delta import DeltaStore
 Key = tuple[str, str]
 REALISTIC = Path(__file__).parent / "data" / "realistic"
 CHITCHAT = Path(__file__).parent / "data" / "chitchat"
+REALTALK = Path(__file__).parent / "data" / "realtalk"
 EXACT_REFS_PER_TOPIC = 2  # keeps the one-turn ref queries from outnumbering the other categories
 RETENTION_DAYS = 3650
 TOP_K = 25  # every query asks for 25 turns; @5 and @10 read the head of that list
@@ -110,7 +114,7 @@ def realistic_set(
     events = (data / "events.jsonl").read_bytes()
     manifest = json.loads((data / "manifest.json").read_text())
     fingerprint = hashlib.sha256(events).hexdigest()[:10]
-    short = {"realistic": "real", "chitchat": "chat"}.get(name, name)
+    short = {"realistic": "real", "chitchat": "chat", "realtalk": "rtalk"}.get(name, name)
     settings = set_settings(base, prefix or f"bench-{short}-{fingerprint}")
     queries = []
     for line in (data / "questions.jsonl").read_text().splitlines():
@@ -235,6 +239,18 @@ def chitchat_set(base: Settings) -> QuerySet:
     """Real conversations between people (`bench/data/chitchat`, `build_chitchat_set.py`):
     questions the partners asked, labeled with the user's answer turns."""
     return realistic_set(base, CHITCHAT, name="chitchat")
+
+
+def realtalk_set(base: Settings) -> QuerySet:
+    """Real messaging between people with their authors' questions (`bench/data/realtalk`,
+    built locally by `build_realtalk_set.py`; its source carries no license, so it is not
+    committed)."""
+    if not (REALTALK / "questions.jsonl").exists():
+        raise FileNotFoundError(
+            f"{REALTALK} is not built: clone https://github.com/danny911kr/REALTALK and run "
+            ".venv/bin/python bench/build_realtalk_set.py PATH/REALTALK"
+        )
+    return realistic_set(base, REALTALK, name="realtalk")
 
 
 def generator_set(
