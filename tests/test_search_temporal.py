@@ -68,14 +68,49 @@ def test_months_and_seasons_with_a_lead_are_split_off(query: str, rest: str, phr
 @pytest.mark.parametrize(
     "query",
     [
-        "what is happening on 12 December",  # a date next to the month: maybe the very text
-        "the wedding in October 17",
         "what may I bring",  # a month name without a lead is a word
         "before her fall",
+        "pandas 1.2.3 and numpy 10.1.24",  # version numbers are not dates
+        "what happened on 31.02.2024",  # no such day
+        "I have 2 mayflies",
     ],
 )
-def test_month_names_that_may_be_content_stay(query: str) -> None:
+def test_month_names_and_numbers_that_are_not_times_stay(query: str) -> None:
     assert split_time_hint(query) == (query, None)
+
+
+NOW = datetime(2024, 1, 28, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("query", "day"),
+    [
+        ("What kind of pasta did Kate make on 29 Dec 2023?", datetime(2023, 12, 29)),
+        ("What class did Kevin have on 21.01.2024?", datetime(2024, 1, 21)),
+        ("what happened on the 17th of January, 2024 with a stray cat", datetime(2024, 1, 17)),
+        ("the deploy on 2024-01-03", datetime(2024, 1, 3)),
+        ("the meeting of 5/13/2023", datetime(2023, 5, 13)),
+        ("the meeting of 13/5/2023", datetime(2023, 5, 13)),  # 13 cannot be a month
+        ("Dec. 5, 2023 party", datetime(2023, 12, 5)),
+        # no year: the latest such day up to now
+        ("what is happening on 12 December", datetime(2023, 12, 12)),
+        ("the wedding in October 17", datetime(2023, 10, 17)),
+        ("what did we plan for January 28th", datetime(2024, 1, 28)),
+        ("what did we plan for Feb 29", datetime(2020, 2, 29)),
+    ],
+)
+def test_dates_keep_their_text_and_name_their_day(query: str, day: datetime) -> None:
+    stripped, hint = split_time_hint(query)
+    assert stripped == query  # the date may be the very text to match
+    assert hint is not None and hint.phrase in query
+    start = day.replace(tzinfo=UTC)
+    assert hint.window(NOW) == (start - timedelta(hours=12), start + timedelta(hours=36))
+
+
+def test_a_relative_expression_comes_before_a_date() -> None:
+    stripped, hint = split_time_hint("the 12 December concert from last week")
+    assert stripped == "the 12 December concert"
+    assert hint is not None and hint.day is None and hint.phrase == "from last week"
 
 
 @pytest.mark.parametrize(

@@ -37,11 +37,13 @@ COMMON_MIN_CONVERSATIONS = 10
 """...in a memory of at least this many conversations."""
 NOT_NAMES = frozenset(
     "january february march april may june july august september october november december"
+    " jan feb mar apr jun jul aug sep sept oct nov dec"
     " monday tuesday wednesday thursday friday saturday sunday"
     " christmas christmases easter thanksgiving halloween hanukkah diwali ramadan eid"
     " yesterday today tonight tomorrow last next week weekend month year".split()
 )
-"""Capitalized, but times: months, weekdays, holidays and the words of relative dates."""
+"""Capitalized, but times: months (and their short forms), weekdays, holidays and the words of
+relative dates."""
 LEADS = frozenset(
     "a an the in to from at of about near around on into through across over under"
     " visit visited visiting".split()

@@ -1,18 +1,27 @@
 """Time expressions in a query ("from last week", "yesterday", "3 days ago", "back in March",
-"last spring").
+"last spring", "on 29 Dec 2023", "on 21.01.2024").
 
-They say *when*, not *what*: left in the query they make BM25 and trigram arms match any row that
-happens to contain "week" or "last", outvoting the semantic arm on the topic words. They are cut
-from the text the lexical arms see (the semantic arm still gets the whole query) and returned as a
-hint of how far back the caller is looking. Written by hand: the date-parsing libraries on PyPI
-parse absolute dates, not a phrase's span inside free text.
+Relative ones say *when*, not *what*: left in the query they make BM25 and trigram arms match any
+row that happens to contain "week" or "last", outvoting the semantic arm on the topic words. They
+are cut from the text the lexical arms see (the semantic arm still gets the whole query) and
+returned as a hint of how far back the caller is looking.
+
+A date ("on 29 Dec 2023", "December 29th", "21.01.2024", "2024-01-21") names a day, which the
+hint's window spans with half a day on either side (the caller's day is local, turn times are
+UTC). Its text stays in the query: "what's happening on 12 December?" may ask for a turn that
+says "12 December" as much as for one written that day. A date without a year is the latest such
+day up to now. Numeric dates need a four-digit year (so version numbers are not dates); dotted
+ones are day first, slashed ones month first unless the first number cannot be a month.
+
+Written by hand: the date-parsing libraries on PyPI parse a string that is a date, not a
+phrase's span inside free text.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 _UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
 _UNIT = r"(?P<unit>day|week|month|year)s?"
@@ -39,6 +48,30 @@ _PATTERN = re.compile(
     re.IGNORECASE,
 )
 
+_MONTH_WORD = (
+    r"(?P<{}>january|february|march|april|june|july|august|september|october|november|december"
+    r"|jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)\b\.?"
+)
+_ORDINAL = r"(?:st|nd|rd|th)?"
+_DATE = re.compile(
+    r"(?<![\w.])(?:(?:on|from|of|since|before|after|until|by)\s+)?(?:the\s+)?(?:"
+    r"(?P<iso_y>\d{4})-(?P<iso_m>\d{1,2})-(?P<iso_d>\d{1,2})"
+    r"|(?P<dot_d>\d{1,2})\.(?P<dot_m>\d{1,2})\.(?P<dot_y>\d{4})"
+    r"|(?P<sl_a>\d{1,2})/(?P<sl_b>\d{1,2})/(?P<sl_y>\d{4})"
+    r"|(?P<dm_d>\d{1,2})"
+    + _ORDINAL
+    + r"\s+(?:of\s+)?"
+    + _MONTH_WORD.format("dm_m")
+    + r"(?:,?\s+(?P<dm_y>\d{4}))?"
+    r"|"
+    + _MONTH_WORD.format("md_m")
+    + r"\s+(?P<md_d>\d{1,2})"
+    + _ORDINAL
+    + r"(?:,?\s+(?P<md_y>\d{4}))?"
+    r")(?![\w.]*\d)",
+    re.IGNORECASE,
+)
+_DAY_SLACK = timedelta(hours=12)
 
 _MONTHS = (
     "january february march april may june july august september october november december"
@@ -55,13 +88,19 @@ class TimeHint:
     phrase: str
     lookback: timedelta
     calendar: str | None = None
+    day: tuple[int | None, int, int] | None = None
+    """(year or None, month, day) of a date."""
 
     def since(self, now: datetime) -> datetime:
         return now - self.lookback
 
     def window(self, now: datetime) -> tuple[datetime, datetime]:
         """The span the expression names: the last `lookback` for relative expressions; the
-        latest month or season (3 months) that began at least a week before `now`."""
+        latest month or season (3 months) that began at least a week before `now`; a date's day
+        and half a day on either side."""
+        if self.day is not None:
+            start = datetime.combine(_latest(self.day, now), datetime.min.time(), now.tzinfo)
+            return start - _DAY_SLACK, start + timedelta(days=1) + _DAY_SLACK
         if self.calendar is None:
             return now - self.lookback, now
         if self.calendar in _SEASON_START:
@@ -93,15 +132,65 @@ def _lookback(match: re.Match[str]) -> timedelta:
     return timedelta(days=2 if groups["word"].lower() == "yesterday" else 1)
 
 
+def _latest(day: tuple[int | None, int, int], now: datetime) -> date:
+    """The date itself, or without a year the latest such day up to `now`."""
+    year, month, dom = day
+    if year is not None:
+        return date(year, month, dom)
+    for back in range(9):  # 29 February comes back within eight years
+        try:
+            found = date(now.year - back, month, dom)
+        except ValueError:
+            continue
+        if found <= now.date():
+            return found
+    return date(now.year - 8, month, dom)
+
+
+def _month(word: str) -> int:
+    return next(n for n, name in enumerate(_MONTHS, start=1) if name.startswith(word[:3].lower()))
+
+
+def _date_of(match: re.Match[str]) -> tuple[int | None, int, int] | None:
+    """(year or None, month, day) of a `_DATE` match, None when no such day exists."""
+    g = match.groupdict()
+    if g["iso_y"]:
+        parts: tuple[int | None, int, int] = (int(g["iso_y"]), int(g["iso_m"]), int(g["iso_d"]))
+    elif g["dot_y"]:
+        parts = (int(g["dot_y"]), int(g["dot_m"]), int(g["dot_d"]))
+    elif g["sl_y"]:
+        a, b = int(g["sl_a"]), int(g["sl_b"])
+        parts = (int(g["sl_y"]), b, a) if a > 12 else (int(g["sl_y"]), a, b)
+    elif g["dm_m"]:
+        parts = (int(g["dm_y"]) if g["dm_y"] else None, _month(g["dm_m"]), int(g["dm_d"]))
+    else:
+        parts = (int(g["md_y"]) if g["md_y"] else None, _month(g["md_m"]), int(g["md_d"]))
+    try:
+        date(parts[0] or 2000, parts[1], parts[2])  # 2000 is a leap year: 29 February exists
+    except ValueError:
+        return None
+    return parts
+
+
+def date_hint(query: str) -> TimeHint | None:
+    """The hint of the query's first date (module docstring), None without one."""
+    for match in _DATE.finditer(query):
+        day = _date_of(match)
+        if day is not None:
+            return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
+    return None
+
+
 def split_time_hint(query: str) -> tuple[str, TimeHint | None]:
-    """The query without its first relative time expression, and that expression as a hint.
+    """The query without its first relative time expression, and that expression as a hint;
+    without one, the query whole and its first date as the hint.
 
     A query that is nothing but a time expression is returned unchanged (there is no topic left
     to search for).
     """
     match = _PATTERN.search(query)
     if match is None:
-        return query, None
+        return query, date_hint(query)
     rest = " ".join((query[: match.start()] + " " + query[match.end() :]).split())
     if not rest:
         return query, None
