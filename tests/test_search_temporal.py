@@ -104,7 +104,7 @@ def test_dates_keep_their_text_and_name_their_day(query: str, day: datetime) -> 
     assert stripped == query  # the date may be the very text to match
     assert hint is not None and hint.phrase in query
     start = day.replace(tzinfo=UTC)
-    assert hint.window(NOW) == (start - timedelta(hours=12), start + timedelta(hours=36))
+    assert hint.window(NOW) == (start - timedelta(days=1), start + timedelta(days=2))
 
 
 def test_a_relative_expression_comes_before_a_date() -> None:
