@@ -134,6 +134,15 @@ class Collected:
     text: str  # the query the arms searched for (`SearchService.focused_query`)
 
 
+def suffixed(qs: QuerySet, base: Settings, suffix: str) -> None:
+    """Give the set its own home and indices under its prefix plus `suffix` (none when empty)."""
+    if suffix:
+        prefix = qs.settings.elasticsearch.index_prefix + suffix
+        qs.settings = qs.settings.replace(
+            home=base.home / prefix, elasticsearch={"index_prefix": prefix}
+        )
+
+
 def cache_key(qs: QuerySet) -> str:
     """The set, the version of its built `role_rows` (a derivation change rebuilds the rows the
     arms read), the arm settings and the source of the code that builds arm bodies."""
@@ -612,11 +621,7 @@ def main(
         except FileNotFoundError as missing:  # a set built locally only (realtalk)
             typer.echo(f"{name}: left out, {missing}")
             continue
-        if prefix_suffix:
-            prefix = qs.settings.elasticsearch.index_prefix + prefix_suffix
-            qs.settings = qs.settings.replace(
-                home=base.home / prefix, elasticsearch={"index_prefix": prefix}
-            )
+        suffixed(qs, base, prefix_suffix)
         built = build_memory(qs, embedder, full=rederive)
         typer.echo(f"{name}: {qs.turns} turns, {len(qs.queries)} queries, built in {built:.0f}s")
         service = SearchService(qs.settings, make_client(qs.settings), ModelQueryEmbedder(embedder))

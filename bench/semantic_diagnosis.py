@@ -17,11 +17,15 @@ the turn's owner and with the service's own row filter:
                max      the better of `plain` and `prev` per row (two vectors per row)
                session  `plain` plus 0.5 x the cosine of the row's session vector (the
                         normalised mean of the session's row vectors): session-level expansion
+               chunks   the best of `plain` and the vectors of a long row's further pieces
+                        (`CHUNK_WORDS` words each, from word `CHUNK_WORDS` on): what the
+                        model's window cuts off a long row, embedded apart
 
 Rows of a turn collapse to the turn's best row, as the service ranks an arm. Also counted: rows
 of more than 190 words, about where the model's 256-token window truncates them.
 
-Run: `.venv/bin/python bench/semantic_diagnosis.py [--sets chitchat,realistic,generator]`.
+Run: `.venv/bin/python bench/semantic_diagnosis.py [--sets chitchat,realistic,generator]
+[--prefix-suffix -ctx]`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from bench_search_quality import CACHE, SETS, arm_alone, collected_rows
+from bench_search_quality import CACHE, SETS, arm_alone, collected_rows, suffixed
 from elasticsearch import helpers
 from search_quality_metrics import query_metrics, summarize
 
@@ -52,6 +56,7 @@ VARIANTS = ("plain", "prev", "header", "asked")
 WIDE = 5000
 SESSION_WEIGHT = 0.5
 LONG_WORDS = 190  # about the 254 content tokens of the model's window
+CHUNK_WORDS = 150
 ROW_FIELDS = ["conversation_id", "turn_id", "target", "ts", "text"]
 
 
@@ -114,6 +119,18 @@ def last_question(text: str) -> str:
     return found[-1].strip() if found else ""
 
 
+def tail_chunks(texts: list[str]) -> tuple[list[int], list[str]]:
+    """(row index, piece) of every row's words past the first `CHUNK_WORDS`, in pieces of
+    `CHUNK_WORDS`."""
+    owners, pieces = [], []
+    for i, text in enumerate(texts):
+        words = text.split()
+        for start in range(CHUNK_WORDS, len(words), CHUNK_WORDS):
+            owners.append(i)
+            pieces.append(" ".join(words[start : start + CHUNK_WORDS]))
+    return owners, pieces
+
+
 def session_vectors(vectors: np.ndarray, convs: list[str]) -> np.ndarray:
     """Per row, the normalised mean of its conversation's row vectors (a session-level row)."""
     groups: dict[str, list[int]] = defaultdict(list)
@@ -152,6 +169,7 @@ def main(
     sets: Annotated[str, typer.Option(help="Comma-separated set names.")] = (
         "chitchat,realistic,generator"
     ),
+    prefix_suffix: Annotated[str, typer.Option(help="Appended to each set's prefix.")] = "",
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
 ) -> None:
     base = get_settings()
@@ -159,6 +177,7 @@ def main(
     report: dict[str, Any] = {"model_id": embedder.model_id, "sets": {}}
     for name in sets.split(","):
         qs = SETS[name](base)
+        suffixed(qs, base, prefix_suffix)
         client = make_client(qs.settings)
         alias = alias_name(qs.settings.elasticsearch.index_prefix, ROWS)
         service = SearchService(qs.settings, client, ModelQueryEmbedder(embedder))
@@ -176,6 +195,9 @@ def main(
         }
         keys = [(rows[r]["conversation_id"], rows[r]["turn_id"]) for r in ids]
         session_of = session_vectors(vectors["plain"], [k[0] for k in keys])
+        owners, pieces = tail_chunks([texts["plain"][r] for r in ids])
+        tails = cached_vectors(embedder, name, "chunks", pieces) if pieces else None
+        owner_of = np.array(owners, dtype=np.int64)
         filters: dict[str, np.ndarray] = {}
         results: dict[str, list] = defaultdict(list)
         for c in collected:
@@ -193,6 +215,10 @@ def main(
             sims = {v: vectors[v][rows_in] @ qv for v in VARIANTS}
             sims["max"] = np.maximum(sims["plain"], sims["prev"])
             sims["session"] = sims["plain"] + SESSION_WEIGHT * (session_of[rows_in] @ qv)
+            best = vectors["plain"] @ qv
+            if tails is not None:
+                np.maximum.at(best, owner_of, tails @ qv)
+            sims["chunks"] = best[rows_in]
             for variant, sim in sims.items():
                 ranked = [keys[rows_in[i]] for i in np.argsort(-sim, kind="stable")]
                 top = list(dict.fromkeys(ranked))[:25]
