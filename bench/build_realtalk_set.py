@@ -44,7 +44,9 @@ SOURCE_COMMIT = "b903e06a9770bf4e5fe9018c3e132889666d3b4a"
 _CHAT = re.compile(r"Chat_(\d+)_.+\.json")
 _SESSION = re.compile(r"session_(\d+)")
 _ID = re.compile(r"D(\d+):(\d+)")
-_RANGE = re.compile(r"D(\d+):(\d+)\s*-\s*D(\d+):(\d+)")
+_RANGE = re.compile(r"D(\d+):(\d+)\s*[-–]\s*(?:D(\d+):)?(\d+)")
+KINDS = {2: "temporal", 3: "open-domain"}
+"""Kinds by category; category 1 (fact) is single- or multi-hop by its evidence's sessions."""
 
 
 @dataclass
@@ -79,13 +81,16 @@ def session_turns(
     return turns, where
 
 
-def evidence_ids(raw: list[str]) -> list[tuple[int, int]]:
-    """(session, message) of every id in `raw`, ranges within one session expanded."""
+def evidence_ids(raw: list[str] | str) -> list[tuple[int, int]]:
+    """(session, message) of every id in `raw`: ranges within one session ("D12:3-D12:5",
+    "D1:3-5", either order) expanded, a range across sessions read as its two ends."""
     out: list[tuple[int, int]] = []
-    for item in raw:
+    for item in [raw] if isinstance(raw, str) else raw:
         for s1, m1, s2, m2 in _RANGE.findall(item):
+            s2 = s2 or s1
             if s1 == s2:
-                out += [(int(s1), n) for n in range(int(m1), int(m2) + 1)]
+                low, high = sorted((int(m1), int(m2)))
+                out += [(int(s1), n) for n in range(low, high + 1)]
             else:
                 out += [(int(s1), int(m1)), (int(s2), int(m2))]
         out += [(int(s), int(n)) for s, n in _ID.findall(_RANGE.sub("", item))]
@@ -93,11 +98,11 @@ def evidence_ids(raw: list[str]) -> list[tuple[int, int]]:
 
 
 def kind_of(category: int, sessions: set[str]) -> str:
-    if category == 2:
-        return "temporal"
-    if category == 3:
-        return "open-domain"
-    return "single-hop" if len(sessions) == 1 else "multi-hop"
+    if category == 1:
+        return "single-hop" if len(sessions) == 1 else "multi-hop"
+    if category not in KINDS:
+        raise ValueError(f"unknown REALTALK question category {category!r}")
+    return KINDS[category]
 
 
 def chat_set(
@@ -131,7 +136,7 @@ def chat_set(
                 "id": f"{user_id}-q{len(questions) + 1:03d}",
                 "user_id": user_id,
                 "tenant": TENANT,
-                "kind": kind_of(q["category"], {conv for conv, _ in found}),
+                "kind": kind_of(int(q["category"]), {conv for conv, _ in found}),
                 "how": f"category {q['category']}",
                 "question": q["question"],
                 "answer": str(q["answer"]),

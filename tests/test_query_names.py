@@ -44,6 +44,12 @@ def aggregations(total: int, **conversations: int) -> dict:
     return {"conversations": {"value": total}, "names": {"buckets": buckets}}
 
 
+def test_a_date_is_never_a_name_and_stays_whole() -> None:
+    query = "What did Jan buy on 5 Jan 2024?"
+    assert names.query_names(query) == {"Jan": "jan"}  # the person, not the month
+    assert names.without_names(query, {"Jan"}) == "What did buy on 5 Jan 2024?"
+
+
 def test_left_out_are_unknown_names_and_names_in_most_conversations() -> None:
     found = {"Alex": "alex", "Osaka": "osaka", "Caroline": "carolin", "Ben": "ben"}
     counts = aggregations(4, alex=0, osaka=1, carolin=2)  # no bucket for ben: it stays

@@ -73,6 +73,12 @@ def test_months_and_seasons_with_a_lead_are_split_off(query: str, rest: str, phr
         "pandas 1.2.3 and numpy 10.1.24",  # version numbers are not dates
         "what happened on 31.02.2024",  # no such day
         "I have 2 mayflies",
+        "the cert expires 9999-12-31",  # placeholder years are not days anyone talked on
+        "rows from 0001-01-01",
+        "we may 2x the budget",  # a number run into a word is no day
+        "may 5 people come",  # "may" is a month only capitalized
+        "dec 10k rows",
+        "3/4 of them",
     ],
 )
 def test_month_names_and_numbers_that_are_not_times_stay(query: str) -> None:
@@ -92,11 +98,16 @@ NOW = datetime(2024, 1, 28, 12, 0, tzinfo=UTC)
         ("the meeting of 5/13/2023", datetime(2023, 5, 13)),
         ("the meeting of 13/5/2023", datetime(2023, 5, 13)),  # 13 cannot be a month
         ("Dec. 5, 2023 party", datetime(2023, 12, 5)),
-        # no year: the latest such day up to now
+        ("the deploy at 2024-01-03T10:00Z", datetime(2024, 1, 3)),
+        ("the deploy of 2024/01/03", datetime(2024, 1, 3)),
+        ("the meeting of 5.13.2023", datetime(2023, 5, 13)),  # 13 cannot be a month
+        # no year: the nearest such day (the past one on a tie)
         ("what is happening on 12 December", datetime(2023, 12, 12)),
         ("the wedding in October 17", datetime(2023, 10, 17)),
         ("what did we plan for January 28th", datetime(2024, 1, 28)),
-        ("what did we plan for Feb 29", datetime(2020, 2, 29)),
+        ("what do we do on Feb 2", datetime(2024, 2, 2)),
+        ("what do we do on March 3", datetime(2024, 3, 3)),  # 35 days ahead, not 331 back
+        ("what did we plan for Feb 29", datetime(2024, 2, 29)),
     ],
 )
 def test_dates_keep_their_text_and_name_their_day(query: str, day: datetime) -> None:

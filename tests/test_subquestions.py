@@ -154,6 +154,7 @@ def test_parts_still_queued_when_the_whole_query_returns_are_awaited(
     """Under load the parts' job may not have started when the whole query's kNN is back (here
     the arms pool's only thread is busy for a moment): the search waits for it, never cancels
     it (a 1M-row bench run once failed with CancelledError this way)."""
+    expected = [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
     busy = ThreadPoolExecutor(1)
     monkeypatch.setattr(service_module, "_ARMS_POOL", busy)
     busy.submit(time.sleep, 1.0)
@@ -161,5 +162,4 @@ def test_parts_still_queued_when_the_whole_query_returns_are_awaited(
         split = [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
     finally:
         busy.shutdown()
-    monkeypatch.undo()
-    assert split == [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
+    assert split == expected

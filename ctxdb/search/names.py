@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ctxdb.search.temporal import date_spans
 from ctxdb.text import stems
 
 COMMON_SHARE = 0.5
@@ -37,13 +38,12 @@ COMMON_MIN_CONVERSATIONS = 10
 """...in a memory of at least this many conversations."""
 NOT_NAMES = frozenset(
     "january february march april may june july august september october november december"
-    " jan feb mar apr jun jul aug sep sept oct nov dec"
     " monday tuesday wednesday thursday friday saturday sunday"
     " christmas christmases easter thanksgiving halloween hanukkah diwali ramadan eid"
     " yesterday today tonight tomorrow last next week weekend month year".split()
 )
-"""Capitalized, but times: months (and their short forms), weekdays, holidays and the words of
-relative dates."""
+"""Capitalized, but times: months, weekdays, holidays and the words of relative dates. (A month's
+short form in a date, "5 Jan 2024", is part of the date: `query_names`.)"""
 LEADS = frozenset(
     "a an the in to from at of about near around on into through across over under"
     " visit visited visiting".split()
@@ -57,11 +57,14 @@ _OPENS_SENTENCE = ".?!:;\"'(["
 
 def query_names(query: str) -> dict[str, str]:
     """The query's names that may be left out, with their stems: capitalized words that do not
-    open the query or a sentence, are neither times nor stopwords, and no preposition or article
-    leads anywhere in the query."""
+    open the query or a sentence, are neither times nor stopwords nor part of a date, and no
+    preposition or article leads anywhere in the query."""
     found: dict[str, str] = {}
     led: set[str] = set()
+    dates = date_spans(query)
     for match in _NAME.finditer(query):
+        if any(start <= match.start() < end for start, end in dates):
+            continue
         before = query[: match.start()].rstrip()
         word = match.group(1)
         if not before or before[-1] in _OPENS_SENTENCE or word.lower() in NOT_NAMES:
@@ -120,6 +123,10 @@ def without_names(query: str, dropped: set[str]) -> str:
     if not dropped:
         return query
     words = "|".join(re.escape(word) for word in sorted(dropped))
-    out = re.sub(rf"\b(?:{words})(?:['’]s)?(?!\w)", " ", query)
-    out = re.sub(r"\s+", " ", out).strip()
+    name = re.compile(rf"\b(?:{words})(?:['’]s)?(?!\w)")
+    pieces, last = [], 0
+    for start, end in date_spans(query):  # "Jan" the person goes, "5 Jan 2024" stays whole
+        pieces += [name.sub(" ", query[last:start]), query[start:end]]
+        last = end
+    out = re.sub(r"\s+", " ", "".join([*pieces, name.sub(" ", query[last:])])).strip()
     return out if stems(out) else query

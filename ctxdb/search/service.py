@@ -489,10 +489,10 @@ class SearchService:
             if parts
             else None
         )
-        body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
         s = self.settings.search
         weight = s.session_weight if request.session_weight is None else request.session_weight
         try:
+            body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
             if weight <= 0 or request.scope == "conversation":
                 rows = self.run_arms({"semantic": body}, routing)["semantic"]
             else:

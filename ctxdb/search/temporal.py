@@ -12,9 +12,10 @@ next ("yesterday I..."), a plan for it the day before, and the caller's day is l
 times are UTC. (Chosen on REALTALK's 42 dated questions, the only set that asks by date: any@10
 .762 with half a day either side, .881 with a day, .857 with a day and a half.) Its text stays
 in the query: "what's happening on 12 December?" may ask for a turn that says "12 December" as
-much as for one written that day. A date without a year is the latest such day up to now.
-Numeric dates need a four-digit year (so version numbers are not dates); dotted ones are day
-first, slashed ones month first unless the first number cannot be a month.
+much as for one written that day. A date without a year is the nearest such day. Numeric dates
+need a four-digit year between 1900 and 2100 (so "1.2.3" or "9999-12-31" are not dates); dotted
+ones are day first and slashed ones month first, unless that number cannot be a month; "May"
+is a month only capitalized.
 
 Written by hand: the date-parsing libraries on PyPI parse a string that is a date, not a
 phrase's span inside free text.
@@ -53,13 +54,13 @@ _PATTERN = re.compile(
 
 _MONTH_WORD = (
     r"(?P<{}>january|february|march|april|june|july|august|september|october|november|december"
-    r"|jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec)\b\.?"
+    r"|jan|feb|mar|apr|(?-i:May)|jun|jul|aug|sept?|oct|nov|dec)\b\.?"
 )
 _ORDINAL = r"(?:st|nd|rd|th)?"
 _DATE = re.compile(
     r"(?<![\w.])(?:(?:on|from|of|since|before|after|until|by)\s+)?(?:the\s+)?(?:"
-    r"(?P<iso_y>\d{4})-(?P<iso_m>\d{1,2})-(?P<iso_d>\d{1,2})"
-    r"|(?P<dot_d>\d{1,2})\.(?P<dot_m>\d{1,2})\.(?P<dot_y>\d{4})"
+    r"(?P<iso_y>\d{4})[-/](?P<iso_m>\d{1,2})[-/](?P<iso_d>\d{1,2})(?:T\d[\d:.]*Z?)?"
+    r"|(?P<dot_a>\d{1,2})\.(?P<dot_b>\d{1,2})\.(?P<dot_y>\d{4})"
     r"|(?P<sl_a>\d{1,2})/(?P<sl_b>\d{1,2})/(?P<sl_y>\d{4})"
     r"|(?P<dm_d>\d{1,2})"
     + _ORDINAL
@@ -71,10 +72,12 @@ _DATE = re.compile(
     + r"\s+(?P<md_d>\d{1,2})"
     + _ORDINAL
     + r"(?:,?\s+(?P<md_y>\d{4}))?"
-    r")(?![\w.]*\d)",
+    r")(?![\w-]|[.,/]\d)",
     re.IGNORECASE,
 )
 _DAY_SLACK = timedelta(days=1)
+MIN_YEAR, MAX_YEAR = 1900, 2100
+"""Years a date in a query may name."""
 
 _MONTHS = (
     "january february march april may june july august september october november december"
@@ -136,18 +139,20 @@ def _lookback(match: re.Match[str]) -> timedelta:
 
 
 def _latest(day: tuple[int | None, int, int], now: datetime) -> date:
-    """The date itself, or without a year the latest such day up to `now`."""
+    """The date itself, or without a year the nearest such day to `now` (the past one on a
+    tie): "on 12 December" asked in January is last December's, "for Dec 31" asked on 28
+    December this year's."""
     year, month, dom = day
     if year is not None:
         return date(year, month, dom)
-    for back in range(9):  # 29 February comes back within eight years
+    today = now.date()
+    found = []
+    for offset in range(-8, 9):  # 29 February comes back within eight years
         try:
-            found = date(now.year - back, month, dom)
+            found.append(date(now.year + offset, month, dom))
         except ValueError:
             continue
-        if found <= now.date():
-            return found
-    return date(now.year - 8, month, dom)
+    return min(found, key=lambda d: (abs((d - today).days), d > today))
 
 
 def _month(word: str) -> int:
@@ -159,20 +164,28 @@ def _date_of(match: re.Match[str]) -> tuple[int | None, int, int] | None:
     g = match.groupdict()
     if g["iso_y"]:
         parts: tuple[int | None, int, int] = (int(g["iso_y"]), int(g["iso_m"]), int(g["iso_d"]))
-    elif g["dot_y"]:
-        parts = (int(g["dot_y"]), int(g["dot_m"]), int(g["dot_d"]))
-    elif g["sl_y"]:
+    elif g["dot_y"]:  # day first, unless the second number cannot be a month
+        a, b = int(g["dot_a"]), int(g["dot_b"])
+        parts = (int(g["dot_y"]), a, b) if b > 12 else (int(g["dot_y"]), b, a)
+    elif g["sl_y"]:  # month first, unless the first number cannot be a month
         a, b = int(g["sl_a"]), int(g["sl_b"])
         parts = (int(g["sl_y"]), b, a) if a > 12 else (int(g["sl_y"]), a, b)
     elif g["dm_m"]:
         parts = (int(g["dm_y"]) if g["dm_y"] else None, _month(g["dm_m"]), int(g["dm_d"]))
     else:
         parts = (int(g["md_y"]) if g["md_y"] else None, _month(g["md_m"]), int(g["md_d"]))
+    if parts[0] is not None and not MIN_YEAR <= parts[0] <= MAX_YEAR:
+        return None  # placeholders ("9999-12-31", "0001-01-01"), not days anyone talked on
     try:
         date(parts[0] or 2000, parts[1], parts[2])  # 2000 is a leap year: 29 February exists
     except ValueError:
         return None
     return parts
+
+
+def date_spans(query: str) -> list[tuple[int, int]]:
+    """Where the query's dates are (their words are not names: `ctxdb.search.names`)."""
+    return [m.span() for m in _DATE.finditer(query) if _date_of(m) is not None]
 
 
 def date_hint(query: str) -> TimeHint | None:
