@@ -105,7 +105,7 @@ class TimeHint:
         latest month or season (3 months) that began at least a week before `now`; a date's day
         and the days either side of it."""
         if self.day is not None:
-            start = datetime.combine(_latest(self.day, now), datetime.min.time(), now.tzinfo)
+            start = datetime.combine(_nearest(self.day, now), datetime.min.time(), now.tzinfo)
             return start - _DAY_SLACK, start + timedelta(days=1) + _DAY_SLACK
         if self.calendar is None:
             return now - self.lookback, now
@@ -138,7 +138,7 @@ def _lookback(match: re.Match[str]) -> timedelta:
     return timedelta(days=2 if groups["word"].lower() == "yesterday" else 1)
 
 
-def _latest(day: tuple[int | None, int, int], now: datetime) -> date:
+def _nearest(day: tuple[int | None, int, int], now: datetime) -> date:
     """The date itself, or without a year the nearest such day to `now` (the past one on a
     tie): "on 12 December" asked in January is last December's, "for Dec 31" asked on 28
     December this year's."""
