@@ -24,6 +24,7 @@ phrase's span inside free text.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
@@ -52,9 +53,15 @@ _PATTERN = re.compile(
     re.IGNORECASE,
 )
 
+_MONTHS = (
+    "january february march april may june july august september october november december"
+).split()
 _MONTH_WORD = (
-    r"(?P<{}>january|february|march|april|june|july|august|september|october|november|december"
-    r"|jan|feb|mar|apr|(?-i:May)|jun|jul|aug|sept?|oct|nov|dec)\b\.?"
+    "(?P<{}>"
+    + "|".join(m for m in _MONTHS if m != "may")
+    + "|"
+    + "|".join(m[:3] for m in _MONTHS if m != "may")
+    + r"|sept|(?-i:May))\b\.?"  # "May" is a month only capitalized
 )
 _ORDINAL = r"(?:st|nd|rd|th)?"
 _DATE = re.compile(
@@ -79,9 +86,6 @@ _DAY_SLACK = timedelta(days=1)
 MIN_YEAR, MAX_YEAR = 1900, 2100
 """Years a date in a query may name."""
 
-_MONTHS = (
-    "january february march april may june july august september october november december"
-).split()
 _SEASON_START = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
 _SETTLE = timedelta(days=7)  # "in December" asked on 1 December means the December before
 
@@ -183,18 +187,26 @@ def _date_of(match: re.Match[str]) -> tuple[int | None, int, int] | None:
     return parts
 
 
+def _dates(query: str) -> Iterator[tuple[re.Match[str], tuple[int | None, int, int]]]:
+    """Every date of the query: its match and (year or None, month, day)."""
+    for match in _DATE.finditer(query):
+        day = _date_of(match)
+        if day is not None:
+            yield match, day
+
+
 def date_spans(query: str) -> list[tuple[int, int]]:
     """Where the query's dates are (their words are not names: `ctxdb.search.names`)."""
-    return [m.span() for m in _DATE.finditer(query) if _date_of(m) is not None]
+    return [match.span() for match, _ in _dates(query)]
 
 
 def date_hint(query: str) -> TimeHint | None:
     """The hint of the query's first date (module docstring), None without one."""
-    for match in _DATE.finditer(query):
-        day = _date_of(match)
-        if day is not None:
-            return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
-    return None
+    first = next(_dates(query), None)
+    if first is None:
+        return None
+    match, day = first
+    return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
 
 
 def split_time_hint(query: str) -> tuple[str, TimeHint | None]:
