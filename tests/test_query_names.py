@@ -48,6 +48,9 @@ def test_a_date_is_never_a_name_and_stays_whole() -> None:
     query = "What did Jan buy on 5 Jan 2024?"
     assert names.query_names(query) == {"Jan": "jan"}  # the person, not the month
     assert names.without_names(query, {"Jan"}) == "What did buy on 5 Jan 2024?"
+    period = "What did Jan buy in Jan 2024?"  # a month named with its year is a date's too
+    assert names.query_names(period) == {"Jan": "jan"}
+    assert names.without_names(period, {"Jan"}) == "What did buy in Jan 2024?"
 
 
 def test_left_out_are_unknown_names_and_names_in_most_conversations() -> None:

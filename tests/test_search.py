@@ -131,15 +131,16 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     )
 
 
-@pytest.mark.parametrize("style", ["%d %b %Y", "%d.%m.%Y", "%B %d"])
+@pytest.mark.parametrize("style", ["on %d %b %Y", "on %d.%m.%Y", "on %B %d", "in %B %Y"])
 def test_a_date_in_the_query_lifts_the_turns_of_that_day(search_env: SearchEnv, style: str) -> None:
-    """Two identical turns 60 days and 1 day old: recency ranks the newer first; asked "on" the
-    older one's day, in any of the written forms, the older comes first."""
+    """Two identical turns 60 days and 1 day old: recency ranks the newer first; asked for the
+    older one's day (or its month and year), in any of the written forms, the older comes
+    first."""
     topic = "zebra migration serengeti"
     plain = keys(search_env.service.search(search_env.alice, SearchRequest(query=topic)))
     assert plain.index(("c-zebra-new", "t1")) < plain.index(("c-zebra-old", "t1"))
     day = (NOW - timedelta(days=60)).strftime(style)
-    dated = SearchRequest(query=f"{topic} on {day}", explain=True)
+    dated = SearchRequest(query=f"{topic} {day}", explain=True)
     hits = search_env.service.search(search_env.alice, dated).hits
     assert [(h.conversation_id, h.turn_id) for h in hits][0] == ("c-zebra-old", "t1")
     assert hits[0].explain is not None and hits[0].explain.in_window

@@ -118,6 +118,55 @@ def test_dates_keep_their_text_and_name_their_day(query: str, day: datetime) -> 
     assert hint.window(NOW) == (start - timedelta(days=1), start + timedelta(days=2))
 
 
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("When Akib went on a hike in January 2024?", datetime(2024, 1, 1), datetime(2024, 2, 1)),
+        ("the Jan. 2024 offsite", datetime(2024, 1, 1), datetime(2024, 2, 1)),
+        ("what did we decide in March of 2023", datetime(2023, 3, 1), datetime(2023, 4, 1)),
+        ("what did we decide in March, 2023", datetime(2023, 3, 1), datetime(2023, 4, 1)),
+        ("December 2023 plans", datetime(2023, 12, 1), datetime(2024, 1, 1)),
+        ("in May 2023", datetime(2023, 5, 1), datetime(2023, 6, 1)),
+        ("our trip in the summer of 2023", datetime(2023, 6, 1), datetime(2023, 9, 1)),
+        ("the fall 2022 semester", datetime(2022, 9, 1), datetime(2022, 12, 1)),
+        ("skiing in the winter of 2024", datetime(2023, 12, 1), datetime(2024, 3, 1)),
+        ("what did I read in 2023?", datetime(2023, 1, 1), datetime(2024, 1, 1)),
+        ("what did I read during 2022", datetime(2022, 1, 1), datetime(2023, 1, 1)),
+    ],
+)
+def test_periods_named_with_their_year_keep_their_text_and_name_their_span(
+    query: str, start: datetime, end: datetime
+) -> None:
+    stripped, hint = split_time_hint(query)
+    assert stripped == query
+    assert hint is not None and hint.phrase in query and hint.day is None
+    day = timedelta(days=1)
+    assert hint.window(NOW) == (start.replace(tzinfo=UTC) - day, end.replace(tzinfo=UTC) + day)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "the 2023 budget",  # a year without "in" is a word of the topic
+        "in 2023-24",  # a range is not one year
+        "in may 2023",  # "may" is a month only capitalized
+        "in 9999",
+        "rows in 20231",
+        "section in 2023.4",
+    ],
+)
+def test_years_that_name_no_period_stay(query: str) -> None:
+    assert split_time_hint(query) == (query, None)
+
+
+def test_a_date_comes_before_a_period_and_a_relative_expression_before_both() -> None:
+    _, hint = split_time_hint("in January 2024, what was on 5 Feb 2024")
+    assert hint is not None and hint.day == (2024, 2, 5)
+    stripped, hint = split_time_hint("the January 2024 invoices from last week")
+    assert stripped == "the January 2024 invoices"
+    assert hint is not None and hint.period is None and hint.phrase == "from last week"
+
+
 def test_a_relative_expression_comes_before_a_date() -> None:
     stripped, hint = split_time_hint("the 12 December concert from last week")
     assert stripped == "the 12 December concert"

@@ -1,5 +1,5 @@
 """Time expressions in a query ("from last week", "yesterday", "3 days ago", "back in March",
-"last spring", "on 29 Dec 2023", "on 21.01.2024").
+"last spring", "on 29 Dec 2023", "on 21.01.2024", "in January 2024").
 
 Relative ones say *when*, not *what*: left in the query they make BM25 and trigram arms match any
 row that happens to contain "week" or "last", outvoting the semantic arm on the topic words. They
@@ -16,6 +16,11 @@ much as for one written that day. A date without a year is the nearest such day.
 need a four-digit year between 1900 and 2100 (so "1.2.3" or "9999-12-31" are not dates); dotted
 ones are day first and slashed ones month first, unless that number cannot be a month; "May"
 is a month only capitalized.
+
+A month or season named with its year ("in January 2024", "Jan. 2024", "the summer of 2023") or
+a year after "in", "during" or "throughout" ("in 2023") names that period, with a day either side;
+its text stays too. A winter is the one its year's January lies in (December of the year before
+to February). A date, when the query has one, comes before such a period.
 
 Written by hand: the date-parsing libraries on PyPI parse a string that is a date, not a
 phrase's span inside free text.
@@ -36,7 +41,7 @@ _LEAD = r"(?:(?:from|during|in|over|within|since)\s+)?(?:the\s+)?"
 _CALENDAR = (
     r"(?<!\w)(?:back\s+)?(?:in|during|over|last|this|since|early|late|mid)\s+(?:the\s+)?"
     r"(?P<calendar>january|february|march|april|may|june|july|august|september|october"
-    r"|november|december|spring|summer|autumn|fall|winter)(?!\s*\d)"
+    r"|november|december|spring|summer|autumn|fall|winter)(?!,?\s*(?:of\s+)?\d)"
 )
 _PATTERN = re.compile(
     r"(?:"
@@ -82,6 +87,17 @@ _DATE = re.compile(
     r")(?![\w-]|[.,/]\d)",
     re.IGNORECASE,
 )
+# A month or season with its year ("in January 2024", "Jan. 2024", "the summer of 2023"), or a
+# year after "in"/"during"/"throughout" ("in 2023"): (year, first month, months).
+_PERIOD = re.compile(
+    r"(?<![\w.])(?:(?:in|during|throughout|of|from|since|by|until|before|after)\s+)?(?:the\s+)?(?:"
+    + _MONTH_WORD.format("p_month")
+    + r",?\s+(?:of\s+)?(?P<p_month_y>\d{4})"
+    r"|(?P<p_season>spring|summer|autumn|fall|winter),?\s+(?:of\s+)?(?P<p_season_y>\d{4})"
+    r")(?![\w-]|[.,/]\d)"
+    r"|(?<![\w.])(?:in|during|throughout)\s+(?P<p_year>\d{4})(?![\w-]|[.,/]\d)",
+    re.IGNORECASE,
+)
 _DAY_SLACK = timedelta(days=1)
 MIN_YEAR, MAX_YEAR = 1900, 2100
 """Years a date in a query may name."""
@@ -100,6 +116,8 @@ class TimeHint:
     calendar: str | None = None
     day: tuple[int | None, int, int] | None = None
     """(year or None, month, day) of a date."""
+    period: tuple[int, int, int] | None = None
+    """(year, first month, months) of a month, season or year named with its year."""
 
     def since(self, now: datetime) -> datetime:
         return now - self.lookback
@@ -107,22 +125,34 @@ class TimeHint:
     def window(self, now: datetime) -> tuple[datetime, datetime]:
         """The span the expression names: the last `lookback` for relative expressions; the
         latest month or season (3 months) that began at least a week before `now`; a date's day
-        and the days either side of it."""
+        and the days either side of it; a period named with its year, with a day either side."""
         if self.day is not None:
             start = datetime.combine(_nearest(self.day, now), datetime.min.time(), now.tzinfo)
             return start - _DAY_SLACK, start + timedelta(days=1) + _DAY_SLACK
+        if self.period is not None:
+            year, first, months = self.period
+            start = datetime(year, first, 1, tzinfo=now.tzinfo)
+            return start - _DAY_SLACK, _months_on(start, months) + _DAY_SLACK
         if self.calendar is None:
             return now - self.lookback, now
-        if self.calendar in _SEASON_START:
-            first, months = _SEASON_START[self.calendar], 3
-        else:
-            first, months = _MONTHS.index(self.calendar) + 1, 1
+        first, months = _calendar_months(self.calendar)
         start = now.replace(month=first, day=1, hour=0, minute=0, second=0, microsecond=0)
         if start + _SETTLE > now:
             start = start.replace(year=start.year - 1)
-        end_month = first + months
-        end = start.replace(year=start.year + (end_month - 1) // 12, month=(end_month - 1) % 12 + 1)
-        return start, end
+        return start, _months_on(start, months)
+
+
+def _calendar_months(word: str) -> tuple[int, int]:
+    """(first month, months) of a month or season word."""
+    if word in _SEASON_START:
+        return _SEASON_START[word], 3
+    return _MONTHS.index(word) + 1, 1
+
+
+def _months_on(start: datetime, months: int) -> datetime:
+    """The first of the month `months` after `start`'s (which is a first of a month)."""
+    end_month = start.month + months
+    return start.replace(year=start.year + (end_month - 1) // 12, month=(end_month - 1) % 12 + 1)
 
 
 def _lookback(match: re.Match[str]) -> timedelta:
@@ -195,18 +225,50 @@ def _dates(query: str) -> Iterator[tuple[re.Match[str], tuple[int | None, int, i
             yield match, day
 
 
+def _periods(query: str) -> Iterator[tuple[re.Match[str], tuple[int, int, int]]]:
+    """Every month, season or year the query names with its year: its match and (year, first
+    month, months); a winter is the one its year's January lies in."""
+    for match in _PERIOD.finditer(query):
+        g = match.groupdict()
+        year = int(g["p_month_y"] or g["p_season_y"] or g["p_year"])
+        if not MIN_YEAR <= year <= MAX_YEAR:
+            continue
+        if g["p_year"]:
+            yield match, (year, 1, 12)
+            continue
+        if g["p_month"]:
+            yield match, (year, _month(g["p_month"]), 1)
+            continue
+        first, months = _calendar_months(g["p_season"].lower())
+        yield match, (year - 1 if first == 12 else year, first, months)  # a winter: its January's
+
+
 def date_spans(query: str) -> list[tuple[int, int]]:
-    """Where the query's dates are (their words are not names: `ctxdb.search.names`)."""
-    return [match.span() for match, _ in _dates(query)]
+    """Where the query's dates and dated periods are (their words are not names:
+    `ctxdb.search.names`), in order, overlapping ones ("5 Jan 2024" holds "Jan 2024") merged."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(
+        [m.span() for m, _ in _dates(query)] + [m.span() for m, _ in _periods(query)]
+    ):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def date_hint(query: str) -> TimeHint | None:
-    """The hint of the query's first date (module docstring), None without one."""
+    """The hint of the query's first date, else of its first dated period (module docstring);
+    None without either."""
     first = next(_dates(query), None)
-    if first is None:
+    if first is not None:
+        match, day = first
+        return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
+    period = next(_periods(query), None)
+    if period is None:
         return None
-    match, day = first
-    return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
+    match, span = period
+    return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), period=span)
 
 
 def split_time_hint(query: str) -> tuple[str, TimeHint | None]:
