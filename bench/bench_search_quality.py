@@ -96,9 +96,11 @@ from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
+from ctxdb.text import content_words
 
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
+WORDS_MAX = 200  # the largest `brief_words` a request may set
 SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_life_days=7, cap=2)
 PLAIN_RRF = FusionParams(
     weights=arm_weights(1.0, 1.0), recency_weight=0.0, half_life_days=7, cap=None
@@ -223,6 +225,7 @@ class Prepared:
     query: str  # without its time expression, as the text arms and `answers_first` see it
     asked: dict[Key, str]  # the question a turn's user row answers (`context`)
     texts: dict[Key, list[str]]  # the texts of a turn's best row in each arm
+    words: np.ndarray  # distinct content words of the longest of those rows (up to WORDS_MAX)
 
 
 def prepare(c: Collected, now) -> Prepared:
@@ -274,6 +277,9 @@ def prepare(c: Collected, now) -> Prepared:
         query=topic,
         asked=asked,
         texts=texts,
+        words=np.array(
+            [content_words(max(texts[k], key=len), WORDS_MAX) for k in keys], dtype=np.float64
+        ),
     )
 
 
@@ -290,6 +296,8 @@ class Config:
     coverage: float = 0.0
     min_score: float = 0.0
     answers_first: bool = False
+    brief_words: int = 12
+    brief_power: float = 0.0
 
     def label(self) -> str:
         cap = "off" if self.cap is None else self.cap
@@ -297,6 +305,7 @@ class Config:
             f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
             f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
             f" cov={self.coverage:g} floor={self.min_score:g}"
+            f" brief={self.brief_words}^{self.brief_power:g}"
             f"{' answers-first' if self.answers_first else ''}"
         )
 
@@ -313,6 +322,8 @@ def _fused(p: Prepared, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
         scale = weight * p.coverage[arm] ** cfg.coverage
         rrf = rrf + np.where(r > 0, scale / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
     final = rrf * (1.0 + cfg.recency * 2.0 ** (-p.age_days / cfg.half_life))
+    if cfg.brief_power > 0:
+        final = final * np.minimum(1.0, np.maximum(p.words, 1) / cfg.brief_words) ** cfg.brief_power
     return final * (1.0 + cfg.time * p.in_window), rrf
 
 
@@ -356,6 +367,8 @@ def config_of(params: FusionParams) -> Config:
         params.coverage_power,
         params.min_score,
         params.answers_first,
+        params.brief_words,
+        params.brief_power,
     )
 
 

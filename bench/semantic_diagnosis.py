@@ -20,6 +20,8 @@ the turn's owner and with the service's own row filter:
                chunks   the best of `plain` and the vectors of a long row's further pieces
                         (`CHUNK_WORDS` words each, from word `CHUNK_WORDS` on): what the
                         model's window cuts off a long row, embedded apart
+               mean     one vector per row: the normalised sum of `plain` and a long row's
+                        further pieces' vectors (what `chunks` sees, without extra vectors)
 
 Rows of a turn collapse to the turn's best row, as the service ranks an arm. Also counted: rows
 of more than 190 words, about where the model's 256-token window truncates them.
@@ -198,6 +200,10 @@ def main(
         owners, pieces = tail_chunks([texts["plain"][r] for r in ids])
         tails = cached_vectors(embedder, name, "chunks", pieces) if pieces else None
         owner_of = np.array(owners, dtype=np.int64)
+        mean = vectors["plain"].copy()
+        if tails is not None:
+            np.add.at(mean, owner_of, tails)
+        mean /= np.linalg.norm(mean, axis=1, keepdims=True)
         filters: dict[str, np.ndarray] = {}
         results: dict[str, list] = defaultdict(list)
         for c in collected:
@@ -219,6 +225,7 @@ def main(
             if tails is not None:
                 np.maximum.at(best, owner_of, tails @ qv)
             sims["chunks"] = best[rows_in]
+            sims["mean"] = mean[rows_in] @ qv
             for variant, sim in sims.items():
                 ranked = [keys[rows_in[i]] for i in np.argsort(-sim, kind="stable")]
                 top = list(dict.fromkeys(ranked))[:25]

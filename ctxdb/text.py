@@ -14,6 +14,7 @@ from functools import lru_cache
 import snowballstemmer
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CHARS_PER_WORD = 16  # a prefix this many characters per word wanted holds them, most often
 MIN_WORD_LEN = 3
 # English function words: dropped from the text arms' queries (they share trigrams with every
 # text and match near-random rows) and from the indexed `stems` field.
@@ -61,6 +62,21 @@ def trigrams(text: str) -> str:
 @lru_cache(maxsize=1)
 def _stemmer() -> snowballstemmer.stemmer:
     return snowballstemmer.stemmer("english")
+
+
+def content_words(text: str, enough: int) -> int:
+    """How many distinct words of `text` are not stopwords, counted up to `enough`. A prefix is
+    read first and most texts reach `enough` within it (search counts this for every candidate
+    row)."""
+    prefix = text[: enough * _CHARS_PER_WORD]
+    found = _distinct_content(prefix)
+    if found < enough and len(prefix) < len(text):
+        found = _distinct_content(text)
+    return min(found, enough)
+
+
+def _distinct_content(text: str) -> int:
+    return len({w.lower() for w in _WORD.findall(text)} - STOPWORDS)
 
 
 def stems(text: str) -> str:

@@ -88,7 +88,7 @@ def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -
     assert by_target["attachment"].path.endswith("user.attachments/budget.xlsx")
     e = top.explain
     assert e is not None
-    assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency))
+    assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency) * e.brevity)
     assert e.rrf == pytest.approx(sum(a.contribution for a in e.arms.values()))
     assert e.recency == pytest.approx(2 ** (-e.age_days / e.half_life_days), rel=1e-6)
     assert e.half_life_days == search_env.settings.search.recency_half_life_days
@@ -154,7 +154,7 @@ def test_a_time_expression_lifts_the_turns_inside_its_span(search_env: SearchEnv
     assert (new.in_window, old.in_window) == (True, False)
     assert new.window_weight == search_env.settings.search.weight_time > 0
     assert new.final == pytest.approx(
-        new.rrf * (1 + new.recency_weight * new.recency) * (1 + new.window_weight)
+        new.rrf * (1 + new.recency_weight * new.recency) * (1 + new.window_weight) * new.brevity
     )
     assert keys(response).index(("c-zebra-new", "t1")) < keys(response).index(("c-zebra-old", "t1"))
     plain = search_env.service.search(

@@ -112,6 +112,8 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_WEIGHT_RECENCY": ("search", "weight_recency", "0.1", 0.1),
     "CTXDB_SEARCH_WEIGHT_TIME": ("search", "weight_time", "1.5", 1.5),
     "CTXDB_SEARCH_COVERAGE_POWER": ("search", "coverage_power", "2", 2.0),
+    "CTXDB_SEARCH_BRIEF_WORDS": ("search", "brief_words", "20", 20),
+    "CTXDB_SEARCH_BRIEF_POWER": ("search", "brief_power", "1", 1.0),
     "CTXDB_SEARCH_CAP_USER_SCOPE": ("search", "cap_user_scope", "true", True),
     "CTXDB_SEARCH_PHRASE_BOOST": ("search", "phrase_boost", "0.5", 0.5),
     "CTXDB_SEARCH_PHRASE_SLOP": ("search", "phrase_slop", "3", 3),

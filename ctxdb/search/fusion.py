@@ -1,16 +1,21 @@
-"""Reciprocal-rank fusion of the three arms, then the recency lift (pure arithmetic, no I/O).
+"""Reciprocal-rank fusion of the three arms, then the recency, time and brevity factors (pure
+arithmetic, no I/O).
 
     rrf   = sum over arms of w_arm * c_arm ** p / (k + r_arm)                     (r 1-based)
     rec   = 2 ** (-age_days / half_life_days)
-    final = rrf * (1 + w_rec * rec) * (1 + w_win * in_window)
+    brevity = min(1, n / brief_words) ** brief_power
+    final = rrf * (1 + w_rec * rec) * (1 + w_win * in_window) * brevity
 
 `c_arm` is the query coverage of the arm's row (`coverage.py`: the share of the query's stems or
 trigrams the row holds; 1 for the semantic arm) and `p` the coverage power (0: plain RRF).
 `in_window` is 1 when the turn falls in the span a time expression of the query names ("in
-April", "last spring", "last week"; see `temporal.py`), else 0. An arm that did not return the
-turn contributes 0. Each arm is deduplicated to its best row per
-(conversation, turn) before ranks are assigned, so several rows of one turn never crowd out others.
-An optional per-conversation cap then keeps at most `cap` turns of one conversation.
+April", "last spring", "last week"; see `temporal.py`), else 0. `n` counts the distinct words,
+stopwords aside, of the turn's longest matched row: a brief row ("Hello Kevin, how are you
+today?") shares a name or a question's shape with many queries and rarely holds what they ask
+for (`brief_power` 0: off). An arm that did not return the turn contributes 0. Each arm is
+deduplicated to its best row per (conversation, turn) before ranks are assigned, so several rows
+of one turn never crowd out others. An optional per-conversation cap then keeps at most `cap`
+turns of one conversation.
 
 Diversity over conversations (`diversity` d in [0, 1), 0: off) picks the top k greedily, each turn
 already picked from a conversation scaling the final score of that conversation's next turn by
@@ -30,7 +35,7 @@ from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import QueryTerms, stem_coverage
 from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Target
 from ctxdb.search.relevance import relevance
-from ctxdb.text import stems
+from ctxdb.text import content_words, stems
 
 RRF_K = 60
 WEIGHT_MIN, WEIGHT_MAX = 0.0, 2.0
@@ -59,6 +64,16 @@ def recency_factor(ts: datetime, now: datetime, half_life_days: float) -> tuple[
     return age, 2.0 ** (-age / half_life_days)
 
 
+def brevity(rows: Iterable[RowHit], brief_words: int, brief_power: float) -> float:
+    """min(1, n / brief_words) ** brief_power, n the distinct content words of the longest of
+    `rows` (at least 1); 1 when off. Only the longest is counted: search scales every candidate
+    turn."""
+    if brief_power <= 0 or brief_words <= 1:
+        return 1.0
+    n = content_words(max((row.text for row in rows), key=len), brief_words)
+    return (max(n, 1) / brief_words) ** brief_power
+
+
 def dedup_turns(rows: Iterable[RowHit]) -> list[RowHit]:
     """Keep the first (best-ranked) row of each (conversation, turn), preserving order."""
     seen: dict[tuple[str, str], RowHit] = {}
@@ -77,6 +92,8 @@ class FusionTerms:
     window_weight: float
     windowed: bool
     coverage_power: float
+    brief_words: int = 0
+    brief_power: float = 0.0
 
 
 @dataclass
@@ -92,6 +109,7 @@ class FusedTurn:
     age_days: float = 0.0
     recency: float = 0.0
     in_window: bool = False
+    brevity: float = 1.0
     terms: FusionTerms | None = None
     answers: str | None = None  # the turn this reply was moved ahead of (answers_first)
 
@@ -139,6 +157,9 @@ class FusedTurn:
             in_window=self.in_window if t.windowed else None,
             window_weight=t.window_weight,
             coverage_power=t.coverage_power,
+            brevity=self.brevity,
+            brief_words=t.brief_words,
+            brief_power=t.brief_power,
             final=self.final,
             answers_turn=self.answers,
         )
@@ -155,10 +176,13 @@ def fuse(
     window: tuple[datetime, datetime] | None = None,
     window_weight: float = 0.0,
     coverage_power: float = 0.0,
+    brief_words: int = 0,
+    brief_power: float = 0.0,
 ) -> list[FusedTurn]:
     """Fuse per-arm ranked rows into turns ordered by final score (desc), with explain; turns
-    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`, and each
-    row's contribution is scaled by its query coverage to the power `coverage_power`."""
+    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`, each row's
+    contribution is scaled by its query coverage to the power `coverage_power`, and brief turns
+    are scaled down (`brevity`)."""
     w_rec = clamp_weight(recency_weight)
     w_win = clamp_weight(window_weight) if window is not None else 0.0
     per_turn: dict[tuple[str, str], dict[Arm, tuple[int, RowHit]]] = {}
@@ -173,6 +197,8 @@ def fuse(
         window_weight=w_win,
         windowed=window is not None,
         coverage_power=coverage_power,
+        brief_words=brief_words,
+        brief_power=brief_power,
     )
     fused = []
     for (conv, turn), hits in per_turn.items():
@@ -184,7 +210,8 @@ def fuse(
         ts = max(row.ts for _, row in hits.values())
         age, rec = recency_factor(ts, now, half_life_days)
         inside = window is not None and window[0] <= ts < window[1]
-        final = rrf * (1.0 + w_rec * rec) * (1.0 + w_win * inside)
+        brief = brevity([row for _, row in hits.values()], brief_words, brief_power)
+        final = rrf * (1.0 + w_rec * rec) * (1.0 + w_win * inside) * brief
         fused.append(
             FusedTurn(
                 conversation_id=conv,
@@ -198,6 +225,7 @@ def fuse(
                 age_days=age,
                 recency=rec,
                 in_window=inside,
+                brevity=brief,
                 terms=terms,
             )
         )
@@ -345,6 +373,8 @@ class FusionParams:
     rrf_k: int = RRF_K
     window_weight: float = 0.0
     coverage_power: float = 0.0
+    brief_words: int = 0
+    brief_power: float = 0.0
     diversity: float = 0.0
     min_score: float = 0.0  # relevance floor (relevance.py); 0: keep every turn
     answers_first: bool = False
@@ -371,6 +401,8 @@ def rank_turns(
         window=window,
         window_weight=params.window_weight,
         coverage_power=params.coverage_power,
+        brief_words=params.brief_words,
+        brief_power=params.brief_power,
     )
     if params.min_score > 0:
         fused = [turn for turn in fused if relevance(turn.rows) >= params.min_score]

@@ -92,6 +92,16 @@ class SearchRequest(BaseModel):
         le=4,
         description="Text arms count in proportion to coverage ** this (0: plain RRF).",
     )
+    brief_words: int | None = Field(
+        default=None,
+        ge=1,
+        le=200,
+        description="A turn whose longest matched row holds fewer distinct non-stopword words"
+        " is scaled down: (n / brief_words) ** brief_power.",
+    )
+    brief_power: float | None = Field(
+        default=None, ge=0, le=4, description="How strongly brief turns are scaled down (0: off)."
+    )
     rrf_k: int | None = Field(
         default=None, ge=1, le=1000, description="Reciprocal-rank-fusion constant k."
     )
@@ -233,6 +243,11 @@ class Explain(BaseModel):
     in_window: bool | None = None
     window_weight: float = 0.0
     coverage_power: float = 0.0
+    brevity: float = Field(
+        default=1.0, description="min(1, n / brief_words) ** brief_power; 1: not brief."
+    )
+    brief_words: int = 0
+    brief_power: float = 0.0
     final: float
     answers_turn: str | None = Field(
         default=None,

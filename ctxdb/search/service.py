@@ -56,7 +56,7 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 Name = TypeVar("Name", bound=str)
-Knob = TypeVar("Knob", float, bool)
+Knob = TypeVar("Knob", int, float, bool)
 """The names of the bodies `run_arms` runs: arms, or arms and the session search."""
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
@@ -416,6 +416,8 @@ class SearchService:
             rrf_k=s.rrf_k if request.rrf_k is None else request.rrf_k,
             window_weight=pick(w.time, s.weight_time),
             coverage_power=pick(request.coverage_power, s.coverage_power),
+            brief_words=pick(request.brief_words, s.brief_words),
+            brief_power=pick(request.brief_power, s.brief_power),
             diversity=pick(request.diversity, s.diversity),
             min_score=pick(request.min_score, MIN_SCORE),
             answers_first=pick(request.answers_first, s.answers_first),

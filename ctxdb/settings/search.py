@@ -33,6 +33,16 @@ class SearchSettings(GroupSettings):
         le=4,
         description="Text arms' RRF contribution scaled by query coverage ** this (0: off).",
     )
+    brief_words: int = Field(
+        default=12,
+        ge=1,
+        le=200,
+        description="A turn whose longest matched row holds fewer distinct non-stopword words"
+        " is scaled down by (n / brief_words) ** brief_power.",
+    )
+    brief_power: float = Field(
+        default=0.5, ge=0, le=4, description="How strongly brief turns are scaled down (0: off)."
+    )
     diversity: float = Field(
         default=0.0,
         ge=0,

@@ -1,0 +1,80 @@
+"""Brief turns are scaled down in the fusion (ctxdb/search/fusion.py `brevity`): a greeting that
+shares a name or a question's shape with the query rarely holds what it asks for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from conftest_search import SearchEnv
+
+from ctxdb.search.arms import RowHit
+from ctxdb.search.fusion import arm_weights, brevity, fuse
+from ctxdb.search.models import SearchRequest
+from ctxdb.text import content_words
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+GREETING = "Good evening Kevin! How are you today?"
+TRIP = (
+    "Kevin told me about his road trip: Denver first, then two nights in Salt Lake City, and"
+    " a rooftop lounge with a view of the whole skyline before flying home"
+)
+
+
+def row(turn: str, text: str, target: str = "user") -> RowHit:
+    return RowHit("c1", turn, target, NOW, 1.0, text=text)  # type: ignore[arg-type]
+
+
+def test_content_words_are_distinct_words_but_stopwords_up_to_enough() -> None:
+    assert content_words(GREETING, 50) == 4  # good, evening, kevin, today
+    assert content_words("the the and of", 50) == 0
+    assert content_words("Kevin kevin KEVIN", 50) == 1
+    assert content_words(TRIP, 5) == 5  # a long text stops counting early
+
+
+def test_brevity_scales_by_the_wordiest_matched_row_and_is_off_at_power_zero() -> None:
+    assert brevity([row("t1", GREETING)], 12, 0.5) == pytest.approx((4 / 12) ** 0.5)
+    assert brevity([row("t1", GREETING), row("t1", TRIP, "assistant")], 12, 0.5) == 1.0
+    assert brevity([row("t1", "")], 12, 1.0) == pytest.approx(1 / 12)  # at least one word
+    assert brevity([row("t1", GREETING)], 12, 0.0) == 1.0
+    assert brevity([row("t1", GREETING)], 4, 0.5) == 1.0
+
+
+def test_a_greeting_every_arm_ranks_first_falls_behind_the_wordy_answer() -> None:
+    ranked = {arm: [row("hello", GREETING), row("trip", TRIP)] for arm in ("semantic", "lexical")}
+    terms = {"weights": arm_weights(1, 1, 1), "recency_weight": 0, "half_life_days": 7, "now": NOW}
+    plain = fuse(ranked, **terms)  # type: ignore[arg-type]
+    assert [t.turn_id for t in plain] == ["hello", "trip"]
+    brief = fuse(ranked, **terms, brief_words=12, brief_power=0.5)  # type: ignore[arg-type]
+    assert [t.turn_id for t in brief] == ["trip", "hello"]
+    hello = next(t for t in brief if t.turn_id == "hello")
+    assert hello.final == pytest.approx(hello.rrf * (4 / 12) ** 0.5)
+    assert hello.explain is not None
+    assert (hello.explain.brevity, hello.explain.brief_words, hello.explain.brief_power) == (
+        pytest.approx((4 / 12) ** 0.5),
+        12,
+        0.5,
+    )
+
+
+@pytest.mark.es
+@pytest.mark.model
+def test_the_service_applies_the_configured_brevity_and_the_request_overrides_it(
+    search_env: SearchEnv,
+) -> None:
+    query = "openpyxl formulas lost on save"
+    s = search_env.settings.search
+    on = search_env.service.search(search_env.alice, SearchRequest(query=query, explain=True))
+    assert on.hits
+    for hit in on.hits:
+        e = hit.explain
+        assert e is not None and (e.brief_words, e.brief_power) == (s.brief_words, s.brief_power)
+        assert 0 < e.brevity <= 1
+    strict = SearchRequest(query=query, explain=True, brief_words=200, brief_power=1.0)
+    scaled = search_env.service.search(search_env.alice, strict).hits
+    assert all(h.explain is not None and h.explain.brevity < 1 for h in scaled)
+    off = SearchRequest(query=query, explain=True, brief_power=0)
+    assert all(
+        h.explain is not None and h.explain.brevity == 1.0
+        for h in search_env.service.search(search_env.alice, off).hits
+    )
