@@ -28,7 +28,8 @@ does; `--compare-asked` then times, query by query in alternating order, the Pyt
 shipped against the query before issue 29 (lexical arm without `context`, `answers_first` off);
 `--compare-knob names` the same for every query asked about a person by a name no row holds,
 with `focus_names` on (one more request, the name counts: `ctxdb.search.names`) and off, and
-`--compare-knob split` for every query made a compound question, `split_questions` on and off.
+`--compare-knob split` for every query made a compound question, `split_questions` on and off,
+and `--compare-knob brief` for every query with `brief_power` at its default and 0.
 The build is kept and reused by later runs of the same layout and users (`--build-only` just
 builds it). Queries run in bursts;
 every burst records the load average; Elasticsearch's own `took` (summed over a search's requests:
@@ -573,25 +574,32 @@ def compare_knob(
     timing: tuple[int, int, float],
     template: str,
     knob: str,
+    values: tuple[Any, Any] = (True, False),
 ) -> dict[str, Any]:
-    """Python API p50/p95 of each planned query written into `template` with the boolean
-    request field `knob` on and off (`timing`: warmup, burst, pause)."""
+    """Python API p50/p95 of each planned query written into `template` with the request field
+    `knob` on and off (`values`: its value on, then off; `timing`: warmup, burst, pause)."""
 
-    def asked(on: bool) -> Callable[[Principal, str], object]:
+    def asked(value: Any) -> Callable[[Principal, str], object]:
         def run(principal: Principal, query: str) -> object:
-            fields: dict[str, Any] = {"query": template.format(query), "top_k": 10, knob: on}
+            fields: dict[str, Any] = {"query": template.format(query), "top_k": 10, knob: value}
             return service.search(principal, SearchRequest(**fields))
 
         return run
 
-    return alternate(plan, *timing, {"on": asked(True), "off": asked(False)})
+    return alternate(plan, *timing, {"on": asked(values[0]), "off": asked(values[1])})
 
 
-KNOB_COMPARISONS = {
+KNOB_COMPARISONS: dict[str, tuple[str, str, tuple[Any, Any]]] = {
     # a person named by a name no row holds: one more request, the name counts (names.py)
-    "names": ("what did Alex say about: {}", "focus_names"),
+    "names": ("what did Alex say about: {}", "focus_names", (True, False)),
     # a compound question: one more embedding and kNN search per part (subquestions.py)
-    "split": ("what did I say about {}, and what did I decide about it?", "split_questions"),
+    "split": (
+        "what did I say about {}, and what did I decide about it?",
+        "split_questions",
+        (True, False),
+    ),
+    # brief turns scaled down (the default power) or not: words counted per candidate turn
+    "brief": ("{}", "brief_power", (None, 0.0)),
 }
 
 
@@ -643,7 +651,8 @@ def main(
         typer.Option(
             "--compare-knob",
             help="Time queries with a request knob on and off: names (focus_names on queries"
-            " naming a person) or split (split_questions on compound questions).",
+            " naming a person), split (split_questions on compound questions) or brief"
+            " (brief_power at its default and 0).",
         ),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the results as JSON.")] = None,
@@ -712,9 +721,9 @@ def main(
     if compare:
         results["asked_comparison"] = compare_asked(service, plan, warmup, burst, pause_s)
     for knob in knobs or []:
-        template, field = KNOB_COMPARISONS[knob]
+        template, field, values = KNOB_COMPARISONS[knob]
         timing = (warmup, burst, pause_s)
-        results[f"{knob}_comparison"] = compare_knob(service, plan, timing, template, field)
+        results[f"{knob}_comparison"] = compare_knob(service, plan, timing, template, field, values)
     if compare or knobs:
         report(results, out)
         return
