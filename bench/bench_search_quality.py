@@ -88,7 +88,7 @@ from ctxdb.embedding.backends import make_embedder
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
-from ctxdb.search.fusion import FusionParams, arm_weights, dedup_turns, rank_turns
+from ctxdb.search.fusion import FusionParams, arm_weights, counted, dedup_turns, rank_turns
 from ctxdb.search.models import ARMS, MIN_SCORE, Arm, SearchRequest
 from ctxdb.search.relevance import arm_signal
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
@@ -225,7 +225,7 @@ class Prepared:
     query: str  # without its time expression, as the text arms and `answers_first` see it
     asked: dict[Key, str]  # the question a turn's user row answers (`context`)
     texts: dict[Key, list[str]]  # the texts of a turn's best row in each arm
-    words: np.ndarray  # distinct content words of the longest of those rows (up to WORDS_MAX)
+    words: np.ndarray  # distinct content words of the longest of those rows and anchors (<= 200)
 
 
 def prepare(c: Collected, now) -> Prepared:
@@ -236,6 +236,7 @@ def prepare(c: Collected, now) -> Prepared:
     ts: dict[Key, float] = {}
     asked: dict[Key, str] = {}
     texts: dict[Key, list[str]] = {}
+    brief: dict[Key, list[str]] = {}  # what `brevity` counts of each of those rows
     topic, hint = split_time_hint(c.text)
     for arm, rows in with_coverage(c.rows, topic).items():
         for rank, row in enumerate(dedup_turns(rows), start=1):
@@ -245,6 +246,7 @@ def prepare(c: Collected, now) -> Prepared:
             strength[row.key] = max(strength.get(row.key, 0.0), arm_signal(arm, row))
             ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
             texts.setdefault(row.key, []).append(row.text)
+            brief.setdefault(row.key, []).append(counted(row))
             if row.target == "user" and row.context:
                 asked.setdefault(row.key, row.context)
     keys = list(per_turn)
@@ -278,7 +280,7 @@ def prepare(c: Collected, now) -> Prepared:
         asked=asked,
         texts=texts,
         words=np.array(
-            [content_words(max(texts[k], key=len), WORDS_MAX) for k in keys], dtype=np.float64
+            [content_words(max(brief[k], key=len), WORDS_MAX) for k in keys], dtype=np.float64
         ),
     )
 

@@ -15,6 +15,10 @@ import snowballstemmer
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _CHARS_PER_WORD = 16  # a prefix this many characters per word wanted holds them, most often
+# Scripts written without spaces between words (Thai, kana, CJK ideographs): there each character
+# counts as a word, so a sentence in them is not taken for one long word.
+_UNSPACED = "\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_COUNTED = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+")
 MIN_WORD_LEN = 3
 # English function words: dropped from the text arms' queries (they share trigrams with every
 # text and match near-random rows) and from the indexed `stems` field.
@@ -65,10 +69,13 @@ def _stemmer() -> snowballstemmer.stemmer:
 
 
 def content_words(text: str, enough: int) -> int:
-    """How many distinct words of `text` are not stopwords, counted up to `enough`. A prefix is
-    read first and most texts reach `enough` within it (search counts this for every candidate
+    """How many distinct words of `text` are not stopwords, counted up to `enough` (a character
+    of a script written without spaces counts as a word). A prefix, cut at a space, is read
+    first and most texts reach `enough` within it (search counts this for every candidate
     row)."""
     prefix = text[: enough * _CHARS_PER_WORD]
+    if len(prefix) < len(text):
+        prefix = prefix[: max(0, prefix.rfind(" "))]
     found = _distinct_content(prefix)
     if found < enough and len(prefix) < len(text):
         found = _distinct_content(text)
@@ -76,7 +83,7 @@ def content_words(text: str, enough: int) -> int:
 
 
 def _distinct_content(text: str) -> int:
-    return len({w.lower() for w in _WORD.findall(text)} - STOPWORDS)
+    return len({w.lower() for w in _COUNTED.findall(text)} - STOPWORDS)
 
 
 def stems(text: str) -> str:

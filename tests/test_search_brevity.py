@@ -32,7 +32,23 @@ def test_content_words_are_distinct_words_but_stopwords_up_to_enough() -> None:
     assert content_words(TRIP, 5) == 5  # a long text stops counting early
 
 
-def test_brevity_scales_by_the_wordiest_matched_row_and_is_off_at_power_zero() -> None:
+def test_unspaced_scripts_count_characters_and_a_cut_prefix_counts_whole_words() -> None:
+    assert content_words("我们昨天去了东京的博物馆", 50) == 12  # one word per character
+    assert content_words("東京タワーに行きました", 50) == 11
+    long_word = "a" * 300  # a prefix cut inside it would count a piece of it
+    assert content_words(f"short {long_word} short", 12) == 2
+
+
+def test_a_summary_rows_anchors_count_for_it() -> None:
+    summary = RowHit("c1", "t1", "summary", NOW, 1.0, text="Fixed it.")
+    assert brevity([summary], 12, 1.0) == pytest.approx(1 / 12)  # "it" is a stopword
+    anchored = RowHit(
+        "c1", "t1", "summary", NOW, 1.0, text="Fixed it.", anchors_text="openpyxl formulas save"
+    )
+    assert brevity([anchored], 12, 1.0) == pytest.approx(4 / 12)
+
+
+def test_brevity_scales_by_the_longest_matched_row_and_is_off_at_power_zero() -> None:
     assert brevity([row("t1", GREETING)], 12, 0.5) == pytest.approx((4 / 12) ** 0.5)
     assert brevity([row("t1", GREETING), row("t1", TRIP, "assistant")], 12, 0.5) == 1.0
     assert brevity([row("t1", "")], 12, 1.0) == pytest.approx(1 / 12)  # at least one word

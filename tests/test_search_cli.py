@@ -36,6 +36,7 @@ def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
     assert human.exit_code == 0, human.output
     assert "c-sheets/t2 #2 'Spreadsheet trouble'" in human.output.splitlines()[1]
     assert "explain: semantic=- lexical=r1" in human.output
+    assert " brevity=" in human.output  # the factors shown multiply to `final`
     assert "warning: semantic_unavailable" in human.output
     as_json = cli(
         search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice

@@ -149,7 +149,6 @@ def test_periods_named_with_their_year_keep_their_text_and_name_their_span(
     [
         "the 2023 budget",  # a year without "in" is a word of the topic
         "in 2023-24",  # a range is not one year
-        "in may 2023",  # "may" is a month only capitalized
         "in 9999",
         "rows in 20231",
         "section in 2023.4",
@@ -157,6 +156,50 @@ def test_periods_named_with_their_year_keep_their_text_and_name_their_span(
 )
 def test_years_that_name_no_period_stay(query: str) -> None:
     assert split_time_hint(query) == (query, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "phrase"),
+    [
+        ("our trip in March, 5 of us went", "in March"),  # a count after a month is no year
+        ("in the summer, 3 trips", "in the summer"),
+    ],
+)
+def test_a_month_followed_by_a_count_is_still_a_month(query: str, phrase: str) -> None:
+    _, hint = split_time_hint(query)
+    assert hint is not None and hint.phrase == phrase and hint.calendar is not None
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "what changed since January 2024",  # one end of an open span: no period's lift
+        "before March 2024",
+        "from January 2024 to March 2024",
+        "between January and March 2024",
+        "in 2023\u201324",  # a range with an en dash
+    ],
+)
+def test_an_end_of_a_span_names_no_period(query: str) -> None:
+    assert split_time_hint(query) == (query, None)
+
+
+def test_lower_case_may_with_a_year_after_in_is_the_month() -> None:
+    _, hint = split_time_hint("what did we plan in may 2024")
+    assert hint is not None and hint.period == (2024, 5, 1)
+
+
+@pytest.mark.parametrize(
+    ("query", "day"),
+    [
+        ("what did we do on March 3 in 2023", datetime(2023, 3, 3)),
+        ("in 2023, what happened on Dec 24", datetime(2023, 12, 24)),
+        ("on Dec 24 in the winter of 2024", datetime(2023, 12, 24)),
+    ],
+)
+def test_a_date_without_a_year_takes_the_year_of_the_period(query: str, day: datetime) -> None:
+    _, hint = split_time_hint(query)
+    assert hint is not None and hint.day == (day.year, day.month, day.day)
 
 
 def test_a_date_comes_before_a_period_and_a_relative_expression_before_both() -> None:

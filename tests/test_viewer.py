@@ -144,6 +144,7 @@ def test_sign_in_search_open_turn_and_download(
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#hits .hit .explain"))
     first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
     assert "semantic=" in first.find_element(By.CSS_SELECTOR, ".explain").text
+    assert "brevity=" in first.find_element(By.CSS_SELECTOR, ".explain").text
 
     first.find_element(By.CSS_SELECTOR, "a.hit-link").click()
     wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())

@@ -146,7 +146,9 @@ def render_response(response: SearchResponse) -> str:
             )
             lines.append(
                 f"     explain: {arms} rrf={e.rrf:.5f} age={e.age_days:.1f}d "
-                f"recency={e.recency:.3f} final={e.final:.5f}"
+                f"recency={e.recency:.3f}"
+                + (f" in_window={e.in_window}" if e.in_window is not None else "")
+                + f" brevity={e.brevity:.3f} final={e.final:.5f}"
                 + (f" answers={e.answers_turn}" if e.answers_turn else "")
             )
     lines += [f"warning: {w}" for w in response.warnings]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from ctxdb.contract.identity import Principal
-from ctxdb.search.models import SearchRequest
+from ctxdb.search.models import DAYS_MAX, SearchRequest
 
 EXCLUDED_TAGS = ("kind:react.recovery.session",)
 
@@ -47,6 +48,15 @@ def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
     if request.agent:
         clauses.append({"term": {"agent": request.agent}})
     return clauses
+
+
+def reaching(request: SearchRequest, start: datetime, now: datetime) -> SearchRequest:
+    """`request` with `days` reaching back to `start` (where a span the query names begins) when
+    the request left `days` unset and its default stops short of it; else `request` itself."""
+    needed = math.ceil((now - start).total_seconds() / 86400)
+    if "days" in request.model_fields_set or needed <= request.days:
+        return request
+    return request.model_copy(update={"days": min(needed, DAYS_MAX)})
 
 
 def window_filter(

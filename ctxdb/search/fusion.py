@@ -66,12 +66,17 @@ def recency_factor(ts: datetime, now: datetime, half_life_days: float) -> tuple[
 
 def brevity(rows: Iterable[RowHit], brief_words: int, brief_power: float) -> float:
     """min(1, n / brief_words) ** brief_power, n the distinct content words of the longest of
-    `rows` (at least 1); 1 when off. Only the longest is counted: search scales every candidate
-    turn."""
+    `rows` (its text and anchors; at least 1); 1 when off. Only the longest is counted: search
+    scales every candidate turn."""
     if brief_power <= 0 or brief_words <= 1:
         return 1.0
-    n = content_words(max((row.text for row in rows), key=len), brief_words)
+    n = content_words(max((counted(row) for row in rows), key=len), brief_words)
     return (max(n, 1) / brief_words) ** brief_power
+
+
+def counted(row: RowHit) -> str:
+    """What `brevity` counts of a row: its text and its retrieval anchors."""
+    return f"{row.text} {row.anchors_text}" if row.anchors_text else row.text
 
 
 def dedup_turns(rows: Iterable[RowHit]) -> list[RowHit]:

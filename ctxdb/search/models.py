@@ -52,6 +52,10 @@ class Weights(BaseModel):
         return None if value is None else min(2.0, max(0.0, float(value)))
 
 
+DAYS_MAX = 3650
+"""The farthest back `days` may reach."""
+
+
 class SearchRequest(BaseModel):
     """One search or catalog call. The principal is never part of the request."""
 
@@ -74,7 +78,13 @@ class SearchRequest(BaseModel):
         default=None, description="Catalog lookup: 1 = first turn, n = n-th, -1 = last, -n."
     )
     top_k: int = Field(default=5, ge=1, le=50)
-    days: int = Field(default=365, ge=1, le=3650, description="Only rows newer than this.")
+    days: int = Field(
+        default=365,
+        ge=1,
+        le=DAYS_MAX,
+        description="Only rows newer than this; left unset, it reaches back to the start of an"
+        " older date or period the query names.",
+    )
     weights: Weights = Field(default_factory=Weights)
     half_life_days: float | None = Field(
         default=None, gt=0, le=3650, description="Half-life of the recency lift, in days."

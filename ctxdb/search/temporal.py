@@ -20,7 +20,9 @@ is a month only capitalized.
 A month or season named with its year ("in January 2024", "Jan. 2024", "the summer of 2023") or
 a year after "in", "during" or "throughout" ("in 2023") names that period, with a day either side;
 its text stays too. A winter is the one its year's January lies in (December of the year before
-to February). A date, when the query has one, comes before such a period.
+to February). One end of a span ("since January 2024", "from January 2024 to March 2024") names
+no period. A date, when the query has one, comes before such a period, and a date without a year
+takes the year the period gives its month ("on March 3 in 2023").
 
 Written by hand: the date-parsing libraries on PyPI parse a string that is a date, not a
 phrase's span inside free text.
@@ -41,7 +43,7 @@ _LEAD = r"(?:(?:from|during|in|over|within|since)\s+)?(?:the\s+)?"
 _CALENDAR = (
     r"(?<!\w)(?:back\s+)?(?:in|during|over|last|this|since|early|late|mid)\s+(?:the\s+)?"
     r"(?P<calendar>january|february|march|april|may|june|july|august|september|october"
-    r"|november|december|spring|summer|autumn|fall|winter)(?!,?\s*(?:of\s+)?\d)"
+    r"|november|december|spring|summer|autumn|fall|winter)(?!\s*\d|,?\s*(?:of\s+)?\d{4}(?!\d))"
 )
 _PATTERN = re.compile(
     r"(?:"
@@ -88,16 +90,24 @@ _DATE = re.compile(
     re.IGNORECASE,
 )
 # A month or season with its year ("in January 2024", "Jan. 2024", "the summer of 2023"), or a
-# year after "in"/"during"/"throughout" ("in 2023"): (year, first month, months).
+# year after "in"/"during"/"throughout" ("in 2023"); "may" lower-case only after "in"/"during".
+_YEAR_END = r"(?![\w\-\u2013\u2014]|[.,/]\d)"  # not "2023-24", "2023–24" or "2023.4"
 _PERIOD = re.compile(
-    r"(?<![\w.])(?:(?:in|during|throughout|of|from|since|by|until|before|after)\s+)?(?:the\s+)?(?:"
+    r"(?<![\w.])(?:(?P<p_lead>in|during|throughout|of|from|since|by|until|till|before|after|to|through|between|and)\s+)?"
+    r"(?:the\s+)?(?:"
     + _MONTH_WORD.format("p_month")
-    + r",?\s+(?:of\s+)?(?P<p_month_y>\d{4})"
-    r"|(?P<p_season>spring|summer|autumn|fall|winter),?\s+(?:of\s+)?(?P<p_season_y>\d{4})"
-    r")(?![\w-]|[.,/]\d)"
-    r"|(?<![\w.])(?:in|during|throughout)\s+(?P<p_year>\d{4})(?![\w-]|[.,/]\d)",
+    + r"|(?P<p_season>spring|summer|autumn|fall|winter))"
+    r",?\s+(?:of\s+)?(?P<p_y>\d{4})"
+    + _YEAR_END
+    + r"|(?<![\w.])(?:in|during|throughout)\s+(?:(?P<p_may>may),?\s+)?(?P<p_year>\d{4})"
+    + _YEAR_END,
     re.IGNORECASE,
 )
+_OPEN_LEADS = frozenset(
+    {"from", "since", "by", "until", "till", "before", "after", "to", "through", "between", "and"}
+)
+"""Leads that make a period one end of a span ("since January 2024", "from January to March
+2024"): no period hint."""
 _DAY_SLACK = timedelta(days=1)
 MIN_YEAR, MAX_YEAR = 1900, 2100
 """Years a date in a query may name."""
@@ -226,21 +236,38 @@ def _dates(query: str) -> Iterator[tuple[re.Match[str], tuple[int | None, int, i
 
 
 def _periods(query: str) -> Iterator[tuple[re.Match[str], tuple[int, int, int]]]:
-    """Every month, season or year the query names with its year: its match and (year, first
-    month, months); a winter is the one its year's January lies in."""
+    """Every month, season or year the query names with its year, but one end of an open span:
+    its match and (year, first month, months); a winter is the one its year's January lies in."""
     for match in _PERIOD.finditer(query):
         g = match.groupdict()
-        year = int(g["p_month_y"] or g["p_season_y"] or g["p_year"])
-        if not MIN_YEAR <= year <= MAX_YEAR:
+        year = int(g["p_y"] or g["p_year"])
+        if not MIN_YEAR <= year <= MAX_YEAR or (g["p_lead"] or "").lower() in _OPEN_LEADS:
             continue
-        if g["p_year"]:
+        if g["p_may"]:
+            yield match, (year, 5, 1)
+        elif g["p_year"]:
             yield match, (year, 1, 12)
-            continue
-        if g["p_month"]:
+        elif g["p_month"]:
             yield match, (year, _month(g["p_month"]), 1)
-            continue
-        first, months = _calendar_months(g["p_season"].lower())
-        yield match, (year - 1 if first == 12 else year, first, months)  # a winter: its January's
+        else:
+            first, months = _calendar_months(g["p_season"].lower())
+            yield match, (year - 1 if first == 12 else year, first, months)
+
+
+def _within(
+    day: tuple[int | None, int, int], period: tuple[int, int, int]
+) -> tuple[int | None, int, int]:
+    """A year-less `day` given the year its month has inside `period` ("on March 3 in 2023"); as
+    it is when the period does not hold its month or that day does not exist in that year."""
+    year, first, months = period
+    for offset in range(first - 1, first - 1 + months):
+        if offset % 12 + 1 == day[1]:
+            try:
+                date(year + offset // 12, day[1], day[2])
+            except ValueError:
+                return day
+            return (year + offset // 12, day[1], day[2])
+    return day
 
 
 def date_spans(query: str) -> list[tuple[int, int]]:
@@ -248,7 +275,7 @@ def date_spans(query: str) -> list[tuple[int, int]]:
     `ctxdb.search.names`), in order, overlapping ones ("5 Jan 2024" holds "Jan 2024") merged."""
     merged: list[tuple[int, int]] = []
     for start, end in sorted(
-        [m.span() for m, _ in _dates(query)] + [m.span() for m, _ in _periods(query)]
+        [m.span() for m, _ in _dates(query)] + [m.span() for m in _PERIOD.finditer(query)]
     ):
         if merged and start < merged[-1][1]:
             merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
@@ -258,13 +285,15 @@ def date_spans(query: str) -> list[tuple[int, int]]:
 
 
 def date_hint(query: str) -> TimeHint | None:
-    """The hint of the query's first date, else of its first dated period (module docstring);
-    None without either."""
+    """The hint of the query's first date (without a year, the year the query's period gives
+    it), else of its first dated period (module docstring); None without either."""
     first = next(_dates(query), None)
+    period = next(_periods(query), None)
     if first is not None:
         match, day = first
+        if day[0] is None and period is not None:
+            day = _within(day, period[1])
         return TimeHint(phrase=match.group(0).strip(), lookback=timedelta(0), day=day)
-    period = next(_periods(query), None)
     if period is None:
         return None
     match, span = period

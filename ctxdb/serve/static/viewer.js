@@ -183,7 +183,9 @@ function explainText(explain) {
   if (!explain) return "";
   const arms = Object.entries(explain.arms).map(([arm, a]) =>
     `${arm}=${a.rank ? "r" + a.rank : "-"}(w${a.weight})`).join(" ");
-  return `${arms} rrf=${explain.rrf.toFixed(4)} recency=${explain.recency.toFixed(2)} final=${explain.final.toFixed(4)}`;
+  const window = explain.in_window === null ? "" : ` in_window=${explain.in_window}`;
+  return `${arms} rrf=${explain.rrf.toFixed(4)} recency=${explain.recency.toFixed(2)}${window}` +
+    ` brevity=${explain.brevity.toFixed(2)} final=${explain.final.toFixed(4)}`;
 }
 
 function renderHits(response) {
