@@ -205,37 +205,49 @@ def fuse(
         brief_words=brief_words,
         brief_power=brief_power,
     )
-    fused = []
-    for (conv, turn), hits in per_turn.items():
-        contributions = {
-            arm: arm_weight[arm] * row.coverage**coverage_power / (rrf_k + rank)
-            for arm, (rank, row) in hits.items()
-        }
-        rrf = sum(contributions.values())  # hits, and so the sum, run in ARMS order
-        ts = max(row.ts for _, row in hits.values())
-        age, rec = recency_factor(ts, now, half_life_days)
-        inside = window is not None and window[0] <= ts < window[1]
-        brief = brevity([row for _, row in hits.values()], brief_words, brief_power)
-        final = rrf * (1.0 + w_rec * rec) * (1.0 + w_win * inside) * brief
-        fused.append(
-            FusedTurn(
-                conversation_id=conv,
-                turn_id=turn,
-                final=final,
-                rrf=rrf,
-                ts=ts,
-                rows={arm: row for arm, (_, row) in hits.items()},
-                ranks={arm: rank for arm, (rank, _) in hits.items()},
-                contributions=contributions,
-                age_days=age,
-                recency=rec,
-                in_window=inside,
-                brevity=brief,
-                terms=terms,
-            )
-        )
+    fused = [
+        _fused_turn(key, hits, terms, now=now, rrf_k=rrf_k, window=window)
+        for key, hits in per_turn.items()
+    ]
     fused.sort(key=lambda f: (-f.final, -f.rrf, -f.ts.timestamp(), f.conversation_id, f.turn_id))
     return fused
+
+
+def _fused_turn(
+    key: tuple[str, str],
+    hits: Mapping[Arm, tuple[int, RowHit]],
+    terms: FusionTerms,
+    *,
+    now: datetime,
+    rrf_k: int,
+    window: tuple[datetime, datetime] | None,
+) -> FusedTurn:
+    """One turn's fused score from its (rank, row) in each arm that returned it (`fuse`)."""
+    contributions = {
+        arm: terms.weights[arm] * row.coverage**terms.coverage_power / (rrf_k + rank)
+        for arm, (rank, row) in hits.items()
+    }
+    rrf = sum(contributions.values())  # hits, and so the sum, run in ARMS order
+    ts = max(row.ts for _, row in hits.values())
+    age, rec = recency_factor(ts, now, terms.half_life_days)
+    inside = window is not None and window[0] <= ts < window[1]
+    brief = brevity([row for _, row in hits.values()], terms.brief_words, terms.brief_power)
+    lifts = (1.0 + terms.recency_weight * rec) * (1.0 + terms.window_weight * inside)
+    return FusedTurn(
+        conversation_id=key[0],
+        turn_id=key[1],
+        final=rrf * lifts * brief,
+        rrf=rrf,
+        ts=ts,
+        rows={arm: row for arm, (_, row) in hits.items()},
+        ranks={arm: rank for arm, (rank, _) in hits.items()},
+        contributions=contributions,
+        age_days=age,
+        recency=rec,
+        in_window=inside,
+        brevity=brief,
+        terms=terms,
+    )
 
 
 DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
