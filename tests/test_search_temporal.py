@@ -175,13 +175,31 @@ def test_a_month_followed_by_a_count_is_still_a_month(query: str, phrase: str) -
     [
         "what changed since January 2024",  # one end of an open span: no period's lift
         "before March 2024",
-        "from January 2024 to March 2024",
-        "between January and March 2024",
+        "January and March 2024",  # two months, not the span between them
+        "from January 2020 to March 2024",  # more than two years is no span to lift
         "in 2023\u201324",  # a range with an en dash
     ],
 )
 def test_an_end_of_a_span_names_no_period(query: str) -> None:
     assert split_time_hint(query) == (query, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "period"),
+    [
+        ("what did we do from January to March 2024", (2024, 1, 3)),
+        ("from Jan 2024 to Mar 2024", (2024, 1, 3)),
+        ("between January and March 2024", (2024, 1, 3)),
+        ("between Nov 2023 and Feb 2024", (2023, 11, 4)),
+        ("from Nov to Feb 2024", (2023, 11, 4)),  # the November before that February
+        ("the June\u2013July 2023 trip", (2023, 6, 2)),
+        ("what did Jan say from May to June 2024", (2024, 5, 2)),
+    ],
+)
+def test_a_span_of_months_names_all_of_them(query: str, period: tuple[int, int, int]) -> None:
+    stripped, hint = split_time_hint(query)
+    assert stripped == query
+    assert hint is not None and hint.period == period and hint.phrase in query
 
 
 def test_lower_case_may_with_a_year_after_in_is_the_month() -> None:

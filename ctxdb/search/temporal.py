@@ -20,9 +20,10 @@ is a month only capitalized.
 A month or season named with its year ("in January 2024", "Jan. 2024", "the summer of 2023") or
 a year after "in", "during" or "throughout" ("in 2023") names that period, with a day either side;
 its text stays too. A winter is the one its year's January lies in (December of the year before
-to February). One end of a span ("since January 2024", "from January 2024 to March 2024") names
-no period. A date, when the query has one, comes before such a period, and a date without a year
-takes the year the period gives its month ("on March 3 in 2023").
+to February). A span of months ending with its year ("from January to March 2024", "between Nov
+2023 and Feb 2024", "January-March 2024") names those months; one end of an open span ("since
+January 2024") names no period. A date, when the query has one, comes before such a period, and
+a date without a year takes the year the period gives its month ("on March 3 in 2023").
 
 Written by hand: the date-parsing libraries on PyPI parse a string that is a date, not a
 phrase's span inside free text.
@@ -103,6 +104,19 @@ _PERIOD = re.compile(
     + _YEAR_END,
     re.IGNORECASE,
 )
+# A span of months ending with its year: "from January to March 2024", "between Nov 2023 and
+# Feb 2024", "January-March 2024" ("and" only after "between").
+_RANGE = re.compile(
+    r"(?<![\w.])(?:(?P<r_lead>from|between)\s+)?(?:the\s+)?"
+    + _MONTH_WORD.format("r_m1")
+    + r"(?:,?\s+(?P<r_y1>\d{4}))?"
+    r"(?:\s+(?P<r_to>to|and|until|till|through)\s+|\s*[-\u2013\u2014]\s*)(?:the\s+)?"
+    + _MONTH_WORD.format("r_m2")
+    + r",?\s+(?P<r_y2>\d{4})"
+    + _YEAR_END,
+    re.IGNORECASE,
+)
+_MAX_RANGE_MONTHS = 24
 _OPEN_LEADS = frozenset(
     {"from", "since", "by", "until", "till", "before", "after", "to", "through", "between", "and"}
 )
@@ -235,10 +249,30 @@ def _dates(query: str) -> Iterator[tuple[re.Match[str], tuple[int | None, int, i
             yield match, day
 
 
+def _ranges(query: str) -> Iterator[tuple[re.Match[str], tuple[int, int, int]]]:
+    """Every span of months the query names ending with its year (`_RANGE`), up to two years:
+    its match and (year, first month, months); without its own year the first month is the last
+    such month before the second."""
+    for match in _RANGE.finditer(query):
+        g = match.groupdict()
+        if (g["r_to"] or "").lower() == "and" and (g["r_lead"] or "").lower() != "between":
+            continue  # "January and March 2024" names two months, not the span between them
+        first, last, end_year = _month(g["r_m1"]), _month(g["r_m2"]), int(g["r_y2"])
+        start_year = int(g["r_y1"]) if g["r_y1"] else end_year - (first > last)
+        months = (end_year - start_year) * 12 + last - first + 1
+        if MIN_YEAR <= start_year <= end_year <= MAX_YEAR and 1 <= months <= _MAX_RANGE_MONTHS:
+            yield match, (start_year, first, months)
+
+
 def _periods(query: str) -> Iterator[tuple[re.Match[str], tuple[int, int, int]]]:
-    """Every month, season or year the query names with its year, but one end of an open span:
-    its match and (year, first month, months); a winter is the one its year's January lies in."""
+    """Every span of months, then every month, season or year the query names with its year
+    outside those spans and not one end of an open span: its match and (year, first month,
+    months); a winter is the one its year's January lies in."""
+    ranges = list(_ranges(query))
+    yield from ranges
     for match in _PERIOD.finditer(query):
+        if any(r.start() <= match.start() < r.end() for r, _ in ranges):
+            continue
         g = match.groupdict()
         year = int(g["p_y"] or g["p_year"])
         if not MIN_YEAR <= year <= MAX_YEAR or (g["p_lead"] or "").lower() in _OPEN_LEADS:
@@ -275,7 +309,9 @@ def date_spans(query: str) -> list[tuple[int, int]]:
     `ctxdb.search.names`), in order, overlapping ones ("5 Jan 2024" holds "Jan 2024") merged."""
     merged: list[tuple[int, int]] = []
     for start, end in sorted(
-        [m.span() for m, _ in _dates(query)] + [m.span() for m in _PERIOD.finditer(query)]
+        [m.span() for m, _ in _dates(query)]
+        + [m.span() for m in _PERIOD.finditer(query)]
+        + [m.span() for m, _ in _ranges(query)]
     ):
         if merged and start < merged[-1][1]:
             merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
