@@ -89,7 +89,7 @@ from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.fusion import FusionParams, arm_weights, counted, dedup_turns, rank_turns
-from ctxdb.search.models import ARMS, MIN_SCORE, Arm, SearchRequest
+from ctxdb.search.models import ARMS, BRIEF_WORDS_MAX, MIN_SCORE, Arm, SearchRequest
 from ctxdb.search.relevance import arm_signal
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
@@ -100,7 +100,6 @@ from ctxdb.text import content_words
 
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
-WORDS_MAX = 200  # the largest `brief_words` a request may set
 SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_life_days=7, cap=2)
 PLAIN_RRF = FusionParams(
     weights=arm_weights(1.0, 1.0), recency_weight=0.0, half_life_days=7, cap=None
@@ -280,7 +279,7 @@ def prepare(c: Collected, now) -> Prepared:
         asked=asked,
         texts=texts,
         words=np.array(
-            [content_words(max(brief[k], key=len), WORDS_MAX) for k in keys], dtype=np.float64
+            [content_words(max(brief[k], key=len), BRIEF_WORDS_MAX) for k in keys], dtype=np.float64
         ),
     )
 

@@ -54,6 +54,8 @@ class Weights(BaseModel):
 
 DAYS_MAX = 3650
 """The farthest back `days` may reach."""
+BRIEF_WORDS_MAX = 200
+"""The largest `brief_words` a request may set."""
 
 
 class SearchRequest(BaseModel):
@@ -105,7 +107,7 @@ class SearchRequest(BaseModel):
     brief_words: int | None = Field(
         default=None,
         ge=1,
-        le=200,
+        le=BRIEF_WORDS_MAX,
         description="A turn whose longest matched row holds fewer distinct non-stopword words"
         " is scaled down: (n / brief_words) ** brief_power.",
     )

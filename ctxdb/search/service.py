@@ -56,8 +56,8 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 Name = TypeVar("Name", bound=str)
-Knob = TypeVar("Knob", int, float, bool)
 """The names of the bodies `run_arms` runs: arms, or arms and the session search."""
+Knob = TypeVar("Knob", int, float, bool)
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
 """Runs the text arms of searches while their queries embed, and the parts of a compound

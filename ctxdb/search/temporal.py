@@ -90,12 +90,18 @@ _DATE = re.compile(
     r")(?![\w-]|[.,/]\d)",
     re.IGNORECASE,
 )
+_YEAR_END = r"(?![\w\-\u2013\u2014]|[.,/]\d)"  # not "2023-24", "2023–24" or "2023.4"
+_OPEN_LEADS = frozenset(
+    {"from", "since", "by", "until", "till", "before", "after", "to", "through", "between", "and"}
+)
+"""Leads that make a period one end of a span ("since January 2024", "from January to March
+2024"): no period hint."""
 # A month or season with its year ("in January 2024", "Jan. 2024", "the summer of 2023"), or a
 # year after "in"/"during"/"throughout" ("in 2023"); "may" lower-case only after "in"/"during".
-_YEAR_END = r"(?![\w\-\u2013\u2014]|[.,/]\d)"  # not "2023-24", "2023–24" or "2023.4"
 _PERIOD = re.compile(
-    r"(?<![\w.])(?:(?P<p_lead>in|during|throughout|of|from|since|by|until|till|before|after|to|through|between|and)\s+)?"
-    r"(?:the\s+)?(?:"
+    r"(?<![\w.])(?:(?P<p_lead>"
+    + "|".join(["in", "during", "throughout", "of", *sorted(_OPEN_LEADS)])
+    + r")\s+)?(?:the\s+)?(?:"
     + _MONTH_WORD.format("p_month")
     + r"|(?P<p_season>spring|summer|autumn|fall|winter))"
     r",?\s+(?:of\s+)?(?P<p_y>\d{4})"
@@ -117,11 +123,6 @@ _RANGE = re.compile(
     re.IGNORECASE,
 )
 _MAX_RANGE_MONTHS = 24
-_OPEN_LEADS = frozenset(
-    {"from", "since", "by", "until", "till", "before", "after", "to", "through", "between", "and"}
-)
-"""Leads that make a period one end of a span ("since January 2024", "from January to March
-2024"): no period hint."""
 _DAY_SLACK = timedelta(days=1)
 MIN_YEAR, MAX_YEAR = 1900, 2100
 """Years a date in a query may name."""
