@@ -152,6 +152,8 @@ def test_periods_named_with_their_year_keep_their_text_and_name_their_span(
         "in 9999",
         "rows in 20231",
         "section in 2023.4",
+        "what rent costs in 2024 dollars",  # a year qualifying a unit names no period
+        "the plan in 2023 terms",
     ],
 )
 def test_years_that_name_no_period_stay(query: str) -> None:

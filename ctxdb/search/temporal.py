@@ -96,6 +96,9 @@ _OPEN_LEADS = frozenset(
 )
 """Leads that make a period one end of a span ("since January 2024", "from January to March
 2024"): no period hint."""
+_UNITS = "dollars? euros? pounds? yen usd eur gbp prices? money terms values? figures rates?"
+_YEAR_AS_UNIT = rf"(?!\s+(?:{'|'.join(_UNITS.split())})\b)"
+"""A bare year that qualifies a unit ("in 2024 dollars", "in 2023 terms") names no period."""
 # A month or season with its year ("in January 2024", "Jan. 2024", "the summer of 2023"), or a
 # year after "in"/"during"/"throughout" ("in 2023"); "may" lower-case only after "in"/"during".
 _PERIOD = re.compile(
@@ -107,7 +110,8 @@ _PERIOD = re.compile(
     r",?\s+(?:of\s+)?(?P<p_y>\d{4})"
     + _YEAR_END
     + r"|(?<![\w.])(?:in|during|throughout)\s+(?:(?P<p_may>may),?\s+)?(?P<p_year>\d{4})"
-    + _YEAR_END,
+    + _YEAR_END
+    + _YEAR_AS_UNIT,
     re.IGNORECASE,
 )
 # A span of months ending with its year: "from January to March 2024", "between Nov 2023 and
