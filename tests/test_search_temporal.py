@@ -172,6 +172,11 @@ def test_a_month_followed_by_a_count_is_still_a_month(query: str, phrase: str) -
     assert hint is not None and hint.phrase == phrase and hint.calendar is not None
 
 
+def test_a_year_before_a_clause_that_may_read_as_a_unit_still_names_its_year() -> None:
+    _, hint = split_time_hint("in 2024 prices rose")
+    assert hint is not None and hint.phrase == "in 2024" and hint.period == (2024, 1, 12)
+
+
 @pytest.mark.parametrize(
     "query",
     [

@@ -96,9 +96,10 @@ _OPEN_LEADS = frozenset(
 )
 """Leads that make a period one end of a span ("since January 2024", "from January to March
 2024"): no period hint."""
-_UNITS = "dollars? euros? pounds? yen usd eur gbp prices? money terms values? figures rates?"
+_UNITS = "dollars? euros? pounds? yen usd eur gbp money terms"
 _YEAR_AS_UNIT = rf"(?!\s+(?:{'|'.join(_UNITS.split())})\b)"
-"""A bare year that qualifies a unit ("in 2024 dollars", "in 2023 terms") names no period."""
+"""A bare year that qualifies a unit ("in 2024 dollars", "in 2023 terms") names no period. Not
+"prices" or "rates", which may open the clause after the year ("in 2024 prices rose")."""
 # A month or season with its year ("in January 2024", "Jan. 2024", "the summer of 2023"), or a
 # year after "in"/"during"/"throughout" ("in 2023"); "may" lower-case only after "in"/"during".
 _PERIOD = re.compile(
