@@ -48,9 +48,10 @@ from elasticsearch import helpers
 
 from ctxdb.embedding.backends import make_embedder
 from ctxdb.index.client import make_client
+from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.search.models import ARMS, BRIEF_WORDS_MAX, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
-from ctxdb.settings import get_settings
+from ctxdb.settings import Settings, get_settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 from ctxdb.text import content_words, stems
@@ -61,18 +62,30 @@ DIMS = 384
 
 
 class Probe:
-    """One set's prepared queries with what the probes read beside them."""
+    """One set's prepared queries with what the probes read beside them: each turn's word
+    count, each row's vector, each query's vector and each candidate's stems."""
 
-    def __init__(self, preps: list[Prepared], cfg: Config, turn_words: dict[Key, int]) -> None:
+    def __init__(
+        self,
+        preps: list[Prepared],
+        cfg: Config,
+        turn_words: dict[Key, int],
+        vectors: dict[Key, np.ndarray],
+        queries: list[np.ndarray],
+    ) -> None:
         self.preps, self.cfg, self.turn_words = preps, cfg, turn_words
-        self.vectors: dict[Key, np.ndarray] = {}
-        self.queries: list[np.ndarray] = []
+        self.vectors, self.queries = vectors, queries
         self.stemsets: list[list[frozenset[str]]] = [
             [frozenset(stems(" ".join(p.texts[k])).split()) for k in p.keys] for p in preps
         ]
+        self._at = {id(p): n for n, p in enumerate(preps)}
+
+    def at(self, p: Prepared) -> int:
+        """The position of `p` among this set's queries."""
+        return self._at[id(p)]
 
 
-def turn_words(settings) -> dict[Key, int]:
+def turn_words(settings: Settings) -> dict[Key, int]:
     """The content words of each turn's longest role row (text and anchors), as brevity counts."""
     rows = DeltaStore.from_settings(settings).scan(ROLE_ROWS)
     rows = rows.select("conversation_id", "turn_id", "text", "anchors_text").collect()
@@ -83,11 +96,11 @@ def turn_words(settings) -> dict[Key, int]:
     return out
 
 
-def row_vectors(settings) -> dict[Key, np.ndarray]:
+def row_vectors(settings: Settings) -> dict[Key, np.ndarray]:
     """Every embedded role row's vector, stacked per turn (`_source` leaves vectors out unless
     asked)."""
     client = make_client(settings)
-    index = f"{settings.elasticsearch.index_prefix}-rows-v1"
+    index = alias_name(settings.elasticsearch.index_prefix, ROWS)
     source = {"exclude_vectors": False, "includes": ["conversation_id", "turn_id", "embedding"]}
     per: dict[Key, list[list[float]]] = {}
     for hit in helpers.scan(client, index=index, query={"_source": source}):
@@ -108,13 +121,11 @@ def with_turn_words(probe: Probe, brief_words: int, brief_power: float) -> Score
 
 
 def lexical_prf(probe: Probe, m: int, terms: int, gain: float) -> Scorer:
-    at = {id(p): n for n, p in enumerate(probe.preps)}
-
     def score(p: Prepared) -> np.ndarray:
         s = fused_scores(p, probe.cfg)
         if len(s) < 3:
             return s
-        sets = probe.stemsets[at[id(p)]]
+        sets = probe.stemsets[probe.at(p)]
         asked = frozenset(stems(p.query).split())
         df: dict[str, int] = {}
         for held in sets:
@@ -135,13 +146,12 @@ def lexical_prf(probe: Probe, m: int, terms: int, gain: float) -> Scorer:
 
 
 def vector_prf(probe: Probe, m: int, b: float) -> Scorer:
-    at = {id(p): n for n, p in enumerate(probe.preps)}
     none = np.zeros((1, DIMS), dtype=np.float32)
 
     def score(p: Prepared) -> np.ndarray:
         if len(p.keys) < 2:
             return fused_scores(p, probe.cfg)
-        q = probe.queries[at[id(p)]]
+        q = probe.queries[probe.at(p)]
         rows = [probe.vectors.get(k, none) for k in p.keys]
         if m:
             top = np.argsort(-fused_scores(p, probe.cfg))[:m]
@@ -190,7 +200,7 @@ def boosted(probes: dict[str, Probe], held: str) -> Scorer:
                 xs.append(features(p, probe.cfg))
                 ys.append(np.array([k in p.relevant for k in p.keys], dtype=int))
     model = HistGradientBoostingClassifier(
-        max_iter=200, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=100
+        max_iter=200, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=100, random_state=0
     )
     model.fit(np.concatenate(xs), np.concatenate(ys))
     cfg = probes[held].cfg
@@ -231,12 +241,14 @@ def main(
         service = SearchService(qs.settings, make_client(qs.settings), query_embedder)
         collected: list[Collected] = collected_rows(service, qs, False)
         cfg = config_of(service.fusion_params(SearchRequest(query="defaults", top_k=25)))
-        probe = Probe([prepare(c, qs.now) for c in collected], cfg, turn_words(qs.settings))
-        probe.vectors = row_vectors(qs.settings)
-        for c in collected:
-            q = np.asarray(query_embedder.embed_query(c.text), dtype=np.float32)
-            probe.queries.append(q / np.linalg.norm(q))
-        probes[name] = probe
+        queries = [np.asarray(query_embedder.embed_query(c.text)) for c in collected]
+        probes[name] = Probe(
+            [prepare(c, qs.now) for c in collected],
+            cfg,
+            turn_words(qs.settings),
+            row_vectors(qs.settings),
+            [(q / np.linalg.norm(q)).astype(np.float32) for q in queries],
+        )
     for name, probe in probes.items():
         scorers: dict[str, Scorer] = {
             "defaults": lambda p, cfg=probe.cfg: fused_scores(p, cfg),
