@@ -137,7 +137,7 @@ def lexical_prf(probe: Probe, m: int, terms: int, gain: float) -> Scorer:
             for t in sets[i] - asked:
                 if df[t] > 1:
                     weight[t] = weight.get(t, 0.0) + s[i] / s[top[0]] * math.log(len(s) / df[t])
-        kept = dict(sorted(weight.items(), key=lambda tw: -tw[1])[:terms])
+        kept = dict(sorted(weight.items(), key=lambda tw: (-tw[1], tw[0]))[:terms])
         total = sum(kept.values()) or 1.0
         share = np.array([sum(w for t, w in kept.items() if t in held) / total for held in sets])
         return s * (1 + gain * share)
