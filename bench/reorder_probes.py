@@ -25,6 +25,7 @@ on another set. Run: `.venv/bin/python bench/reorder_probes.py --prefix-suffix -
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Annotated
@@ -58,7 +59,6 @@ from ctxdb.text import content_words, stems
 
 Key = tuple[str, str]
 Scorer = Callable[[Prepared], np.ndarray]
-DIMS = 384
 
 
 class Probe:
@@ -127,10 +127,7 @@ def lexical_prf(probe: Probe, m: int, terms: int, gain: float) -> Scorer:
             return s
         sets = probe.stemsets[probe.at(p)]
         asked = frozenset(stems(p.query).split())
-        df: dict[str, int] = {}
-        for held in sets:
-            for t in held:
-                df[t] = df.get(t, 0) + 1
+        df = Counter(t for held in sets for t in held)
         weight: dict[str, float] = {}
         top = np.argsort(-s)[:m]
         for i in top:
@@ -146,12 +143,11 @@ def lexical_prf(probe: Probe, m: int, terms: int, gain: float) -> Scorer:
 
 
 def vector_prf(probe: Probe, m: int, b: float) -> Scorer:
-    none = np.zeros((1, DIMS), dtype=np.float32)
-
     def score(p: Prepared) -> np.ndarray:
         if len(p.keys) < 2:
             return fused_scores(p, probe.cfg)
         q = probe.queries[probe.at(p)]
+        none = np.zeros((1, len(q)), dtype=np.float32)  # a turn with no embedded row
         rows = [probe.vectors.get(k, none) for k in p.keys]
         if m:
             top = np.argsort(-fused_scores(p, probe.cfg))[:m]
