@@ -10,7 +10,6 @@ file twice writes the same bytes and landing keeps one copy of each event.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -72,38 +71,6 @@ class HostMapper(TurnMapper):
         event["event_id"] = f"{self.prefix}-{event['event_id'].removeprefix('cc-')}"
         event["adapter"] = self.adapter
         return event
-
-
-class JsonLines(NamedTuple):
-    """The decoded lines of a JSONL file: `(line number, value)` pairs, counts of non-blank
-    lines and of lines that are not JSON, and whether the last line was cut off."""
-
-    values: list[tuple[int, Any]]
-    lines: int
-    bad: int
-    truncated: bool
-
-
-def read_json_lines(path: Path) -> JsonLines:
-    """Every JSON line of `path`; a line that is not JSON is counted and skipped, a last line
-    without its newline that is not JSON is taken as cut off (the host is still writing it)."""
-    data = path.read_bytes()
-    rows = data.split(b"\n")
-    values: list[tuple[int, Any]] = []
-    lines = bad = 0
-    truncated = False
-    for number, raw in enumerate(rows, start=1):
-        if not raw.strip():
-            continue
-        try:
-            values.append((number, json.loads(raw)))
-        except ValueError:
-            if number == len(rows):
-                truncated = True
-                break
-            bad += 1
-        lines += 1
-    return JsonLines(values, lines, bad, truncated)
 
 
 def import_sessions(

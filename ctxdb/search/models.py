@@ -331,6 +331,29 @@ class ConversationList(BaseModel):
     conversations: list[ConversationSummary]
 
 
+class TimelineTurn(BaseModel):
+    """One turn in a conversation's timeline: where it stands, how it closed, how it began."""
+
+    turn_id: str
+    ordinal: int
+    ts: datetime | None = None
+    status: str = "ok"
+    error_type: str | None = None
+    prompt: str = ""
+    answer: str = ""
+
+
+class ConversationTurns(BaseModel):
+    """A page of one conversation's turns, oldest first (`offset` turns skipped)."""
+
+    conversation_id: str
+    title: str | None = None
+    agent: str | None = None
+    total: int
+    offset: int
+    turns: list[TimelineTurn]
+
+
 class Message(BaseModel):
     role: Literal["user", "assistant"]
     text: str

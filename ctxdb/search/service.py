@@ -32,6 +32,7 @@ from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import reaching, row_filter
 from ctxdb.search.fusion import FusedTurn, FusionParams, arm_weights, rank_turns
 from ctxdb.search.materialize import (
+    clip,
     fallback_snippet,
     fetch_turns,
     snippets_from_payload,
@@ -41,12 +42,14 @@ from ctxdb.search.models import (
     MIN_SCORE,
     Arm,
     ConversationList,
+    ConversationTurns,
     MissingQuery,
     NotFound,
     SearchHit,
     SearchRequest,
     SearchResponse,
     SearchUnavailable,
+    TimelineTurn,
     TurnView,
 )
 from ctxdb.search.relevance import is_weak, relevance
@@ -223,6 +226,46 @@ class SearchService:
                 agent=agent,
                 routing=self.routing_for(principal, self.turns_alias),
             )
+
+    def conversation_turns(
+        self, principal: Principal, conversation_id: str, *, offset: int = 0, limit: int = 100
+    ) -> ConversationTurns:
+        """A page of one of the principal's conversations, oldest turn first; NotFound unless
+        it has live turns."""
+        now = datetime.now(UTC)
+        with elasticsearch_errors(self.settings.elasticsearch.url):
+            total, docs = lookups.conversation_turns(
+                self.client,
+                self.turns_alias,
+                principal,
+                conversation_id,
+                now,
+                offset=offset,
+                limit=limit,
+                routing=self.routing_for(principal, self.turns_alias),
+            )
+        chars = self.settings.search.snippet_chars
+        turns = [
+            TimelineTurn(
+                turn_id=doc["turn_id"],
+                ordinal=offset + position,
+                ts=doc.get("started_at"),
+                status=doc.get("status") or "ok",
+                error_type=doc.get("error_type"),
+                prompt=clip(doc.get("first_user_text") or "", "", chars),
+                answer=clip(doc.get("last_assistant_text") or "", "", chars),
+            )
+            for position, doc in enumerate(docs, start=1)
+        ]
+        head = docs[0] if docs else {}
+        return ConversationTurns(
+            conversation_id=conversation_id,
+            title=head.get("title"),
+            agent=head.get("agent"),
+            total=total,
+            offset=offset,
+            turns=turns,
+        )
 
     def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
         """A known turn from its TurnLog; NotFound unless it is the principal's and live."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -40,6 +39,7 @@ from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.transcript import read_file, tool_input_summary, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
+from ctxdb.capture.reading import Unreadable, open_regular
 
 try:
     import fcntl
@@ -62,10 +62,6 @@ NOTICE = "<task-notification>"
 
 class HookError(ValueError):
     """A payload the hook cannot use (logged, never raised to Claude Code)."""
-
-
-class Unreadable(OSError):
-    """A transcript the hook will not read (outside the projects folder, not a regular file...)."""
 
 
 @contextmanager
@@ -119,21 +115,13 @@ def _flag(name: str) -> int:
 
 def open_transcript(transcript: str, session: str, projects: str) -> Any:
     """The transcript opened for reading, when it is a regular file named `<session>.jsonl`
-    whose real path lies inside `projects`; else Unreadable (never blocks: no FIFO, no device)."""
+    whose real path lies inside `projects`; else Unreadable (never blocks: no FIFO, no device;
+    `ctxdb.capture.reading.open_regular`)."""
     name = f"{session}.jsonl"
     path = os.path.abspath(os.path.expanduser(transcript))
-    root = os.path.realpath(os.path.expanduser(projects))
-    real = os.path.realpath(path)
-    if os.path.basename(path) != name or os.path.basename(real) != name:
+    if os.path.basename(path) != name or os.path.basename(os.path.realpath(path)) != name:
         raise Unreadable(f"transcript {transcript} is not named {name}")
-    if os.path.commonpath([root, real]) != root:
-        raise Unreadable(f"transcript {transcript} is outside {projects}")
-    flags = os.O_RDONLY | _flag("O_NONBLOCK") | _flag("O_CLOEXEC") | _flag("O_NOFOLLOW")
-    fd = os.open(real, flags)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise Unreadable(f"transcript {transcript} is not a regular file")
-    return open(fd, "rb")
+    return open_regular(path, projects)
 
 
 def catch_up(

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ctxdb.capture import part_files
-from ctxdb.capture.claude_code.transcript import read_from
+from ctxdb.capture.claude_code.transcript import read_batches
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
+from ctxdb.capture.reading import open_regular, under_root
 
 SETTLE_S = 300.0
 """A transcript untouched this long is finished: its last turn is closed."""
@@ -47,10 +48,11 @@ def session_files(
     path: Path, pattern: str, keep: Callable[[Path], bool] = lambda _: True
 ) -> list[Path]:
     """A host's session files at `path`: the file itself, or every file below the folder whose
-    name matches `pattern` and that `keep` accepts, sorted."""
+    name matches `pattern` and that `keep` accepts, sorted. Symlinked folders are not entered and
+    a file whose real path lies outside the folder (a symlink out of it) is left out."""
     if path.is_file():
         return [path]
-    return sorted(p for p in path.rglob(pattern) if p.is_file() and keep(p))
+    return sorted(p for p in path.rglob(pattern) if p.is_file() and keep(p) and under_root(p, path))
 
 
 def find_transcripts(path: Path) -> list[Path]:
@@ -82,13 +84,18 @@ def transcript_events(
 ) -> Mapped:
     """The events of one transcript (its last turn closed once the file has settled; steps carry
     tool output cut to `output_chars`, none when 0)."""
-    batch = read_from(path, 0, final=True)
     kwargs = {"clean": clean} if clean else {}
     mapper = TurnMapper(identity, path.stem, {}, output_chars=output_chars, **kwargs)
-    events = mapper.feed(batch.records)
+    events: list[dict] = []
+    lines = bad = 0
+    truncated = False
+    with open_regular(path) as file:
+        for batch in read_batches(file):
+            events += mapper.feed(batch.records)
+            lines, bad, truncated = lines + batch.lines, bad + batch.bad, batch.truncated
     settled = (now or time.time()) - path.stat().st_mtime >= settle_s
     events += mapper.finish(settled)
-    return Mapped(events, mapper.state["project"], batch.lines, batch.bad, batch.truncated)
+    return Mapped(events, mapper.state["project"], lines, bad, truncated)
 
 
 def output_path(spool_dir: Path, transcript: Path) -> Path:

@@ -20,8 +20,11 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, TypedDict
+
+from ctxdb.capture.reading import LINE_ERRORS, MAX_LINE_BYTES, decode, open_regular
 
 PROMPT = "prompt"
 ASSISTANT = "assistant"
@@ -312,7 +315,8 @@ def parse_lines(data: bytes, offset: int = 0, final: bool = False) -> Batch:
 
     A last line without a newline is left unread (the writer may still be appending to it) unless
     `final` and it parses; one that does not parse is reported as `truncated`. A complete line
-    that is not JSON is counted in `bad` and skipped.
+    that is not JSON, nests too deep, or that `classify` fails on is counted in `bad` and
+    skipped (`ctxdb.capture.reading`): the lines after it are still read.
     """
     batch = Batch(records=[], offset=offset)
     start, size = 0, len(data)
@@ -325,7 +329,7 @@ def parse_lines(data: bytes, offset: int = 0, final: bool = False) -> Batch:
         bad = False
         if raw.strip():
             try:
-                decoded = json.loads(raw)
+                decoded = decode(raw)
             except ValueError:
                 bad = True
         if not complete and (bad or not final):
@@ -333,13 +337,17 @@ def parse_lines(data: bytes, offset: int = 0, final: bool = False) -> Batch:
             break
         if raw.strip():
             batch.lines += 1
+            if not bad:
+                try:
+                    record = classify(decoded)
+                except LINE_ERRORS:
+                    bad = True
+                else:
+                    if record is not None:
+                        batch.records.append(record)
             if bad:
                 batch.bad += 1
                 batch.bad_lines.append(batch.lines)
-            else:
-                record = classify(decoded)
-                if record is not None:
-                    batch.records.append(record)
         start = end + 1
         batch.offset = offset + min(start, size)
     return batch
@@ -347,9 +355,21 @@ def parse_lines(data: bytes, offset: int = 0, final: bool = False) -> Batch:
 
 def read_from(path: Path, offset: int = 0, final: bool = False) -> Batch:
     """The records of `path` after byte `offset` (see `parse_lines`); a shrunk file is re-read
-    from the start."""
-    with open(path, "rb") as file:
+    from the start. Unreadable when `path` is not a regular file (never blocks)."""
+    with open_regular(path) as file:
         return read_file(file, offset, final)
+
+
+def read_batches(file: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[Batch]:
+    """The records of a whole transcript (a cut-off last line that parses included), read
+    `limit` bytes at a time: memory stays bounded whatever the file's size."""
+    offset = 0
+    while True:
+        batch = read_file(file, offset, final=True, limit=limit)
+        yield batch
+        if batch.rest == 0 or batch.offset <= offset:
+            return
+        offset = batch.offset
 
 
 def read_file(file: BinaryIO, offset: int = 0, final: bool = False, limit: int = -1) -> Batch:
@@ -361,7 +381,7 @@ def read_file(file: BinaryIO, offset: int = 0, final: bool = False, limit: int =
         offset = 0
     file.seek(offset)
     data = file.read(limit)
-    batch = parse_lines(data, offset, final)
+    batch = parse_lines(data, offset, final and offset + len(data) >= size)
     if 0 < limit <= len(data) and batch.offset == offset:
         batch.offset, batch.bad = offset + len(data), batch.bad + 1
         batch.bad_lines.append(batch.lines + 1)

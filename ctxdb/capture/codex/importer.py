@@ -10,13 +10,15 @@ Each rollout goes through `RolloutReader` and `HostMapper` and becomes one event
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import chain
 from pathlib import Path
 
 from ctxdb.capture.claude_code.importer import Mapped, session_files
 from ctxdb.capture.claude_code.transcript import INTERRUPT, Record
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.rollout import RolloutReader
-from ctxdb.capture.hosts import HostMapper, read_json_lines
+from ctxdb.capture.hosts import HostMapper
+from ctxdb.capture.reading import LineCounts, json_lines, open_regular
 
 ADAPTER = "codex"
 PREFIX = "cx"
@@ -31,14 +33,17 @@ def find_rollouts(path: Path) -> list[Path]:
 def rollout_events(
     path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
 ) -> Mapped:
-    """The events of one rollout; its last turn is closed once the file has `settled` (as
+    """The events of one rollout, read one line at a time (`ctxdb.capture.reading.json_lines`:
+    a bad line is counted and skipped); its last turn is closed once the file has `settled` (as
     cancelled when Codex never ended it)."""
-    read = read_json_lines(path)
     reader = RolloutReader(path.stem)
-    records = [r for number, line in read.values for r in reader.records(number, line)]
-    mapper = HostMapper(identity, reader.session_id, ADAPTER, PREFIX, clean)
-    events = mapper.feed(records)
+    counts = LineCounts()
+    with open_regular(path) as file:
+        records = json_lines(file, counts, reader.records)
+        first = next(records, None)  # the session's id is read from the lines before it
+        mapper = HostMapper(identity, reader.session_id, ADAPTER, PREFIX, clean)
+        events = mapper.feed(chain([first], records)) if first is not None else []
     if settled and reader.open_task:
         events += mapper.feed([Record(INTERRUPT)])
     events += mapper.finish(settled)
-    return Mapped(events, reader.cwd, read.lines, read.bad, read.truncated)
+    return Mapped(events, reader.cwd, counts.lines, counts.bad, counts.truncated)

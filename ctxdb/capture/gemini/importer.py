@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ctxdb.capture.claude_code.importer import Mapped, session_files
 from ctxdb.capture.claude_code.turns import Identity
-from ctxdb.capture.gemini.session import read_session, records
+from ctxdb.capture.gemini.files import open_session
+from ctxdb.capture.gemini.session import records
 from ctxdb.capture.hosts import HostMapper
 
 ADAPTER = "gemini_cli"
@@ -29,8 +30,10 @@ def find_sessions(path: Path) -> list[Path]:
 def session_events(
     path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
 ) -> Mapped:
-    """The events of one session file; its last turn is closed once the file has `settled`."""
-    session = read_session(path)
-    mapper = HostMapper(identity, session.session_id, ADAPTER, PREFIX, clean)
-    events = mapper.feed(records(session)) + mapper.finish(settled)
-    return Mapped(events, session.project_hash, session.lines, session.bad, session.truncated)
+    """The events of one session file, read one message at a time; its last turn is closed once
+    the file has `settled`."""
+    with open_session(path) as session:
+        mapper = HostMapper(identity, session.session_id, ADAPTER, PREFIX, clean)
+        events = mapper.feed(records(session)) + mapper.finish(settled)
+    counts = session.counts
+    return Mapped(events, session.project_hash, counts.lines, counts.bad, counts.truncated)

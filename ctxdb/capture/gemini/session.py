@@ -4,8 +4,9 @@ A session file is one JSON object `{sessionId, projectHash, startTime, lastUpdat
 newer Gemini CLI versions append the same data as JSON lines to `session-*.jsonl` (a first line
 with `sessionId` and `projectHash`, then one line per message, a later line with the same `id`
 replacing the message, `{"$set": {...}}` updating the metadata (`messages` in it replaces them
-all) and `{"$rewindTo": id}` dropping that message and everything after it), folded here the way
-Gemini CLI's own loader (`chatRecordingService.loadConversationRecord`) folds them.
+all) and `{"$rewindTo": id}` dropping that message and everything after it), folded the way
+Gemini CLI's own loader (`chatRecordingService.loadConversationRecord`) folds them. Both are read
+one message at a time by `ctxdb.capture.gemini.files`.
 
 Each message has `id`, `timestamp`, `type` (user | gemini | info | error | warning) and `content`
 (a string or a list of parts with `text`). A `gemini` message may add `toolCalls` (`id`, `name`,
@@ -22,10 +23,8 @@ interrupt; an error message is an error answer; other info and warnings are skip
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, TypedDict
 
 from ctxdb.capture.claude_code.transcript import (
     ASSISTANT,
@@ -36,7 +35,9 @@ from ctxdb.capture.claude_code.transcript import (
     ToolUse,
     tool_title,
 )
-from ctxdb.capture.hosts import Tokens, read_json_lines
+from ctxdb.capture.gemini.files import Session
+from ctxdb.capture.hosts import Tokens
+from ctxdb.capture.reading import guarded
 
 CANCELLED = "Request cancelled."
 IGNORED = ("/", "?", "<session_context>", "<hook_context>")
@@ -53,72 +54,9 @@ class SessionOrigin(TypedDict):
     cwd: str | None
 
 
-class Session(NamedTuple):
-    """One session file folded: its metadata, messages and line counts."""
-
-    session_id: str
-    project_hash: str | None
-    messages: list[dict[str, Any]]
-    lines: int
-    bad: int
-    truncated: bool
-
-
 def project_hash(folder: str) -> str:
     """The `projectHash` Gemini CLI gives a project folder (SHA-256 of its path)."""
     return hashlib.sha256(folder.encode()).hexdigest()
-
-
-def _fold(values: list[tuple[int, Any]]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Metadata and messages by id of a JSONL session, folded in order."""
-    meta: dict[str, Any] = {}
-    messages: dict[str, dict[str, Any]] = {}
-    for _, record in values:
-        if not isinstance(record, dict):
-            continue
-        if isinstance(record.get("$rewindTo"), str):
-            ids = list(messages)
-            cut = ids.index(record["$rewindTo"]) if record["$rewindTo"] in ids else 0
-            for key in ids[cut:]:
-                del messages[key]
-        elif isinstance(record.get("id"), str):
-            messages[record["id"]] = record
-        elif isinstance(record.get("$set"), dict) or isinstance(record.get("sessionId"), str):
-            update = record.get("$set", record)
-            if isinstance(update.get("messages"), list):
-                messages = {
-                    m["id"]: m
-                    for m in update["messages"]
-                    if isinstance(m, dict) and isinstance(m.get("id"), str)
-                }
-            meta.update({k: v for k, v in update.items() if k != "messages"})
-    return meta, messages
-
-
-def read_session(path: Path) -> Session:
-    """The session in `path` (a `.json` object or `.jsonl` records); ValueError when the file is
-    neither."""
-    if path.suffix == ".json":
-        data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
-            raise ValueError("not a Gemini CLI session (no messages list)")
-        meta = data
-        messages = [m for m in data["messages"] if isinstance(m, dict)]
-        lines, bad, truncated = len(messages), 0, False
-    else:
-        read = read_json_lines(path)
-        meta, by_id = _fold(read.values)
-        messages = list(by_id.values())
-        lines, bad, truncated = read.lines, read.bad, read.truncated
-    session, digest = meta.get("sessionId"), meta.get("projectHash")
-    return Session(
-        session if isinstance(session, str) else path.stem,
-        digest if isinstance(digest, str) else None,
-        messages,
-        lines,
-        bad,
-        truncated,
-    )
 
 
 def _text(content: Any) -> str:
@@ -133,27 +71,33 @@ def _text(content: Any) -> str:
 
 
 def records(session: Session) -> Iterator[Record | Tokens]:
-    """The records of a folded session's messages, in order."""
+    """The records of a folded session's messages, in order (a message they cannot be made of is
+    counted in `session.counts.bad` and skipped)."""
     common: SessionOrigin = {"session_id": session.session_id, "cwd": session.project_hash}
     for message in session.messages:
-        kind, ts = message.get("type"), message.get("timestamp")
-        ts = ts if isinstance(ts, str) else None
-        text = _text(message.get("content")).strip()
-        if kind == "user" and text and not text.startswith(IGNORED):
-            yield Record(PROMPT, ts=ts, uuid=message.get("id"), text=text, **common)
-        elif kind == "info" and text == CANCELLED:
-            yield Record(INTERRUPT, ts=ts, **common)
-        elif kind == "error" and text:
-            yield Record(
-                ASSISTANT,
-                ts=ts,
-                message_id=message.get("id"),
-                texts=[text],
-                api_error=True,
-                **common,
-            )
-        elif kind == "gemini":
-            yield from _answer(message, text, ts, common)
+        yield from guarded(session.counts, _message, message, common)
+
+
+def _message(message: dict[str, Any], common: SessionOrigin) -> Iterator[Record | Tokens]:
+    """The records of one message."""
+    kind, ts = message.get("type"), message.get("timestamp")
+    ts = ts if isinstance(ts, str) else None
+    text = _text(message.get("content")).strip()
+    if kind == "user" and text and not text.startswith(IGNORED):
+        yield Record(PROMPT, ts=ts, uuid=message.get("id"), text=text, **common)
+    elif kind == "info" and text == CANCELLED:
+        yield Record(INTERRUPT, ts=ts, **common)
+    elif kind == "error" and text:
+        yield Record(
+            ASSISTANT,
+            ts=ts,
+            message_id=message.get("id"),
+            texts=[text],
+            api_error=True,
+            **common,
+        )
+    elif kind == "gemini":
+        yield from _answer(message, text, ts, common)
 
 
 def _answer(
