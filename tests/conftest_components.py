@@ -20,6 +20,7 @@ MISSING = "missing component: "
 NATIVE = "the native scanner (ctxdb/landing/_native, built from native/ when cargo is there)"
 NATIVE_SOURCES = "the native scanner's sources (native/)"
 BROWSER = "Debian's chromium and chromium-driver (/usr/bin; .ci/run installs them)"
+NODE = "Node.js (`node` on PATH; .ci/run installs Debian's nodejs)"
 REDIS = "Debian's redis-server (the Celery tests' broker; .ci/run installs it)"
 
 

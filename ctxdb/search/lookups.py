@@ -115,6 +115,49 @@ def window_turns(
     return [h["_source"] for h in response["hits"]["hits"]]
 
 
+TIMELINE_FIELDS = [
+    "conversation_id",
+    "turn_id",
+    "started_at",
+    "title",
+    "agent",
+    "status",
+    "error_type",
+    "first_user_text",
+    "last_assistant_text",
+]
+MAX_RESULT_WINDOW = 10_000
+"""Elasticsearch's default `index.max_result_window`: `offset + limit` of a page stays within."""
+
+
+def conversation_turns(
+    client: Elasticsearch,
+    alias: str,
+    principal: Principal,
+    conversation_id: str,
+    now: datetime,
+    *,
+    offset: int,
+    limit: int,
+    routing: str | None = None,
+) -> tuple[int, list[dict[str, Any]]]:
+    """(live turn count, [turn docs, timeline fields only]) of one of the principal's
+    conversations, oldest first, `offset` turns skipped; NotFound if it has none."""
+    if offset < 0 or limit < 1 or offset + limit > MAX_RESULT_WINDOW:
+        raise ValueError(f"offset + limit must stay within {MAX_RESULT_WINDOW}")
+    total = require_conversation(client, alias, principal, conversation_id, now, routing=routing)
+    response = client.search(
+        index=alias,
+        query={"bool": {"filter": turn_filter(principal, now, conversation_id)}},
+        sort=TURN_ORDER_ASC,
+        from_=offset,
+        size=limit,
+        source_includes=TIMELINE_FIELDS,
+        routing=routing,
+    )
+    return total, [h["_source"] for h in response["hits"]["hits"]]
+
+
 def list_conversations(
     client: Elasticsearch,
     alias: str,

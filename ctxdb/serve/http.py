@@ -18,8 +18,10 @@ from ctxdb.auth.credentials import Authenticator, AuthError, Principal
 from ctxdb.contract.events import REF_MAX_CHARS, Ident, RefId
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
+from ctxdb.search.lookups import MAX_RESULT_WINDOW
 from ctxdb.search.models import (
     ConversationList,
+    ConversationTurns,
     Identity,
     MissingQuery,
     NotFound,
@@ -105,6 +107,22 @@ def conversations(
 ) -> ConversationList:
     """The caller's conversations, most recent activity first."""
     return service.conversations(caller, limit=limit, agent=agent)
+
+
+TIMELINE_PAGE = 200
+"""The most turns one page of a conversation's timeline holds."""
+
+
+@search_router.get("/v1/conversations/{conversation_id}/turns", response_model=ConversationTurns)
+def conversation_turns(
+    conversation_id: Annotated[RefId, Path()],
+    caller: Caller,
+    service: Service,
+    offset: Annotated[int, Query(ge=0, le=MAX_RESULT_WINDOW - TIMELINE_PAGE)] = 0,
+    limit: Annotated[int, Query(ge=1, le=TIMELINE_PAGE)] = 100,
+) -> ConversationTurns:
+    """A page of the conversation's turns, oldest first: all of them, `limit` at a time."""
+    return service.conversation_turns(caller, conversation_id, offset=offset, limit=limit)
 
 
 @search_router.get("/v1/conversations/{conversation_id}/turns/{turn_id}", response_model=TurnView)

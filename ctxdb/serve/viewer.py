@@ -2,7 +2,7 @@
 
 The page holds no data of its own; every read goes through `/v1/*` with the bearer token the
 person signs in with, so the API's identity rules apply unchanged. No build step and no external
-assets: three files under `static/`, sent with a Content-Security-Policy that allows only this
+assets: four files under `static/`, sent with a Content-Security-Policy that allows only this
 origin.
 """
 
@@ -16,7 +16,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 _STATIC = resources.files("ctxdb.serve") / "static"
-_TYPES = {"viewer.js": "text/javascript", "viewer.css": "text/css"}
+_TYPES = {
+    "viewer.js": "text/javascript",
+    "markdown.js": "text/javascript",
+    "viewer.css": "text/css",
+}
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
@@ -51,7 +55,7 @@ def _page(request: Request) -> Response:
 
 
 def viewer_router() -> APIRouter:
-    """Routes of the viewer: its page under every client-side path, and its two assets."""
+    """Routes of the viewer: its page under every client-side path, and its assets."""
     router = APIRouter(include_in_schema=False)
 
     @router.get("/")

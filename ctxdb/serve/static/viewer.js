@@ -1,7 +1,7 @@
 // ctxdb memory viewer: a static page over the HTTP API. The token stays in this tab's
 // sessionStorage and goes out only as an Authorization header to this origin; every text from
-// the API is written with textContent or built into elements by `markdown` below (never parsed
-// as HTML).
+// the API is written with textContent or built into elements by `markdown` (markdown.js; never
+// parsed as HTML).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -36,84 +36,6 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
-// Markdown of messages, rendered by hand: the page has no build step and loads nothing from the
-// network (its Content-Security-Policy allows this origin only), so no library is bundled. It is
-// a deliberately small subset: fenced code, headings, lists, quotes and paragraphs; inline code,
-// bold, italic and links whose target is http(s). Every piece of text becomes a text node, so a
-// <script> in a message is shown as text; nothing is ever assigned to innerHTML.
-const INLINE = new RegExp([
-  "(`+)([\\s\\S]+?)\\1",                                   // 1, 2: inline code
-  "\\*\\*(?=\\S)([\\s\\S]+?)\\*\\*",                       // 3: bold
-  "(?<![\\w*])\\*(?=\\S)([^*]+?)\\*(?![\\w*])",              // 4: italic *x*
-  "(?<!\\w)_(?=\\S)([^_]+?)_(?!\\w)",                        // 5: italic _x_
-  "\\[([^\\]]+)\\]\\(([^)\\s]+)\\)",                         // 6, 7: link
-].join("|"), "g");
-
-function inline(text) {
-  const out = [];
-  let last = 0;
-  for (const m of text.matchAll(INLINE)) {
-    if (m.index > last) out.push(document.createTextNode(text.slice(last, m.index)));
-    last = m.index + m[0].length;
-    if (m[2] !== undefined) out.push(el("code", { text: m[2] }));
-    else if (m[3] !== undefined) out.push(el("strong", {}, ...inline(m[3])));
-    else if (m[4] !== undefined || m[5] !== undefined) out.push(el("em", {}, ...inline(m[4] ?? m[5])));
-    else if (/^https?:\/\//i.test(m[7])) {
-      out.push(el("a", { href: m[7], rel: "noopener noreferrer", target: "_blank" }, ...inline(m[6])));
-    } else out.push(document.createTextNode(m[0]));
-  }
-  if (last < text.length) out.push(document.createTextNode(text.slice(last)));
-  return out;
-}
-
-function withBreaks(lines) {
-  return lines.flatMap((line, i) => (i ? [el("br"), ...inline(line)] : inline(line)));
-}
-
-function markdown(text) {
-  const root = el("div", { class: "markdown" });
-  const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
-  const LIST = /^\s*([-*+]|\d+[.)])\s+(.*)$/;
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = line.match(/^\s*(```+|~~~+)\s*([\w+-]*)\s*$/);
-    if (fence) {
-      const body = [];
-      for (i += 1; i < lines.length && !lines[i].trim().startsWith(fence[1]); i += 1) body.push(lines[i]);
-      i += 1;
-      const code = el("code", { text: body.join("\n") });
-      if (fence[2]) code.dataset.lang = fence[2];
-      root.append(el("pre", {}, code));
-      continue;
-    }
-    const heading = line.match(/^(#{1,6})\s+(.*)$/);
-    if (heading) {
-      root.append(el(`h${Math.min(6, heading[1].length + 2)}`, {}, ...inline(heading[2])));
-      i += 1;
-      continue;
-    }
-    if (LIST.test(line)) {
-      const ordered = /^\s*\d/.test(line);
-      const list = el(ordered ? "ol" : "ul");
-      for (; i < lines.length && LIST.test(lines[i]); i += 1) list.append(el("li", {}, ...inline(lines[i].match(LIST)[2])));
-      root.append(list);
-      continue;
-    }
-    if (/^\s*>/.test(line)) {
-      const quoted = [];
-      for (; i < lines.length && /^\s*>/.test(lines[i]); i += 1) quoted.push(lines[i].replace(/^\s*>\s?/, ""));
-      root.append(el("blockquote", {}, ...withBreaks(quoted)));
-      continue;
-    }
-    if (!line.trim()) { i += 1; continue; }
-    const para = [];
-    for (; i < lines.length && lines[i].trim() && !LIST.test(lines[i]) && !/^\s*(```|~~~|>|#{1,6}\s)/.test(lines[i]); i += 1) para.push(lines[i]);
-    root.append(el("p", {}, ...withBreaks(para)));
-  }
-  return root;
-}
-
 // A title for display: whole when short, else cut at the last word boundary before `max`
 // characters with an ellipsis (stored titles may be cut mid-word).
 function shortTitle(title, max = 60) {
@@ -124,9 +46,22 @@ function shortTitle(title, max = 60) {
   return `${(space > max / 3 ? cut.slice(0, space) : cut).replace(/[\s.,;:!?-]+$/, "")}…`;
 }
 
+// An agent as people read it. Gemini CLI names a project by the SHA-256 of its folder path (the
+// folder itself is not in its sessions), so a 64-hex agent shows as "Gemini project <8 hex>";
+// the stored agent stays as it is, since it is part of every turn's identity.
+function agentName(agent) {
+  if (!agent) return "";
+  return /^[0-9a-f]{64}$/i.test(agent) ? `Gemini project ${agent.slice(0, 8)}` : agent;
+}
+
 // What a snippet or a match came from, in words (the API's targets are internal names).
 const TARGET_LABELS = { user: "prompt", assistant: "answer", summary: "summary", attachment: "attachment", notes: "note" };
 function targetLabel(target) { return TARGET_LABELS[target] || target; }
+
+// A snippet as plain words (its markdown syntax dropped), labelled with what it came from.
+function snippetItem(s) {
+  return el("div", { class: "snippet" }, el("span", { class: "label", text: `${targetLabel(s.target)}: ` }), markdownText(s.text));
+}
 
 function when(ts) { return ts ? new Date(ts).toLocaleString() : ""; }
 function turnHref(c, t) { return `/conversations/${encodeURIComponent(c)}/turns/${encodeURIComponent(t)}`; }
@@ -174,7 +109,7 @@ async function loadConversations() {
   for (const c of list.conversations) {
     const label = shortTitle(c.title || c.conversation_id);
     ol.append(el("li", {}, el("a", { href: conversationHref(c.conversation_id), text: label, title: c.title || c.conversation_id }),
-      el("div", { class: "meta", text: `${c.turns} turn${c.turns === 1 ? "" : "s"} · ${when(c.last_activity_at)}` })));
+      el("div", { class: "meta", text: [agentName(c.agent), `${c.turns} turn${c.turns === 1 ? "" : "s"}`, when(c.last_activity_at)].filter(Boolean).join(" · ") })));
     select.append(el("option", { value: c.conversation_id, text: label }));
   }
 }
@@ -199,7 +134,7 @@ function renderHits(response) {
                 text: `${shortTitle(hit.title || hit.conversation_id)} · turn ${hit.ordinal ?? hit.turn_id}` }),
       el("div", { class: "meta", text: `${when(hit.ts)} · matched in ${hit.matched_targets.map(targetLabel).join(", ")}` }),
       hit.weak ? el("span", { class: "badge", text: "weak match", title: "Nothing in this turn matches the query strongly" }) : null);
-    for (const s of hit.snippets) li.append(el("div", { class: "snippet" }, el("span", { class: "label", text: `${targetLabel(s.target)}: ` }), s.text));
+    for (const s of hit.snippets) li.append(snippetItem(s));
     if (hit.explain) li.append(el("div", { class: "explain", text: explainText(hit.explain) }));
     ol.append(li);
   }
@@ -224,21 +159,43 @@ async function runSearch(event) {
   }
 }
 
+// How a turn closed, as a badge: none for an answered turn, "interrupted" for one the person
+// stopped, "error" (with its type when known) for one that failed.
+function statusBadge(status, errorType) {
+  if (status === "cancelled") return el("span", { class: "badge interrupted", text: "interrupted", title: "Stopped before it finished" });
+  if (status === "error") return el("span", { class: "badge error", text: errorType ? `error: ${errorType}` : "error" });
+  return null;
+}
+
+function timelineItem(conversationId, turn) {
+  const li = el("li", { class: `turn-row ${turn.status || "ok"}` },
+    el("a", { href: turnHref(conversationId, turn.turn_id), text: `#${turn.ordinal} · ${when(turn.ts)}` }),
+    statusBadge(turn.status, turn.error_type));
+  if (turn.prompt) li.append(snippetItem({ target: "user", text: turn.prompt }));
+  if (turn.answer) li.append(snippetItem({ target: "assistant", text: turn.answer }));
+  return li;
+}
+
+const TIMELINE_PAGE = 200;
+let timelineRun = 0;  // a newer showConversation stops an older one still streaming pages
+
+// Every turn of a conversation, oldest first, streamed a page at a time.
 async function showConversation(conversationId) {
-  const body = { query: "", scope: "conversation", conversation_id: conversationId,
-                 since: "1970-01-01T00:00:00Z", top_k: 50 };
-  const response = await (await api("/v1/search", { method: "POST", body: JSON.stringify(body) })).json();
-  if (!response.hits.length) return show("not-found");
-  const hits = [...response.hits].sort((a, b) => (a.ordinal ?? 0) - (b.ordinal ?? 0));
-  $("conversation-title").textContent = shortTitle(hits[0].title || conversationId, 90);
-  const ol = $("timeline"); ol.replaceChildren();
-  for (const hit of hits) {
-    const li = el("li", { class: "turn-row" },
-      el("a", { href: turnHref(conversationId, hit.turn_id), text: `#${hit.ordinal ?? "?"} · ${when(hit.ts)}` }));
-    for (const s of hit.snippets) li.append(el("div", { class: "snippet" }, el("span", { class: "label", text: `${targetLabel(s.target)}: ` }), s.text));
-    ol.append(li);
+  const run = ++timelineRun;
+  const ol = $("timeline");
+  const path = `/v1/conversations/${encodeURIComponent(conversationId)}/turns`;
+  for (let offset = 0; ; offset += TIMELINE_PAGE) {
+    const page = await (await api(`${path}?offset=${offset}&limit=${TIMELINE_PAGE}`)).json();
+    if (run !== timelineRun) return;
+    if (offset === 0) {
+      $("conversation-title").textContent = shortTitle(page.title || conversationId, 90);
+      $("conversation-meta").textContent = [agentName(page.agent), `${page.total} turn${page.total === 1 ? "" : "s"}`].filter(Boolean).join(" · ");
+      ol.replaceChildren();
+      show("conversation-view");
+    }
+    ol.append(...page.turns.map((turn) => timelineItem(conversationId, turn)));
+    if (!page.turns.length || offset + page.turns.length >= page.total) return;
   }
-  show("conversation-view");
 }
 
 async function download(card, conversationId) {
@@ -300,9 +257,13 @@ async function showTurn(conversationId, turnId) {
   $("turn-back").setAttribute("href", conversationHref(conversationId));
   $("turn-title").textContent = `${shortTitle(turn.title || conversationId)} · turn ${turn.ordinal ?? turnId}`;
   $("turn-title").title = turn.title || conversationId;
-  $("turn-meta").textContent = `${when(turn.started_at)} – ${when(turn.ended_at)}${turn.error ? " · error" : ""}`;
+  const status = turn.status || (turn.error ? "error" : "ok");
+  $("turn-meta").replaceChildren(`${when(turn.started_at)} – ${when(turn.ended_at)}`, statusBadge(status, turn.error_type) || "");
   const asked = turn.messages.filter((m) => m.role === "user").map(messageItem);
-  const answered = turn.messages.filter((m) => m.role !== "user").map(messageItem);
+  const answered = turn.messages.filter((m) => m.role !== "user" && m.text.trim()).map(messageItem);
+  if (!answered.length && status !== "ok") {
+    answered.push(el("p", { class: "meta no-answer", text: status === "cancelled" ? "Interrupted before an answer." : "Failed before an answer." }));
+  }
   const steps = turn.steps.length ? [el("section", { id: "steps", class: "steps" },
     el("h2", { text: `Steps (${turn.steps.length})` }), el("ol", {}, ...turn.steps.map(stepItem)))] : [];
   $("messages").replaceChildren(...asked, ...steps, ...answered);
