@@ -13,7 +13,7 @@ import pytest
 from host_import_case import HostCase, by_type, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
-from ctxdb.capture.codex.importer import ADAPTER, find_rollouts, rollout_events
+from ctxdb.capture.codex.importer import ADAPTER, rollout_events
 from ctxdb.capture.private import strip_private
 from ctxdb.contract.events import parse_event
 from ctxdb.settings import Settings
@@ -99,7 +99,7 @@ def test_imported_rollouts_are_searchable_and_reimport_lands_nothing(
 ) -> None:
     case = HostCase(
         spool="codex",
-        sessions=find_rollouts(DATA),
+        sessions=[RESUMED, COMPACTION],
         events=rollout_events,
         identity=ANN,
         query="OpenCode context compaction threshold 0.9",

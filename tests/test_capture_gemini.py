@@ -15,7 +15,7 @@ from host_import_case import HostCase, by_type, check_import_searchable_and_idem
 
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini import hook
-from ctxdb.capture.gemini.importer import ADAPTER, find_sessions, session_events
+from ctxdb.capture.gemini.importer import ADAPTER, session_events
 from ctxdb.capture.gemini.session import project_hash
 from ctxdb.capture.private import strip_private
 from ctxdb.contract.events import parse_event
@@ -103,7 +103,7 @@ def test_imported_sessions_are_searchable_and_reimport_lands_nothing(
 ) -> None:
     case = HostCase(
         spool="gemini_cli",
-        sessions=find_sessions(DATA),
+        sessions=[EXPLAIN, FILE_OPS],
         events=session_events,
         identity=ANN,
         query="hardcoded plugin registries adaptability security",
