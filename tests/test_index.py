@@ -17,6 +17,7 @@ from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, turn_doc_id
 from ctxdb.index.status import all_status, expired_ids
 from ctxdb.index.sync import sync_live
+from ctxdb.lifecycle.reindex import reindex
 from ctxdb.storage.tables import EMBEDDINGS, EMBEDDINGS_SCHEMA, INDEX_FAILURES, ROLE_ROWS
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
@@ -200,6 +201,9 @@ def test_elasticsearch_down_fails_clearly_and_next_run_catches_up(
     down = es_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"})
     with pytest.raises(ElasticsearchUnavailable, match="127.0.0.1:9 is unreachable"):
         sync_live(delta_store, make_client(down), down, model_id=MODEL)
+    # issue 41 finding 13: a reindex names the outage the same way, not in the client's words
+    with pytest.raises(ElasticsearchUnavailable, match="^reindex: Elasticsearch at .*:9 is unr"):
+        reindex(delta_store, make_client(down), down, embedder)
     es = make_client(es_settings)
     report = {r.kind: r for r in sync_live(delta_store, es, es_settings, model_id=MODEL)}[ROWS]
     assert report.indexed == 2

@@ -5,6 +5,7 @@ fencing (issue 25: a landing or derivation that lost its lease stops before its 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ from conftest_turn_record import NOW, Turn, write_jsonl
 from ctxdb.coordination.lease import (
     LeaseHeld,
     LeaseLost,
+    LeaseUnavailable,
     acquire,
     lease_index,
     owner_id,
@@ -57,8 +59,11 @@ def test_a_second_holder_is_refused_until_the_first_releases(es, settings) -> No
     other = make_client(settings)
     with writer_lease(es, settings.elasticsearch.index_prefix, "reindex", ttl_s=30) as lease:
         assert holder(es, settings.elasticsearch.index_prefix)["owner"] == owner_id()
-        with pytest.raises(LeaseHeld, match="reindex .* holds the writer lease"):
+        with pytest.raises(LeaseHeld, match="reindex .* holds the writer lease") as refused:
             acquire(other, settings.elasticsearch.index_prefix, "retention", ttl_s=30)
+        # finding 15 of issue 41: the refusal says when a killed holder's lease frees itself
+        left = int(re.search(r"frees itself in (\d+) s", str(refused.value)).group(1))
+        assert 0 < left <= 30
         with writer_lease(es, settings.elasticsearch.index_prefix, "index sync", ttl_s=30) as inner:
             assert inner is lease  # re-entrant within one holder
         assert holder(es, settings.elasticsearch.index_prefix) is not None  # the inner exit kept it
@@ -279,3 +284,27 @@ def test_issue_25_a_derivation_that_lost_its_lease_does_not_advance_its_state(
     assert store.read(TURN_LOGS).height == 1
     assert not store.exists(ROLE_ROWS)  # the next table's commit never ran
     assert last_derived_version(store) == -1
+
+
+def test_issue_41_a_writer_that_loses_elasticsearch_names_the_outage_not_a_takeover(
+    es, settings
+) -> None:
+    """Finding 12: when the lease document cannot be read mid-run (Elasticsearch stopped
+    answering), the check says so (exit 1, the outage's code) instead of `LeaseLost`'s
+    "taken over" (exit 2, "another writer holds the lease"); nobody took the lease over."""
+    from elasticsearch import Elasticsearch
+
+    from ctxdb.cli.errors import LEASE_EXIT, exit_status
+
+    lease = acquire(es, settings.elasticsearch.index_prefix, "landing", ttl_s=30)
+    try:
+        lease.es = Elasticsearch(f"http://127.0.0.1:{free_port_pair()}", request_timeout=2)
+        with pytest.raises(LeaseUnavailable, match="lost Elasticsearch mid-run") as caught:
+            lease.check()
+        assert "ConnectionError" in str(caught.value) and "taken over" not in str(caught.value)
+        assert exit_status(caught.value) == 1 != LEASE_EXIT
+        with pytest.raises(LeaseUnavailable):  # and it stays lost
+            lease.check()
+    finally:
+        lease.es = es
+        release(lease)

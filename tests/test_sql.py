@@ -375,3 +375,20 @@ def test_long_query_output_is_only_its_rows(sample: tuple[Path, DeltaStore]) -> 
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == "error: the query ran longer than --timeout 4 s and was stopped\n"
+
+
+def test_upper_case_file_scheme_is_the_delta_root(
+    sample: tuple[Path, DeltaStore], tmp_path: Path
+) -> None:
+    """Issue 41 finding 9: with the Delta root spelled `FILE://…`, neither `--allow-local-files
+    <delta root>` nor `-o` into a table folder is let through (schemes are case-insensitive)."""
+    root, store = sample
+    spelled = f"FILE://{Path(store.root).resolve()}"
+    env = {"CTXDB_HOME": str(root), "CTXDB_DELTA_ROOT": spelled}
+    assert runner.invoke(app, ["sql", "select count(*) from role_rows"], env=env).exit_code == 0
+    wide = runner.invoke(app, ["sql", "select 1", "--allow-local-files", str(root)], env=env)
+    assert wide.exit_code == 2 and "Delta root" in wide.output, wide.output
+    target = Path(store.uri(ROLE_ROWS)) / "x.csv"
+    into = runner.invoke(app, ["sql", "select 1", "-o", str(target)], env=env)
+    assert into.exit_code == 2 and into.output.startswith("error: --output"), into.output
+    assert not target.exists()

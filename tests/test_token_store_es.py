@@ -96,6 +96,32 @@ def test_unknown_tokens_are_refused_before_and_after_the_index_exists(settings: 
             store.verify(bad)
 
 
+def test_issue_41_finding_7_odd_ids_are_bad_tokens_and_a_damaged_record_is_unavailable(
+    settings: Settings,
+) -> None:
+    """A 5,000-character token id is a bad token (401), not a store fault (503); revoking a
+    600-character id finds no token; a stored record that fails validation is the store's
+    fault (503), not a 500."""
+    es_settings = es_store_settings(settings)
+    store = open_token_store(es_settings)
+    alice = store.issue("alice", tenant=TENANT)
+    with pytest.raises(AuthError, match=BAD_TOKEN):
+        store.verify(f"ctxdb_{'a' * 5000}_{'x' * 43}")
+    assert store.revoke("b" * 600) is False
+    client = make_client(settings)
+    index = token_index(settings.elasticsearch.index_prefix)
+    damaged = "c" * 16
+    client.index(index=index, id=damaged, document={"token_id": damaged}, refresh=True)
+    with pytest.raises(TokenStoreUnavailable):
+        store.verify(f"ctxdb_{damaged}_{'x' * 43}")
+    with TestClient(create_app(es_settings, load_model=False)) as http:
+        headers = {"Authorization": f"Bearer ctxdb_{'a' * 5000}_{'x' * 43}"}
+        assert http.get("/v1/conversations", headers=headers).status_code == 401
+        headers = {"Authorization": f"Bearer ctxdb_{damaged}_{'x' * 43}"}
+        assert http.get("/v1/conversations", headers=headers).status_code == 503
+    assert store.verify(alice).user_id == "alice"
+
+
 def test_two_stores_share_tokens_and_a_revocation_reaches_the_other_within_the_cache_time(
     settings: Settings,
 ) -> None:

@@ -40,6 +40,8 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "ctxdb"
+TOKEN_ID_BYTES = 8
+"""Random bytes of a token id (its hex is the id)."""
 BAD_TOKEN = "invalid, unknown or revoked token"
 """The one answer for every local token that does not verify (malformed, unknown id, wrong
 secret, revoked): the reply never tells which."""
@@ -77,7 +79,7 @@ def new_token(
         raise ValueError("user_id must not be empty")
     if tenant is not None and not tenant.strip():
         raise ValueError("tenant must not be blank")
-    token_id = secrets.token_hex(8)
+    token_id = secrets.token_hex(TOKEN_ID_BYTES)
     secret = secrets.token_urlsafe(32)
     salt = secrets.token_hex(16)
     stored = StoredToken(
@@ -92,11 +94,17 @@ def new_token(
     return f"{TOKEN_PREFIX}_{token_id}_{secret}", stored
 
 
+def is_token_id(token_id: str) -> bool:
+    """Whether `token_id` has the shape `new_token` gives ids: lower-case hex of the set length.
+    Anything else is never looked up, so a 5,000-character id is a bad token, not a store fault."""
+    return len(token_id) == 2 * TOKEN_ID_BYTES and all(c in "0123456789abcdef" for c in token_id)
+
+
 def split_token(token: str) -> tuple[str, str]:
     """`(token_id, secret)` of a `ctxdb_<id>_<secret>` token; AuthError (`BAD_TOKEN`) otherwise."""
     prefix, _, rest = token.partition("_")
     token_id, _, secret = rest.partition("_")
-    if prefix != TOKEN_PREFIX or not token_id or not secret:
+    if prefix != TOKEN_PREFIX or not is_token_id(token_id) or not secret:
         raise AuthError(BAD_TOKEN)
     return token_id, secret
 

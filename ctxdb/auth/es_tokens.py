@@ -29,11 +29,13 @@ from elasticsearch import (
     Elasticsearch,
     NotFoundError,
 )
+from pydantic import ValidationError
 
 from ctxdb.auth.credentials import (
     StoredToken,
     TokenStoreUnavailable,
     check_token,
+    is_token_id,
     new_token,
     split_token,
 )
@@ -135,7 +137,9 @@ class ElasticsearchTokenStore:
 
     def revoke(self, token_id: str) -> bool:
         """Mark a token revoked (every server refuses it within `cache_s`); False when the store
-        has no such token."""
+        has no such token (an id of another shape is never one)."""
+        if not is_token_id(token_id):
+            return False
         try:
             self.client.update(index=self.index, id=token_id, doc={"revoked": True})
         except NotFoundError:
@@ -155,7 +159,10 @@ class ElasticsearchTokenStore:
             return None
         except (ApiError, TransportError) as exc:
             raise _unavailable("read", exc) from exc
-        return StoredToken.model_validate(found["_source"])
+        try:
+            return StoredToken.model_validate(found["_source"])
+        except ValidationError as exc:  # a damaged record: the store is at fault, not the token
+            raise _unavailable("read a valid record from", exc) from exc
 
     def _record(self, token_id: str) -> StoredToken | None:
         """The record of `token_id`, from the cache while it is younger than `cache_s`."""

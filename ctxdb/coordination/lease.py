@@ -92,37 +92,47 @@ class Lease:
     primary_term: int
     acquired_at: str
     lost: threading.Event = field(default_factory=threading.Event)
+    lost_because: str = "expired or taken over"
+    unreachable: bool = False
     depth: int = 1
 
     def check(self) -> None:
         """Fencing: raise `LeaseLost` unless the lease is still this holder's, read from the lease
         document itself (a realtime get): there, naming this owner and acquisition, and not
         expired. A check that cannot reach Elasticsearch fails too (the lease cannot be shown to
-        be ours)."""
+        be ours), as `LeaseUnavailable` naming the outage: nobody took the lease over."""
         if not self.lost.is_set():
-            problem = self._held_problem()
+            problem, unreachable = self._held_problem()
             if problem is not None:
+                self.lost_because, self.unreachable = problem, unreachable
                 self.lost.set()
                 log.error("lost the %s lease of %s: %s", self.name, self.operation, problem)
-        if self.lost.is_set():
-            raise LeaseLost(
-                f"the {self.name} lease of {self.operation} ({self.owner}) expired or was taken"
-                " over; stopping before the next commit"
+        if not self.lost.is_set():
+            return
+        if self.unreachable:
+            raise LeaseUnavailable(
+                f"{self.operation} lost Elasticsearch mid-run, so the {self.name} lease cannot be"
+                f" shown to be held ({self.lost_because}); stopped before the next commit"
             )
+        raise LeaseLost(
+            f"the {self.name} lease of {self.operation} ({self.owner}) was lost"
+            f" ({self.lost_because}); stopping before the next commit"
+        )
 
-    def _held_problem(self) -> str | None:
-        """Why the lease document does not show this holder holding the lease (None: it does)."""
+    def _held_problem(self) -> tuple[str | None, bool]:
+        """Why the lease document does not show this holder holding the lease (None: it does),
+        and whether that is because Elasticsearch did not answer."""
         try:
             source = _bounded(self.es).get(index=self.index, id=self.name)["_source"]
         except NotFoundError:
-            return "the lease document is gone"
+            return "the lease document is gone", False
         except (TransportError, ApiError) as exc:
-            return f"cannot read the lease document ({_first_line(exc)})"
+            return f"cannot read the lease document: {_first_line(exc)}", True
         if (source["owner"], source["acquired_at"]) != (self.owner, self.acquired_at):
-            return f"now held by {source['operation']} ({source['owner']})"
+            return f"now held by {source['operation']} ({source['owner']})", False
         if datetime.fromisoformat(source["expires_at"]) <= datetime.now(UTC):
-            return f"expired at {source['expires_at']}"
-        return None
+            return f"expired at {source['expires_at']}", False
+        return None, False
 
     def renew(self) -> None:
         """Push the expiry `ttl_s` ahead, conditional on still holding the lease."""
@@ -135,6 +145,7 @@ class Lease:
                 if_primary_term=self.primary_term,
             )
         except (ConflictError, NotFoundError):
+            self.lost_because = "another holder changed or removed the lease document"
             self.lost.set()
             log.error("lost the %s lease of %s", self.name, self.operation)
             return
@@ -341,7 +352,8 @@ def acquire(
         release(lease)
         raise LeaseHeld(
             f"{other['operation']} ({other['owner']}) holds a writer lease on {prefix} that "
-            f"excludes the {name} lease (expires {other['expires_at']} unless renewed)"
+            f"excludes the {name} lease (if that process was killed, it frees itself in"
+            f" {_left_s(other)} s, at {other['expires_at']})"
         )
     return lease
 
@@ -386,8 +398,9 @@ def _acquire_own(
         if datetime.fromisoformat(holder["expires_at"]) > datetime.now(UTC):
             raise LeaseHeld(
                 f"{holder['operation']} ({holder['owner']}) holds the {name} lease on "
-                f"{prefix} since {holder['acquired_at']} (expires {holder['expires_at']} "
-                "unless renewed); try again when it has finished"
+                f"{prefix} since {holder['acquired_at']}; try again when it has finished (if"
+                f" that process was killed, the lease frees itself in {_left_s(holder)} s, at"
+                f" {holder['expires_at']})"
             ) from None
         try:
             response = es.index(
@@ -428,6 +441,12 @@ def release(lease: Lease) -> None:
         log.warning("the %s lease was no longer ours to release", lease.name)
     except (TransportError, ApiError) as exc:
         log.warning("could not release the %s lease (%s); it expires by itself", lease.name, exc)
+
+
+def _left_s(holder: dict) -> int:
+    """Whole seconds until a live holder's lease expires unless renewed."""
+    left = datetime.fromisoformat(holder["expires_at"]) - datetime.now(UTC)
+    return max(0, int(left.total_seconds() + 0.999))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, TypedDict
@@ -54,6 +55,19 @@ def bulk_options(settings: ElasticsearchSettings) -> BulkOptions:
 
 class ElasticsearchUnavailable(RuntimeError):
     """Elasticsearch could not be reached; nothing was recorded as indexed, so rerun later."""
+
+
+@contextmanager
+def outage_as_unavailable(url: str, operation: str) -> Iterator[None]:
+    """Within the block, a connection failure or timeout is `ElasticsearchUnavailable`, one line
+    naming `operation` and the URL (the client's own text names neither)."""
+    try:
+        yield
+    except (ESConnectionError, ConnectionTimeout) as exc:
+        raise ElasticsearchUnavailable(
+            f"{operation}: Elasticsearch at {url} is unreachable ({type(exc).__name__}); "
+            "nothing was swapped or marked indexed, rerun to catch up"
+        ) from exc
 
 
 class BulkWriteFailed(RuntimeError):

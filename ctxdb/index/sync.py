@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from elasticsearch import BadRequestError, ConnectionTimeout, Elasticsearch
-from elasticsearch import ConnectionError as ESConnectionError
+from elasticsearch import BadRequestError, Elasticsearch
 
 from ctxdb.coordination.lease import writer_lease_for
-from ctxdb.index.bulk import ElasticsearchUnavailable, bulk_options
+from ctxdb.index.bulk import bulk_options, outage_as_unavailable
 from ctxdb.index.incremental import SyncReport, sync_index
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import settings_layout
@@ -39,14 +38,12 @@ def sync_live(
     ElasticsearchUnavailable when the node cannot be reached; since `index_state` only advances
     after a successful sync, the next run catches up.
     """
-    try:
-        operation = "index sync" if shard is None else f"index sync {shard.name}"
-        with writer_lease_for(es, settings, operation, shard):
-            return _sync_live(store, es, settings, model_id=model_id, shard=shard)
-    except (ESConnectionError, ConnectionTimeout) as exc:
-        raise ElasticsearchUnavailable(
-            f"Elasticsearch at {settings.elasticsearch.url} is unreachable: {exc}"
-        ) from exc
+    operation = "index sync" if shard is None else f"index sync {shard.name}"
+    with (
+        outage_as_unavailable(settings.elasticsearch.url, operation),
+        writer_lease_for(es, settings, operation, shard),
+    ):
+        return _sync_live(store, es, settings, model_id=model_id, shard=shard)
 
 
 def _ensure(es: Elasticsearch, settings: Settings, kind: str, model_id: str) -> str:

@@ -18,7 +18,7 @@ from elasticsearch import Elasticsearch
 from ctxdb.coordination.lease import Lease, writer_lease_for
 from ctxdb.embedding.model import Embedder
 from ctxdb.embedding.stage import EmbedReport, embed_role_rows
-from ctxdb.index.bulk import bulk_options
+from ctxdb.index.bulk import bulk_options, outage_as_unavailable
 from ctxdb.index.incremental import SyncReport, current_versions, sync_index
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import settings_layout
@@ -104,7 +104,10 @@ def reindex(
     Holds the writer lease throughout (`LeaseHeld` when another writer runs); a lease lost
     meanwhile stops it before the swap.
     """
-    with writer_lease_for(es, settings, "reindex") as lease:
+    with (
+        outage_as_unavailable(settings.elasticsearch.url, "reindex"),
+        writer_lease_for(es, settings, "reindex") as lease,
+    ):
         return _reindex(
             store,
             es,

@@ -132,10 +132,12 @@ def _missing_files(dataset: Dataset) -> int:
 
 
 def local_root(store: DeltaStore) -> Path | None:
-    """The store's root as a resolved local path; None on an object store."""
-    if "://" in store.root and not store.root.startswith("file://"):
-        return None
-    return Path(store.root.removeprefix("file://")).resolve()
+    """The store's root as a resolved local path; None on an object store. URI schemes are
+    case-insensitive (RFC 3986), so `FILE://` is the local root as much as `file://`."""
+    scheme, sep, rest = store.root.partition("://")
+    if not sep:
+        return Path(store.root).resolve()
+    return Path(rest).resolve() if scheme.lower() == "file" else None
 
 
 def local_dirs(store: DeltaStore, dirs: Sequence[Path]) -> list[Path]:
