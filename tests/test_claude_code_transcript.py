@@ -151,6 +151,10 @@ def test_long_texts_are_cut_to_fit_a_landing_line(tmp_path: Path) -> None:
 def test_project_agents_and_identities() -> None:
     assert agent_for_project("/home/ann/src/shop") == "home-ann-src-shop"
     assert agent_for_project("C:\\Users\\Ann\\my app") == "C-Users-Ann-my-app"
+    # one Windows project whatever the case of its drive letter (issue 40: E-AI-... / e-AI-...)
+    assert agent_for_project("e:\\AI\\TestProject-v2") == "E-AI-TestProject-v2"
+    assert agent_for_project("e:/AI/TestProject-v2") == agent_for_project("E:\\AI\\TestProject-v2")
+    assert agent_for_project("/home/e:x") == "home-e-x"
     assert agent_for_project("/") == "root"
     long = agent_for_project("/x/" + "deep/" * 60 + "leaf")
     assert len(long) <= 128 and long.endswith("deep-leaf")

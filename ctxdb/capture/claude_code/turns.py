@@ -42,7 +42,7 @@ from ctxdb.capture.claude_code.transcript import (
     TOOL_RESULT,
     Record,
 )
-from ctxdb.capture.private import strip_private
+from ctxdb.capture.private import strip_private, strip_private_open
 
 ADAPTER = "claude_code"
 SCHEMA_VERSION = 1
@@ -60,6 +60,8 @@ TRUNCATED = " [truncated]"
 _REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_\-@.:+]+")
 _NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
+_DRIVE = re.compile(r"^[a-z](?=:([\\/]|$))")
+"""A Windows drive letter written in lower case (`e:\\AI`): one project whatever its case."""
 
 
 class Identity(NamedTuple):
@@ -89,9 +91,11 @@ def ident(raw: str, default: str = "unknown") -> str:
 
 def agent_for_project(path: str | None) -> str:
     """The agent id of a project directory: its path with separators as `-`
-    (`/home/ann/src/shop` -> `home-ann-src-shop`); long paths keep their tail behind a hash."""
+    (`/home/ann/src/shop` -> `home-ann-src-shop`); long paths keep their tail behind a hash. A
+    Windows drive letter counts in upper case (`e:\\AI` and `E:\\AI` are both `E-AI`)."""
     if not path:
         return "unknown-project"
+    path = _DRIVE.sub(lambda drive: drive[0].upper(), path)
     slug = _NOT_SLUG.sub("-", path).strip("-.")
     slug = re.sub(r"^[^A-Za-z0-9]+", "", slug) or "root"
     if len(slug) > 128:
@@ -136,8 +140,10 @@ class TurnMapper:
 
     `state` (JSON-ready, kept by the caller) holds the project directory, the prompt waiting for
     an answer (`candidate`) and the open turn (ids, last answer text, tool uses without a result,
-    steps already written). `clean` is applied to every text before it is written (by default
-    `strip_private`); a step carries its tool's output only when `output_chars` > 0, cut to it.
+    steps already written). `clean` is applied to every text before it is written, the state
+    included (by default `strip_private`: the hook saves the state to disk; an answer's unclosed
+    `<private>` span is kept as its bare tag, so a later block of the same message still closes
+    it); a step carries its tool's output only when `output_chars` > 0, cut to it.
     """
 
     def __init__(
@@ -176,7 +182,7 @@ class TurnMapper:
                 self.state["candidate"] = {
                     "uuid": record.uuid,
                     "session_id": record.session_id,
-                    "text": record.text,
+                    "text": self.clean(record.text),
                     "ts": timestamp(record.ts),
                     "cwd": record.cwd,
                 }
@@ -224,11 +230,12 @@ class TurnMapper:
             text = "\n\n".join(record.texts)
             if record.message_id and record.message_id == turn["message_id"] and turn["text"]:
                 text = f"{turn['text']}\n\n{text}"
-            turn.update(text=text, text_ts=ts, message_id=record.message_id)
+            turn.update(text=strip_private_open(text), text_ts=ts, message_id=record.message_id)
             turn["error"] = record.api_error
         for tool in record.tool_uses:
             if tool.id not in turn["steps"]:
-                turn["pending"][tool.id] = [tool.name, tool.title, ts, tool.input]
+                title, summary = self.clean(tool.title), self.clean(tool.input)
+                turn["pending"][tool.id] = [tool.name, title, ts, summary]
         return events
 
     def start(self) -> list[dict[str, Any]]:
