@@ -146,22 +146,23 @@ def test_a_date_in_the_query_lifts_the_turns_of_that_day(search_env: SearchEnv, 
     assert hits[0].explain is not None and hits[0].explain.in_window
 
 
-def test_an_older_span_in_the_query_widens_days_left_unset(search_env: SearchEnv) -> None:
-    """`days` (365 by default) would hide every turn of a span the query names before it;
-    left unset it reaches back to the span's start, and says so; given, it stands."""
+def test_an_older_span_in_the_query_is_searched_unless_days_stops_short(
+    search_env: SearchEnv,
+) -> None:
+    """By default every age is searched, so a span the query names before any window is found
+    silently; a `days` window that begins after the span's start stands and says so."""
     old = (NOW - timedelta(days=800)).strftime("%B %Y")
     query = f"zebra migration serengeti in {old}"
-    widened = search_env.service.search(search_env.alice, SearchRequest(query=query))
-    (warning,) = [w for w in widened.warnings if w.startswith("days_widened:")]
-    reach = int(warning.rsplit("last ", 1)[1].split()[0])
-    assert 800 < reach <= 800 + 32  # back to the first of that month
-    assert ("c-zebra-old", "t1") in keys(widened)  # newer turns are still searched
+    default = search_env.service.search(search_env.alice, SearchRequest(query=query))
+    assert not [w for w in default.warnings if w.startswith("days_")]
+    assert ("c-zebra-old", "t1") in keys(default)
     given = search_env.service.search(search_env.alice, SearchRequest(query=query, days=90))
-    assert not [w for w in given.warnings if w.startswith("days_widened:")]
+    (warning,) = [w for w in given.warnings if w.startswith("days_excludes:")]
+    assert "last 90 days" in warning and "days=0" in warning
     assert ("c-zebra-old", "t1") in keys(given)
-    this_month = SearchRequest(query=f"zebra migration in {NOW:%B %Y}")
+    this_month = SearchRequest(query=f"zebra migration in {NOW:%B %Y}", days=90)
     within = search_env.service.search(search_env.alice, this_month)
-    assert not [w for w in within.warnings if w.startswith("days_widened:")]
+    assert not [w for w in within.warnings if w.startswith("days_")]
 
 
 def test_a_time_expression_lifts_the_turns_inside_its_span(search_env: SearchEnv) -> None:

@@ -28,6 +28,8 @@ from ctxdb.contract.refs import RefError
 from ctxdb.errors import describe
 from ctxdb.index.client import make_client
 from ctxdb.search.models import (
+    ALL_TIME,
+    DAYS_MAX,
     MIN_SCORE,
     MissingQuery,
     NotFound,
@@ -86,6 +88,12 @@ FocusNamesOpt = Annotated[
 SessionWeightOpt = Annotated[
     float | None,
     typer.Option("--session-weight", help="Session lift of the kNN arm (0: off)."),
+]
+DaysOpt = Annotated[
+    int,
+    typer.Option(
+        help=f"Only turns of the last N days (1..{DAYS_MAX}); 0: all time. --since widens it."
+    ),
 ]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")]
 
@@ -191,7 +199,7 @@ def search(
     last: Annotated[bool, typer.Option("--last", help="Last turn of --conversation.")] = False,
     nth: NthOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
-    days: Annotated[int, typer.Option()] = 365,
+    days: DaysOpt = ALL_TIME,
     w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
     w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
     w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,

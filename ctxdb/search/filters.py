@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timedelta
 from typing import Any
 
 from ctxdb.contract.identity import Principal
-from ctxdb.search.models import DAYS_MAX, SearchRequest
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.temporal import split_time_hint
 
 EXCLUDED_TAGS = ("kind:react.recovery.session",)
 
@@ -50,29 +50,41 @@ def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
     return clauses
 
 
-def reaching(request: SearchRequest, start: datetime, now: datetime) -> SearchRequest:
-    """`request` with `days` reaching back to `start` (where a span the query names begins) when
-    the request left `days` unset and its default stops short of it; else `request` itself."""
-    needed = math.ceil((now - start).total_seconds() / 86400)
-    if "days" in request.model_fields_set or needed <= request.days:
-        return request
-    return request.model_copy(update={"days": min(needed, DAYS_MAX)})
-
-
 def window_filter(
     request: SearchRequest, now: datetime, field: str = "ts", *, use_days: bool = True
 ) -> list[dict[str, Any]]:
-    """`since`/`until` on `field`, and `field >= now - days` (to the minute) when `use_days`."""
+    """`since`/`until` on `field`; with `use_days` and no `since`, `field >= now - days` (to the
+    minute) unless `days` is 0 (all time). A `since` is the window's start even before `now -
+    days` (it widens the window: `SearchRequest.oldest`)."""
     bounds: dict[str, str] = {}
     if request.since:
         bounds["gte"] = _iso(request.since)
+    elif use_days and (oldest := request.oldest(now)) is not None:
+        bounds["gte"] = _iso(minute_floor(oldest))
     if request.until:
         bounds["lte"] = _iso(request.until)
-    clauses = [{"range": {field: bounds}}] if bounds else []
-    if use_days:
-        oldest = minute_floor(now - timedelta(days=request.days))
-        clauses.append({"range": {field: {"gte": _iso(oldest)}}})
-    return clauses
+    return [{"range": {field: bounds}}] if bounds else []
+
+
+def window_warnings(request: SearchRequest, query: str, now: datetime) -> list[str]:
+    """Why the searched window differs from what the request's parts say alone: a `since` before
+    the `days` window widens it (`days_widened`); a span the query names that begins before the
+    `days` window is searched only inside it (`days_excludes`)."""
+    if request.widened_by_since(now):
+        return [
+            f"days_widened: since {_iso(request.since or now)} lies before the last"
+            f" {request.days} days; rows from since on are searched"
+        ]
+    oldest = request.oldest(now)
+    _, named = split_time_hint(query)
+    if named is None or request.since is not None or oldest is None:
+        return []
+    if named.window(now)[0] >= oldest:
+        return []
+    return [
+        f"days_excludes: {named.phrase!r} begins before the last {request.days} days; only"
+        " those are searched (days=0 searches all time)"
+    ]
 
 
 def row_filter(principal: Principal, request: SearchRequest, now: datetime) -> dict[str, Any]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxdb.contract.events import Ident, RefId
 
@@ -38,6 +38,8 @@ class SearchUnavailable(RuntimeError):
 class Weights(BaseModel):
     """Fusion weights; each is clamped to [0, 2]. None means the configured default."""
 
+    model_config = ConfigDict(extra="forbid")
+
     semantic: float | None = Field(default=None, description="RRF weight of the kNN arm.")
     lexical: float | None = Field(default=None, description="RRF weight of the BM25 arm.")
     trigram: float | None = Field(default=None, description="RRF weight of the trigram arm.")
@@ -53,13 +55,18 @@ class Weights(BaseModel):
 
 
 DAYS_MAX = 3650
-"""The farthest back `days` may reach."""
+"""The farthest back a limited `days` may reach."""
+ALL_TIME = 0
+"""`days` = 0: no age limit (the default); only retention (`expires_at`) bounds what is found."""
 BRIEF_WORDS_MAX = 200
 """The largest `brief_words` a request may set."""
 
 
 class SearchRequest(BaseModel):
-    """One search or catalog call. The principal is never part of the request."""
+    """One search or catalog call, the same model on every face (HTTP body, MCP arguments, CLI
+    options, the viewer): an unknown field is an error. The principal is never part of it."""
+
+    model_config = ConfigDict(extra="forbid")
 
     query: str = Field(default="", description="Free text; cut to the configured length.")
     scope: Scope = "user"
@@ -81,11 +88,11 @@ class SearchRequest(BaseModel):
     )
     top_k: int = Field(default=5, ge=1, le=50)
     days: int = Field(
-        default=365,
-        ge=1,
+        default=ALL_TIME,
+        ge=0,
         le=DAYS_MAX,
-        description="Only rows newer than this; left unset, it reaches back to the start of an"
-        " older date or period the query names.",
+        description="Only rows newer than this many days; 0 (the default): all time. A `since`"
+        " earlier than the window widens it.",
     )
     weights: Weights = Field(default_factory=Weights)
     half_life_days: float | None = Field(
@@ -210,6 +217,21 @@ class SearchRequest(BaseModel):
     @property
     def has_window(self) -> bool:
         return self.since is not None or self.until is not None
+
+    def oldest(self, now: datetime) -> datetime | None:
+        """Where the searched rows begin: `since` when given (even before the `days` window,
+        which it widens), else `now - days`; None for all time."""
+        if self.since is not None:
+            return self.since
+        return now - timedelta(days=self.days) if self.days != ALL_TIME else None
+
+    def widened_by_since(self, now: datetime) -> bool:
+        """Whether `since` reaches back before the `days` window."""
+        return (
+            self.since is not None
+            and self.days != ALL_TIME
+            and self.since < now - timedelta(days=self.days)
+        )
 
 
 class Snippet(BaseModel):

@@ -29,7 +29,7 @@ from ctxdb.index.versions import alias_target, index_meta
 from ctxdb.search import lookups, names, sessions, subquestions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
-from ctxdb.search.filters import reaching, row_filter
+from ctxdb.search.filters import row_filter, window_warnings
 from ctxdb.search.fusion import FusedTurn, FusionParams, arm_weights, rank_turns
 from ctxdb.search.materialize import (
     clip,
@@ -604,15 +604,7 @@ class SearchService:
                 routing=self.routing_for(principal, self.turns_alias),
             )
         query, warnings = self._cut(request.query.strip())
-        _, named = split_time_hint(query)
-        if named is not None:
-            widened = reaching(request, named.window(now)[0], now)
-            if widened is not request:
-                warnings.append(
-                    f"days_widened: {named.phrase!r} lies before the last {request.days} days;"
-                    f" rows of the last {widened.days} are searched"
-                )
-                request = widened
+        warnings += window_warnings(request, query, now)
         searched = self.focused_query(principal, request, query, now)
         if request.explain and searched != query:
             warnings.append(f"names_left_out: the arms searched for {searched!r}")

@@ -32,6 +32,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.types import Tool as MCPTool
 from pydantic import AnyHttpUrl, ValidationError
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -102,11 +103,30 @@ def token_principal(authenticator: Authenticator, token: str) -> Identify:
 
 class MemoryServer(MCPServer):
     """MCPServer whose argument errors are one line naming each bad argument (the SDK's default
-    is pydantic's multi-line report with a link)."""
+    is pydantic's multi-line report with a link), and which refuses an argument a tool does not
+    declare (the SDK drops it silently, so a misspelt `days` would search another window):
+    every tool's input schema says `additionalProperties: false`."""
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        return [
+            tool.model_copy(
+                update={"input_schema": {**tool.input_schema, "additionalProperties": False}}
+            )
+            for tool in tools
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Any = None
     ) -> CallToolResult | InputRequiredResult:
+        declared = {t.name: t.input_schema.get("properties", {}) for t in await self.list_tools()}
+        unknown = sorted(set(arguments) - set(declared.get(name, arguments)))
+        if unknown:
+            raise ToolError(
+                f"Error executing tool {name}: invalid arguments: unknown argument"
+                f"{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}"
+                f" (known: {', '.join(sorted(declared[name]))})"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

@@ -24,6 +24,8 @@ from ctxdb.errors import validation_line
 from ctxdb.search import lookups
 from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
+    ALL_TIME,
+    DAYS_MAX,
     MIN_SCORE,
     MissingQuery,
     NotFound,
@@ -87,6 +89,15 @@ TargetsArg = Annotated[
     Field(
         description="Which parts may match: user, assistant, summary, attachment, "
         "steps (tool calls run), notes (default: all but notes)."
+    ),
+]
+DaysArg = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=DAYS_MAX,
+        description="Only turns of the last N days; 0 (default): all time. A `since` before "
+        "that window widens it.",
     ),
 ]
 MinScoreArg = Annotated[
@@ -204,6 +215,7 @@ class MemoryTools:
         ] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="Hits to return.")] = 5,
         min_score: MinScoreArg = None,
+        days: DaysArg = ALL_TIME,
     ) -> Annotated[CallToolResult, SearchOut]:
         """Search your past conversations (hybrid: meaning, words, misspellings; recent first on
         ties). Each hit names its conversation and turn, time, title, the parts that matched and
@@ -222,6 +234,7 @@ class MemoryTools:
                 until=until,
                 top_k=top_k,
                 min_score=min_score,
+                days=days,
             )
             response = self.service.search(principal, request)
         out = SearchOut(

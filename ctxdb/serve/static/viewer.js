@@ -150,6 +150,7 @@ async function runSearch(event) {
   if (conversation) { body.scope = "conversation"; body.conversation_id = conversation; }
   if ($("f-since").value) body.since = `${$("f-since").value}T00:00:00Z`;
   if ($("f-until").value) body.until = `${$("f-until").value}T23:59:59Z`;
+  if ($("f-days").value) body.days = Number($("f-days").value);  // blank: all time
   try {
     renderHits(await (await api("/v1/search", { method: "POST", body: JSON.stringify(body) })).json());
   } catch (error) {
