@@ -300,3 +300,33 @@ def _landing_mentions(root: Path, user: str) -> int:
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
         total += data.decode().count(f'"user_id":"{user}"')
     return total
+
+
+def test_issue_41_finding_14_erasure_after_the_home_was_copied_edits_the_copy(
+    store, es, ops_settings, tmp_path_factory
+):
+    """Landing records local files by absolute path. A memory whose home was copied elsewhere
+    (a backup restored, a move) is erased in its own landing files, not in the old location's:
+    the copy keeps no trace of the user, and the original home (another memory now) is left
+    as it was."""
+    import shutil
+
+    from ctxdb.storage.delta import DeltaStore
+
+    run_pipeline(store, es, ops_settings, {"a": (5, datetime.now(UTC))})
+    user = store.read(ROLE_ROWS)["user_id"].sort()[0]
+    old_landing = Path(ops_settings.landing_uri)
+    before = _landing_mentions(old_landing, user)
+    assert before > 0
+    copy_home = tmp_path_factory.mktemp("restored") / "home"
+    shutil.copytree(ops_settings.home, copy_home)
+    restored = ops_settings.replace(home=copy_home)
+    assert Path(restored.landing_uri) != old_landing and restored.delta_root is None
+
+    report = erasure.erase(
+        DeltaStore(restored.delta_uri), es, restored, erasure.Scope("user_id", user)
+    )
+
+    assert report.verified, report.message
+    assert _landing_mentions(Path(restored.landing_uri), user) == 0
+    assert _landing_mentions(old_landing, user) == before

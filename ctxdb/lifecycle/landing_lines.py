@@ -97,11 +97,32 @@ def landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]
     if "://" in source:
         return object_store.filesystem(source, options)
     root = settings.landing_uri
-    if "://" not in root:  # a relative source lies under the root, an absolute one anywhere
-        return object_store.filesystem(str(Path(root).resolve() / source))
+    if "://" not in root:
+        return object_store.filesystem(str(rebased(Path(root).resolve(), Path(source))))
     filesystem, base = object_store.filesystem(root, options)
     base = base.rstrip("/")
     return filesystem, source if source.startswith(base + "/") else f"{base}/{source}"
+
+
+def rebased(root: Path, source: Path) -> Path:
+    """Where a landed file recorded as `source` lies under the landing root `root` now.
+
+    Landing records local files by absolute path. When the home was moved, copied or restored
+    elsewhere, such a path names the old location: the file is this memory's copy under `root`
+    whose path ends with the longest tail of `source` found there. A path under `root` (or a
+    relative one) is taken as it is; one with no copy under `root` stays where it was recorded
+    (a landing root outside the home that did not move).
+    """
+    if not source.is_absolute():
+        return root / source
+    if source.is_relative_to(root):
+        return source
+    parts = source.parts[1:]
+    for start in range(len(parts)):
+        candidate = root.joinpath(*parts[start:])
+        if candidate.is_file():
+            return candidate
+    return source
 
 
 def read(filesystem: pafs.FileSystem, path: str) -> bytes | None:
