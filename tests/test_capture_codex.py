@@ -13,7 +13,8 @@ import pytest
 from host_import_case import HostCase, by_type, check_import_searchable_and_idempotent
 
 from ctxdb.capture.claude_code.turns import Identity
-from ctxdb.capture.codex.importer import ADAPTER, rollout_events
+from ctxdb.capture.codex.importer import ADAPTER, OLD_FORMAT, rollout_events
+from ctxdb.capture.hosts import import_sessions
 from ctxdb.capture.private import strip_private
 from ctxdb.contract.events import parse_event
 from ctxdb.settings import Settings
@@ -63,13 +64,17 @@ def test_rollout_turns_prompts_answers_steps_and_tokens() -> None:
 def test_a_turn_codex_never_finished_is_cancelled() -> None:
     events = rollout_events(RESUMED, ANN, True, strip_private).events
     closed = by_type(events, "turn.closed")
-    assert [e["payload"]["status"] for e in closed] == ["ok"] * 5 + ["cancelled"]
-    cut = closed[-1]
+    assert [e["payload"]["status"] for e in closed] == ["ok"] * 5 + ["cancelled"] * 2
+    cut, unanswered = closed[-2:]
     assert cut["turn_id"] == "019c8a7f-8437-7be1-8b0c-419cba27ee82"
     prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
     assert not any("AGENTS.md" in p or "REDACTED_TEXT len=3021" in p for p in prompts)
-    assert len(by_type(events, "user.submission")) == 6  # the 7th prompt never got an answer
-    assert rollout_events(RESUMED, ANN, False, strip_private).events == events
+    assert len(prompts) == 7  # the 7th prompt never got an answer: a cancelled turn without one
+    assert unanswered["turn_id"] == "019c8a93-d838-7840-b143-0af4aa2cb17a"
+    answered = {e["turn_id"] for e in by_type(events, "assistant.completion")}
+    assert unanswered["turn_id"] not in answered
+    unsettled = rollout_events(RESUMED, ANN, False, strip_private).events  # the last turn open
+    assert unsettled == [e for e in events if e["turn_id"] != unanswered["turn_id"]]
 
 
 def test_turn_aborted_closes_the_turn_cancelled_with_no_invented_answer(tmp_path: Path) -> None:
@@ -106,7 +111,24 @@ def test_imported_rollouts_are_searchable_and_reimport_lands_nothing(
         turn_id=SECOND_TURN,
         prompt_starts="let's update the defailt context compart",
         answer_starts="Implemented the default context compaction",
-        turns=8,
+        turns=9,
         deleted=COMPACTION,
     )
     check_import_searchable_and_idempotent(case, settings, query_embedder)
+
+
+def test_a_rollout_from_before_session_meta_fails_with_its_reason(tmp_path: Path) -> None:
+    """Codex CLI releases before `session_meta` wrote a bare header line and lines without a
+    `payload`; ctxdb reads none of them, and says so instead of importing nothing quietly."""
+    old = tmp_path / "rollout-2025-05-02T10-00-00-5b1c0e1a-0000-4000-8000-000000000001.jsonl"
+    old.write_text(
+        '{"id":"5b1c0e1a-0000-4000-8000-000000000001","timestamp":"2025-05-02T10:00:00.000Z",'
+        '"instructions":null}\n'
+        '{"type":"message","id":null,"role":"user","content":[{"type":"input_text",'
+        '"text":"fix the flaky upload test"}]}\n'
+        '{"record_type":"state"}\n'
+    )
+    stats = import_sessions([old, RESUMED], tmp_path / "spool", ANN, rollout_events, settle_s=0)
+    assert (stats.files, stats.failed) == (1, 1)  # RESUMED imported, the old one not
+    assert stats.problems == [f"{old}: {OLD_FORMAT}"]
+    assert not (tmp_path / "spool" / "import" / f"{old.stem}.jsonl").exists()

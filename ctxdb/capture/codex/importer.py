@@ -23,6 +23,11 @@ from ctxdb.capture.reading import LineCounts, json_lines, open_regular
 ADAPTER = "codex"
 PREFIX = "cx"
 SESSIONS = Path("~/.codex/sessions")
+OLD_FORMAT = (
+    "no session_meta line: a rollout in the format of Codex CLI releases before session_meta "
+    "(lines without a `payload`), which ctxdb does not read; nothing imported from it"
+)
+"""Why a rollout holding lines but no `session_meta` (and so no turn ctxdb reads) fails."""
 
 
 def find_rollouts(path: Path) -> list[Path]:
@@ -46,4 +51,6 @@ def rollout_events(
     if settled and reader.open_task:
         events += mapper.feed([Record(INTERRUPT)])
     events += mapper.finish(settled)
+    if not events and counts.lines > counts.bad and not reader.saw_meta:
+        raise ValueError(OLD_FORMAT)
     return Mapped(events, reader.cwd, counts.lines, counts.bad, counts.truncated)

@@ -90,11 +90,13 @@ def _texts(content: Any) -> list[str]:
 
 class RolloutReader:
     """Reads one rollout's lines in order (`records`); `session_id` and `cwd` come from its
-    `session_meta`, `open_task` says a turn was started and has not ended."""
+    `session_meta` (`saw_meta`: there was one), `open_task` says a turn was started and has not
+    ended."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.cwd: str | None = None
+        self.saw_meta = False
         self.turn_id: str | None = None
         self.prompted: str | None = None
         self.open_task = False
@@ -107,6 +109,7 @@ class RolloutReader:
         payload, ts = line["payload"], line.get("timestamp")
         ts = ts if isinstance(ts, str) else None
         if line.get("type") == "session_meta":
+            self.saw_meta = True
             if isinstance(payload.get("id"), str) and payload["id"]:
                 self.session_id = payload["id"]
             if isinstance(payload.get("cwd"), str) and self.cwd is None:
