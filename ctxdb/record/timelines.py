@@ -1,8 +1,8 @@
 """`conversation_timelines` (conv.timeline.v1): one row per conversation, the newest timeline.
 
-Title is carried forward (the latest `conversation.title` event, else the first prompt cut to 80
-characters); blocks stay empty for minimal adapters and hold the progressive block list of the
-rich (ReAct) turns.
+Title is carried forward (the latest `conversation.title` event, else the first meaningful
+sentence of the prompts, `ctxdb.record.titles`); blocks stay empty for minimal adapters and hold
+the progressive block list of the rich (ReAct) turns.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import polars as pl
 
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
+from ctxdb.record.titles import title_from_prompts
 from ctxdb.record.turns import USER_BLOCK_TYPES, Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import TIMELINES_SCHEMA
 
 KEYS = ["tenant", "app", "user_id", "conversation_id"]
-TITLE_FALLBACK_CHARS = 80
 IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id"]
 
 
@@ -30,7 +30,8 @@ def in_time_order(turns: Sequence[Turn]) -> list[Turn]:
 
 
 def conversation_titles(raw: pl.DataFrame, turns: Sequence[Turn]) -> dict[str, str]:
-    """Title per conversation: latest title event, else the first user prompt (shortened)."""
+    """Title per conversation: latest title event, else one made from its prompts
+    (`ctxdb.record.titles`: wrappers and markdown dropped, a shared header skipped)."""
     titled = (
         raw.filter(pl.col("type") == "conversation.title")
         .sort("occurred_at")
@@ -38,13 +39,15 @@ def conversation_titles(raw: pl.DataFrame, turns: Sequence[Turn]) -> dict[str, s
         .agg(pl.col("payload").last().str.json_path_match("$.title").alias("title"))
     )
     titles = dict(titled.iter_rows())
+    prompts: dict[str, list[str]] = {}
     for turn in in_time_order(turns):
-        if turn.conversation_id in titles:
-            continue
         users = [b for b in turn.blocks if b["type"] in USER_BLOCK_TYPES and b["text"].strip()]
-        if users:
-            text = " ".join(users[0]["text"].split())
-            titles[turn.conversation_id] = text[:TITLE_FALLBACK_CHARS]
+        if users and turn.conversation_id not in titles:
+            prompts.setdefault(turn.conversation_id, []).append(users[0]["text"])
+    for conversation_id, texts in prompts.items():
+        title = title_from_prompts(texts)
+        if title:
+            titles[conversation_id] = title
     return titles
 
 

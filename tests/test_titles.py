@@ -1,0 +1,106 @@
+"""Conversation titles made from prompts (ctxdb/record/titles.py, issue 40 item 8), on the shapes
+real sessions have: Claude Code's IDE and slash-command wrappers (a331468564/claude-codex-chat-
+archives, d-kimuson/claude-code-viewer), spec-kit's prompt template as Codex expands it
+(0h-n0/local-voice-assistant-codex; the header is spec-kit's, github/spec-kit, MIT), markdown, and
+a conversation whose prompts share a header."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxdb.record.titles import TITLE_CHARS, clean_title, title_from_prompts
+
+IDE_OPENED = (
+    "<ide_opened_file>The user opened the file e:\\AI\\TestProject-v2\\.claude\\hooks\\"
+    "stop_check.py in the IDE. This may or may not be related to the current task."
+    "</ide_opened_file>\n读取项目文件，说清楚目前计划"
+)
+COMMAND = (
+    "<command-message>orchestrator is running…</command-message>\n"
+    "<command-name>/orchestrator</command-name>\n"
+    "<command-args>create TODO app by Next.js</command-args>"
+)
+SPECKIT_HEADER = (
+    "\n## User Input\n\n```text\n{input}\n```\n\n"
+    "You **MUST** consider the user input before proceeding (if not empty).\n\n## Outline\n\n"
+)
+CONSTITUTION = SPECKIT_HEADER.format(input="") + (
+    "You are updating the project constitution at `.specify/memory/constitution.md`. This file "
+    "is a TEMPLATE containing placeholder tokens in square brackets."
+)
+IMPLEMENT = SPECKIT_HEADER.format(input="") + (
+    "1. **Setup**: Run `.specify/scripts/bash/check-prerequisites.sh --json` from repo root."
+)
+SPECIFY = SPECKIT_HEADER.format(input="Build a local voice assistant: speech in, speech out.") + (
+    "The text the user typed after `/speckit.specify` in the triggering message **is** the "
+    "feature description."
+)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "title"),
+    [
+        (IDE_OPENED, "读取项目文件，说清楚目前计划"),
+        (COMMAND, "create TODO app by Next.js"),
+        ("<command-message>mcp</command-message>\n<command-name>/mcp</command-name>", "/mcp"),
+        (
+            CONSTITUTION,
+            "You are updating the project constitution at .specify/memory/constitution.md.",
+        ),
+        (
+            IMPLEMENT,
+            "Setup: Run .specify/scripts/bash/check-prerequisites.sh --json from repo root.",
+        ),
+        (SPECIFY, "Build a local voice assistant: speech in, speech out."),
+        (
+            "<system-reminder>Today is Monday.</system-reminder>\n# Plan\n\n- **Read** the "
+            "[docs](https://e.org) and `fix` it. Then test.",
+            "Read the docs and fix it.",
+        ),
+        ("Hi. Can you look at `src/app.py`?", "Hi. Can you look at src/app.py?"),
+        ("## Only a heading", "Only a heading"),
+        ("<system-reminder>context only</system-reminder>", ""),
+        ("```\n```", ""),
+        ("Here is my plan\nARGUMENTS: migrate the billing tables", "migrate the billing tables"),
+    ],
+)
+def test_a_title_is_the_first_meaningful_sentence_without_wrappers_or_markdown(
+    prompt: str, title: str
+) -> None:
+    assert clean_title(prompt) == title
+
+
+def test_a_long_title_is_cut_at_a_word_boundary() -> None:
+    prompt = (
+        "Fix the failing integration tests of the payments service after upgrading pydantic to"
+        " v2, they fail since the upgrade"
+    )
+    title = clean_title(prompt)
+    assert len(title) <= TITLE_CHARS and prompt.startswith(title)
+    assert prompt[len(title)] == " "
+
+
+def test_conversations_with_the_same_template_header_get_distinct_titles() -> None:
+    titles = [title_from_prompts([p]) for p in (CONSTITUTION, IMPLEMENT, SPECIFY)]
+    assert len(set(titles)) == 3
+    assert not any("User Input" in t or "MUST" in t for t in titles if t)
+
+
+def test_a_header_the_conversations_later_prompts_repeat_is_skipped() -> None:
+    header = "# Task for the agent\nRead AGENTS.md first and follow the repository rules.\n"
+    first = title_from_prompts(
+        [header + "Add a CSV export to the reports page.", header + "Now PDF."]
+    )
+    second = title_from_prompts([header + "Rename the billing module.", header + "And its tests."])
+    assert first == "Add a CSV export to the reports page."
+    assert second == "Rename the billing module."
+    assert title_from_prompts([header + "Add a CSV export."]) == (
+        "Read AGENTS.md first and follow the repository rules."
+    )
+
+
+def test_the_first_prompt_that_makes_a_title_wins() -> None:
+    assert title_from_prompts(["<system-reminder>x</system-reminder>", "Deploy it"]) == "Deploy it"
+    assert title_from_prompts(["1"]) == "1"
+    assert title_from_prompts(["```", "?!"]) == "```"
+    assert title_from_prompts(["<system-reminder>x</system-reminder>", "   "]) is None
