@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from dagster import AssetExecutionContext, Config, MaterializeResult, MetadataValue, multi_asset
 
+from assets.shards import require_every_shard
 from assets.specs import WRITER_POOL, materialization_metadata, table_spec
 from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.landing.run import land
@@ -60,7 +61,9 @@ def raw_turn_events(
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
     """Land under the writer lease (required unless
-    CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false)."""
+    CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false). The first step of `memory_job`: a run of it
+    over some shards only stops here (`require_every_shard`)."""
+    require_every_shard(context)
     settings = es.settings()
     uri = config.path or settings.landing_uri
     store = delta.store()

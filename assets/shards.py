@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from dagster import AssetExecutionContext, StaticPartitionsDefinition
+from dagster import AssetExecutionContext, Failure, StaticPartitionsDefinition
 
 from ctxdb.settings import get_settings
-from ctxdb.storage.shards import Shard
+from ctxdb.storage.shards import WHOLE_RANGE_JOBS, Shard
 
 SHARD_TAG = "ctxdb/shard"
 """Run tag of a shard run (for the eye: the run queue limits runs per `dagster/partition`)."""
@@ -79,6 +79,29 @@ def covers_every_shard(tags: Mapping[str, str]) -> bool:
     if start is None or end is None:
         return True
     return (start, end) == ("0", str(shard_count() - 1))
+
+
+def require_every_shard(context: AssetExecutionContext) -> None:
+    """Refuse, before any work, a run of a whole-range job (`memory_job`) over some shards only:
+    what the Dagster UI's "Materialize all..." launches with "Multiple runs (One per selected
+    partition)", each run repeating the unpartitioned steps. The error names the ways that run it
+    over every shard at once."""
+    tags = context.run.tags
+    if context.job_name not in WHOLE_RANGE_JOBS or covers_every_shard(tags):
+        return
+    some = tags.get("dagster/partition") or "{}..{}".format(
+        tags.get("dagster/asset_partition_range_start"),
+        tags.get("dagster/asset_partition_range_end"),
+    )
+    raise Failure(
+        description=(
+            f"{context.job_name} covers every shard in one run, and this run covers shard "
+            f"partition {some} only: run `ctxdb jobs run {context.job_name}`, or in the UI "
+            '"Materialize all..." with all partitions and "Launch as... Single run"; '
+            "one shard alone is `shards_job`"
+        ),
+        allow_retries=False,
+    )
 
 
 def run_shards(context: AssetExecutionContext) -> list[Shard | None]:

@@ -101,3 +101,31 @@ def test_resources_are_built_from_the_settings(monkeypatch: pytest.MonkeyPatch) 
     assert materialize([connection], resources={"es": es}).success
     assert seen["authorization"] == "ApiKey bGF0ZXI6a2V5"
     assert isinstance(seen["api_key"], SecretStr)
+
+
+def test_memory_job_runs_over_every_shard_and_refuses_a_run_of_one(tmp_path: Path) -> None:
+    """The Dagster UI path (issue 40): memory_job's partitions are the CTXDB_SHARDS shards (the
+    UI's "Materialize all..." lists them all), and a run of it over one shard, which the UI's
+    default "Multiple runs (One per selected partition)" launches for each partition, stops at its
+    first step with the documented ways in its error, before landing anything."""
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env |= {"CTXDB_HOME": str(tmp_path / "home"), "CTXDB_SHARDS": "2"}
+    env |= {"CTXDB_ELASTICSEARCH_INDEX_PREFIX": f"t{tmp_path.name[-12:].lower()}"}
+    keys = _run(
+        [
+            sys.executable,
+            "-c",
+            "from pipelines.definitions import defs; "
+            "print(defs.resolve_job_def('memory_job').partitions_def.get_partition_keys())",
+        ],
+        env,
+    )
+    assert keys.stdout.strip() == "['0', '1']", keys.stderr[-2000:]
+    ctxdb = Path(sys.executable).with_name("ctxdb")
+    done = _run([str(ctxdb), "jobs", "run", "memory_job", "--partition", "1"], env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1
+    assert "STEP_FAILURE" in output and 'Execution of step "raw_turn_events" failed' in output
+    assert "this run covers shard partition 1 only: run `ctxdb jobs run memory_job`" in output
+    assert '"Launch as... Single run"' in output
+    assert not (tmp_path / "home" / "delta" / "raw_turn_events").exists()

@@ -20,6 +20,7 @@ from ctxdb.lifecycle.retention import sweep
 from ctxdb.lifecycle.scope import ScopeColumn
 from ctxdb.settings import get_settings
 from ctxdb.storage.delta import DeltaStore
+from ctxdb.storage.shards import WHOLE_RANGE_JOBS
 
 retention_app = typer.Typer(help="Retention sweeps.", no_args_is_help=True)
 app.add_typer(retention_app, name="retention")
@@ -131,10 +132,6 @@ def jobs_run(
         command += ["--tags", json.dumps(tags)]
     done = subprocess.run(command, check=False, env=job_environment(settings, os.environ))
     raise typer.Exit(done.returncode)
-
-
-WHOLE_RANGE_JOBS = {"memory_job"}
-"""Jobs whose shard-partitioned steps cover every shard in one run (assets/shards.py)."""
 
 
 def job_tags(name: str, partition: str | None, shards: int) -> dict[str, str]:

@@ -21,6 +21,10 @@ HEX_DIGITS = 15
 
 _NAME = re.compile(r"^shard-(\d+)-of-(\d+)$")
 
+WHOLE_RANGE_JOBS = frozenset({"memory_job"})
+"""Jobs whose shard-partitioned steps cover every shard in one run (a run over the whole partition
+range); a run of theirs over some shards only is refused (assets/shards.py)."""
+
 
 def shard_expr(count: int, column: str = "conversation_id") -> pl.Expr:
     """The shard (0 .. count-1) of each value of `column`, as an Int64 polars expression."""
