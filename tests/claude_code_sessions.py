@@ -387,11 +387,20 @@ def hook_points(lines: list[dict[str, Any]], session: str, transcript: Path) -> 
     return points
 
 
+def _decoded(raw: bytes) -> dict[str, Any]:
+    """A transcript line decoded; an empty one for a line Claude Code would fire no hook for
+    because it cannot be decoded (a test's line nested too deep)."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        return {}
+
+
 def replay(source: Path, projects: Path, run: Any) -> Path:
     """Write the real transcript `source` into `projects/<folder>/` line by line as Claude Code
     does, calling `run(payload)` at each of its hook points; returns the transcript written."""
     raw = source.read_bytes().splitlines(keepends=True)
-    lines = [json.loads(r) for r in raw]
+    lines = [_decoded(r) for r in raw]
     target = projects / source.parent.name / source.name
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(b"")

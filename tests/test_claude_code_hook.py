@@ -337,7 +337,8 @@ def test_cli_install_import_and_project(capture: Settings, tmp_path: Path, monke
         app, ["import", "claude-code", str(tmp_path / "projects"), "--settle-s", "0"]
     )
     assert result.exit_code == 0, result.output
-    assert "1 transcripts" in result.output and "(1 not JSON, 1 cut off), 2 turns" in result.output
+    assert "1 transcripts" in result.output
+    assert "(1 unreadable, 1 cut off), 2 turns" in result.output
     result = runner.invoke(app, ["capture", "claude-code", "project", str(project)])
     assert result.output.strip() == str(project).strip("/").replace("/", "-")
     missing = runner.invoke(app, ["import", "claude-code", str(tmp_path / "nowhere")])

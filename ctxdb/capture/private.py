@@ -11,11 +11,23 @@ import re
 from typing import Any
 
 _PRIVATE = re.compile(r"<private>.*?(?:</private>|\Z)", re.DOTALL | re.IGNORECASE)
+_UNCLOSED = re.compile(r"<private>(?:(?!</private>).)*\Z", re.DOTALL | re.IGNORECASE)
+OPEN_TAG = "<private>"
 
 
 def strip_private(text: str) -> str:
     """`text` without its `<private>...</private>` spans."""
     return _PRIVATE.sub("", text) if "<" in text else text
+
+
+def strip_private_open(text: str) -> str:
+    """`text` without its closed `<private>` spans; an unclosed one is cut to its bare opening
+    tag, so that text joined to it later is still private up to its `</private>` (the Claude Code
+    hook keeps an answer's text between processes this way)."""
+    if "<" not in text:
+        return text
+    stripped = _PRIVATE.sub("", text)
+    return stripped + OPEN_TAG if _UNCLOSED.search(text) else stripped
 
 
 def strip_private_all(value: Any) -> Any:

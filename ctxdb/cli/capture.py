@@ -173,7 +173,7 @@ def import_claude_code(
             output_chars=config.tool_output_chars,
         )
     typer.echo(
-        f"{stats.files} transcripts, {stats.lines} lines ({stats.bad_lines} not JSON, "
+        f"{stats.files} transcripts, {stats.lines} lines ({stats.bad_lines} unreadable, "
         f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
         f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
         + (f"; {stats.skipped} excluded" if stats.skipped else "")
@@ -231,7 +231,7 @@ def _import_host(
             progress=bar.update,
         )
     typer.echo(
-        f"{stats.files} sessions, {stats.lines} lines ({stats.bad_lines} not JSON, "
+        f"{stats.files} sessions, {stats.lines} lines ({stats.bad_lines} unreadable, "
         f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
         f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
         + (f"; {stats.skipped} excluded" if stats.skipped else "")

@@ -17,6 +17,10 @@ projects folder (`HookConfig.projects`, symlinks resolved and kept inside it), a
 `MAX_READ_BYTES` per process (the rest is read by the next hooks). Only when it cannot be read
 does a turn get ids from the payload alone (logged; an import then lands it as another turn).
 
+A transcript line that cannot be read (not JSON, nested too deep) is logged and skipped: the read
+offset moves past it. `<private>` spans are removed before anything is written, the session's
+state included (the open prompt, answer and pending tool inputs).
+
 The hook always exits 0 and writes nothing to stdout or stderr: errors go to `<state>/hook.log`.
 Files it writes are private to the account (umask 077). Its import path is the standard library
 plus this package's pure modules (no pydantic, polars, torch, elasticsearch or dagster), so a cold
@@ -140,19 +144,19 @@ def catch_up(
         log.warning("transcript %s unreadable: %s", transcript, exc)
         return [], False, False
     if batch.bad:
-        log.warning("transcript %s: %d lines are not JSON (skipped)", transcript, batch.bad)
+        log.warning("transcript %s: %d lines unreadable (skipped)", transcript, batch.bad)
     state["offset"] = batch.offset
     return mapper.feed(batch.records), True, batch.rest == 0 or batch.truncated
 
 
 def _answered(mapper: TurnMapper, answer: Any) -> bool:
     """True when the open turn's last text read is the answer the Stop payload reports (or the
-    payload reports none)."""
+    payload reports none), both without their `<private>` spans."""
     if mapper.turn is None:
         return False
     if not isinstance(answer, str) or not answer.strip():
         return True
-    return mapper.turn["text"].rstrip().endswith(answer.strip())
+    return mapper.clean(mapper.turn["text"]).rstrip().endswith(mapper.clean(answer).strip())
 
 
 def _stop(
@@ -242,8 +246,7 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
                 mapper.state["project"] = payload["cwd"]
             events += _fallback(event, payload, mapper, state, now)
         if event == "UserPromptSubmit":
-            prompt = payload["prompt"]
-            state["prompt"] = {"text": prompt, "ts": now}
+            state["prompt"] = {"text": mapper.clean(payload["prompt"]), "ts": now}
         part = Path(config.spool) / f"{key}-{state['seq']:06d}.jsonl.part"
         part_files.append(part, events)
         if any(e["type"] == "turn.closed" for e in events) or event == "SessionEnd":

@@ -7,7 +7,10 @@ re-import of unchanged transcripts writes nothing, a grown one rewrites its file
 only the new event ids. The last turn of a transcript written to within `settle_s` seconds is left
 open (the hook, or a later import, closes it).
 
-Lines that are not JSON are counted and reported, never fatal; a cut-off last line is ignored.
+Transcripts are read through `ctxdb.capture.reading` (regular files only, never blocking; in a
+folder, files whose real path leaves it are skipped) 32 MiB at a time. An unreadable line (not
+JSON, nested too deep, over 32 MiB) is counted, reported and skipped, never fatal; a cut-off last
+line is ignored.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from pathlib import Path
 from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.transcript import read_batches
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
-from ctxdb.capture.reading import open_regular, under_root
+from ctxdb.capture.reading import MAX_LINE_BYTES, open_regular, under_root
 
 SETTLE_S = 300.0
 """A transcript untouched this long is finished: its last turn is closed."""
+UNREADABLE = (
+    f"not JSON, nested too deep, over {MAX_LINE_BYTES >> 20} MiB, or not a line ctxdb understands"
+)
+"""What makes a line (or a Gemini CLI message) unreadable: it is skipped, the rest is read."""
 
 
 @dataclass
@@ -166,7 +173,7 @@ def write_sessions(
         stats.written += int(changed)
         stats.unchanged += int(not changed)
         if mapped.bad:
-            stats.problems.append(f"{path}: {mapped.bad} lines are not JSON (skipped)")
+            stats.problems.append(f"{path}: {mapped.bad} lines unreadable (skipped): {UNREADABLE}")
         if mapped.truncated:
             stats.problems.append(f"{path}: last line cut off (ignored)")
     return stats
