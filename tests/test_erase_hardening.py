@@ -240,7 +240,9 @@ def test_finding_3_landing_rewrite_keeps_every_other_byte(store, es, ops_setting
 
     assert report.verified, report.message
     assert report.landing_lines_removed == 2
-    assert path.read_bytes() == b"\xef\xbb\xbf" + b"\n".join(kept)
+    # the erased lines are emptied in place: every other line keeps its number
+    emptied = [b"", kept[0], b"", kept[1], kept[2], kept[3]]
+    assert path.read_bytes() == b"\xef\xbb\xbf" + b"\n".join(emptied)
     assert b"SECRET" not in path.read_bytes()
     land(store, str(landing))  # the rewritten file is read again
     landed = store.read(RAW_TURN_EVENTS)
@@ -248,6 +250,8 @@ def test_finding_3_landing_rewrite_keeps_every_other_byte(store, es, ops_setting
     assert landed.filter(pl.col("tenant") == "acme")["user_id"].to_list() == ["u0009"]
     quarantined = store.read(QUARANTINED_EVENTS)["raw_line"].to_list()
     assert not any("SECRET" in line for line in quarantined)
+    # issue 41 finding 10: the other user's bad line is quarantined once, at its own number
+    assert sum("u0009" in line for line in quarantined) == 1
 
 
 def test_finding_4_gzip_is_told_by_its_magic_bytes_not_its_name(store, es, ops_settings):
@@ -265,8 +269,8 @@ def test_finding_4_gzip_is_told_by_its_magic_bytes_not_its_name(store, es, ops_s
 
     assert report.verified, report.message
     assert report.landing_lines_removed == 2
-    assert plain_named_gz.read_bytes() == (json.dumps(theirs) + "\n").encode()  # still plain
-    assert gzip.decompress(gzip_named_plain.read_bytes()) == b""  # still gzip, now empty
+    assert plain_named_gz.read_bytes() == ("\n" + json.dumps(theirs) + "\n").encode()  # plain
+    assert gzip.decompress(gzip_named_plain.read_bytes()) == b"\n"  # still gzip, now blank
     assert store.read(RAW_TURN_EVENTS)["user_id"].to_list() == ["u0009"]
 
 

@@ -27,11 +27,14 @@ TMP_SUFFIX = ".erase-tmp"
 
 
 def without_scope(content: bytes, scope: Scope) -> tuple[bytes, int]:
-    """`content` without the lines of `scope`, and how many lines went."""
+    """`content` with every line of `scope` emptied, and how many lines were. The other lines
+    keep their numbers, so a line of another user quarantined before keeps its quarantine key
+    when landing reads the rewritten file again (landing skips blank lines)."""
     bom = BOM if content.startswith(BOM) else b""
     lines = content[len(bom) :].split(b"\n")
-    kept = [line for line in lines if not scope.in_line(line)]
-    return bom + b"\n".join(kept), len(lines) - len(kept)
+    erased = [scope.in_line(line) for line in lines]
+    kept = [b"" if gone else line for line, gone in zip(lines, erased, strict=True)]
+    return bom + b"\n".join(kept), sum(erased)
 
 
 def scope_lines(content: bytes, scope: Scope) -> int:
@@ -57,7 +60,7 @@ def is_blank(content: bytes) -> bool:
 
 
 def scrub(settings: Settings, sources: list[str], scope: Scope) -> int:
-    """Rewrite each landing file in `sources` without the lines of `scope`; returns lines removed.
+    """Rewrite each landing file in `sources` with the lines of `scope` emptied; returns how many.
 
     The rewritten file has a new size and mtime, so landing reads it again: every line left is
     already landed and counted as a duplicate, and the erased lines are gone for good.
