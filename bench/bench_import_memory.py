@@ -142,28 +142,33 @@ CASES: dict[str, Case] = {
 }
 
 
+def say(text: str) -> None:
+    print(text, flush=True)  # noqa: T201
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, nargs="+", default=[1024, 300])
     parser.add_argument("--hosts", nargs="+", choices=sorted(CASES), default=sorted(CASES))
     args = parser.parse_args()
-    print(f"{'file':<14}{'size MB':>9}{'peak RSS MB':>13}{'seconds':>9}  exit")
+    say(f"{'file':<14}{'size MB':>9}{'peak RSS MB':>13}{'seconds':>9}  exit")
     for mb in args.mb:
         for host in args.hosts:
             make, command = CASES[host]
             with tempfile.TemporaryDirectory() as tmp:
                 folder = Path(tmp)
                 path = make(folder, mb * 1024 * 1024)
-                env = os.environ | {"CTXDB_HOME": str(folder / "ctxdb"), "HOME": str(folder / "home")}
+                env = os.environ | {"CTXDB_HOME": str(folder / "ctxdb")}
+                env["HOME"] = str(folder / "home")
                 env["CTXDB_CLAUDE_CODE_USER_ID"] = "bench"
                 argv, stdin = command(path)
                 started = time.perf_counter()
                 code, peak, tail = run(argv, env, stdin)
                 seconds = time.perf_counter() - started
                 size = path.stat().st_size / 2**20
-                print(f"{host:<14}{size:>9.0f}{peak:>13.0f}{seconds:>9.1f}  {code}", flush=True)
+                say(f"{host:<14}{size:>9.0f}{peak:>13.0f}{seconds:>9.1f}  {code}")
                 if code != 0:
-                    print(tail)
+                    say(tail)
 
 
 if __name__ == "__main__":
