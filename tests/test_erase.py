@@ -330,3 +330,20 @@ def test_issue_41_finding_14_erasure_after_the_home_was_copied_edits_the_copy(
     assert report.verified, report.message
     assert _landing_mentions(Path(restored.landing_uri), user) == 0
     assert _landing_mentions(old_landing, user) == before
+
+
+def test_issue_41_finding_13_an_erasure_elasticsearch_did_not_finish_ends_with_an_error_line(
+    store, es, ops_settings, seeded, monkeypatch
+):
+    """With Elasticsearch down, `ctxdb erase` finishes Delta, files and landing, and says it is
+    incomplete as its `error:` line on stderr with exit 1, not on stdout."""
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", ops_settings.elasticsearch.index_prefix)
+    monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:9")
+    done = CliRunner().invoke(app, ["erase", "--user", "u1"])
+    assert done.exit_code == 1
+    assert done.stdout == ""
+    assert done.stderr.startswith("error: Erasure of user 'u1'") and "es_pending" in done.stderr
+    for table in CONTENT:
+        assert _rows_for(store, table, "user_id", "u1") == 0, table

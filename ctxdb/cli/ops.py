@@ -65,9 +65,10 @@ def erase_command(
     except AmbiguousScope as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    typer.echo(report.message)
     if report.found and not report.dry_run and not report.verified:
+        typer.echo(f"error: {report.message}", err=True)
         raise typer.Exit(1)
+    typer.echo(report.message)
 
 
 @retention_app.command("run")
