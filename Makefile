@@ -19,6 +19,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 
 PYTEST_ARGS ?=
+DAGSTER_PORT ?= 3000
 
 .PHONY: help install venv run test test-cluster es-start es-stop es-status es-logs validate dagster-dev
 
@@ -26,7 +27,7 @@ help:
 	@echo "make run          install, start Elasticsearch, run the main job"
 	@echo "make test         install, start Elasticsearch, run the test suite"
 	@echo "make test-cluster install, run tests/cluster on a 3-node cluster, moto S3 and Redis"
-	@echo "make dagster-dev  open the Dagster UI on http://127.0.0.1:3000"
+	@echo "make dagster-dev  open the Dagster UI on http://127.0.0.1:$(DAGSTER_PORT) (DAGSTER_PORT=...)"
 	@echo "make es-start | es-stop | es-status | es-logs | validate | install"
 
 install venv: $(STAMP)
@@ -84,4 +85,4 @@ validate: $(STAMP) $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster definitions validate
 
 dagster-dev: es-start $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev --host 127.0.0.1 --port 3000
+	$(BIN)/dagster dev --host 127.0.0.1 --port $(DAGSTER_PORT)

@@ -101,14 +101,17 @@ def test_commands_interrupts_and_unanswered_prompts(tmp_path: Path) -> None:
     events = mapped(session)
 
     turns = by_turn(events)
-    assert list(turns) == [review, stopped]
-    assert silent not in turns
+    assert list(turns) == [review, stopped, silent]
     assert turns[review][1]["payload"]["text"] == "/review src/app.py"
     cancelled = turns[stopped]
     step = next(e for e in cancelled if e["type"] == "chat.step")
     assert (step["payload"]["status"], step["payload"]["phase"]) == ("interrupted", "error")
     assert cancelled[-2]["payload"]["text"] == "Starting with the imports."
     assert cancelled[-1]["payload"] == {"status": "cancelled", "error_type": "interrupted"}
+    # stopped before any answer: a cancelled turn holding the prompt and no invented answer
+    assert [e["type"] for e in turns[silent]] == ["turn.started", "user.submission", "turn.closed"]
+    assert turns[silent][1]["payload"]["text"] == "and now?"
+    assert turns[silent][-1]["payload"] == {"status": "cancelled", "error_type": "interrupted"}
 
 
 def test_the_last_turn_of_a_live_transcript_stays_open(tmp_path: Path) -> None:

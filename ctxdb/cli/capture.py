@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
+import polars as pl
 import typer
 
 from ctxdb.capture.claude_code import hook as cc_hook
@@ -19,6 +21,7 @@ from ctxdb.capture.claude_code import mcp_config
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import (
     SETTLE_S,
+    ImportStats,
     Mapped,
     find_transcripts,
     import_transcripts,
@@ -37,6 +40,7 @@ from ctxdb.capture.gemini import importer as gemini
 from ctxdb.capture.gemini.session import project_hash
 from ctxdb.capture.hosts import import_sessions
 from ctxdb.cli.app import app
+from ctxdb.record.expiry import late_history
 from ctxdb.settings import get_settings
 
 capture_app = typer.Typer(help="Capture agents' turns as they happen.", no_args_is_help=True)
@@ -178,10 +182,24 @@ def import_claude_code(
         f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
         + (f"; {stats.skipped} excluded" if stats.skipped else "")
     )
+    _warn_late(stats, config.identity)
     for problem in stats.problems[:20]:
         typer.echo(f"  {problem}", err=True)
     if len(stats.problems) > 20:
         typer.echo(f"  ... and {len(stats.problems) - 20} more", err=True)
+
+
+def _warn_late(stats: ImportStats, identity: Identity) -> None:
+    """Say how many imported turns are older than the retention period (kept that period from
+    when they land, `ctxdb.record.expiry`), never silently."""
+    now = datetime.now(UTC)
+    turns = pl.DataFrame(
+        {"ts": [datetime.fromisoformat(t) for t in stats.ended]},
+        schema={"ts": pl.Datetime("us", "UTC")},
+    ).with_columns(tenant=pl.lit(identity.tenant), app=pl.lit(identity.app), landed_at=pl.lit(now))
+    notice = late_history(turns, get_settings()).notice("imported")
+    if notice:
+        typer.echo(notice, err=True)
 
 
 codex_app = typer.Typer(help="Codex CLI: import its session rollouts.", no_args_is_help=True)
@@ -237,10 +255,12 @@ def _import_host(
         + (f"; {stats.skipped} excluded" if stats.skipped else "")
         + (f"; {stats.failed} failed" if stats.failed else "")
     )
+    _warn_late(stats, identity)
     for problem in stats.problems[:20]:
         typer.echo(f"  {problem}", err=True)
 
 
+@import_app.command("codex")
 @codex_app.command("import")
 def import_codex(
     path: Annotated[
@@ -268,6 +288,7 @@ def _gemini_excluded(config: HookConfig) -> Callable[[str | None], bool]:
     return lambda digest: digest in hashes
 
 
+@import_app.command("gemini")
 @gemini_app.command("import")
 def import_gemini(
     path: Annotated[
