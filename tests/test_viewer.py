@@ -6,10 +6,12 @@ docs/images/ when CTXDB_UPDATE_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,13 +19,16 @@ import pytest
 import uvicorn
 from conftest_components import BROWSER, without
 from conftest_ports import free_port_pair
-from conftest_search import CODING_PROMPT, SearchEnv
+from conftest_search import APP, CODING_PROMPT, TENANT, SearchEnv, Turn, build_memory, drop_indices
 from fastapi.testclient import TestClient
 from headless_chromium import PRESENT, chromium
 
+from ctxdb.auth.credentials import TokenStore
+from ctxdb.index.client import make_client
 from ctxdb.serve.http import create_app
+from ctxdb.settings import Settings
 
-STORED_TITLE = CODING_PROMPT[:80]  # derivation cuts a prompt-made title at 80 characters
+STORED_TITLE = CODING_PROMPT[:80]  # the raw prompt's first 80 characters: never the title shown
 
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
@@ -34,11 +39,9 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def base_url(search_env: SearchEnv) -> Iterator[str]:
-    """A real uvicorn server on a free loopback port, serving the API and the viewer."""
+def serve(app) -> Iterator[str]:
+    """A real uvicorn server on a free loopback port serving `app`, until the caller is done."""
     port = free_port_pair()
-    app = create_app(search_env.settings, search_env.client, search_env.service.embedder)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -49,6 +52,14 @@ def base_url(search_env: SearchEnv) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def base_url(search_env: SearchEnv) -> Iterator[str]:
+    """The API and the viewer over the shared search corpus."""
+    yield from serve(
+        create_app(search_env.settings, search_env.client, search_env.service.embedder)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -280,3 +291,160 @@ def test_issue_24_finding_8_a_malformed_escape_in_query_or_hash_is_ignored(
     wait_for(lambda: browser.find_element(By.ID, "conversation-view").is_displayed())
     assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row")) == 3
     assert not browser.find_element(By.ID, "page-error").is_displayed()
+
+
+LONG_TURNS = 57
+GEMINI_PROJECT = "5b959dae" + "0" * 56  # a Gemini CLI agent: the SHA-256 of a project folder
+RENDERED_ANSWER = """Here is the setup:
+```json:package.json
+{"name": "demo"}
+```
+```js {1,3}
+const a = 1;
+```
+```python title="x.py"
+print("x")
+```
+   # install
+# heading\u2028with a line separator
+
+| model | score |
+|---|---:|
+| a | 1 |
+
+3. Install
+   - uv
+   - ruff
+4. Configure
+   1. pyproject
+
+```text
+```"""
+
+
+def cancelled_events(conversation: str, turn: str, prompt: str) -> list[dict]:
+    """A turn the person stopped before any answer: started, prompted, closed as cancelled."""
+    body = [
+        ("turn.started", {}),
+        ("user.submission", {"text": prompt, "event_type": "prompt"}),
+        ("turn.closed", {"status": "cancelled", "error_type": "interrupted"}),
+    ]
+    return [
+        {
+            "event_id": f"{conversation}-{turn}-{n}",
+            "schema_version": 1,
+            "type": type_,
+            "occurred_at": f"2026-01-05T10:00:0{n}Z",
+            "tenant": TENANT,
+            "app": APP,
+            "agent": GEMINI_PROJECT,
+            "adapter": "minimal",
+            "user_id": "erin",
+            "conversation_id": conversation,
+            "turn_id": turn,
+            "payload": payload,
+        }
+        for n, (type_, payload) in enumerate(body)
+    ]
+
+
+@pytest.fixture(scope="module")
+def erin_url(tmp_path_factory: pytest.TempPathFactory, es_base_settings: Settings):
+    """A memory of its own for erin: a 57-turn conversation whose first answer holds the
+    markdown that once froze the page, and a Gemini conversation whose turn was cancelled."""
+    prefix = f"t-viewer-{uuid.uuid4().hex[:10]}"
+    settings = es_base_settings.replace(
+        home=tmp_path_factory.mktemp("viewer-home"), elasticsearch={"index_prefix": prefix}
+    )
+    corpus = [
+        Turn(
+            "erin",
+            "c-long",
+            f"t{n:02d}",
+            3.0 - n / 100,
+            f"Step {n} of the migration",
+            RENDERED_ANSWER if n == 1 else f"Done with step {n}.",
+        )
+        for n in range(1, LONG_TURNS + 1)
+    ]
+    landing = Path(settings.landing_uri)
+    landing.mkdir(parents=True, exist_ok=True)
+    events = cancelled_events("c-stop", "t1", "Refactor the **billing** module")
+    (landing / "cancelled.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    build_memory(settings, corpus, embed=False)
+    token = TokenStore(settings.tokens_path).issue("erin", tenant=TENANT)
+    client = make_client(settings)
+    try:
+        for url in serve(create_app(settings, client, load_model=False)):
+            yield url, token
+    finally:
+        drop_indices(client, prefix)
+        client.close()
+
+
+def test_issue_40_item_8_every_turn_interrupted_turns_and_markdown_in_chromium(
+    browser, erin_url, shots: Path
+) -> None:
+    """All 57 turns listed (not 50); the answer with fences carrying info strings, an indented
+    heading and a U+2028 renders (issue 41 finding 1) with its table, nested numbered list and
+    empty code block; the cancelled Gemini turn is marked and has no empty answer box."""
+    from selenium.webdriver.common.by import By
+
+    url, token = erin_url
+    sign_in(browser, url, token)
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    aside = browser.find_element(By.ID, "conversations").text
+    assert "Gemini project 5b959dae" in aside and GEMINI_PROJECT not in aside
+    assert "Refactor the billing module" in aside and "**" not in aside
+
+    browser.get(f"{url}/conversations/c-long")
+    wait_for(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row")) == LONG_TURNS
+    )
+    rows = browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row")
+    assert [r.text.split(" ")[0] for r in rows] == [f"#{n}" for n in range(1, LONG_TURNS + 1)]
+    assert "57 turns" in browser.find_element(By.ID, "conversation-meta").text
+    assert "```" not in rows[0].text and "|" not in rows[0].text  # snippets as plain words
+
+    browser.get(f"{url}/conversations/c-long/turns/t01")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#messages .message.assistant"))
+    answer = browser.find_element(By.CSS_SELECTOR, "#messages .message.assistant .markdown")
+    codes = answer.find_elements(By.CSS_SELECTOR, "pre:not(.empty) code")
+    assert [c.get_attribute("data-lang") for c in codes] == ["json", "js", "python"]
+    headings = answer.find_elements(By.CSS_SELECTOR, "h3")
+    assert [h.get_attribute("textContent") for h in headings] == [
+        "install",
+        "heading\u2028with a line separator",
+    ]
+    cells = [c.text for c in answer.find_elements(By.CSS_SELECTOR, "table td")]
+    assert cells == ["a", "1"]
+    outer = answer.find_element(By.CSS_SELECTOR, ".markdown > ol")
+    assert outer.get_attribute("start") == "3"
+    assert [li.text for li in outer.find_elements(By.CSS_SELECTOR, ":scope > li > ul > li")] == [
+        "uv",
+        "ruff",
+    ]
+    assert len(outer.find_elements(By.CSS_SELECTOR, ":scope > li > ol > li")) == 1
+    empty = answer.find_element(By.CSS_SELECTOR, "pre.empty")
+    assert empty.find_element(By.TAG_NAME, "code").get_attribute("textContent") == ""
+    label, background = browser.execute_script(
+        "const s = getComputedStyle(arguments[0], '::before');"
+        "return [s.content, getComputedStyle(arguments[0]).backgroundColor];",
+        empty,
+    )
+    assert label == '"(empty code block)"'  # labelled by the stylesheet, not a bare dark bar
+    assert background == "rgb(238, 240, 244)"
+    screenshot(browser, shots, "viewer-markdown")
+
+    browser.get(f"{url}/conversations/c-stop/turns/t1")
+    wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#turn-meta .badge"))
+    assert browser.find_element(By.CSS_SELECTOR, "#turn-meta .badge").text == "interrupted"
+    assert not browser.find_elements(By.CSS_SELECTOR, "#messages .message.assistant")
+    assert browser.find_element(By.CSS_SELECTOR, "#messages .no-answer").text == (
+        "Interrupted before an answer."
+    )
+    browser.get(f"{url}/conversations/c-stop")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row .badge"))
+    assert browser.find_element(By.CSS_SELECTOR, "#timeline .badge").text == "interrupted"
+    screenshot(browser, shots, "viewer-interrupted")
