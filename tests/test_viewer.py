@@ -372,11 +372,12 @@ def erin_url(tmp_path_factory: pytest.TempPathFactory, es_base_settings: Setting
     events = cancelled_events("c-stop", "t1", "Refactor the **billing** module")
     (landing / "cancelled.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     build_memory(settings, corpus, embed=False)
-    token = TokenStore(settings.tokens_path).issue("erin", tenant=TENANT)
+    tokens = TokenStore(settings.tokens_path)
+    token, other = (tokens.issue(user, tenant=TENANT) for user in ("erin", "frank"))
     client = make_client(settings)
     try:
         for url in serve(create_app(settings, client, load_model=False)):
-            yield url, token
+            yield url, token, other
     finally:
         drop_indices(client, prefix)
         client.close()
@@ -390,7 +391,7 @@ def test_issue_40_item_8_every_turn_interrupted_turns_and_markdown_in_chromium(
     empty code block; the cancelled Gemini turn is marked and has no empty answer box."""
     from selenium.webdriver.common.by import By
 
-    url, token = erin_url
+    url, token, _ = erin_url
     sign_in(browser, url, token)
     wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
     aside = browser.find_element(By.ID, "conversations").text
@@ -448,3 +449,30 @@ def test_issue_40_item_8_every_turn_interrupted_turns_and_markdown_in_chromium(
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row .badge"))
     assert browser.find_element(By.CSS_SELECTOR, "#timeline .badge").text == "interrupted"
     screenshot(browser, shots, "viewer-interrupted")
+
+
+def test_a_conversations_turns_come_a_page_at_a_time(erin_url) -> None:
+    """GET /v1/conversations/{id}/turns: pages of `limit` turns add up to every turn in order;
+    another user's conversation is 404, a page past Elasticsearch's result window is 422."""
+    import httpx
+
+    url, token, frank = erin_url
+    headers = {"Authorization": f"Bearer {token}"}
+    seen = []
+    for offset in range(0, LONG_TURNS, 20):
+        page = httpx.get(
+            f"{url}/v1/conversations/c-long/turns",
+            params={"offset": offset, "limit": 20},
+            headers=headers,
+        ).json()
+        assert page["total"] == LONG_TURNS and page["offset"] == offset
+        seen += [(t["ordinal"], t["turn_id"], t["status"]) for t in page["turns"]]
+    assert seen == [(n, f"t{n:02d}", "ok") for n in range(1, LONG_TURNS + 1)]
+    stop = httpx.get(f"{url}/v1/conversations/c-stop/turns", headers=headers).json()
+    assert [(t["status"], t["error_type"], t["answer"]) for t in stop["turns"]] == [
+        ("cancelled", "interrupted", "")
+    ]
+    other = {"Authorization": f"Bearer {frank}"}
+    assert httpx.get(f"{url}/v1/conversations/c-long/turns", headers=other).status_code == 404
+    too_far = httpx.get(f"{url}/v1/conversations/c-long/turns?offset=9801", headers=headers)
+    assert too_far.status_code == 422
