@@ -38,6 +38,7 @@ from ctxdb.search.models import (
     SearchUnavailable,
     TurnView,
     Weights,
+    status_marker,
 )
 from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
 from ctxdb.serve.resolve import Resolver
@@ -164,8 +165,12 @@ def render_response(response: SearchResponse) -> str:
 
 
 def render_turn(view: TurnView) -> str:
-    lines = [f"{view.conversation_id}/{view.turn_id} #{view.ordinal} {view.title or ''}".rstrip()]
+    """The text of `ctxdb turn`: heading (with the status marker), messages, steps, files."""
+    heading = f"{view.conversation_id}/{view.turn_id} #{view.ordinal} {view.title or ''}".rstrip()
+    lines = [heading + status_marker(view.status, view.error_type)]
     lines += [f"  {m.role}: {m.text}" for m in view.messages]
+    if view.status == "cancelled" and not any(m.role == "assistant" for m in view.messages):
+        lines.append(f"  {NO_ANSWER}")
     lines += [f"  step: {s.tool or s.kind}: {s.text}" for s in view.steps]
     lines += [f"  attachment: {a.filename} {a.ref or a.path}" for a in view.attachments]
     lines += [f"  file: {f.filename} {f.ref or f.path}" for f in view.files]

@@ -30,6 +30,8 @@ STEMMED = ["text", "anchors_text", "context"]
 """The document fields whose words `stems` holds."""
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
 TURN_FIELDS = list(turns_mapping()["properties"])
+LATER_TURN_LOG_COLUMNS = ("status", "error_type")
+"""TurnLog columns added after tables were first written: null in a TurnLog derived before."""
 
 
 def _clean(column: str) -> pl.Expr:
@@ -181,6 +183,8 @@ def turn_base(
     title (catalog, else TurnLog, else conversation timeline). Turns without a TurnLog are left
     out (they are not findable, as in the reference)."""
     identity = ["tenant", "app", "agent", "user_id", "conversation_id"]
+    missing = [c for c in LATER_TURN_LOG_COLUMNS if c not in turn_logs.columns]
+    turn_logs = turn_logs.with_columns(pl.lit(None, pl.String).alias(c) for c in missing)
     logs = turn_logs.sort("updated_at").unique([*identity, "turn_id"], keep="last")
     cat = (
         catalog.sort("updated_at")

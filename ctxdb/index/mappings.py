@@ -99,6 +99,8 @@ def turns_mapping() -> dict[str, Any]:
             "last_activity_at": _DATE,
             "expires_at": _DATE,
             "error": {"type": "boolean"},
+            "status": _KEYWORD,
+            "error_type": _KEYWORD,
             "first_user_text": {"type": "text", "index": False},
             "last_assistant_text": {"type": "text", "index": False},
             "payload": {"type": "object", "enabled": False},

@@ -23,10 +23,20 @@ SAMPLE = 20
 
 @dataclass
 class CheckOutcome:
+    """A check's verdict: how many offend, the first `SAMPLE` of them, counts by kind."""
+
     passed: bool
     count: int
     offenders: list[str] = field(default_factory=list)
     details: dict[str, int] = field(default_factory=dict)
+
+    def summary(self, name: str) -> str:
+        """One line naming the check, its count, its non-zero kinds and its offenders."""
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in self.details.items() if n)
+        shown = "; ".join(self.offenders)
+        more = f" (first {len(self.offenders)})" if self.count > len(self.offenders) else ""
+        line = f"check {name} failed: {self.count} offender(s)"
+        return line + (f" [{kinds}]" if kinds else "") + (f"{more}: {shown}" if shown else "")
 
 
 def _scan(store: DeltaStore, table: str, columns: list[str]) -> pl.LazyFrame:
@@ -70,7 +80,10 @@ def closed_turns_have_one_turn_log(store: DeltaStore) -> CheckOutcome:
 
 
 def turn_logs_have_user_and_final_rows(store: DeltaStore) -> CheckOutcome:
-    """Every TurnLog projects at least one user row and exactly one final assistant row."""
+    """Every TurnLog projects at least one user row and at most one final assistant row, and
+    exactly one unless the turn closed cancelled or in error with no answer (a turn stopped
+    before the agent wrote anything has none, by design). Offenders name the turn, its status
+    and its row counts; `details` counts each kind of fault."""
     rows = (
         _scan(store, ROLE_ROWS, [*TURN, "target"])
         .group_by(TURN)
@@ -79,12 +92,47 @@ def turn_logs_have_user_and_final_rows(store: DeltaStore) -> CheckOutcome:
             (pl.col("target") == "assistant").sum().alias("assistants"),
         )
     )
-    logs = _scan(store, TURN_LOGS, TURN)
+    logs = _turn_statuses(store)
     joined = logs.join(rows, on=TURN, how="left").with_columns(
         pl.col("users").fill_null(0), pl.col("assistants").fill_null(0)
     )
-    bad = joined.filter((pl.col("users") < 1) | (pl.col("assistants") != 1)).collect()
-    return CheckOutcome(passed=bad.is_empty(), count=bad.height, offenders=_ids(bad))
+    faults = {
+        "no_user_row": pl.col("users") < 1,
+        "several_answers": pl.col("assistants") > 1,
+        "answered_turn_without_answer_row": (pl.col("assistants") == 0)
+        & (pl.col("status") == "ok"),
+    }
+    bad = (
+        joined.with_columns(**faults)
+        .filter(pl.any_horizontal(*faults))
+        .sort("conversation_id", "turn_id")
+        .collect()
+    )
+    offenders = [
+        f"{row['conversation_id']}/{row['turn_id']} (status {row['status']}: "
+        f"{row['users']} user, {row['assistants']} assistant rows)"
+        for row in bad.head(SAMPLE).iter_rows(named=True)
+    ]
+    details = {name: int(bad[name].sum()) for name in faults}
+    return CheckOutcome(
+        passed=bad.is_empty(), count=bad.height, offenders=offenders, details=details
+    )
+
+
+def _turn_statuses(store: DeltaStore) -> pl.LazyFrame:
+    """The TurnLogs' keys and close status. A TurnLog derived before `status` existed is
+    cancelled when its payload holds the cancelled-without-answer completion, else ok."""
+    if not store.exists(TURN_LOGS):
+        return pl.LazyFrame(schema=dict.fromkeys([*TURN, "status"], pl.String))
+    logs = store.scan(TURN_LOGS)
+    if "status" not in logs.collect_schema().names():
+        logs = logs.with_columns(pl.lit(None, pl.String).alias("status"))
+    legacy = (
+        pl.when(pl.col("payload").str.contains('"cancelled":true', literal=True))
+        .then(pl.lit("cancelled"))
+        .otherwise(pl.lit("ok"))
+    )
+    return logs.select(*TURN, pl.coalesce("status", legacy).alias("status"))
 
 
 def role_rows_have_turn_log(store: DeltaStore) -> CheckOutcome:

@@ -36,6 +36,8 @@ def turn_logs_frame(
         "ended_at": [t.ended_at for t in turns],
         "last_event_at": [t.last_event_at for t in turns],
         "error": [t.error for t in turns],
+        "status": [t.status for t in turns],
+        "error_type": [t.error_type for t in turns],
         "payload": [t.log_json() for t in turns],
         "block_count": [len(t.blocks) for t in turns],
         "source_event_ids": [t.source_event_ids for t in turns],

@@ -26,6 +26,8 @@ from ctxdb.contract.events import INT64_MAX
 from ctxdb.contract.refs import make_ref
 
 RecordingKind = Literal["none", "minimal", "rich"]
+TurnStatus = Literal["ok", "cancelled", "error"]
+"""How a turn closed: answered, stopped by the user (or the host) or failed."""
 RECORDING_STATE: dict[str, int] = {"none": 0, "minimal": 1, "rich": 2}
 ERROR_TEXT = "An error occurred."
 
@@ -90,6 +92,8 @@ class TurnRecord(BaseModel):
     adapter: str
     recording_kind: RecordingKind
     error: bool
+    status: TurnStatus = "ok"
+    error_type: str | None = None
     started_at: datetime
     ended_at: datetime
     last_event_at: datetime
@@ -167,6 +171,8 @@ class Turn:
     adapter: str
     recording_kind: str
     error: bool
+    status: str
+    error_type: str | None
     started_at: int
     ended_at: int
     last_event_at: int
@@ -212,6 +218,8 @@ class Turn:
             adapter=self.adapter,
             recording_kind=self.recording_kind,  # type: ignore[arg-type]
             error=self.error,
+            status=self.status,  # type: ignore[arg-type]
+            error_type=self.error_type,
             started_at=from_micros(self.started_at),
             ended_at=from_micros(self.ended_at),
             last_event_at=from_micros(self.last_event_at),
@@ -544,6 +552,19 @@ def _missing_prompt(turn_id: str, at: str, ts: int) -> Draft:
     return (0, ts, -1, ts, block)
 
 
+def close_status(closing: Mapping[str, Any], final: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The turn's `status` and `error_type` from its close event's payload and its final
+    completion block: cancelled when the close says so (an answer written before the stop
+    kept), else error when the answer is an error or the close reports one, else ok."""
+    if closing.get("status") == "cancelled":
+        return "cancelled", closing.get("error_type")
+    if final["meta"].get("error"):
+        return "error", final["meta"].get("error_type") or closing.get("error_type")
+    if closing.get("status") == "error":
+        return "error", closing.get("error_type")
+    return "ok", None
+
+
 def _tokens(tokens_in: list[Any], tokens_out: list[Any]) -> dict[str, int] | None:
     """The turn's token totals, or None when no completion reported a count."""
     if all(t is None for t in tokens_in + tokens_out):
@@ -583,6 +604,7 @@ def assemble_turn(
     blocks = [d[4] for d in kept]
     _assign_paths(blocks, tp)
     final = [b for b in blocks if b["type"] == COMPLETION][-1]
+    status, error_type = close_status(payloads[closed], final)
     return Turn(
         tenant=columns["tenant"][first],
         app=columns["app"][first],
@@ -593,6 +615,8 @@ def assemble_turn(
         adapter="react" if rich and facts["react"] else columns["adapter"][closed],
         recording_kind="rich" if rich else "minimal",
         error=bool(final["meta"].get("error")),
+        status=status,
+        error_type=error_type,
         started_at=ts[started],
         ended_at=ts[closed],
         last_event_at=facts["last_ts"],

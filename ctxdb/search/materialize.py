@@ -17,6 +17,7 @@ from elasticsearch import Elasticsearch
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError, qualify
 from ctxdb.index.mappings import turn_doc_id
+from ctxdb.record.turns import TurnStatus
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
 from ctxdb.search.models import FileCard, Message, Snippet, Step, StepKind, Target, TurnView
@@ -200,6 +201,22 @@ def _step(block: dict[str, Any]) -> Step:
     )
 
 
+def _no_answer(block: dict[str, Any]) -> bool:
+    """The empty completion of a turn cancelled before any answer: no message to show."""
+    meta = block.get("meta") or {}
+    return block.get("type") == "assistant.completion" and bool(
+        meta.get("cancelled") and not block.get("text")
+    )
+
+
+def _legacy_status(blocks: list[dict[str, Any]]) -> TurnStatus:
+    """The status of a turn indexed before TurnLogs carried one, read off its blocks."""
+    if any(_no_answer(b) for b in blocks):
+        return "cancelled"
+    final = [b for b in blocks if b.get("type") == "assistant.completion"][-1:]
+    return "error" if final and (final[0].get("meta") or {}).get("error") else "ok"
+
+
 def turn_view(doc: dict[str, Any]) -> TurnView:
     """Reconstruct a turn (messages, steps, attachment cards, hosted files, citations) from its
     TurnLog."""
@@ -214,6 +231,8 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
         kind = block.get("type")
         meta = block.get("meta") or {}
         target = block_target(block)
+        if _no_answer(block):
+            continue
         if target in ("user", "assistant") and isinstance(block.get("text"), str):
             messages.append(
                 Message(
@@ -243,6 +262,8 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
         started_at=doc.get("started_at"),
         ended_at=doc.get("ended_at"),
         error=bool(doc.get("error")),
+        status=doc.get("status") or _legacy_status(blocks),
+        error_type=doc.get("error_type"),
         messages=messages,
         steps=steps,
         attachments=attachments,

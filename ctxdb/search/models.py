@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxdb.contract.events import Ident, RefId
+from ctxdb.record.turns import TurnStatus
 
 Scope = Literal["conversation", "user", "agent"]
 Target = Literal["user", "assistant", "summary", "notes", "attachment", "steps"]
@@ -412,6 +413,20 @@ class FileCard(BaseModel):
     text: str | None = None
 
 
+NO_ANSWER = "(interrupted before an answer)"
+"""What text outputs show in place of the answer of a turn cancelled before any."""
+
+
+def status_marker(status: str, error_type: str | None) -> str:
+    """The marker text outputs put after a turn's heading: "" for an answered turn, else
+    " [interrupted]" or " [error: <type>]"."""
+    if status == "cancelled":
+        return " [interrupted]"
+    if status == "error":
+        return f" [error: {error_type}]" if error_type else " [error]"
+    return ""
+
+
 class TurnView(BaseModel):
     """A known turn reconstructed from its TurnLog."""
 
@@ -422,6 +437,10 @@ class TurnView(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     error: bool = False
+    status: TurnStatus = "ok"
+    """How the turn closed: ok, cancelled (stopped by the user) or error."""
+    error_type: str | None = None
+    """What stopped or failed it (e.g. `interrupted`, `api_error`), when known."""
     messages: list[Message]
     steps: list[Step] = Field(default_factory=list)
     attachments: list[FileCard]

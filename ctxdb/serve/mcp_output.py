@@ -15,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ctxdb.contract.refs import Ref, format_ref
-from ctxdb.search.models import Answer, ConversationList, TurnHit
+from ctxdb.record.turns import TurnStatus
+from ctxdb.search.models import NO_ANSWER, Answer, ConversationList, TurnHit, status_marker
 
 TRUNCATED = "…[truncated]"
 _SPACE = re.compile(r"\s+")
@@ -96,6 +97,10 @@ class TurnOut(BaseModel):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     error: bool = False
+    status: TurnStatus = Field(
+        default="ok", description="ok, cancelled (interrupted by the user) or error."
+    )
+    error_type: str | None = Field(default=None, description="What stopped or failed the turn.")
     messages: list[MessageOut]
     attachments: list[FileOut] = Field(default_factory=list)
     files: list[FileOut] = Field(default_factory=list, description="Hosted output files.")
@@ -185,7 +190,8 @@ def _file_line(kind: str, card: FileOut) -> str:
 def render_turn(out: TurnOut) -> str:
     ordinal = f" #{out.ordinal}" if out.ordinal is not None else ""
     title = f" {out.title!r}" if out.title else ""
-    lines = [f"{out.conversation_id}/{out.turn_id}{ordinal}{title} {_when(out.started_at)}"]
+    marker = status_marker(out.status, out.error_type)
+    lines = [f"{out.conversation_id}/{out.turn_id}{ordinal}{title} {_when(out.started_at)}{marker}"]
     if out.error:
         lines.append("(the turn ended in an error)")
     for m in out.messages:
@@ -194,6 +200,8 @@ def render_turn(out: TurnOut) -> str:
             f"message={m.index}, offset={m.next_offset})"
         )
         lines.append(f"[{m.index}] {m.role}: {_piece(m, more)}")
+    if out.status == "cancelled" and not any(m.role == "assistant" for m in out.messages):
+        lines.append(NO_ANSWER)
     lines += [_file_line("attachment", a) for a in out.attachments]
     lines += [_file_line("file", f) for f in out.files]
     lines += [f"citation: {c}" for c in out.citations]

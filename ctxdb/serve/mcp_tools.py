@@ -323,6 +323,8 @@ class MemoryTools:
             started_at=view.started_at,
             ended_at=view.ended_at,
             error=view.error,
+            status=view.status,
+            error_type=view.error_type,
             messages=messages,
             attachments=[card(a) for a in view.attachments] if whole else [],
             files=[card(f) for f in view.files] if whole else [],

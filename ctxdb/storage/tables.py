@@ -234,6 +234,9 @@ TURN_LOGS_SCHEMA = pa.schema(
         pa.field("ended_at", TS, nullable=False),
         pa.field("last_event_at", TS, nullable=False),
         pa.field("error", pa.bool_(), nullable=False),
+        # ok | cancelled | error: how the turn closed (null in TurnLogs derived before it existed)
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error_type", pa.string()),  # the close's or the error answer's type
         pa.field("payload", pa.string(), nullable=False),
         pa.field("block_count", pa.int32(), nullable=False),
         pa.field("source_event_ids", pa.list_(pa.string()), nullable=False),

@@ -15,8 +15,9 @@ A step carries the tool call's input summary (`input`, at most `transcript.INPUT
 only when `output_chars` > 0 (`CTXDB_CLAUDE_CODE_TOOL_OUTPUT`, off by default), the text the tool
 returned (`output`: `<private>` spans removed, then cut to `output_chars`).
 
-A prompt becomes a turn when the assistant starts answering it (a prompt that got no answer, such
-as a blocked prompt or a local command, is not a turn; a task notice is never a prompt). A turn
+A prompt becomes a turn when the assistant starts answering it, or when the user stops it before
+any answer (a cancelled turn with no answer); a prompt that got no answer otherwise, such as a
+blocked prompt or a local command, is not a turn; a task notice is never a prompt. A turn
 ends where the transcript says so: at the next prompt, at the `stop_hook_summary` line Claude
 Code writes once the Stop hooks ran, at a local command, or at the end of a finished transcript;
 an interrupt marks it cancelled (the work a task notice triggers after an interrupt stays in the
@@ -187,11 +188,10 @@ class TurnMapper:
                     "cwd": record.cwd,
                 }
             elif record.kind == INTERRUPT:
+                events += self.start()  # a prompt stopped before any answer is still a turn
                 if self.turn is not None:
                     self.turn["interrupted"] = True
                     self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
-                else:
-                    self.state["candidate"] = None
             elif record.kind in (STOP, LOCAL):
                 events += self.close()
                 self.state["candidate"] = None
