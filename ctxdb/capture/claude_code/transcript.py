@@ -38,6 +38,8 @@ _COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOT
 _LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
 _NOT_PROMPTS = ("<local-command-caveat>", "<task-notification>")
 _INTERRUPTED = "[Request interrupted by user"
+SYNTHETIC = "<synthetic>"
+"""The `message.model` of assistant lines Claude Code writes itself (placeholders, API errors)."""
 TITLE_CHARS = 200
 _SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL}
 
@@ -250,7 +252,12 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
 
 
 def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
+    """The record of an assistant line; None for a synthetic placeholder (`SYNTHETIC` model,
+    e.g. "No response requested."), which Claude Code writes without the model answering.
+    A synthetic API error message (`isApiErrorMessage`) is kept: it is the turn's error."""
     message = line.get("message") or {}
+    if message.get("model") == SYNTHETIC and not line.get("isApiErrorMessage"):
+        return None
     content = message.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(blocks, list):
@@ -283,8 +290,9 @@ def classify(line: Any) -> Record | None:
 
     Skipped: non-objects, types other than user/assistant/system, system lines other than
     `stop_hook_summary` and `local_command`, meta lines (`isMeta`), sidechains (sub-agents,
-    `isSidechain`), compaction summaries (`isCompactSummary`), task notices, thinking blocks and
-    empty messages.
+    `isSidechain`), compaction summaries (`isCompactSummary`), task notices, synthetic
+    placeholder answers (`"model": "<synthetic>"` without `isApiErrorMessage`), thinking blocks
+    and empty messages.
     """
     if not isinstance(line, dict):
         return None
