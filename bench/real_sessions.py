@@ -17,8 +17,8 @@ CTXDB = Path(sys.executable).with_name("ctxdb")
 
 IMPORTS = [
     ["import", "claude-code", str(DATA / "claude_code")],
-    ["capture", "codex", "import", str(DATA / "codex")],
-    ["capture", "gemini", "import", str(DATA / "gemini")],
+    ["import", "codex", str(DATA / "codex")],
+    ["import", "gemini", str(DATA / "gemini")],
 ]
 """The import commands, one per host, over each host's whole fixture folder."""
 PIPELINE = [["land"], ["derive"], ["jobs", "run", "memory_job"]]
