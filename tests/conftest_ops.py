@@ -186,6 +186,7 @@ def derived(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
         ),
         source_file=pl.lit("events.jsonl"),
         line_number=pl.int_range(1, pl.len() + 1),
+        ingested_at=pl.col("ts"),  # landed as it happened
     )
     return {
         TURN_LOGS: turn_logs(rows),
@@ -311,7 +312,8 @@ def run_pipeline(
         generated = generate_events(users=2, conversations=3, seed=seed, now=end, days=5)
         landing = Path(settings.landing_uri) / name
         write_sample(generated, landing, files_root=Path(settings.files), per_file=60)
-        land(store, str(landing))
+        # landed as the events happened: retention counts from their own times
+        land(store, str(landing), now=end - timedelta(days=6))
     derive(store, settings)
     sync_live(store, es, settings, model_id=settings.embedding.model)
 

@@ -371,7 +371,8 @@ def build_memory(settings: Settings, corpus: list[Turn], *, embed: bool = True) 
     for turn in corpus:
         turn.write_files(Path(settings.files))
     store = DeltaStore.from_settings(settings)
-    land(store, settings.landing_uri)
+    # landed as the turns happened, so each expires by its own time (the brief app's turn is gone)
+    land(store, settings.landing_uri, now=min(turn.ts for turn in corpus))
     derive(store, settings)
     embedder = memory_embedder(settings.embedding, store)
     if embed:

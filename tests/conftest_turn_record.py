@@ -18,6 +18,9 @@ from ctxdb.storage.delta import DeltaStore
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+LANDED = NOW - timedelta(days=31)
+"""When the fixtures land: no later than any of their events (the sample spans the 30 days
+before NOW), so each row's retention clock is its own time (ctxdb.record.expiry)."""
 IDENTITY = {"tenant": "acme", "app": "chat", "user_id": "u1"}
 
 
@@ -90,7 +93,8 @@ def settings_for(tmp_path: Path) -> Settings:
 
 
 def land_and_derive(store: DeltaStore, landing: Path, settings: Settings) -> None:
-    land(store, str(landing), now=NOW)
+    """Land (at `LANDED`, so retention counts from the events' own times) and derive."""
+    land(store, str(landing), now=LANDED)
     derive(store, settings, now=NOW)
 
 

@@ -40,7 +40,9 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import RAW_EVENTS_SCHEMA, RAW_TURN_EVENTS
 
 GOLDEN = Path(__file__).parent / "data" / "derive_golden"
-LANDED_AT = datetime(2026, 12, 1, tzinfo=UTC)
+LANDED_AT = datetime(2026, 10, 31, tzinfo=UTC)
+"""No later than the sample's first event: retention counts from the events' own times (the
+recorded derivation predates the landing clock, ctxdb.record.expiry)."""
 NOW = datetime(2026, 12, 1, 1, tzinfo=UTC)
 POISONED = "c1530959b813547e2"
 TABLES = {

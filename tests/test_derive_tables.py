@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest_turn_record import (
+    LANDED,
     NOW,
     T0,
     Turn,
@@ -306,7 +307,7 @@ def test_an_interrupted_derivation_converges_on_the_next_run(
     land_and_derive(reference, tmp_path / "in", settings_for(tmp_path))
 
     store = DeltaStore(str(tmp_path / "delta"))
-    land(store, str(tmp_path / "in"), now=NOW)
+    land(store, str(tmp_path / "in"), now=LANDED)
     real_write = run.write_table
     written: list[str] = []
 

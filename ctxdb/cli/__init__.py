@@ -1,19 +1,18 @@
 """The `ctxdb` command line: every module in this package registers its commands on `app`.
 In: arguments and the environment; out: the same operations as the Dagster jobs, plus admin tools.
 
-Importing this package loads nothing else: `main` goes straight to the Claude Code hook for
-`ctxdb capture claude-code hook` (a process per Claude Code event, which must start fast) and
-registers every command module otherwise.
+Importing this package loads nothing else, and `main` loads only what the command needs: a hook
+command (`ctxdb.cli.hooks.HOOKS`, a process per agent event) runs without Typer, and any other
+command imports just the module that defines it (`ctxdb.cli.registry`; `ctxdb --help` none).
 """
 
 from __future__ import annotations
 
 import sys
 
-HOOK_ARGS = ["capture", "claude-code", "hook"]
-
 
 def _register_all() -> None:
+    """Import every command module (tests and tools that need the whole `app` registered)."""
     import importlib
     import pkgutil
 
@@ -26,23 +25,23 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI on `argv` (default: the process's arguments); an uncaught error becomes one
     line on stderr (`error: ...`) and exit status 1 (2 when another writer holds the lease)."""
     args = sys.argv[1:] if argv is None else argv
-    if args[:3] == HOOK_ARGS and "--help" not in args:
-        from ctxdb.capture.claude_code.hook import run
+    from ctxdb.cli.hooks import HOOKS
 
-        raise SystemExit(run(args[3:]))
-    import logging
-
-    import typer
-
-    from ctxdb.cli.app import app
-    from ctxdb.cli.errors import configure_logging, exit_status
-    from ctxdb.errors import describe
-
-    configure_logging()
-    _register_all()
+    hook = HOOKS.get(tuple(args[:3])) if "--help" not in args else None
     try:
+        if hook is not None:
+            raise SystemExit(hook(args[3:]))
+        from ctxdb.cli.app import app
+        from ctxdb.cli.errors import configure_logging
+
+        configure_logging()
         app(args=args, prog_name="ctxdb")
     except Exception as exc:
+        import logging
+
+        from ctxdb.cli.errors import exit_status
+        from ctxdb.errors import describe
+
         logging.getLogger("ctxdb.cli").debug("ctxdb %s failed", args, exc_info=True)
-        typer.echo(f"error: {describe(exc)}", err=True)
+        sys.stderr.write(f"error: {describe(exc)}\n")
         raise SystemExit(exit_status(exc)) from None

@@ -13,11 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import typer
 
-from ctxdb.capture.claude_code import hook as cc_hook
-from ctxdb.capture.claude_code import mcp_config
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import (
     SETTLE_S,
@@ -35,12 +32,11 @@ from ctxdb.capture.claude_code.install import (
 )
 from ctxdb.capture.claude_code.turns import Identity, agent_for_project
 from ctxdb.capture.codex import importer as codex
-from ctxdb.capture.gemini import hook as gemini_hook
 from ctxdb.capture.gemini import importer as gemini
 from ctxdb.capture.gemini.session import project_hash
 from ctxdb.capture.hosts import import_sessions
+from ctxdb.cli import hooks
 from ctxdb.cli.app import app
-from ctxdb.record.expiry import late_history
 from ctxdb.settings import get_settings
 
 capture_app = typer.Typer(help="Capture agents' turns as they happen.", no_args_is_help=True)
@@ -75,12 +71,14 @@ def hook_command(
     ] = None,
 ) -> None:
     """Read one Claude Code hook payload on stdin and record it (always exits 0, prints nothing)."""
-    raise typer.Exit(cc_hook.run(["--config", str(config)] if config else []))
+    raise typer.Exit(hooks.claude_code(["--config", str(config)] if config else []))
 
 
 @claude_app.command("install")
 def install_command(project: ProjectOption = None, user: UserOption = False) -> None:
     """Add the capture hooks to Claude Code's settings (idempotent, keeps other settings)."""
+    from ctxdb.capture.claude_code import mcp_config  # token store and search: install only
+
     project, user = _where(project, user)
     settings = get_settings()
     try:
@@ -111,6 +109,8 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
 @claude_app.command("uninstall")
 def uninstall_command(project: ProjectOption = None, user: UserOption = False) -> None:
     """Remove exactly the ctxdb hooks from Claude Code's settings."""
+    from ctxdb.capture.claude_code import mcp_config
+
     project, user = _where(project, user)
     try:
         change = uninstall(project, user)
@@ -192,6 +192,10 @@ def import_claude_code(
 def _warn_late(stats: ImportStats, identity: Identity) -> None:
     """Say how many imported turns are older than the retention period (kept that period from
     when they land, `ctxdb.record.expiry`), never silently."""
+    import polars as pl
+
+    from ctxdb.record.expiry import late_history
+
     now = datetime.now(UTC)
     turns = pl.DataFrame(
         {"ts": [datetime.fromisoformat(t) for t in stats.ended]},
@@ -214,12 +218,10 @@ SettleOption = Annotated[
 def _host(adapter: str, app_name: str) -> tuple[Path, Identity, HookConfig]:
     """Where a host's events go (`<landing>/<adapter>`), whose they are, and the opt-outs."""
     try:
-        config = hook_config(get_settings())
+        return hooks.host_target(adapter, app_name)
     except InstallError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    spool_dir = Path(config.spool).parent.parent / adapter
-    return spool_dir, Identity(config.tenant, app_name, config.user_id), config
 
 
 def _import_host(
@@ -302,7 +304,7 @@ def import_gemini(
     _import_host(
         source,
         gemini.ADAPTER,
-        "gemini-cli",
+        hooks.GEMINI_APP,
         gemini.find_sessions,
         gemini.session_events,
         _gemini_excluded,
@@ -313,8 +315,7 @@ def import_gemini(
 @gemini_app.command("hook")
 def gemini_hook_command() -> None:
     """Run from Gemini CLI's AfterAgent / SessionEnd hooks: import the payload's session."""
-    spool_dir, identity, _ = _host(gemini.ADAPTER, "gemini-cli")
-    raise typer.Exit(gemini_hook.run(spool_dir, identity, gemini.SESSIONS))
+    raise typer.Exit(hooks.gemini([]))
 
 
 @gemini_app.command("project")

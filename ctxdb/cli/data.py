@@ -15,6 +15,7 @@ from ctxdb.cli.app import app
 from ctxdb.coordination.lease import delta_writer_lease_for
 from ctxdb.index.client import make_client
 from ctxdb.landing.run import land
+from ctxdb.record.expiry import last_landed_version, late_landed
 from ctxdb.record.run import derive
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import get_settings
@@ -77,9 +78,11 @@ def land_command(
     the writer lease. Files older than the landing cursor (the newest landed mtime less an hour)
     are taken as landed unless --full."""
     settings = get_settings()
+    store = DeltaStore.from_settings(settings)
+    before = last_landed_version(store)
     with make_client(settings) as es:
         stats = land(
-            DeltaStore.from_settings(settings),
+            store,
             path or settings.landing_uri,
             threads=settings.landing.threads,
             scanner=settings.landing.scanner,
@@ -87,6 +90,9 @@ def land_command(
             full=full,
         )
     typer.echo(json.dumps(asdict(stats), default=str))
+    notice = late_landed(store, settings, before).notice("landed")
+    if notice:
+        typer.echo(notice, err=True)
 
 
 @app.command("derive")
@@ -104,6 +110,8 @@ def derive_command(
             writer=delta_writer_lease_for(es, settings, "derivation"),
         )
     typer.echo(json.dumps(asdict(stats), default=str))
+    if stats.late_notice:
+        typer.echo(stats.late_notice, err=True)
 
 
 @app.command()

@@ -7,9 +7,6 @@ import logging
 import sys
 from typing import TextIO
 
-from ctxdb.coordination.lease import LeaseHeld, LeaseLost
-from ctxdb.errors import describe
-
 LEASE_EXIT = 2
 """Exit status when another writer holds the lease (try again later)."""
 CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
@@ -18,6 +15,9 @@ traceback; the error they end in reaches the `error:` line, so the CLI shows onl
 
 
 def exit_status(exc: BaseException) -> int:
+    """1, or `LEASE_EXIT` for a lease held or lost (imported here: the lease loads the client)."""
+    from ctxdb.coordination.lease import LeaseHeld, LeaseLost
+
     return LEASE_EXIT if isinstance(exc, LeaseHeld | LeaseLost) else 1
 
 
@@ -27,6 +27,8 @@ class OneLine(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = " ".join(record.getMessage().split("\n"))
         if record.exc_info and record.exc_info[1] is not None:
+            from ctxdb.errors import describe
+
             text = f"{text}: {describe(record.exc_info[1])}"
         return text
 

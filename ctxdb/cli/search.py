@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -26,7 +26,6 @@ from ctxdb.auth.credentials import (
 from ctxdb.cli.app import app
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import describe
-from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     ALL_TIME,
     DAYS_MAX,
@@ -40,9 +39,10 @@ from ctxdb.search.models import (
     Weights,
     status_marker,
 )
-from ctxdb.search.service import SearchService, WarmEmbedder, default_embedder
-from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from ctxdb.search.service import SearchService
 
 T = TypeVar("T")
 
@@ -127,6 +127,10 @@ def _run(action: Callable[[], T]) -> T:
 
 
 def _service(settings: Settings, semantic: bool = True) -> SearchService:
+    """The search service (imported here: the client and the embedding stack are not light)."""
+    from ctxdb.index.client import make_client
+    from ctxdb.search.service import SearchService, default_embedder
+
     client = make_client(settings)
     embedder = default_embedder(settings, client) if semantic else None
     return SearchService(settings, client, embedder)
@@ -300,6 +304,9 @@ def pull(
     token: TokenOpt = None,
 ) -> None:
     """Write the bytes behind a conv:fi: ref (default: its file name in the current directory)."""
+    from ctxdb.index.client import make_client
+    from ctxdb.serve.resolve import Resolver
+
     settings = get_settings()
     caller = _principal(settings, token)
     pulled = _run(lambda: Resolver(settings, make_client(settings)).pull(caller, ref, conversation))
@@ -321,7 +328,9 @@ def serve(
     import uvicorn
 
     from ctxdb.cli.dagster_env import prefix_warning
+    from ctxdb.index.client import make_client
     from ctxdb.node.distribution import cache_root
+    from ctxdb.search.service import WarmEmbedder, default_embedder
     from ctxdb.serve.http import create_app
 
     settings = get_settings()

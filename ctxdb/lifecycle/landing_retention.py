@@ -3,7 +3,8 @@ nothing left are deleted (or archived for `CTXDB_RETENTION_ARCHIVE_DAYS`), and q
 past the default TTL go with their `quarantined_files` rows.
 
 A file is read exactly as landing reads it (`ctxdb.landing.scan.parse_bytes`): an event line
-expires at `occurred_at` + its tenant/app TTL (the rule raw events expire by in Delta), a line
+expires at the later of `occurred_at` and its event's `ingested_at`, plus its tenant/app TTL (the
+rule raw events expire by in Delta: `ctxdb.record.expiry`), a line
 that is not an event (a quarantined line) `retention.days` after the file first landed (the rule
 its quarantine row expires by). Expired lines are emptied, not removed, so every other line keeps
 the number `raw_turn_events` and `quarantined_events` recorded for it; every byte of a kept line
@@ -15,7 +16,7 @@ the next one (the files to visit are recorded in its journal header).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,11 +32,17 @@ from ctxdb.record.expiry import ttl_days_expr
 from ctxdb.settings import Settings
 from ctxdb.storage import object_store
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import LANDED_FILES, QUARANTINED_EVENTS, QUARANTINED_FILES
+from ctxdb.storage.tables import (
+    LANDED_FILES,
+    QUARANTINED_EVENTS,
+    QUARANTINED_FILES,
+    RAW_TURN_EVENTS,
+)
 
 log = logging.getLogger(__name__)
 
 ARCHIVE_DAY = "%Y-%m-%d"
+INGESTED = "ingested_at"
 
 
 @dataclass
@@ -57,17 +64,51 @@ def archive_root(settings: Settings) -> str:
 
 
 def expired_lines(
-    content: bytes, source: str, cutoff: datetime, settings: Settings, landed: datetime | None
+    content: bytes,
+    source: str,
+    cutoff: datetime,
+    settings: Settings,
+    landed: datetime | None,
+    ingested: Callable[[list[str]], pl.DataFrame] | None = None,
 ) -> set[int]:
     """Numbers of the lines of `content` expired at `cutoff` (`landed`: when the file first
-    landed, None when unknown: its non-event lines are kept)."""
+    landed, None when unknown: its non-event lines are kept). An event line expires by the clock
+    its raw event does: the later of `occurred_at` and when it landed (`ingested`: event_id ->
+    `ingested_at` from `raw_turn_events`; a line whose event is not there counts from `landed`)."""
     parsed = parse_bytes(content, source, cutoff, scanner=settings.landing.scanner)
     days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=None)
-    events = parsed.events.filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
+    events = parsed.events
+    if ingested is not None and events.height:
+        events = events.join(ingested(events["event_id"].to_list()), on="event_id", how="left")
+    else:
+        events = events.with_columns(
+            pl.lit(None, dtype=events.schema["occurred_at"]).alias(INGESTED)
+        )
+    landing = pl.col(INGESTED).fill_null(pl.lit(landed, dtype=events.schema["occurred_at"]))
+    clock = pl.max_horizontal(pl.col("occurred_at"), landing)
+    events = events.filter(clock + pl.duration(days=days) <= cutoff)
     numbers = set(events["line_number"].to_list())
     if landed is not None and landed + timedelta(days=settings.retention.days) <= cutoff:
         numbers |= set(parsed.quarantine["line_number"].to_list())
     return numbers
+
+
+def landed_times(store: DeltaStore) -> Callable[[list[str]], pl.DataFrame]:
+    """A lookup of when events landed: (event_id, ingested_at) of those of `ids` in
+    `raw_turn_events`."""
+
+    def lookup(ids: list[str]) -> pl.DataFrame:
+        if INGESTED not in columns_of(store, RAW_TURN_EVENTS):
+            return pl.DataFrame(schema={"event_id": pl.String, INGESTED: pl.Datetime("us", "UTC")})
+        return (
+            store.scan(RAW_TURN_EVENTS)
+            .filter(pl.col("event_id").is_in(ids))
+            .select("event_id", INGESTED)
+            .unique("event_id")
+            .collect()
+        )
+
+    return lookup
 
 
 def first_landed(store: DeltaStore, sources: Iterable[str]) -> dict[str, datetime]:
@@ -99,6 +140,7 @@ def sweep_files(
     left with no line, and forget their `landed_files` rows (a delete tagged with `run_id`)."""
     sources = sorted(set(sources))
     landed = first_landed(store, sources)
+    ingested = landed_times(store)
     removed: list[str] = []
     for source in sources:
         filesystem, path = landing_lines.landing_file(settings, source)
@@ -106,7 +148,7 @@ def sweep_files(
         if raw is None:
             continue
         content = unpack(raw)
-        numbers = expired_lines(content, source, cutoff, settings, landed.get(source))
+        numbers = expired_lines(content, source, cutoff, settings, landed.get(source), ingested)
         kept, gone = landing_lines.blanked(content, numbers)
         result.lines_removed += gone
         if landing_lines.is_blank(kept):

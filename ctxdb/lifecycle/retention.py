@@ -3,7 +3,8 @@ every store: Delta, Elasticsearch, conversation file storage and the landing fil
 
 Sweep order (each step idempotent, so a run killed anywhere is finished by the next one):
 
-1. find expired rows in Delta (`expires_at <= cutoff`; raw events by `occurred_at` + their TTL;
+1. find expired rows in Delta (`expires_at <= cutoff`; raw events by the later of `occurred_at`
+   and `ingested_at` + their TTL (`ctxdb.record.expiry`);
    quarantine and failure rows by their `policy.clock` + the default TTL), the landing files
    holding expired lines, and expired stragglers in Elasticsearch;
 2. record the run in `lifecycle_journal` (its header names the landing files; a killed run is
@@ -69,7 +70,7 @@ from ctxdb.lifecycle.purge import (
     scan_ids,
     sql_ts,
 )
-from ctxdb.record.expiry import ttl_days_expr
+from ctxdb.record.expiry import retention_clock, ttl_days_expr
 from ctxdb.settings import Settings
 from ctxdb.storage.conversation_files import TURN_KEY, turn_file_paths
 from ctxdb.storage.delta import DeltaStore
@@ -276,15 +277,18 @@ def raw_bound(cutoff: datetime, settings: Settings) -> datetime:
 def _expired_raw_events(
     store: DeltaStore, cutoff: datetime, settings: Settings
 ) -> pl.DataFrame | None:
-    if not {"event_id", "occurred_at", "source_file"} <= set(columns_of(store, RAW_TURN_EVENTS)):
+    columns = set(columns_of(store, RAW_TURN_EVENTS))
+    if not {"event_id", "occurred_at", "ingested_at", "source_file"} <= columns:
         return None
     days = ttl_days_expr(settings.retention.rules, settings.retention.days, role_column=None)
-    # the bound is implied by the exact test; on a column, it lets the scan skip files of events
-    # too recent to have expired under any rule (and the delete's MERGE, `purge_expired`)
+    bound = raw_bound(cutoff, settings)
+    # the bound is implied by the exact test; on the columns, it lets the scan skip files of
+    # events too recent (or landed too recently) to have expired under any rule (and the delete's
+    # MERGE, `purge_expired`)
     return (
         store.scan(RAW_TURN_EVENTS)
-        .filter(pl.col("occurred_at") <= raw_bound(cutoff, settings))
-        .filter(pl.col("occurred_at") + pl.duration(days=days) <= cutoff)
+        .filter((pl.col("occurred_at") <= bound) & (pl.col("ingested_at") <= bound))
+        .filter(retention_clock("occurred_at") + pl.duration(days=days) <= cutoff)
         .select("event_id", "source_file")
         .collect()
     )

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from ctxdb.record import replay, role_rows, session_rows, timelines, turn_catalog, turn_logs
 from ctxdb.record.derive_failures import failure_rows, isolate
+from ctxdb.record.expiry import TURN_KEY, held_from_landing, landed_clock
 from ctxdb.record.records import build_turns, closed_events
 from ctxdb.record.turns import Turn
 from ctxdb.settings import Settings
@@ -56,22 +57,36 @@ def derive_tables(raw: pl.DataFrame, settings: Settings, now: datetime) -> Deriv
     events = closed_events(raw)
     turns = build_turns(events)
     titles = timelines.conversation_titles(raw, turns)
+    landed = landed_clock(raw)
+
+    def held(frame: pl.DataFrame, keys: Sequence[str] = TURN_KEY) -> pl.DataFrame:
+        return held_from_landing(frame, landed, settings, keys=keys)
+
     tables = {
-        TURN_LOGS: turn_logs.turn_logs_frame(turns, titles, settings, now),
-        CONVERSATION_TIMELINES: timelines.timelines_frame(raw, turns, titles, settings, now),
-        ROLE_ROWS: _role_rows(turns, titles, settings, now),
-        TURN_CATALOG: turn_catalog.turn_catalog_frame(turns, titles, settings, now),
-        REPLAY_ARTIFACTS: replay.replay_frame(events, turns, settings, now),
+        TURN_LOGS: held(turn_logs.turn_logs_frame(turns, titles, settings, now)),
+        CONVERSATION_TIMELINES: held(
+            timelines.timelines_frame(raw, turns, titles, settings, now), ["conversation_id"]
+        ),
+        ROLE_ROWS: _role_rows(turns, titles, settings, now, landed),
+        TURN_CATALOG: held(turn_catalog.turn_catalog_frame(turns, titles, settings, now)),
+        REPLAY_ARTIFACTS: held(replay.replay_frame(events, turns, settings, now)),
     }
     all_turns = raw.select("conversation_id", "turn_id").n_unique() if raw.height else 0
     return Derived(tables=tables, turns=len(turns), open_turns=all_turns - len(turns))
 
 
 def _role_rows(
-    turns: Sequence[Turn], titles: dict[str, str], settings: Settings, now: datetime
+    turns: Sequence[Turn],
+    titles: dict[str, str],
+    settings: Settings,
+    now: datetime,
+    landed: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The turns' role rows, and their conversations' session rows when configured."""
-    rows = role_rows.role_rows_frame(turns, settings, now)
+    """The turns' role rows (kept from their landing: `held_from_landing`), and their
+    conversations' session rows when configured."""
+    rows = held_from_landing(
+        role_rows.role_rows_frame(turns, settings, now), landed, settings, role_column="role"
+    )
     return session_rows.with_session_rows(rows, titles) if settings.derive_session_rows else rows
 
 

@@ -30,6 +30,7 @@ from ctxdb.coordination.fencing import fence_of
 from ctxdb.record import replay, role_rows, timelines, turn_catalog, turn_logs
 from ctxdb.record.batches import Batch, Result, derived_batches, worker_count
 from ctxdb.record.derive_failures import clear_failures, record_failures
+from ctxdb.record.expiry import late_landed
 from ctxdb.settings import Settings
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.delta import DeltaStore, among, sql_in, sql_span
@@ -83,6 +84,10 @@ class DeriveStats:
     written: dict[str, dict[str, int]] = field(default_factory=dict)
     failed: int = 0
     batches: int = 0
+    late_turns: int = 0
+    """Turns of the run already past their retention period when they landed (kept that period
+    from landing: `ctxdb.record.expiry`); `late_notice` says so in one line."""
+    late_notice: str | None = None
 
 
 def last_derived_version(store: DeltaStore) -> int:
@@ -145,7 +150,13 @@ def derive(
     (and leaves `derive_state` behind)."""
     with writer or nullcontext() as held:
         fence = fence_of(held)
-        return _derive(store, settings, now or datetime.now(UTC), full, fence)
+        stats = _derive(store, settings, now or datetime.now(UTC), full, fence)
+    if stats.to_version > stats.from_version:
+        late = late_landed(store, settings, stats.from_version, stats.to_version)
+        stats.late_turns, stats.late_notice = late.turns, late.notice("derived")
+        if stats.late_notice:
+            log.warning(stats.late_notice)
+    return stats
 
 
 def _derive(

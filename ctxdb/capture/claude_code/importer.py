@@ -49,6 +49,9 @@ class ImportStats:
     failed: int = 0
     skipped: int = 0
     problems: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    """When each turn read ended (its `turn.closed` time, ISO): the CLI warns of those older than
+    the retention period."""
 
 
 def session_files(
@@ -168,6 +171,7 @@ def write_sessions(
         stats.lines += mapped.lines
         stats.bad_lines += mapped.bad
         stats.truncated += int(mapped.truncated)
+        stats.ended += [e["occurred_at"] for e in events if e["type"] == "turn.closed"]
         stats.turns += sum(e["type"] == "turn.closed" for e in events)
         stats.events += len(events)
         stats.written += int(changed)

@@ -1,0 +1,66 @@
+"""The hook commands, run without Typer or any command module: an agent starts one process per
+event (`ctxdb capture claude-code hook`, `ctxdb capture gemini hook`), so each must start fast.
+
+`ctxdb.cli.main` looks the arguments up in `HOOKS` before anything else is imported; `--help` on a
+hook still goes through Typer (ctxdb/cli/capture.py holds the same commands for help and tests).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxdb.capture.claude_code.config import HookConfig
+    from ctxdb.capture.claude_code.turns import Identity
+
+GEMINI_APP = "gemini-cli"
+"""The `app` Gemini CLI turns are recorded under."""
+
+
+def host_target(adapter: str, app_name: str) -> tuple[Path, Identity, HookConfig]:
+    """Where a host's events go (`<landing>/<adapter>`), whose they are, and the opt-outs, from
+    the settings; `InstallError` when landing is not a local folder."""
+    from ctxdb.capture.claude_code.install import hook_config
+    from ctxdb.capture.claude_code.turns import Identity
+    from ctxdb.settings import get_settings
+
+    config = hook_config(get_settings())
+    spool_dir = Path(config.spool).parent.parent / adapter
+    return spool_dir, Identity(config.tenant, app_name, config.user_id), config
+
+
+def claude_code(argv: Sequence[str]) -> int:
+    """`ctxdb capture claude-code hook [--config FILE]`: silent, always 0 (see its module)."""
+    from ctxdb.capture.claude_code.hook import run
+
+    return run(argv)
+
+
+def gemini(argv: Sequence[str]) -> int:
+    """`ctxdb capture gemini hook`: import the session the payload on stdin names, print `{}`;
+    problems are one line each on stderr. Exit 2 on arguments or a landing that is not local."""
+    from ctxdb.capture.claude_code.install import InstallError
+    from ctxdb.capture.gemini import hook
+    from ctxdb.capture.gemini.importer import ADAPTER, SESSIONS
+    from ctxdb.cli.errors import configure_logging
+
+    if argv:
+        sys.stderr.write(f"error: ctxdb capture gemini hook takes no arguments: {' '.join(argv)}\n")
+        return 2
+    configure_logging()
+    try:
+        spool_dir, identity, _ = host_target(ADAPTER, GEMINI_APP)
+    except InstallError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    return hook.run(spool_dir, identity, SESSIONS)
+
+
+HOOKS: dict[tuple[str, ...], Callable[[Sequence[str]], int]] = {
+    ("capture", "claude-code", "hook"): claude_code,
+    ("capture", "gemini", "hook"): gemini,
+}
+"""The first three arguments of each hook command and what runs it (given the rest)."""
