@@ -138,7 +138,8 @@ def test_a_retention_sweep_rewrites_an_s3_landing_file_with_the_storage_options_
     new = _lines(Turn("c-new", "t1", start=T0))
     _put(on_s3, "days.jsonl", [*old, *new])
     store = DeltaStore.from_settings(on_s3)
-    assert land(store, on_s3.landing_uri).landed == len(old) + len(new)
+    landed_then = T0 - timedelta(days=30)  # as the old turn happened: retention counts from it
+    assert land(store, on_s3.landing_uri, now=landed_then).landed == len(old) + len(new)
 
     report = retention.sweep(store, None, on_s3, now=T0 + timedelta(days=1))
 
@@ -167,7 +168,8 @@ def test_a_retention_sweep_archives_an_expired_s3_landing_file_in_s3(on_s3: Sett
     old = _lines(Turn("c-old", "t1", start=T0 - timedelta(days=30)))
     _put(settings, "old.jsonl", old)
     store = DeltaStore.from_settings(settings)
-    assert land(store, settings.landing_uri).landed == len(old)
+    landed_then = T0 - timedelta(days=30)  # as the old turn happened: retention counts from it
+    assert land(store, settings.landing_uri, now=landed_then).landed == len(old)
     now = T0 + timedelta(days=1)
 
     report = retention.sweep(store, None, settings, now=now)

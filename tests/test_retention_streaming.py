@@ -187,10 +187,11 @@ def test_expired_raw_events_are_found_without_reading_recent_files(
                 "event_id": [f"f{n}-{i}" for i in range(10)],
                 "app": app,
                 "occurred_at": now - timedelta(days=age),
+                "ingested_at": now - timedelta(days=age),  # landed as it happened
                 "source_file": f"f{n}.jsonl",
                 "landed_version": n,
             }
-        ).with_columns(pl.col("occurred_at").dt.cast_time_unit("us"))
+        ).with_columns(pl.col("occurred_at", "ingested_at").dt.cast_time_unit("us"))
         delta_store.append(RAW_TURN_EVENTS, conform(events, RAW_EVENTS_SCHEMA), RAW_EVENTS_SCHEMA)
     days = ttl_days_expr(short.retention.rules, short.retention.days, role_column=None)
     exact = delta_store.read(RAW_TURN_EVENTS).filter(
