@@ -47,6 +47,13 @@ EXPECTED_TURNS = {
     "55604662-cf2a-4331-851a-ec234028f8ca": ["cancelled"],
     "d6e0bada-1959-4eec-a9d2-0bfade768d8f": ["cancelled", "cancelled"],
     "c45af7b1-cb7c-4e51-93db-8cbb250a877a": ["ok"] * 5,
+    # two prompts interrupted during a tool use ("[Request interrupted by user for tool use]"),
+    # each answered after by the next prompt; /mcp and /exit are local commands
+    "e9f146fa-3b20-48d0-9be4-d99ca901cae4": ["cancelled", "ok", "cancelled", "ok"],
+    "1af7fc5e-8455-4414-9ccd-011d40f70b2a": ["ok"],  # /init
+    # /orchestrator prompts; the sub-agents' prompts (isSidechain) are the tool's, not turns
+    "5c0375b4-57a5-4f26-b12d-d022ee4e51b7": ["ok"],
+    "fe5e1c67-53e7-4862-81ae-d0e013e3270b": ["ok", "ok"],
 }
 """Per fixture session, the status of each turn (a person reading the transcript counts these:
 one turn per real prompt; notices and local commands are none)."""
