@@ -23,7 +23,7 @@ _EXPORTS = {
     "InvalidEventError": "ctxdb.capture.recorder",
     "CaptureIOError": "ctxdb.capture.recorder",
     "AsyncRecorder": "ctxdb.capture.aio",
-    "strip_private": "ctxdb.capture.private",
+    "strip_private": "ctxdb.contract.private",
 }
 __all__ = sorted(_EXPORTS)
 

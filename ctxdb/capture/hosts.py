@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from ctxdb.capture.claude_code.importer import SETTLE_S, ImportStats, Mapped, write_sessions
 from ctxdb.capture.claude_code.transcript import Record
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
-from ctxdb.capture.private import strip_private
+from ctxdb.contract.private import strip_private
 
 
 class Tokens(NamedTuple):

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ctxdb.capture.private import strip_private, strip_private_all
+from ctxdb.contract.private import strip_private, strip_private_all
 from ctxdb.capture.spool import Spool, TurnKey
 from ctxdb.capture.upload import uploader
 from ctxdb.capture.writer import Line, Writer

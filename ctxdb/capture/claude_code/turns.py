@@ -43,7 +43,7 @@ from ctxdb.capture.claude_code.transcript import (
     TOOL_RESULT,
     Record,
 )
-from ctxdb.capture.private import strip_private, strip_private_open
+from ctxdb.contract.private import strip_private, strip_private_open
 
 ADAPTER = "claude_code"
 SCHEMA_VERSION = 1

@@ -1,5 +1,5 @@
-"""`<private>...</private>` spans: removed from every text capture writes (standard library
-only, so the Claude Code hook can use it too).
+"""`<private>...</private>` spans: removed from every text capture writes and from every context
+pack (standard library only, so the Claude Code hook can use it too).
 
 A span runs from `<private>` to the next `</private>` (tags matched case-insensitively, across
 lines); an unclosed `<private>` runs to the end of the text.
