@@ -15,8 +15,8 @@ CORE = ROOT / "ctxdb"
 # The data path, bottom to top: a module may import its own stage and any stage below it.
 # `settings`, `text` and `errors` (a failure as one line, for the CLI and the pipelines' logs)
 # are the shared base; lifecycle, node, sample and capture sit above the serving stack;
-# coordination (lease, fencing) sits just above storage, auth between search and serve; the CLI
-# is on top of everything.
+# coordination (lease, fencing) sits just above storage, auth and pack (the context pack) between
+# search and serve; the CLI is on top of everything.
 RANK = {
     "settings": 0,
     "text": 0,
@@ -30,6 +30,7 @@ RANK = {
     "index": 7,
     "search": 8,
     "auth": 9,
+    "pack": 9,
     "serve": 10,
     "lifecycle": 11,
     "node": 11,
