@@ -41,7 +41,14 @@ from ctxdb.settings import Settings
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
-TOOLS = {"search_conversations", "list_conversations", "get_turn", "turns_around", "read_file"}
+TOOLS = {
+    "search_conversations",
+    "list_conversations",
+    "get_turn",
+    "turns_around",
+    "read_file",
+    "get_context",
+}
 JWT_KEY = "mcp-test-signing-key-of-32-bytes!!"
 GUESSED_CONVERSATION = "c0123456789abcdef"
 

@@ -50,6 +50,11 @@ COMMANDS: dict[str, Entry] = {
         "search",
         "Reconstruct one turn (messages, attachments, hosted files, citations) from its TurnLog.",
     ),
+    "context": Entry(
+        "context",
+        "A compact digest of your memory for an agent: recent sessions, unfinished turns, recent "
+        "work and related turns, each with its age and ref (--conversation reloads one).",
+    ),
     "pull": Entry(
         "search",
         "Write the bytes behind a conv:fi: ref (default: its file name in the current directory).",

@@ -5,6 +5,7 @@ every query. Another user's conversation, turn or ref answers 404 exactly like a
 """
 
 import logging
+from datetime import UTC, datetime
 from typing import Annotated
 from urllib.parse import quote
 
@@ -18,6 +19,8 @@ from ctxdb.auth.credentials import Authenticator, AuthError, Principal
 from ctxdb.contract.events import REF_MAX_CHARS, Ident, RefId
 from ctxdb.contract.refs import RefError
 from ctxdb.index.client import make_client
+from ctxdb.pack.build import build_pack
+from ctxdb.pack.models import ContextPack, ContextRequest
 from ctxdb.search.lookups import MAX_RESULT_WINDOW
 from ctxdb.search.models import (
     ConversationList,
@@ -36,6 +39,7 @@ from ctxdb.serve.mcp_server import mcp_router
 from ctxdb.serve.resolve import Resolver
 from ctxdb.serve.viewer import viewer_router
 from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,16 @@ def turn(
     return service.turn(caller, conversation_id, turn_id)
 
 
+@search_router.get("/v1/context", response_model=ContextPack)
+def context(
+    params: Annotated[ContextRequest, Query()], caller: Caller, service: Service, request: Request
+) -> ContextPack:
+    """The context pack: a compact digest of the caller's memory (a project's with `project`,
+    a conversation's reload with `conversation_id`), within `budget` tokens."""
+    store: DeltaStore = request.app.state.store
+    return build_pack(caller, params, datetime.now(UTC), store, service.search)
+
+
 @files_router.get(
     "/v1/pull",
     response_class=Response,
@@ -209,6 +223,7 @@ def create_app(
     app.state.client = client
     app.state.service = SearchService(settings, client, embedder)
     app.state.resolver = Resolver(settings, client)
+    app.state.store = DeltaStore.from_settings(settings)
     app.state.authenticator = Authenticator(settings)
     _add_error_handlers(app)
     for router in (health_router, search_router, files_router, viewer_router()):

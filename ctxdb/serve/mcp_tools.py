@@ -21,6 +21,8 @@ from ctxdb.contract.events import REF_MAX_CHARS, RefId
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import validation_line
+from ctxdb.pack.build import build_pack
+from ctxdb.pack.models import DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, ContextPack, ContextRequest
 from ctxdb.search import lookups
 from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
@@ -57,6 +59,7 @@ from ctxdb.serve.mcp_output import (
 )
 from ctxdb.serve.resolve import PulledFile, Resolver
 from ctxdb.settings import Settings
+from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
 
@@ -470,6 +473,44 @@ class MemoryTools:
             raise ResourceError("search is unavailable right now") from None
         return pulled.data
 
+    def get_context(
+        self,
+        conversation_id: Annotated[
+            RefId | None,
+            Field(description="Reload this conversation: newest turns whole, older as titles."),
+        ] = None,
+        project_or_agent: Annotated[
+            str | None,
+            Field(description="This project's memory (agent id or project folder path)."),
+        ] = None,
+        budget: Annotated[
+            int, Field(ge=MIN_BUDGET, le=MAX_BUDGET, description="Most tokens the pack holds.")
+        ] = DEFAULT_BUDGET,
+        query: Annotated[
+            str, Field(max_length=2000, description="Add the earlier turns most relevant to it.")
+        ] = "",
+    ) -> Annotated[CallToolResult, ContextPack]:
+        """A compact digest of your memory to start from: recent sessions with their outcomes,
+        turns left cancelled or in error, files edited and commands run lately, and (with a
+        query) the most relevant earlier turns, each with its age and ref (get_turn reads it).
+        With conversation_id: that conversation to continue from."""
+        with tool_errors():
+            principal = self.identify()
+            request = ContextRequest(
+                conversation_id=conversation_id,
+                project=self._agent(project_or_agent),
+                budget=budget,
+                query=query,
+            )
+            pack = build_pack(
+                principal,
+                request,
+                datetime.now(UTC),
+                DeltaStore.from_settings(self.settings),
+                self.service.search,
+            )
+        return result(pack, pack.text)
+
     def tools(self) -> list[Callable[..., CallToolResult]]:
         return [
             self.search_conversations,
@@ -477,4 +518,5 @@ class MemoryTools:
             self.get_turn,
             self.turns_around,
             self.read_file,
+            self.get_context,
         ]
