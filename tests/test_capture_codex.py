@@ -15,8 +15,8 @@ from host_import_case import HostCase, by_type, check_import_searchable_and_idem
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.importer import ADAPTER, OLD_FORMAT, rollout_events
 from ctxdb.capture.hosts import import_sessions
-from ctxdb.contract.private import strip_private
 from ctxdb.contract.events import parse_event
+from ctxdb.contract.private import strip_private
 from ctxdb.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "codex"

@@ -17,8 +17,8 @@ from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini import hook
 from ctxdb.capture.gemini.importer import ADAPTER, session_events
 from ctxdb.capture.gemini.session import project_hash
-from ctxdb.contract.private import strip_private
 from ctxdb.contract.events import parse_event
+from ctxdb.contract.private import strip_private
 from ctxdb.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "gemini"

@@ -39,12 +39,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ctxdb.contract.private import strip_private, strip_private_all
 from ctxdb.capture.spool import Spool, TurnKey
 from ctxdb.capture.upload import uploader
 from ctxdb.capture.writer import Line, Writer
 from ctxdb.contract import events as contract
 from ctxdb.contract.events import MAX_EVENT_BYTES, SCHEMA_VERSION, EventError, parse_event
+from ctxdb.contract.private import strip_private, strip_private_all
 from ctxdb.contract.refs import make_ref
 from ctxdb.settings import Settings
 
