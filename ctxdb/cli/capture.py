@@ -74,6 +74,17 @@ def hook_command(
     raise typer.Exit(hooks.claude_code(["--config", str(config)] if config else []))
 
 
+@claude_app.command("context")
+def context_hook_command(
+    token_file: Annotated[Path, typer.Option("--token-file", help="The capture user's token.")],
+    budget: Annotated[int, typer.Option(help="Most tokens the pack holds.")] = 1500,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the pack.")] = 1.5,
+) -> None:
+    """SessionStart hook: print the project's context pack for Claude Code ({} when late)."""
+    args = ["--token-file", str(token_file), "--budget", str(budget), "--timeout", str(timeout)]
+    raise typer.Exit(hooks.claude_code_context(args))
+
+
 @claude_app.command("install")
 def install_command(project: ProjectOption = None, user: UserOption = False) -> None:
     """Add the capture hooks to Claude Code's settings (idempotent, keeps other settings)."""
@@ -89,6 +100,15 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
     config = hook_config(settings)
     state = "added to" if change.changed else "already in"
     typer.echo(f"ctxdb hooks {state} {change.path}")
+    if settings.claude_code.context:
+        from ctxdb.capture.claude_code import context_hook
+
+        try:
+            context_hook.add(settings, project, user)
+        except InstallError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"SessionStart context pack hook added ({context_hook.MATCHER})")
     typer.echo(f"turns are recorded as user {config.user_id!r} (tenant {config.tenant!r})")
     typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
     if user:

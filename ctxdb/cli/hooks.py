@@ -39,6 +39,13 @@ def claude_code(argv: Sequence[str]) -> int:
     return run(argv)
 
 
+def claude_code_context(argv: Sequence[str]) -> int:
+    """`ctxdb capture claude-code context`: the SessionStart hook (see its module)."""
+    from ctxdb.capture.claude_code.context_hook import run
+
+    return run(list(argv))
+
+
 def gemini(argv: Sequence[str]) -> int:
     """`ctxdb capture gemini hook`: import the session the payload on stdin names, print `{}`;
     problems are one line each on stderr. Exit 2 on arguments or a landing that is not local."""
@@ -61,6 +68,7 @@ def gemini(argv: Sequence[str]) -> int:
 
 HOOKS: dict[tuple[str, ...], Callable[[Sequence[str]], int]] = {
     ("capture", "claude-code", "hook"): claude_code,
+    ("capture", "claude-code", "context"): claude_code_context,
     ("capture", "gemini", "hook"): gemini,
 }
 """The first three arguments of each hook command and what runs it (given the rest)."""

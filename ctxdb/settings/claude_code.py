@@ -30,6 +30,21 @@ class ClaudeCodeSettings(GroupSettings):
         default=False,
         description="Steps also record the text each tool returned (`<private>` spans removed).",
     )
+    context: bool = Field(
+        default=False,
+        description="`install` also adds a SessionStart hook that gives each new, resumed, "
+        "cleared or compacted session its project's context pack (docs/context-pack.md).",
+    )
+    context_budget: int = Field(
+        default=1500, ge=32, le=32_000, description="Tokens the SessionStart pack holds, at most."
+    )
+    context_timeout_s: float = Field(
+        default=1.5,
+        gt=0,
+        le=10,
+        description="Seconds the SessionStart hook waits for the pack; past them it answers "
+        "nothing (the session never waits longer).",
+    )
     tool_output_chars: int = Field(
         default=2_000,
         ge=100,

@@ -30,7 +30,11 @@ from ctxdb.capture.part_files import private_dir
 from ctxdb.settings import Settings
 
 EVENTS = ("UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd")
-MARKERS = ("capture claude-code hook", "ctxdb.capture.claude_code.hook")
+MARKERS = (
+    "capture claude-code hook",
+    "ctxdb.capture.claude_code.hook",
+    "capture claude-code context",
+)
 HOOK_TIMEOUT_S = 10
 
 
