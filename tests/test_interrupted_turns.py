@@ -1,8 +1,10 @@
-"""A turn stopped before any answer never stops the main job, and every face says it was
-interrupted (issue 40).
+"""A turn stopped before any answer never stops the main job, every face says it was
+interrupted, and tokens per model are one `ctxdb sql` query over all three hosts (issue 40).
 
-Real sessions, each imported through the real CLI (`ctxdb capture codex|gemini import`), then
-`ctxdb jobs run memory_job` once for the module:
+Real sessions, each imported through the real CLI (`ctxdb import claude-code`,
+`ctxdb capture codex|gemini import`), then `ctxdb jobs run memory_job` once for the module:
+
+* a Claude Code transcript of tests/data/claude_code (five answered turns, `usage` and `model`);
 
 * the Codex rollout of tests/data/codex cut right after its second turn's `task_started` and
   `user_message`, followed by the `turn_aborted` line Codex CLI writes when Escape is pressed;
@@ -49,6 +51,16 @@ DATA = Path(__file__).parent / "data"
 CODEX = DATA / "codex" / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
 CODEX_ABORTED = "019e162b-0011-7240-abbc-f7b732e49728"
 GEMINI = DATA / "gemini" / "session-2025-12-01T21-45-5b959dae.json"
+CLAUDE_CODE = DATA / "claude_code" / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
+TOKENS_PER_MODEL = """
+select adapter, model, count(*) as turns,
+       sum(tokens_in) as tokens_in, sum(tokens_out) as tokens_out
+from turn_logs
+where model is not null
+group by adapter, model
+order by adapter, model
+"""
+"""The query of docs/analytics.md, "Tokens per model"."""
 GEMINI_SILENT = "b64f43d0-fca0-415a-99dd-7acf5b276624"
 """The prompt cancelled before any `gemini` message."""
 GEMINI_AFTER_TOOLS = "44b913a6-2096-49f7-984a-3a472e1fb765"
@@ -135,8 +147,12 @@ def memory(
     sessions = home / "sessions"
     sessions.mkdir()
     memory = Memory(settings, env, subprocess.CompletedProcess([], 0), "")
-    for host, path in (("codex", codex_aborted(sessions)), ("gemini", gemini_cancelled(sessions))):
-        imported = memory.ctxdb("capture", host, "import", str(path), "--settle-s", "0")
+    for command in (
+        ["import", "claude-code", str(CLAUDE_CODE)],
+        ["capture", "codex", "import", str(codex_aborted(sessions))],
+        ["capture", "gemini", "import", str(gemini_cancelled(sessions))],
+    ):
+        imported = memory.ctxdb(*command, "--settle-s", "0")
         assert imported.returncode == 0, imported.stderr
     memory.job = memory.ctxdb("jobs", "run", "memory_job")
     issued = memory.ctxdb("tokens", "issue", "--user", USER, "--tenant", "local")
@@ -159,10 +175,49 @@ def test_memory_job_succeeds_and_records_each_cancelled_turn(memory: Memory) -> 
     status = {t: (s, e) for t, s, e in logs.select("turn_id", "status", "error_type").iter_rows()}
     for turn in (CODEX_ABORTED, GEMINI_SILENT, GEMINI_AFTER_TOOLS):
         assert status[turn] == ("cancelled", "interrupted"), turn
-    assert sum(s == ("ok", None) for s in status.values()) == 2  # each session's first turn
+    assert sum(s == ("ok", None) for s in status.values()) == 5 + 2  # Claude Code's, 1 + 1
     rows = memory.store.read(ROLE_ROWS)
     answers = rows.filter(pl.col("target") == "assistant")["turn_id"].to_list()
     assert not {CODEX_ABORTED, GEMINI_SILENT, GEMINI_AFTER_TOOLS} & set(answers)
+    steps = rows.filter(pl.col("target") == "steps")
+    assert GEMINI_AFTER_TOOLS in steps["turn_id"].to_list()  # what it ran stays searchable
+    stepped = steps.join(_turn_logs(memory), on="turn_id").group_by("adapter").len()
+    assert set(stepped["adapter"]) == {"claude_code", "codex", "gemini_cli"}
+
+
+def test_tokens_per_model_over_all_three_hosts_is_one_sql_query(memory: Memory) -> None:
+    done = memory.ctxdb("sql", TOKENS_PER_MODEL, "-f", "json")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    for row in rows:  # DuckDB's sums are 128-bit: JSON writes them as strings
+        row |= {k: int(row[k]) for k in ("turns", "tokens_in", "tokens_out")}
+    by_host = {row["adapter"]: row for row in rows}
+    assert {h: r["model"] for h, r in by_host.items()} == {
+        "claude_code": "claude-haiku-4-5-20251001",
+        "codex": "gpt-5.5",
+        "gemini_cli": "gemini-3-pro-image-preview",
+    }
+    assert by_host["claude_code"]["turns"] == 5  # every answered turn
+    assert by_host["codex"]["turns"] == 1 and by_host["gemini_cli"]["turns"] == 1
+    assert all(row["tokens_in"] > row["tokens_out"] > 0 for row in rows)
+    # each message's usage once (Claude Code repeats it on every line of a message), the
+    # prompt with its cached tokens; Codex and Gemini as their sessions total them
+    assert by_host["codex"]["tokens_in"] == 57906 and by_host["codex"]["tokens_out"] == 374
+    assert (by_host["gemini_cli"]["tokens_in"], by_host["gemini_cli"]["tokens_out"]) == (2752, 55)
+    assert by_host["claude_code"]["tokens_in"] == claude_code_prompt_tokens()
+
+
+def claude_code_prompt_tokens() -> int:
+    """The transcript's prompt tokens of its main-chain API messages, each message once."""
+    usage: dict[str, dict] = {}
+    for line in CLAUDE_CODE.read_text().splitlines():
+        entry = json.loads(line)
+        message = entry.get("message") or {}
+        if entry.get("type") == "assistant" and not entry.get("isSidechain"):
+            if message.get("usage") and message.get("model") != "<synthetic>":
+                usage[message["id"]] = message["usage"]
+    keys = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return sum(u.get(k, 0) for u in usage.values() for k in keys)
 
 
 def _conversation(memory: Memory, turn_id: str) -> str:

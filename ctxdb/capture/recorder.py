@@ -463,16 +463,19 @@ class Turn:
         error_type: str | None = None,
         tokens_in: int | None = None,
         tokens_out: int | None = None,
+        model: str | None = None,
         event_id: str | None = None,
         occurred_at: When = None,
     ) -> str | None:
-        """The final answer (`assistant.completion`), or an error answer (`error=True`)."""
+        """The final answer (`assistant.completion`), or an error answer (`error=True`), with
+        the tokens it used and the `model` that wrote it when known."""
         payload = _payload(
             text=strip_private(text),
             error=error,
             error_type=error_type,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
+            model=model,
         )
         return self._emit("assistant.completion", payload, event_id, occurred_at)
 

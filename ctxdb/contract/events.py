@@ -164,6 +164,8 @@ class AssistantCompletion(Payload):
     error_type: str | None = Field(default=None, max_length=256)
     tokens_in: Count | None = None
     tokens_out: Count | None = None
+    model: str | None = Field(default=None, max_length=256)
+    """The model that answered (as the host names it), when the host records it."""
 
 
 class WorkingSummary(Payload):

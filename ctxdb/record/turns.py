@@ -94,6 +94,7 @@ class TurnRecord(BaseModel):
     error: bool
     status: TurnStatus = "ok"
     error_type: str | None = None
+    model: str | None = None
     started_at: datetime
     ended_at: datetime
     last_event_at: datetime
@@ -173,6 +174,7 @@ class Turn:
     error: bool
     status: str
     error_type: str | None
+    model: str | None
     started_at: int
     ended_at: int
     last_event_at: int
@@ -220,6 +222,7 @@ class Turn:
             error=self.error,
             status=self.status,  # type: ignore[arg-type]
             error_type=self.error_type,
+            model=self.model,
             started_at=from_micros(self.started_at),
             ended_at=from_micros(self.ended_at),
             last_event_at=from_micros(self.last_event_at),
@@ -267,6 +270,7 @@ class _Drafting:
     rich: bool
     tokens_in: list[Any] = field(default_factory=list)
     tokens_out: list[Any] = field(default_factory=list)
+    model: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
     summary_at: Mapping[str, Any] | None = None
 
@@ -396,10 +400,12 @@ def _note(d: _Drafting, event: Mapping[str, Any]) -> Draft:
 
 
 def _completion(d: _Drafting, event: Mapping[str, Any]) -> Draft:
-    """An answer (or the error that replaced it); its token counts are kept for the turn."""
+    """An answer (or the error that replaced it); its token counts and model are kept for the
+    turn (the model of the last completion naming one)."""
     p = event["payload"]
     d.tokens_in.append(p.get("tokens_in"))
     d.tokens_out.append(p.get("tokens_out"))
+    d.model = p.get("model") or d.model
     error = bool(p.get("error"))
     meta: dict[str, Any] = {"error": error}
     if error:
@@ -446,9 +452,9 @@ _BUILDERS: dict[str, Callable[[_Drafting, Mapping[str, Any]], Draft | None]] = {
 
 def _drafts(
     events: Sequence[Mapping[str, Any]], rich: bool, turn_id: str, tp: str, n: int
-) -> tuple[list[Draft], list[Any], list[Any]]:
-    """The draft of every block-making event of one turn (of `n` events), and the completions'
-    token counts (in, out)."""
+) -> tuple[list[Draft], _Drafting]:
+    """The draft of every block-making event of one turn (of `n` events), and the drafting
+    state (the completions' token counts and model)."""
     d = _Drafting(turn_id, tp, rich)
     drafts = []
     for event in events:
@@ -458,7 +464,7 @@ def _drafts(
             drafts.append(draft)
     if d.summary and d.summary_at is not None:
         drafts.append(_summary(d, d.summary_at, n))
-    return drafts, d.tokens_in, d.tokens_out
+    return drafts, d
 
 
 def _dedupe(drafts: Sequence[Draft]) -> list[Draft]:
@@ -593,7 +599,7 @@ def assemble_turn(
     rich = facts["rich"]
     n = facts["n"]
     ts, iso = columns["ts"], columns["iso"]
-    drafts, tokens_in, tokens_out = _drafts(events, rich, turn_id, tp, n)
+    drafts, drafted = _drafts(events, rich, turn_id, tp, n)
     drafts = _one_answer(drafts) if not rich else drafts
     if not any(d[0] == 7 for d in drafts):
         drafts.append(_missing_completion(turn_id, payloads[closed], iso[closed], ts[closed], n))
@@ -617,6 +623,7 @@ def assemble_turn(
         error=bool(final["meta"].get("error")),
         status=status,
         error_type=error_type,
+        model=drafted.model,
         started_at=ts[started],
         ended_at=ts[closed],
         last_event_at=facts["last_ts"],
@@ -626,7 +633,7 @@ def assemble_turn(
         blocks=blocks,
         block_ts=[d[3] for d in kept],
         sources_used=_sources(facts["communicator"], payloads),
-        tokens=_tokens(tokens_in, tokens_out),
+        tokens=_tokens(drafted.tokens_in, drafted.tokens_out),
         feedback=_feedback(facts, iso, payloads),
     )
 

@@ -242,6 +242,7 @@ TURN_LOGS_SCHEMA = pa.schema(
         pa.field("source_event_ids", pa.list_(pa.string()), nullable=False),
         pa.field("tokens_in", pa.int64()),
         pa.field("tokens_out", pa.int64()),
+        pa.field("model", pa.string()),  # the model of the turn's last completion naming one
         pa.field("feedback_summary", pa.string()),  # JSON {count,last_ts,last_reaction,...}
         pa.field("title", pa.string()),
         pa.field("expires_at", TS, nullable=False),

@@ -239,6 +239,8 @@ struct AssistantCompletion<'a> {
     tokens_in: Option<i64>,
     #[serde(default)]
     tokens_out: Option<i64>,
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -436,6 +438,7 @@ fn payload_ok(kind: &str, payload: &str) -> bool {
                 && opt_chars(&p.error_type, 256)
                 && non_negative(&p.tokens_in)
                 && non_negative(&p.tokens_out)
+                && opt_chars(&p.model, 256)
         }),
         "react.summary" => decode::<WorkingSummary>(payload).is_some_and(|p| {
             chars(&p.text, 0, SUMMARY_MAX_CHARS)

@@ -88,7 +88,8 @@ class Record:
     task notice), `assistant` (text blocks and tool uses of one line), `tool_result` (results of
     earlier tool uses: `(tool_use_id, is_error, output)`), `interrupt` (the user stopped the
     answer), `stop` (the Stop hooks ran: the answer ended) or `local` (a local command ran and
-    printed its output: the command before it gets no answer).
+    printed its output: the command before it gets no answer). An `assistant` record may name
+    the `model` that wrote it and its message's token `usage` (prompt, output).
     """
 
     __slots__ = (
@@ -103,6 +104,8 @@ class Record:
         "tool_uses",
         "results",
         "api_error",
+        "model",
+        "usage",
     )
 
     def __init__(
@@ -118,9 +121,12 @@ class Record:
         tool_uses: list[ToolUse] | None = None,
         results: list[tuple[str, bool, str]] | None = None,
         api_error: bool = False,
+        model: str | None = None,
+        usage: tuple[int, int] | None = None,
     ) -> None:
         self.kind, self.ts, self.uuid, self.session_id, self.cwd = kind, ts, uuid, session_id, cwd
         self.text, self.message_id, self.api_error = text, message_id, api_error
+        self.model, self.usage = model, usage
         self.texts = texts or []
         self.tool_uses = tool_uses or []
         self.results = results or []
@@ -275,14 +281,36 @@ def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None
             tools.append(ToolUse(str(block["id"]), name, title, summary))
     if not texts and not tools:
         return None
+    model = message.get("model")
     return Record(
         ASSISTANT,
         message_id=str(message.get("id") or line.get("uuid") or ""),
         texts=texts,
         tool_uses=tools,
         api_error=bool(line.get("isApiErrorMessage")),
+        model=model if isinstance(model, str) and model and model != SYNTHETIC else None,
+        usage=message_usage(message.get("usage")),
         **common,
     )
+
+
+def _count(value: Any) -> int:
+    """A token count as written (a non-negative integer), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def message_usage(usage: Any) -> tuple[int, int] | None:
+    """(prompt, output) tokens of one API message's `usage`: the prompt counts every input token
+    the model read, cached or not (`input_tokens` + `cache_creation_input_tokens` +
+    `cache_read_input_tokens`, as Codex and Gemini count theirs); None when there is no usage."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = sum(
+        _count(usage.get(key))
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    output = _count(usage.get("output_tokens"))
+    return (prompt, output) if prompt or output else None
 
 
 def classify(line: Any) -> Record | None:

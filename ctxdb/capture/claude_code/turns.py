@@ -3,7 +3,8 @@
 Mapping (docs/capture.md): conversation = Claude Code session; a turn = a real user prompt
 through the last assistant text before the next prompt; each tool use = one `chat.step`;
 thinking is never recorded; the project directory (the session's first `cwd`) is the `agent`, so
-search can be scoped per project.
+search can be scoped per project. The completion carries the model that answered and the tokens
+of the turn's API messages (each message's `usage` once, however many lines repeat it).
 
 Ids are derived from the transcript, never from the clock: `turn_id` is the prompt line's
 `uuid`, event ids are `cc-<turn_id>-start|prompt|answer|close` and `cc-<tool_use_id>` for a step.
@@ -56,6 +57,8 @@ TITLE_CHARS = 1_024
 OUTPUT_MAX_CHARS = 32_000
 """Longest tool output a step may carry (`ctxdb.contract.events.STEP_OUTPUT_MAX_CHARS`)."""
 NAME_CHARS = 128
+MODEL_CHARS = 256
+"""Longest model name a completion carries (`AssistantCompletion.model`)."""
 TRUNCATED = " [truncated]"
 
 _REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
@@ -134,6 +137,19 @@ def fit(event: dict[str, Any], key: str) -> dict[str, Any]:
         event["payload"][key] = text[:keep] + TRUNCATED
         size = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return event
+
+
+def _accounting(turn: dict[str, Any]) -> dict[str, Any]:
+    """The completion's `model` and token counts (summed over the turn's API messages), when
+    the transcript recorded them."""
+    out: dict[str, Any] = {}
+    usage = list((turn.get("usage") or {}).values())
+    if usage:
+        out["tokens_in"] = sum(u[0] for u in usage)
+        out["tokens_out"] = sum(u[1] for u in usage)
+    if turn.get("model"):
+        out["model"] = str(turn["model"])[:MODEL_CHARS]
+    return out
 
 
 class TurnMapper:
@@ -226,6 +242,10 @@ class TurnMapper:
         assert turn is not None
         ts = timestamp(record.ts, turn["last_ts"])
         turn["last_ts"] = ts
+        if record.model:
+            turn["model"] = record.model
+        if record.usage and record.message_id:  # a message's lines repeat its usage: one each
+            turn.setdefault("usage", {})[record.message_id] = list(record.usage)
         if record.texts:
             text = "\n\n".join(record.texts)
             if record.message_id and record.message_id == turn["message_id"] and turn["text"]:
@@ -269,6 +289,8 @@ class TurnMapper:
             "interrupted": False,
             "pending": {},
             "steps": [],
+            "model": None,
+            "usage": {},
         }
         prompt = {"text": _cut(self.clean(text), SUBMISSION_CHARS), "event_type": "prompt"}
         prompt["arrived_at"] = ts
@@ -336,6 +358,7 @@ class TurnMapper:
             payload = {"text": _cut(self.clean(answer), COMPLETION_CHARS), "error": error}
             if error:
                 payload["error_type"] = "api_error"
+            payload |= _accounting(turn)
             answer_ts = close_ts if text else (turn["text_ts"] or close_ts)
             completion = self._event("assistant.completion", "answer", answer_ts, payload)
             events.append(fit(completion, "text"))

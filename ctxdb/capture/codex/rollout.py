@@ -8,7 +8,8 @@ totals for the session). `response_item` lines carry what the model saw and did:
 (role user: the prompt plus injected context such as AGENTS.md and `<environment_context>`,
 never read here; role assistant: `output_text` blocks), `function_call` / `custom_tool_call`
 with their `*_output` (linked by `call_id`), `web_search_call`, and `reasoning` (never recorded).
-`turn_context`, `compacted` and the other `event_msg` types carry nothing a turn needs.
+`turn_context` names the `model` of the turns after it (carried by their answers); `compacted`
+and the other `event_msg` types carry nothing a turn needs.
 
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
 `user_message` (so injected context never becomes a prompt), the answer is the last assistant
@@ -33,6 +34,7 @@ from ctxdb.capture.claude_code.transcript import (
     TOOL_RESULT,
     Record,
     ToolUse,
+    tool_input_summary,
     tool_title,
 )
 from ctxdb.capture.hosts import Tokens
@@ -101,6 +103,7 @@ class RolloutReader:
         self.prompted: str | None = None
         self.open_task = False
         self.totals = (0, 0)
+        self.model: str | None = None
 
     def records(self, number: int, line: Any) -> Iterator[Record | Tokens]:
         """The records of line `number` (decoded)."""
@@ -114,6 +117,9 @@ class RolloutReader:
                 self.session_id = payload["id"]
             if isinstance(payload.get("cwd"), str) and self.cwd is None:
                 self.cwd = payload["cwd"]
+        elif line.get("type") == "turn_context":
+            if isinstance(payload.get("model"), str) and payload["model"]:
+                self.model = payload["model"]
         elif line.get("type") == "event_msg":
             yield from self._event(number, payload, ts)
         elif line.get("type") == "response_item":
@@ -121,6 +127,10 @@ class RolloutReader:
 
     def _common(self, ts: str | None) -> dict[str, Any]:
         return {"ts": ts, "session_id": self.session_id, "cwd": self.cwd}
+
+    def _answer(self, ts: str | None, **fields: Any) -> Record:
+        """An assistant record (text or tool calls) of the current model."""
+        return Record(ASSISTANT, model=self.model, **fields, **self._common(ts))
 
     def _event(self, number: int, payload: dict, ts: str | None) -> Iterator[Record | Tokens]:
         kind = payload.get("type")
@@ -161,7 +171,7 @@ class RolloutReader:
         if kind == "message" and payload.get("role") == "assistant":
             texts = _texts(payload.get("content"))
             if texts:
-                yield Record(ASSISTANT, texts=texts, **common)
+                yield self._answer(ts, texts=texts)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             call_id = payload.get("call_id")
             if not isinstance(call_id, str) or not call_id:
@@ -170,9 +180,9 @@ class RolloutReader:
             raw = {"input": payload.get("input")}
             if kind != "custom_tool_call":
                 raw = _arguments(payload.get("arguments" if kind == "function_call" else "action"))
-            yield Record(
-                ASSISTANT, tool_uses=[ToolUse(call_id, name, tool_title(name, raw))], **common
-            )
+            summary = tool_input_summary(raw if kind != "custom_tool_call" else raw["input"])
+            tool = ToolUse(call_id, name, tool_title(name, raw), summary)
+            yield self._answer(ts, tool_uses=[tool])
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = payload.get("call_id")
             if isinstance(call_id, str) and call_id:
@@ -182,7 +192,7 @@ class RolloutReader:
         elif kind == "web_search_call":
             action = payload.get("action")
             call_id = f"{self.session_id}-L{number}"
-            title = tool_title("web_search", action)
-            yield Record(ASSISTANT, tool_uses=[ToolUse(call_id, "web_search", title)], **common)
+            title, summary = tool_title("web_search", action), tool_input_summary(action)
+            yield self._answer(ts, tool_uses=[ToolUse(call_id, "web_search", title, summary)])
             failed = payload.get("status") not in (None, "completed")
             yield Record(TOOL_RESULT, results=[(call_id, failed, "")], **common)

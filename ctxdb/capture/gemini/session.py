@@ -10,8 +10,9 @@ one message at a time by `ctxdb.capture.gemini.files`.
 
 Each message has `id`, `timestamp`, `type` (user | gemini | info | error | warning) and `content`
 (a string or a list of parts with `text`). A `gemini` message may add `toolCalls` (`id`, `name`,
-`args`, `status` success | error | cancelled, `result`), `thoughts` (never recorded) and `tokens`
-(`input`, `output`, ...). `projectHash` is the SHA-256 of the project folder's path.
+`args`, `status` success | error | cancelled, `result`), `thoughts` (never recorded), `tokens`
+(`input`, `output`, ...) and the `model` that wrote it. `projectHash` is the SHA-256 of the
+project folder's path.
 
 `records` turns the messages into the records `HostMapper` understands: a user message is a
 prompt unless Gemini CLI itself ignores it (empty, a `/command`, `?`, `<session_context>`,
@@ -33,6 +34,7 @@ from ctxdb.capture.claude_code.transcript import (
     TOOL_RESULT,
     Record,
     ToolUse,
+    tool_input_summary,
     tool_title,
 )
 from ctxdb.capture.gemini.files import Session
@@ -113,13 +115,21 @@ def _answer(
             c["id"],
             str(c.get("name") or "tool"),
             tool_title(str(c.get("name") or "tool"), c.get("args")),
+            tool_input_summary(c.get("args")),
         )
         for c in calls
     ]
+    model = message.get("model")
     if text or tools:
         texts = [text] if text else []
         yield Record(
-            ASSISTANT, ts=ts, message_id=message.get("id"), texts=texts, tool_uses=tools, **common
+            ASSISTANT,
+            ts=ts,
+            message_id=message.get("id"),
+            texts=texts,
+            tool_uses=tools,
+            model=model if isinstance(model, str) and model else None,
+            **common,
         )
     done = [c for c in calls if c.get("status") in FINISHED]
     results = [(c["id"], FINISHED[c["status"]], "") for c in done]
