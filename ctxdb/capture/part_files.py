@@ -7,7 +7,9 @@ Both writers use it: the recorder's `Spool` (one long-lived process, a name uniq
 same part: `publish` gives each file a name no other publish can have, `<name>-<random>.jsonl`,
 created by a hard link that fails rather than replace a file, so a hook killed after publishing
 can never have its file overwritten by the next one). The hook's files are private to the account
-(0600, folders 0700). Standard library only: the hook starts once per event.
+(0600, folders 0700). The importers rewrite one events file per session with `Replacement`
+(streamed line by line, compared with the file in place, renamed only when it changed). Standard
+library only: the hook starts once per event.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 PART = ".jsonl.part"
 DONE = ".jsonl"
 FILE_MODE = 0o600
 DIR_MODE = 0o700
+COPY_CHUNK = 1024 * 1024
+"""Bytes copied at a time from an old version into its replacement."""
 
 
 def private_dir(path: Path) -> Path:
@@ -117,20 +121,87 @@ def publish(part: Path) -> Path | None:
         return final
 
 
-def write_atomic(path: Path, data: bytes) -> bool:
-    """Write `data` to `path` (0600) through a `.part` file and a rename; False (nothing
-    written) when the file already holds exactly these bytes."""
-    try:
-        if path.stat().st_size == len(data) and path.read_bytes() == data:
+class Replacement:
+    """A new version of `path` written line by line and put in place atomically (0600) by
+    `commit`, only when its bytes differ from the file there: while they are the same nothing is
+    written; at the first difference the part file `<name>.<random>.part` is made from the equal
+    prefix and takes the rest. Memory holds one line at a time. Leaving the `with` block without
+    `commit` removes the part, and the folders its creation made, and leaves `path` as it was."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = 0
+        self.part: Path | None = None
+        self._made: Path | None = None
+        """The topmost folder the part file's creation made (removed again with it)."""
+        self._out: BinaryIO | None = None
+        try:
+            self._old: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - closed by discard
+        except FileNotFoundError:
+            self._old = None
+
+    def __enter__(self) -> Replacement:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.discard()
+
+    def write(self, data: bytes) -> None:
+        """Add `data` to the new version."""
+        if self._out is None and self._old is not None and self._old.read(len(data)) == data:
+            self.size += len(data)
+            return
+        out = self._out or self._start()
+        out.write(data)
+        self.size += len(data)
+
+    def _start(self) -> BinaryIO:
+        """Open the part file and copy into it the prefix the old version shares."""
+        folder = self.path.parent
+        while not folder.exists():
+            self._made, folder = folder, folder.parent
+        private_dir(self.path.parent)
+        self.part = self.path.with_name(f"{self.path.name}.{os.urandom(4).hex()}.part")
+        self._out = open(os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb")
+        if self._old is not None:
+            self._old.seek(0)
+            left = self.size
+            while left:
+                chunk = self._old.read(min(left, COPY_CHUNK))
+                if not chunk:
+                    raise OSError(f"{self.path} shrank while it was replaced")
+                self._out.write(chunk)
+                left -= len(chunk)
+            self._old.close()
+            self._old = None
+        return self._out
+
+    def commit(self) -> bool:
+        """Put the new version in place (fsync'd); False (nothing written) when `path` already
+        held exactly these bytes."""
+        if self._out is None and self._old is not None and not self._old.read(1):
+            self.discard()
             return False
-    except FileNotFoundError:
-        pass
-    private_dir(path.parent)
-    part = path.with_name(f"{path.name}.{os.urandom(4).hex()}.part")
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
-    with open(fd, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(part, path)
-    return True
+        out = self._out or self._start()  # new, or a shorter version of the old file
+        out.flush()
+        os.fsync(out.fileno())
+        out.close()
+        assert self.part is not None
+        os.replace(self.part, self.path)
+        self._out, self.part = None, None
+        return True
+
+    def discard(self) -> None:
+        """Close the files and remove the part file, if any (no-op after `commit`)."""
+        for file in (self._old, self._out):
+            if file is not None:
+                file.close()
+        self._old = self._out = None
+        if self.part is not None:
+            self.part.unlink(missing_ok=True)
+            self.part = None
+            folder = self.path.parent
+            while self._made is not None and folder.is_relative_to(self._made):
+                with contextlib.suppress(OSError):  # not empty: another writer's
+                    folder.rmdir()
+                folder = folder.parent

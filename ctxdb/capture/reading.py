@@ -28,6 +28,8 @@ from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
 """Longest line (or Gemini CLI message) a reader decodes; a longer one is one bad line."""
+MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+"""Longest hook payload (JSON on stdin) a hook reads; a longer one is refused, never held."""
 SKIP_CHUNK = 1024 * 1024
 """Bytes read at a time while skipping the rest of an over-long line."""
 LINE_ERRORS = (ValueError, RecursionError, TypeError, KeyError, AttributeError)

@@ -43,7 +43,7 @@ from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.transcript import read_file, tool_input_summary, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
-from ctxdb.capture.reading import Unreadable, open_regular
+from ctxdb.capture.reading import MAX_PAYLOAD_BYTES, Unreadable, open_regular
 
 try:
     import fcntl
@@ -53,7 +53,6 @@ except ImportError:  # Windows: hooks of one session then run unserialized
 log = logging.getLogger("ctxdb.capture.claude_code.hook")
 
 HANDLED = frozenset({"UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd"})
-MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 MAX_READ_BYTES = 32 * 1024 * 1024
 """Transcript bytes one hook process reads at most (about 0.3 s of parsing)."""
 LOCK_TIMEOUT_S = 5.0
@@ -300,7 +299,9 @@ def run(argv: Sequence[str], stdin: Any = None) -> int:
     try:
         if config is None:
             raise HookError(f"no usable hook config ({' '.join(argv)})")
-        raw = (stdin or sys.stdin.buffer).read(MAX_PAYLOAD_BYTES)
+        raw = (stdin or sys.stdin.buffer).read(MAX_PAYLOAD_BYTES + 1)
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            raise HookError(f"payload over {MAX_PAYLOAD_BYTES >> 20} MiB: refused")
         try:
             payload = json.loads(raw)
         except ValueError as exc:

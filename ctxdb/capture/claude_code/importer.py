@@ -10,16 +10,19 @@ open (the hook, or a later import, closes it).
 Transcripts are read through `ctxdb.capture.reading` (regular files only, never blocking; in a
 folder, files whose real path leaves it are skipped) 32 MiB at a time. An unreadable line (not
 JSON, nested too deep, over 32 MiB) is counted, reported and skipped, never fatal; a cut-off last
-line is ignored.
+line is ignored. Events are written as they are made (`write_sessions`, shared by every host's
+importer): memory holds the lines being read and the open turn, never a whole session.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.transcript import read_batches
@@ -74,14 +77,34 @@ def find_transcripts(path: Path) -> list[Path]:
 
 
 @dataclass
-class Mapped:
-    """One transcript read: its events, project folder and line counts."""
+class Summary:
+    """What reading one session file found besides its events: its project and line counts."""
 
-    events: list[dict]
     project: str | None
     lines: int
     bad: int
     truncated: bool
+
+
+EventStream = Generator[dict[str, Any], None, Summary]
+"""A session file's events, made one at a time while it is read, then its `Summary`."""
+
+
+class Mapped:
+    """One session file mapped to events, lazily: iterating it reads the file once, making one
+    event at a time, after which `summary` is set. `events` collects them all in a list (tests,
+    small files); the importers stream them (`write_sessions`)."""
+
+    def __init__(self, stream: EventStream) -> None:
+        self._stream = stream
+        self.summary: Summary | None = None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.summary = yield from self._stream
+
+    @cached_property
+    def events(self) -> list[dict[str, Any]]:
+        return list(self)
 
 
 def transcript_events(
@@ -96,16 +119,21 @@ def transcript_events(
     tool output cut to `output_chars`, none when 0)."""
     kwargs = {"clean": clean} if clean else {}
     mapper = TurnMapper(identity, path.stem, {}, output_chars=output_chars, **kwargs)
-    events: list[dict] = []
+    return Mapped(_transcript_stream(path, mapper, now, settle_s))
+
+
+def _transcript_stream(
+    path: Path, mapper: TurnMapper, now: float | None, settle_s: float
+) -> EventStream:
     lines = bad = 0
     truncated = False
     with open_regular(path) as file:
         for batch in read_batches(file):
-            events += mapper.feed(batch.records)
+            yield from mapper.feed(batch.records)
             lines, bad, truncated = lines + batch.lines, bad + batch.bad, batch.truncated
     settled = (now or time.time()) - path.stat().st_mtime >= settle_s
-    events += mapper.finish(settled)
-    return Mapped(events, mapper.state["project"], lines, bad, truncated)
+    yield from mapper.finish(settled)
+    return Summary(mapper.state["project"], lines, bad, truncated)
 
 
 def output_path(spool_dir: Path, transcript: Path) -> Path:
@@ -152,14 +180,7 @@ def write_sessions(
     stats = ImportStats()
     for path in paths:
         try:
-            mapped = read(path)
-            if excluded is not None and excluded(mapped.project):
-                stats.skipped += 1
-                continue
-            events = mapped.events
-            changed = bool(events) and part_files.write_atomic(
-                target(path), part_files.encode(events)
-            )
+            done = _write_session(read(path), target(path), excluded)
         except errors as exc:
             stats.failed += 1
             stats.problems.append(f"{path}: {exc}")
@@ -167,17 +188,51 @@ def write_sessions(
         finally:
             if progress is not None:
                 progress(os.path.getsize(path) if path.exists() else 0)
+        if done is None:
+            stats.skipped += 1
+            continue
+        summary, written = done
         stats.files += 1
-        stats.lines += mapped.lines
-        stats.bad_lines += mapped.bad
-        stats.truncated += int(mapped.truncated)
-        stats.ended += [e["occurred_at"] for e in events if e["type"] == "turn.closed"]
-        stats.turns += sum(e["type"] == "turn.closed" for e in events)
-        stats.events += len(events)
-        stats.written += int(changed)
-        stats.unchanged += int(not changed)
-        if mapped.bad:
-            stats.problems.append(f"{path}: {mapped.bad} lines unreadable (skipped): {UNREADABLE}")
-        if mapped.truncated:
+        stats.lines += summary.lines
+        stats.bad_lines += summary.bad
+        stats.truncated += int(summary.truncated)
+        stats.ended += written.ended
+        stats.turns += len(written.ended)
+        stats.events += written.events
+        stats.written += int(written.changed)
+        stats.unchanged += int(not written.changed)
+        if summary.bad:
+            stats.problems.append(f"{path}: {summary.bad} lines unreadable (skipped): {UNREADABLE}")
+        if summary.truncated:
             stats.problems.append(f"{path}: last line cut off (ignored)")
     return stats
+
+
+@dataclass
+class Written:
+    """What one session's events file got: its event count, when each turn ended, and whether
+    its bytes changed."""
+
+    events: int = 0
+    ended: list[str] = field(default_factory=list)
+    changed: bool = False
+
+
+def _write_session(
+    mapped: Mapped, target: Path, excluded: Callable[[str | None], bool] | None
+) -> tuple[Summary, Written] | None:
+    """Stream the events of `mapped` into `target` (`part_files.Replacement`: one line held at a
+    time, renamed into place only when the bytes changed); None, nothing written, when the
+    session's project is `excluded`. A session without events writes no file."""
+    written = Written()
+    with part_files.Replacement(target) as out:
+        for event in mapped:
+            out.write(part_files.encode([event]))
+            written.events += 1
+            if event["type"] == "turn.closed":
+                written.ended.append(event["occurred_at"])
+        assert mapped.summary is not None
+        if excluded is not None and excluded(mapped.summary.project):
+            return None
+        written.changed = written.events > 0 and out.commit()
+    return mapped.summary, written

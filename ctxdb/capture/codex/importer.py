@@ -13,7 +13,7 @@ from collections.abc import Callable
 from itertools import chain
 from pathlib import Path
 
-from ctxdb.capture.claude_code.importer import Mapped, session_files
+from ctxdb.capture.claude_code.importer import EventStream, Mapped, Summary, session_files
 from ctxdb.capture.claude_code.transcript import INTERRUPT, Record
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.rollout import RolloutReader
@@ -41,16 +41,29 @@ def rollout_events(
     """The events of one rollout, read one line at a time (`ctxdb.capture.reading.json_lines`:
     a bad line is counted and skipped); its last turn is closed once the file has `settled` (as
     cancelled when Codex never ended it)."""
+    return Mapped(_rollout_stream(path, identity, settled, clean))
+
+
+def _rollout_stream(
+    path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
+) -> EventStream:
     reader = RolloutReader(path.stem)
     counts = LineCounts()
+    made = 0
     with open_regular(path) as file:
         records = json_lines(file, counts, reader.records)
         first = next(records, None)  # the session's id is read from the lines before it
         mapper = HostMapper(identity, reader.session_id, ADAPTER, PREFIX, clean)
-        events = mapper.feed(chain([first], records)) if first is not None else []
+        for record in chain([first], records) if first is not None else ():
+            events = mapper.feed([record])
+            made += len(events)
+            yield from events
     if settled and reader.open_task:
-        events += mapper.feed([Record(INTERRUPT)])
-    events += mapper.finish(settled)
-    if not events and counts.lines > counts.bad and not reader.saw_meta:
+        events = mapper.feed([Record(INTERRUPT)])
+        made += len(events)
+        yield from events
+    events = mapper.finish(settled)
+    if not made and not events and counts.lines > counts.bad and not reader.saw_meta:
         raise ValueError(OLD_FORMAT)
-    return Mapped(events, reader.cwd, counts.lines, counts.bad, counts.truncated)
+    yield from events
+    return Summary(reader.cwd, counts.lines, counts.bad, counts.truncated)

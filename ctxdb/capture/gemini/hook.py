@@ -3,9 +3,15 @@
 Gemini CLI runs a command hook with a JSON payload on stdin whose common fields include
 `session_id`, `transcript_path` (the session file) and `hook_event_name`. After each answered turn
 (`AfterAgent`) and when the session ends (`SessionEnd`) the hook re-imports that session file
-whole (`import_sessions`, its last turn closed): the events file is rewritten only when it
-changed, and landing keeps one copy of each event id. The hook prints `{}` (Gemini CLI parses
-stdout as JSON) and always exits 0; failures are logged, never raised into Gemini CLI.
+whole (`import_sessions`, its last turn closed, streamed: memory stays bounded): the events file is
+rewritten only when it changed, and landing keeps one copy of each event id. The hook prints `{}`
+(Gemini CLI parses stdout as JSON) and always exits 0; failures are logged, never raised into
+Gemini CLI.
+
+Bounds: the payload is read up to `MAX_PAYLOAD_BYTES` (a longer one is refused, never held), and
+a session file over `MAX_SESSION_BYTES` is not re-imported by the hook, whose run time grows with
+the session (Gemini CLI rewrites a `.json` session whole, so there is no offset to resume from):
+it logs that `ctxdb capture gemini import` takes it, which reads any size in bounded memory.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from ctxdb.capture.claude_code.importer import ImportStats
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini.importer import session_events
 from ctxdb.capture.hosts import import_sessions
+from ctxdb.capture.reading import MAX_PAYLOAD_BYTES
 
 log = logging.getLogger(__name__)
 EVENTS = frozenset({"AfterAgent", "SessionEnd"})
+MAX_SESSION_BYTES = 64 * 1024 * 1024
+"""Largest session file the hook re-imports (about 4 s); a larger one is left to the importer."""
 
 
 def handle(payload: Any, spool_dir: Path, identity: Identity, root: Path) -> ImportStats | None:
@@ -36,13 +45,29 @@ def handle(payload: Any, spool_dir: Path, identity: Identity, root: Path) -> Imp
     path = Path(transcript).expanduser().resolve()
     if not path.is_relative_to(root.expanduser().resolve()) or not path.name.startswith("session-"):
         raise ValueError(f"{transcript} is not a session file under {root}")
+    size = path.stat().st_size
+    if size > MAX_SESSION_BYTES:
+        raise ValueError(
+            f"{transcript} holds {size >> 20} MiB, over the hook's {MAX_SESSION_BYTES >> 20} MiB: "
+            "not imported by the hook; run `ctxdb capture gemini import` for it"
+        )
     return import_sessions([path], spool_dir, identity, session_events, settle_s=0)
+
+
+def read_payload(stdin: Any) -> Any:
+    """The JSON payload on `stdin` (binary or text), read up to `MAX_PAYLOAD_BYTES`; ValueError
+    when it is longer (never held whole) or not JSON."""
+    raw = stdin.read(MAX_PAYLOAD_BYTES + 1)
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"payload over {MAX_PAYLOAD_BYTES >> 20} MiB: refused")
+    return json.loads(raw)
 
 
 def run(spool_dir: Path, identity: Identity, root: Path, stdin: Any = None) -> int:
     """Read one payload from stdin and handle it; print `{}`, return 0 whatever happens."""
     try:
-        stats = handle(json.loads((stdin or sys.stdin).read()), spool_dir, identity, root)
+        payload = read_payload(stdin or sys.stdin.buffer)
+        stats = handle(payload, spool_dir, identity, root)
         if stats is not None and stats.problems:
             log.warning("gemini hook: %s", "; ".join(stats.problems))
     except Exception:  # a hook must never disturb Gemini CLI

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ctxdb.capture.claude_code.importer import Mapped, session_files
+from ctxdb.capture.claude_code.importer import EventStream, Mapped, Summary, session_files
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.gemini.files import open_session
 from ctxdb.capture.gemini.session import records
@@ -32,8 +32,16 @@ def session_events(
 ) -> Mapped:
     """The events of one session file, read one message at a time; its last turn is closed once
     the file has `settled`."""
+    return Mapped(_session_stream(path, identity, settled, clean))
+
+
+def _session_stream(
+    path: Path, identity: Identity, settled: bool, clean: Callable[[str], str]
+) -> EventStream:
     with open_session(path) as session:
         mapper = HostMapper(identity, session.session_id, ADAPTER, PREFIX, clean)
-        events = mapper.feed(records(session)) + mapper.finish(settled)
+        for record in records(session):
+            yield from mapper.feed([record])
+        yield from mapper.finish(settled)
     counts = session.counts
-    return Mapped(events, session.project_hash, counts.lines, counts.bad, counts.truncated)
+    return Summary(session.project_hash, counts.lines, counts.bad, counts.truncated)
