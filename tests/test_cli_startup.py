@@ -65,8 +65,10 @@ def run(args: list[str], home: Path, stdin: str = "", *, wrap: bool = False) -> 
     """
     env = os.environ | {"CTXDB_HOME": str(home / "ctxdb"), "HOME": str(home), "COLUMNS": "250"}
     command = [sys.executable, "-c", MODULES_AFTER, *args] if wrap else [CTXDB, *args]
+    cwd = home / "cwd"  # not `home`: its `ctxdb` folder would shadow the package for `-c`
+    cwd.mkdir(exist_ok=True)
     done = subprocess.run(
-        command, env=env, input=stdin, capture_output=True, text=True, timeout=120, cwd=home
+        command, env=env, input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd
     )
     return done.stdout, done.stderr
 

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding.backends import AUTO, MatchedEmbedder, make_embedder
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
@@ -55,6 +54,9 @@ from ctxdb.search.models import (
 from ctxdb.search.relevance import is_weak, relevance
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings
+
+if TYPE_CHECKING:
+    from ctxdb.embedding.backends import MatchedEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,7 @@ def index_matched_embedder(settings: Settings, client: Elasticsearch) -> Matched
     """The configured model on the backend the live index's vectors were made with (for the
     `auto` backend, `MatchedEmbedder`); while the node cannot be reached the semantic arm is
     left out."""
+    from ctxdb.embedding.backends import MatchedEmbedder  # the model stack: semantic search only
 
     def stored_ids() -> set[str]:
         try:
@@ -156,6 +159,8 @@ def index_matched_embedder(settings: Settings, client: Elasticsearch) -> Matched
 def default_embedder(settings: Settings, client: Elasticsearch | None = None) -> QueryEmbedder:
     """The configured model on the backend that embedded the rows (with `auto`, the one the live
     index records, read through `client`), loaded on the first query."""
+    from ctxdb.embedding.backends import AUTO, make_embedder
+
     embedder: Embedder
     if settings.embedding.backend == AUTO and client is not None:
         embedder = index_matched_embedder(settings, client)
