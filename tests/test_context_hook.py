@@ -90,6 +90,22 @@ def test_the_hook_answers_empty_when_memory_fails_or_is_late(installed) -> None:
     assert hook([*base[:-1], str(root / "missing.token")], env) == {}
 
 
+def test_a_project_excluded_from_capture_is_told_nothing(installed) -> None:
+    """A project opted out of capture (`CTXDB_CLAUDE_CODE_EXCLUDE`, kept in the installed
+    hook.json) gets no pack, although its memory holds sessions."""
+    root, project, env = installed
+    command = session_start(project / ".claude" / "settings.local.json")[0]["hooks"][0]["command"]
+    config = root / "capture" / "claude_code" / "hook.json"
+    saved = config.read_text()
+    try:
+        config.write_text(json.dumps({**json.loads(saved), "exclude": ["/home/ann/src"]}))
+        assert hook(command, dict(os.environ)) == {}
+    finally:
+        config.write_text(saved)
+    answer = hook(command, dict(os.environ))
+    assert "src/cart.py" in answer["hookSpecificOutput"]["additionalContext"]
+
+
 def test_uninstall_removes_the_session_start_hook(installed, tmp_path: Path) -> None:
     root, project, env = installed
     done = subprocess.run(

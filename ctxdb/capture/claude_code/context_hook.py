@@ -28,9 +28,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.install import (
     HOOK_TIMEOUT_S,
     InstallError,
+    config_path,
+    hook_config,
     read_settings,
     settings_file,
     write_settings,
@@ -74,7 +77,8 @@ def add(settings: Settings, project: Path | None, user: bool) -> Path:
 
 
 def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
-    """The pack of the payload's project as the token file's user ("" when memory holds none)."""
+    """The pack of the payload's project as the token file's user ("" when memory holds none or
+    the project is excluded from capture, `CTXDB_CLAUDE_CODE_EXCLUDE`)."""
     from datetime import UTC, datetime
 
     from ctxdb.auth.credentials import Authenticator
@@ -85,8 +89,12 @@ def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
     from ctxdb.storage.delta import DeltaStore
 
     settings = get_settings()
-    principal = Authenticator(settings).authenticate(Path(token_file).read_text().strip())
     cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else os.getcwd()
+    installed = config_path(settings)
+    capture = HookConfig.load(installed) if installed.is_file() else hook_config(settings)
+    if capture.excludes(cwd):
+        return ""  # an opted-out project is neither captured nor told its memory
+    principal = Authenticator(settings).authenticate(Path(token_file).read_text().strip())
     request = ContextRequest(project=agent_for_project(cwd), budget=budget, max_chars=MAX_CHARS)
     pack = build_pack(principal, request, datetime.now(UTC), DeltaStore.from_settings(settings))
     return pack.text if any(item.ref for item in pack.items) else ""
