@@ -6,13 +6,16 @@
 Each round runs every case once, interleaved, each in a new process, as a user (or an agent's
 hook) starts `ctxdb`: `ctxdb --help`, `ctxdb tokens issue`, `ctxdb conversations --help`, and
 `ctxdb capture gemini hook` with an AfterAgent payload naming a small real Gemini CLI session
-(tests/data/gemini, 19 KB). Two baselines run in the same rounds: `python -c pass` and
-`python -c "import ctxdb.cli.app"`. Printed per case: wall p50 / p95 (ms), peak RSS (MB, the
-child's own, from `os.wait4`), and p50 as a ratio of each baseline; the load average is printed
-before and after, since absolute times mean something only on an idle machine.
+(tests/data/gemini, 19 KB), from the settings and with `--config` (the hook config `ctxdb capture
+claude-code install` writes, which spares the hook the settings, as for the Claude Code hook).
+Two baselines run in the same rounds: `python -c pass` and `python -c "import ctxdb.cli.app"`.
+Printed per case: wall p50 / p95 (ms), peak RSS (MB, the child's own, from `os.wait4`), and p50
+as a ratio of each baseline; the load average is printed before and after, since absolute times
+mean something only on an idle machine.
 
 `--tree DIR` runs the same cases against another checkout of the repository (e.g. a `git worktree`
-of an older commit, put first on PYTHONPATH), for before / after numbers in one run.
+of an older commit, put first on PYTHONPATH), for before / after numbers; a case that checkout
+cannot run (its warm-up run fails) is left out with its error.
 Targets: `--help` <= 0.3 s and <= 80 MB; a light command <= 0.5 s plus its work; the Gemini hook on
 a small session <= 0.3 s p95 (idle machine).
 """
@@ -41,9 +44,13 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
+class Failed(RuntimeError):
+    """A case exited non-zero."""
+
+
 def run(command: list[str], env: dict[str, str], stdin: bytes, cwd: Path) -> tuple[float, float]:
-    """Run `command` in `cwd` to the end: wall seconds and its own peak RSS in MB; stop on a
-    failure."""
+    """Run `command` in `cwd` to the end: wall seconds and its own peak RSS in MB; `Failed` when
+    it exits non-zero."""
     start = time.perf_counter()
     child = subprocess.Popen(
         command,
@@ -61,12 +68,13 @@ def run(command: list[str], env: dict[str, str], stdin: bytes, cwd: Path) -> tup
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        raise SystemExit(f"{' '.join(command[-4:])} exited {code}: {err.decode()[-400:]}")
+        raise Failed(f"{' '.join(command[-4:])} exited {code}: {err.decode()[-400:]}")
     return wall, usage.ru_maxrss / 1024
 
 
-def cases(home: Path) -> dict[str, tuple[list[str], bytes]]:
-    """Each case: its arguments after the interpreter, and its stdin."""
+def cases(home: Path, config: Path) -> dict[str, tuple[list[str], bytes]]:
+    """Each case: its arguments after the interpreter, and its stdin (`config`: the hook config
+    `ctxdb capture claude-code install` wrote)."""
     chats = home / ".gemini" / "tmp" / "bench" / "chats"
     chats.mkdir(parents=True, exist_ok=True)
     session = chats / SESSION.name
@@ -83,6 +91,10 @@ def cases(home: Path) -> dict[str, tuple[list[str], bytes]]:
             [*ctxdb, "capture", "gemini", "hook"],
             json.dumps(payload).encode(),
         ),
+        "... gemini hook --config": (
+            [*ctxdb, "capture", "gemini", "hook", "--config", str(config)],
+            json.dumps(payload).encode(),
+        ),
     }
 
 
@@ -93,12 +105,19 @@ def measure(rounds: int, tree: Path | None) -> dict[str, list[tuple[float, float
         env = os.environ | {"CTXDB_HOME": str(home / "ctxdb"), "HOME": str(home)}
         if tree is not None:
             env["PYTHONPATH"] = str(tree.resolve())
-        table = cases(home)
         cwd = home / "cwd"  # not `home`: its `ctxdb` folder would shadow the package
+        (home / "project").mkdir(parents=True)
         cwd.mkdir()
+        install = ["capture", "claude-code", "install", "--project", str(home / "project")]
+        run([sys.executable, "-c", MAIN, *install], env, b"", cwd)
+        table = cases(home, home / "ctxdb" / "capture" / "claude_code" / "hook.json")
+        for name, (args, stdin) in list(table.items()):  # warm the page cache and .pyc files
+            try:
+                run([sys.executable, *args], env, stdin, cwd)
+            except Failed as exc:
+                say(f"left out {name}: {exc}")
+                del table[name]
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name in table}
-        for args, stdin in table.values():  # warm the page cache and .pyc files
-            run([sys.executable, *args], env, stdin, cwd)
         for _ in range(rounds):
             for name, (args, stdin) in table.items():
                 wall, peak = run([sys.executable, *args], env, stdin, cwd)

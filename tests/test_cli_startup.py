@@ -131,10 +131,37 @@ def test_help_a_light_command_and_the_gemini_hook_load_nothing_heavy(tmp_path: P
     assert loaded(stderr).isdisjoint([*HEAVY, "typer"]), loaded(stderr) & {*HEAVY, "typer"}
 
 
+def test_the_gemini_hook_with_a_hook_config_never_loads_the_settings(tmp_path: Path) -> None:
+    """Given the hook config `claude-code install` writes, the Gemini hook imports the session
+    to the same place without pydantic (the settings), as the Claude Code hook does."""
+    (tmp_path / "proj").mkdir()
+    stdout, _ = run(
+        ["capture", "claude-code", "install", "--project", str(tmp_path / "proj")], tmp_path
+    )
+    config = tmp_path / "ctxdb" / "capture" / "claude_code" / "hook.json"
+    assert f"hook config: {config}" in stdout
+    chats = tmp_path / ".gemini" / "tmp" / "p" / "chats"
+    chats.mkdir(parents=True)
+    shutil.copy(SESSION, chats / SESSION.name)
+    payload = {"hook_event_name": "SessionEnd", "transcript_path": str(chats / SESSION.name)}
+    args = ["capture", "gemini", "hook", f"--config={config}"]
+    stdout, stderr = run(args, tmp_path, json.dumps(payload), wrap=True)
+    assert stdout == "{}\n"
+    written = list((tmp_path / "ctxdb" / "landing" / "gemini_cli").rglob("*.jsonl"))
+    assert [p.relative_to(tmp_path).parts[3:] for p in written] == [
+        ("import", f"{SESSION.stem}.jsonl")
+    ]
+    assert loaded(stderr).isdisjoint([*HEAVY, "typer", "pydantic"])
+    _, stderr = run(
+        ["capture", "gemini", "hook", "--config", str(tmp_path / "none.json")], tmp_path
+    )
+    assert "none.json" in stderr
+
+
 def test_a_hook_help_and_a_mistyped_command_still_go_through_typer(tmp_path: Path) -> None:
     stdout, _ = run(["capture", "gemini", "hook", "--help"], tmp_path)
     assert "AfterAgent" in stdout
     _, stderr = run(["conversatons"], tmp_path)
     assert "No such command 'conversatons'" in stderr and "conversations" in stderr
     _, stderr = run(["capture", "gemini", "hook", "--now"], tmp_path)
-    assert "takes no arguments: --now" in stderr
+    assert "takes only --config FILE: --now" in stderr

@@ -333,9 +333,16 @@ def import_gemini(
 
 
 @gemini_app.command("hook")
-def gemini_hook_command() -> None:
+def gemini_hook_command(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Hook config written by claude-code install (skips the settings)."
+        ),
+    ] = None,
+) -> None:
     """Run from Gemini CLI's AfterAgent / SessionEnd hooks: import the payload's session."""
-    raise typer.Exit(hooks.gemini([]))
+    raise typer.Exit(hooks.gemini(["--config", str(config)] if config else []))
 
 
 @gemini_app.command("project")
