@@ -9,13 +9,23 @@ from __future__ import annotations
 
 import re
 import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import polars as pl
 import pytest
+from conftest_components import BROWSER, without
+from conftest_search import drop_indices
+from headless_chromium import PRESENT, chromium
 
+from ctxdb.auth.credentials import TokenStore
 from ctxdb.contract.identity import Principal
+from ctxdb.index.client import make_client
 from ctxdb.search import SearchRequest, SearchService
+from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, ROLE_ROWS_SCHEMA, TURN_LOGS, TURN_LOGS_SCHEMA
@@ -52,16 +62,40 @@ def test_source_md_names_exactly_the_files_there(host: str) -> None:
     assert [row for row in rows if not any(f.startswith(row) for f in files)] == []
 
 
+@dataclass(frozen=True)
+class RealMemory:
+    """The memory the README's commands built from every real session, and their steps."""
+
+    settings: Settings
+    steps: list[real_sessions.Step]
+
+
+@pytest.fixture(scope="module")
+def real_memory(
+    tmp_path_factory: pytest.TempPathFactory, es_base_settings: Settings
+) -> Iterator[RealMemory]:
+    """Built once per module through real `ctxdb` processes (its own home and index prefix)."""
+    prefix = f"t-real-{uuid.uuid4().hex[:10]}"
+    settings = es_base_settings.replace(
+        home=tmp_path_factory.mktemp("real-home"), elasticsearch={"index_prefix": prefix}
+    )
+    env = real_sessions.environment(settings.home, prefix, settings.elasticsearch.url)
+    steps = real_sessions.build(env, tmp_path_factory.mktemp("real-cwd"))
+    client = make_client(settings)
+    try:
+        yield RealMemory(settings, steps)
+    finally:
+        drop_indices(client, prefix)
+        client.close()
+
+
 @pytest.mark.es
 @pytest.mark.model
 @pytest.mark.slow
 def test_memory_job_succeeds_on_every_real_session_and_each_is_searchable(
-    settings: Settings, query_embedder, tmp_path: Path
+    real_memory: RealMemory, query_embedder
 ) -> None:
-    env = real_sessions.environment(
-        settings.home, settings.elasticsearch.index_prefix, settings.elasticsearch.url
-    )
-    steps = real_sessions.build(env, tmp_path)
+    settings, steps = real_memory.settings, real_memory.steps
     for step in steps:
         assert step.returncode == 0, f"ctxdb {' '.join(step.args)}:\n{step.output[-4000:]}"
     assert len(steps) == len(real_sessions.IMPORTS) + len(real_sessions.PIPELINE)
@@ -76,8 +110,6 @@ def test_memory_job_succeeds_on_every_real_session_and_each_is_searchable(
     conversations = rows.partition_by("conversation_id", as_dict=True)
     assert len(conversations) >= sum(len(sessions(host)) for host in HOSTS)
 
-    from ctxdb.index.client import make_client
-
     with make_client(settings) as client:
         service = SearchService(settings, client, query_embedder)
         missed = []
@@ -89,3 +121,39 @@ def test_memory_job_succeeds_on_every_real_session_and_each_is_searchable(
             if not service.search(owner, request).hits:
                 missed.append((conversation_id, query))
     assert not missed, f"imported sessions no search finds: {missed}"
+
+
+@pytest.mark.es
+@pytest.mark.slow
+@without(BROWSER, PRESENT)
+def test_every_hosts_interrupted_turn_shows_as_interrupted_in_chromium(
+    real_memory: RealMemory,
+) -> None:
+    """Issue 40's target: a real interrupted turn of each host (Claude Code, Codex CLI, Gemini
+    CLI) opened in the viewer in a real Chromium carries the "interrupted" badge."""
+    from selenium.webdriver.common.by import By
+    from test_viewer import serve, sign_in, wait_for
+
+    settings = real_memory.settings
+    assert all(step.returncode == 0 for step in real_memory.steps)
+    logs = DeltaStore(settings.delta_uri).read(TURN_LOGS, TURN_LOGS_SCHEMA)
+    cancelled = logs.filter(pl.col("status") == "cancelled").sort("conversation_id", "turn_id")
+    one_per_host = cancelled.unique("adapter", keep="first", maintain_order=True)
+    assert set(one_per_host["adapter"]) == {"claude_code", "codex", "gemini_cli"}
+    owner = one_per_host.row(0, named=True)
+    token = TokenStore(settings.tokens_path).issue(owner["user_id"], tenant=owner["tenant"])
+    driver = chromium("1280,900", {})
+    client = make_client(settings)
+    try:
+        for url in serve(create_app(settings, client, load_model=False)):
+            sign_in(driver, url, token)
+            wait_for(lambda: driver.find_element(By.ID, "app").is_displayed())
+            for turn in one_per_host.iter_rows(named=True):
+                conversation, turn_id = quote(turn["conversation_id"]), quote(turn["turn_id"])
+                driver.get(f"{url}/conversations/{conversation}/turns/{turn_id}")
+                wait_for(lambda: driver.find_elements(By.CSS_SELECTOR, "#turn-meta .badge"))
+                badge = driver.find_element(By.CSS_SELECTOR, "#turn-meta .badge").text
+                assert badge == "interrupted", (turn["adapter"], badge)
+    finally:
+        driver.quit()
+        client.close()
