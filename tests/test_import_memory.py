@@ -148,3 +148,31 @@ def test_gemini_hook_refuses_a_payload_over_its_bound(tmp_path: Path) -> None:
     code, _, output = ctxdb(["capture", "gemini", "hook"], home, json.dumps(payload).encode())
     assert code == 0
     assert [p.name for p in imported.iterdir()] == [f"{GEMINI.stem}.jsonl"]
+
+
+def test_a_reimport_rewrites_the_events_file_only_when_its_bytes_change(tmp_path: Path) -> None:
+    """The events file is streamed and compared with the one in place: an unchanged rollout
+    writes nothing (same file, no part file left), a shortened one replaces it with exactly what
+    a fresh import of the shortened rollout writes."""
+    rollout = tmp_path / CODEX.name
+    rollout.write_bytes(CODEX.read_bytes())
+    args = ["capture", "codex", "import", str(rollout), "--settle-s", "0"]
+    folder = tmp_path / "ctxdb" / "landing" / "codex" / "import"
+    written = folder / f"{CODEX.stem}.jsonl"
+    assert ctxdb(args, tmp_path)[0] == 0
+    first = written.stat()
+    code, _, output = ctxdb(args, tmp_path)
+    assert code == 0, output
+    assert "0 files written, 1 unchanged" in output
+    assert (written.stat().st_ino, written.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    lines = CODEX.read_bytes().splitlines(keepends=True)
+    rollout.write_bytes(b"".join(lines[: len(lines) // 2]))
+    code, _, output = ctxdb(args, tmp_path)
+    assert code == 0, output
+    assert "1 files written, 0 unchanged" in output
+    fresh = tmp_path / "fresh"
+    assert ctxdb(args, fresh)[0] == 0
+    expected = (fresh / "ctxdb" / "landing" / "codex" / "import" / written.name).read_bytes()
+    assert 0 < len(written.read_bytes()) < first.st_size
+    assert written.read_bytes() == expected
+    assert sorted(p.name for p in folder.iterdir()) == [written.name]
