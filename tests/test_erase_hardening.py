@@ -376,3 +376,32 @@ def test_finding_18_no_table_version_holds_erased_rows_even_after_a_kill_before_
     with pytest.raises(Exception, match="(?i)not found|no such file"):
         store.read(ROLE_ROWS, version=version)
     assert _owned(store, ROLE_ROWS, "globex") > 0
+
+
+def test_issue_41_finding_8_erasing_a_conversation_leaves_another_users_lines_naming_its_id(
+    store, es, ops_settings
+):
+    """Conversation ids come from clients: u0009's lines naming u0002's conversation id land in
+    quarantine (the conversation is u0002's). Erasing that conversation erases u0002's data and
+    leaves u0009's quarantined lines and landing bytes as they were."""
+    landing = Path(ops_settings.landing_uri)
+    landing.mkdir(parents=True, exist_ok=True)
+    owners = landing / "a-owner.jsonl"
+    write_jsonl(owners, [_event("c-shared", USER, "the owner's words")])
+    land(store, str(landing))
+    squatter = landing / "b-other.jsonl"
+    theirs = Turn("c-shared", "t9", tenant="acme", app="chat", user_id="u0009")
+    write_jsonl(squatter, [theirs.add("user.submission", {"text": "another user's words"})])
+    land(store, str(landing))
+    quarantined = store.read(QUARANTINED_EVENTS)
+    assert quarantined.height == 1 and "u0009" in quarantined["raw_line"][0]
+    kept = squatter.read_bytes()
+
+    report = erasure.erase(store, es, ops_settings, Scope("conversation_id", "c-shared"))
+
+    assert report.verified, report.message
+    assert "user_id 'u0002'" in report.message
+    assert store.read(RAW_TURN_EVENTS).filter(pl.col("conversation_id") == "c-shared").is_empty()
+    assert b"the owner's words" not in owners.read_bytes()
+    assert squatter.read_bytes() == kept
+    assert store.read(QUARANTINED_EVENTS)["raw_line"].to_list() == quarantined["raw_line"].to_list()

@@ -327,7 +327,7 @@ def _plan(
         log.info("erase: resuming %s", unfinished[0].run_id)
         return Plan.from_journal(store, unfinished[0]), None
     owners, es_error = _owners(store, es, settings, scope)
-    scope = resolve(scope, owners)
+    scope = _with_owner(store, resolve(scope, owners))
     identities = owners.filter(scope.expr()) if scope.tenant else owners.clear()
     rows = _scan(store, ROLE_ROWS, scope.expr(), ["row_id", "text_hash"])
     plan = Plan(
@@ -393,16 +393,33 @@ def storage_paths(plan: Plan) -> list[str]:
     return sorted(conversation_file_path(t, a, u, c) for t, a, u, c in rows)
 
 
+def _landed_owners(store: DeltaStore, scope: Scope) -> list[pl.DataFrame]:
+    """The (tenant, app, user_id, conversation_id) of `scope`'s rows in the content tables."""
+    return [
+        store.scan(table).filter(scope.expr()).select(OWNER).collect()
+        for table in CONTENT_TABLES
+        if set(OWNER) <= set(columns_of(store, table))
+    ]
+
+
+def _with_owner(store: DeltaStore, scope: Scope) -> Scope:
+    """A conversation scope with its owner named: the one user whose rows landed under that id
+    in the scope's tenant. Another user's lines that name the same id (quarantined as not theirs)
+    are then left to that user. Without exactly one landed owner the scope stays as it was."""
+    if scope.column != "conversation_id" or scope.owner is not None or scope.tenant is None:
+        return scope
+    empty = pl.DataFrame(schema=dict.fromkeys(OWNER, pl.String))
+    landed = pl.concat([empty, *(f.cast(pl.String) for f in _landed_owners(store, scope))])
+    users = landed["user_id"].drop_nulls().unique().to_list()
+    return scope.with_owner(users[0]) if len(users) == 1 else scope
+
+
 def _owners(
     store: DeltaStore, es: Elasticsearch | None, settings: Settings, scope: Scope
 ) -> tuple[pl.DataFrame, str | None]:
     """Every (tenant, app, user_id, conversation_id) where `scope`'s value is found: in the
     content tables, in quarantined lines that name their tenant, and in Elasticsearch."""
-    frames = [
-        store.scan(table).filter(scope.expr()).select(OWNER).collect()
-        for table in CONTENT_TABLES
-        if set(OWNER) <= set(columns_of(store, table))
-    ]
+    frames = _landed_owners(store, scope)
     if "raw_line" in columns_of(store, QUARANTINED_EVENTS):
         lines = (
             store.scan(QUARANTINED_EVENTS)
@@ -479,7 +496,7 @@ def _predicate(store: DeltaStore, table: str, plan: Plan) -> pl.Expr | None:
         return None
     conversations = pl.col("conversation_id").is_in(plan.conversations)
     if table == QUARANTINED_EVENTS:
-        return plan.scope.in_raw_line() | conversations.fill_null(False)
+        return plan.scope.in_raw_line() | (conversations.fill_null(False) & plan.scope.in_context())
     if table == ROW_EMBEDDINGS:
         return pl.col("row_id").is_in(plan.rows["row_id"].to_list())
     if table == EMBEDDINGS:

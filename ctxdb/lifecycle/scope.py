@@ -30,13 +30,19 @@ class Scope:
     value: str
     tenant: str | None = None
     app: str | None = None
+    owner: str | None = None
+    """For a conversation: the user who owns it (the first to land it). Conversation ids come
+    from clients, so another user's lines may name the same id; with the owner set, only the
+    owner's lines and rows are this scope."""
 
     def __post_init__(self) -> None:
         if self.column not in ("user_id", "conversation_id"):
             raise ValueError(f"cannot erase by {self.column!r}: use user_id or conversation_id")
         if not self.value or not self.value.strip():
             raise ValueError(f"an erasure needs a non-empty {self.column}")
-        for name in ("tenant", "app"):
+        if self.owner is not None and self.column != "conversation_id":
+            raise ValueError("only a conversation scope has an owner")
+        for name in ("tenant", "app", "owner"):
             given = getattr(self, name)
             if given is not None and not given.strip():
                 raise ValueError(f"an erasure's {name} must not be blank")
@@ -53,19 +59,36 @@ class Scope:
     def with_tenant(self, tenant: str) -> Scope:
         return replace(self, tenant=tenant)
 
+    def with_owner(self, owner: str) -> Scope:
+        return replace(self, owner=owner)
+
     def as_json(self) -> dict[str, str | None]:
-        return {"column": self.column, "value": self.value, "tenant": self.tenant, "app": self.app}
+        return {
+            "column": self.column,
+            "value": self.value,
+            "tenant": self.tenant,
+            "app": self.app,
+            "owner": self.owner,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, str | None]) -> Scope:
-        return cls(data["column"], data["value"], data.get("tenant"), data.get("app"))  # type: ignore[arg-type]
+        return cls(
+            data["column"],  # type: ignore[arg-type]
+            data["value"],  # type: ignore[arg-type]
+            data.get("tenant"),
+            data.get("app"),
+            data.get("owner"),
+        )
 
     def narrows(self, other: Scope) -> bool:
-        """True when `other` is this scope with tenant/app filled in where this one left them."""
+        """True when `other` is this scope with tenant/app/owner filled in where this one left
+        them."""
         return (
             (self.column, self.value) == (other.column, other.value)
             and self.tenant in (None, other.tenant)
             and self.app in (None, other.app)
+            and self.owner in (None, other.owner)
         )
 
     def fields(self) -> dict[str, str]:
@@ -73,7 +96,8 @@ class Scope:
         return {**self._context(), self.column: self.value}
 
     def _context(self) -> dict[str, str]:
-        return {k: v for k, v in (("tenant", self.tenant), ("app", self.app)) if v is not None}
+        given = (("tenant", self.tenant), ("app", self.app), ("user_id", self.owner))
+        return {k: v for k, v in given if v is not None}
 
     def covers(self, columns: list[str]) -> bool:
         """True when a table with `columns` can be filtered by this scope."""
@@ -94,14 +118,21 @@ class Scope:
 
     def in_raw_line(self) -> pl.Expr:
         """Matches a quarantined raw line (text) that names this scope's value and no other
-        tenant or app than the scope's."""
+        tenant, app or owner than the scope's."""
+        named = pl.col("raw_line").str.contains(_pattern(self.column, self.value))
+        return named & self.in_context()
+
+    def in_context(self) -> pl.Expr:
+        """Matches a quarantined raw line that names no other tenant, app or owner than the
+        scope's (a line that names none of them matches)."""
         line = pl.col("raw_line")
-        matched = line.str.contains(_pattern(self.column, self.value))
-        for name, value in self._context().items():
-            matched &= line.str.contains(_pattern(name, value)) | ~line.str.contains(
-                rf'"{name}"\s*:'
-            )
-        return matched
+        return pl.all_horizontal(
+            pl.lit(True),
+            *(
+                line.str.contains(_pattern(name, value)) | ~line.str.contains(rf'"{name}"\s*:')
+                for name, value in self._context().items()
+            ),
+        )
 
     def in_line(self, line: bytes) -> bool:
         """True when a landing-file line (bytes between two `\\n`) is an event of this scope: a
