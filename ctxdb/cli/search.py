@@ -30,6 +30,7 @@ from ctxdb.search.models import (
     ALL_TIME,
     DAYS_MAX,
     MIN_SCORE,
+    NO_ANSWER,
     MissingQuery,
     NotFound,
     SearchRequest,
