@@ -37,14 +37,19 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     project.mkdir()
     env = {**os.environ, "CTXDB_HOME": str(root), "CTXDB_CLAUDE_CODE_USER_ID": "ann"}
     env |= {"CTXDB_CLAUDE_CODE_TENANT": "acme", "CTXDB_CLAUDE_CODE_CONTEXT": "true"}
+    claude_code(env, "install", project)
+    return root, project, env
+
+
+def claude_code(env: dict[str, str], command: str, project: Path) -> None:
+    """`ctxdb capture claude-code install|uninstall --project PROJECT`, which must succeed."""
     done = subprocess.run(
-        [CTXDB, "capture", "claude-code", "install", "--project", str(project)],
+        [CTXDB, "capture", "claude-code", command, "--project", str(project)],
         env=env,
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    return root, project, env
 
 
 def session_start(settings_path: Path) -> list[dict]:
@@ -108,12 +113,6 @@ def test_a_project_excluded_from_capture_is_told_nothing(installed) -> None:
 
 def test_uninstall_removes_the_session_start_hook(installed, tmp_path: Path) -> None:
     root, project, env = installed
-    done = subprocess.run(
-        [CTXDB, "capture", "claude-code", "uninstall", "--project", str(project)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    claude_code(env, "uninstall", project)
     path = project / ".claude" / "settings.local.json"
     assert not path.exists() or "SessionStart" not in json.loads(path.read_text()).get("hooks", {})
