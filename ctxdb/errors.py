@@ -8,6 +8,11 @@ from pydantic import ValidationError
 MAX_CHARS = 500
 
 
+class SearchUnavailable(RuntimeError):
+    """Elasticsearch (the search indices or the shared token store) is unreachable or failed:
+    HTTP 503, CLI exit 3. Here, below every stage, so auth need not import search to raise it."""
+
+
 def validation_line(exc: ValidationError) -> str:
     """Each field and reason of a pydantic error, without the input it echoes."""
     problems = []

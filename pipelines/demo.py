@@ -16,7 +16,8 @@ import typer
 from dagster import DagsterInstance
 
 from assets.shards import all_shards_tags
-from ctxdb.auth.credentials import Authenticator, AuthError, Principal, open_token_store
+from ctxdb.auth.authenticate import Authenticator, open_token_store
+from ctxdb.auth.credentials import AuthError, Principal
 from ctxdb.cli.search import render_response
 from ctxdb.index.client import make_client
 from ctxdb.index.status import all_status
@@ -96,13 +97,13 @@ def demo_principal(settings: Settings, tenant: str, user_id: str) -> Principal:
     token_file = settings.tokens_path.with_name(f"demo-{user_id}.token")
     if token_file.exists():
         try:
-            return Authenticator(settings).authenticate(token_file.read_text().strip())
+            return Authenticator(settings, make_client).authenticate(token_file.read_text().strip())
         except AuthError:
             pass
-    token = open_token_store(settings).issue(user_id, tenant=tenant, label="make run")
+    token = open_token_store(settings, make_client).issue(user_id, tenant=tenant, label="make run")
     token_file.write_text(token)
     typer.echo(f"issued a search token for {user_id} in {token_file}")
-    return Authenticator(settings).authenticate(token)
+    return Authenticator(settings, make_client).authenticate(token)
 
 
 def search_demo(settings: Settings, tenant: str, user_id: str) -> None:

@@ -11,8 +11,10 @@ import jwt
 import pytest
 from pydantic import ValidationError
 
-from ctxdb.auth.credentials import BAD_TOKEN, Authenticator, AuthError, TokenStore, open_token_store
+from ctxdb.auth.authenticate import Authenticator, open_token_store
+from ctxdb.auth.credentials import BAD_TOKEN, AuthError, TokenStore
 from ctxdb.auth.es_tokens import ElasticsearchTokenStore
+from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 
@@ -47,7 +49,7 @@ def test_malformed_or_unknown_tokens_are_rejected(tmp_path, bad: str) -> None:
     store.issue("alice")
     with pytest.raises(AuthError):
         Authenticator(
-            Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json"})
+            Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json"}), make_client
         ).authenticate(bad)
     with pytest.raises(AuthError):
         store.verify(bad)
@@ -64,13 +66,13 @@ def test_revoked_token_stops_working(tmp_path) -> None:
 
 def test_the_file_store_is_the_default_and_the_setting_picks_elasticsearch(tmp_path) -> None:
     """Building a store reaches no cluster; CTXDB_AUTH_TOKEN_STORE names one of two stores."""
-    assert isinstance(Authenticator(Settings(home=tmp_path)).store, TokenStore)
+    assert isinstance(Authenticator(Settings(home=tmp_path), make_client).store, TokenStore)
     shared = Settings(
         home=tmp_path,
         elasticsearch={"index_prefix": "acme"},
         auth={"token_store": "elasticsearch", "token_cache_s": 0},
     )
-    store = open_token_store(shared)
+    store = open_token_store(shared, make_client)
     assert isinstance(store, ElasticsearchTokenStore)
     assert (store.index, store.cache_s) == ("acme-tokens", 0)
     with pytest.raises(ValidationError, match="token_store"):
@@ -79,7 +81,7 @@ def test_the_file_store_is_the_default_and_the_setting_picks_elasticsearch(tmp_p
 
 def test_missing_token_is_rejected(tmp_path) -> None:
     with pytest.raises(AuthError, match="missing"):
-        Authenticator(Settings(home=tmp_path)).authenticate(None)
+        Authenticator(Settings(home=tmp_path), make_client).authenticate(None)
 
 
 def _jwt_settings(tmp_path) -> Settings:
@@ -109,7 +111,7 @@ def _claims(**over) -> dict:
 def test_jwt_with_configured_key_gives_its_subject(tmp_path) -> None:
     settings = _jwt_settings(tmp_path)
     token = jwt.encode(_claims(), settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
-    principal = Authenticator(settings).authenticate(token)
+    principal = Authenticator(settings, make_client).authenticate(token)
     assert (principal.user_id, principal.tenant) == ("carol", "t9")
 
 
@@ -128,13 +130,13 @@ def test_invalid_jwts_are_rejected(tmp_path, claims: dict, key: str | None) -> N
     settings = _jwt_settings(tmp_path)
     token = jwt.encode(claims, key or settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
     with pytest.raises(AuthError):
-        Authenticator(settings).authenticate(token)
+        Authenticator(settings, make_client).authenticate(token)
 
 
 def test_unsigned_jwt_is_rejected(tmp_path) -> None:
     token = jwt.encode(_claims(), None, algorithm="none")
     with pytest.raises(AuthError):
-        Authenticator(_jwt_settings(tmp_path)).authenticate(token)
+        Authenticator(_jwt_settings(tmp_path), make_client).authenticate(token)
 
 
 def _token_settings(tmp_path, **auth) -> Settings:
@@ -148,7 +150,7 @@ def test_finding_22_every_bad_local_token_gets_the_same_401_message(tmp_path) ->
     alice, revoked = store.issue("alice", tenant="t1"), store.issue("bob", tenant="t1")
     store.revoke(revoked.split("_")[1])
     known_id = alice.split("_")[1]
-    authenticator = Authenticator(_token_settings(tmp_path))
+    authenticator = Authenticator(_token_settings(tmp_path), make_client)
     bad = {
         "wrong secret, known id": f"ctxdb_{known_id}_{'x' * 43}",
         "unknown id": f"ctxdb_{'0' * 16}_{'x' * 43}",
@@ -171,7 +173,7 @@ def test_finding_2_jwt_without_a_usable_tenant_claim_is_401(tmp_path, tenant) ->
     claims = {k: v for k, v in _claims(tenant=tenant).items() if v != "<missing>"}
     token = jwt.encode(claims, settings.auth.jwt_key.get_secret_value(), algorithm="HS256")
     with pytest.raises(AuthError, match="'tenant' is missing or not a tenant id"):
-        Authenticator(settings).authenticate(token)
+        Authenticator(settings, make_client).authenticate(token)
 
 
 def test_finding_2_jwt_without_tenant_only_where_tenants_are_not_required(tmp_path) -> None:
@@ -179,20 +181,22 @@ def test_finding_2_jwt_without_tenant_only_where_tenants_are_not_required(tmp_pa
     one_tenant = settings.replace(auth={"require_tenant": False})
     key = settings.auth.jwt_key.get_secret_value()
     missing = jwt.encode({k: v for k, v in _claims().items() if k != "tenant"}, key, "HS256")
-    principal = Authenticator(one_tenant).authenticate(missing)
+    principal = Authenticator(one_tenant, make_client).authenticate(missing)
     assert (principal.user_id, principal.tenant) == ("carol", None)
     with pytest.raises(AuthError, match="not a tenant id"):  # malformed is never dropped
-        Authenticator(one_tenant).authenticate(jwt.encode(_claims(tenant=["t1"]), key, "HS256"))
+        Authenticator(one_tenant, make_client).authenticate(
+            jwt.encode(_claims(tenant=["t1"]), key, "HS256")
+        )
 
 
 def test_finding_2_stored_token_without_tenant_is_401(tmp_path) -> None:
     store = TokenStore(tmp_path / "tokens.json")
     tenantless, scoped = store.issue("alice"), store.issue("alice", tenant="t1")
     with pytest.raises(AuthError, match="token has no tenant"):
-        Authenticator(_token_settings(tmp_path)).authenticate(tenantless)
-    assert Authenticator(_token_settings(tmp_path)).authenticate(scoped).tenant == "t1"
+        Authenticator(_token_settings(tmp_path), make_client).authenticate(tenantless)
+    assert Authenticator(_token_settings(tmp_path), make_client).authenticate(scoped).tenant == "t1"
     one_tenant = _token_settings(tmp_path, require_tenant=False)
-    assert Authenticator(one_tenant).authenticate(tenantless).tenant is None
+    assert Authenticator(one_tenant, make_client).authenticate(tenantless).tenant is None
     with pytest.raises(ValueError, match="blank"):
         store.issue("alice", tenant=" ")
 

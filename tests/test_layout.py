@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,58 @@ def test_the_check_catches_an_import_running_the_wrong_way(tmp_path: Path) -> No
         "landing/run.py -> ctxdb.record",
         "record/run.py -> ctxdb.search.service",
     ]
+
+
+def _module_name(path: Path, root: Path) -> str:
+    return ".".join(("ctxdb", *path.relative_to(root).with_suffix("").parts)).removesuffix(
+        ".__init__"
+    )
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the ctxdb modules it imports (`from pkg import mod` names the module itself)."""
+    modules = {_module_name(path, root): path for path in root.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def import_cycle(root: Path) -> list[str]:
+    """One cycle of module imports (at module level or inside functions), or [] when none."""
+    try:
+        list(graphlib.TopologicalSorter(import_graph(root)).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert import_cycle(CORE) == []
+
+
+def test_the_cycle_check_catches_a_function_level_cycle(tmp_path: Path) -> None:
+    (tmp_path / "auth").mkdir()
+    (tmp_path / "auth" / "a.py").write_text("from ctxdb.auth import b\n")
+    (tmp_path / "auth" / "b.py").write_text("def f():\n    from ctxdb.auth.a import x\n")
+    assert sorted(set(import_cycle(tmp_path))) == ["ctxdb.auth.a", "ctxdb.auth.b"]
+
+
+def test_auth_imports_neither_search_nor_index() -> None:
+    """Auth raises the shared `SearchUnavailable` (`ctxdb.errors`) and receives its
+    Elasticsearch client from the caller."""
+    imported = {
+        module for path in (CORE / "auth").rglob("*.py") for module in _imported_modules(path)
+    }
+    assert {m for m in imported if _stage(m) in ("search", "index")} == set()
 
 
 def test_top_level_holds_only_the_shared_base_beside_the_stages() -> None:

@@ -12,8 +12,9 @@ from conftest_search import CITATION, NOW, SearchEnv
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.backends import resolve_backend
 from ctxdb.embedding.runtime import backend_model_id
+from ctxdb.errors import SearchUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
-from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService, SearchUnavailable
+from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService
 from ctxdb.search.service import index_model_ids
 from ctxdb.settings import Settings
 

@@ -20,13 +20,12 @@ from conftest_ops import ensure_indices
 from conftest_ports import free_port_pair
 from fastapi.testclient import TestClient
 
+from ctxdb.auth.authenticate import Authenticator, open_token_store
 from ctxdb.auth.credentials import (
     BAD_TOKEN,
-    Authenticator,
     AuthError,
     TokenStore,
     TokenStoreUnavailable,
-    open_token_store,
 )
 from ctxdb.auth.es_tokens import MAPPING, ElasticsearchTokenStore, migrate, token_index
 from ctxdb.capture.claude_code.mcp_config import ensure_token, server_entry
@@ -60,10 +59,10 @@ def refused_within(check: Callable[[], bool], deadline_s: float) -> bool:
 
 def test_issue_verify_revoke_and_only_hashes_are_stored(settings: Settings) -> None:
     es_settings = es_store_settings(settings)
-    store = open_token_store(es_settings)
+    store = open_token_store(es_settings, make_client)
     assert isinstance(store, ElasticsearchTokenStore)
     token = store.issue("alice", tenant=TENANT, label="laptop")
-    principal = Authenticator(es_settings).authenticate(token)
+    principal = Authenticator(es_settings, make_client).authenticate(token)
     assert (principal.user_id, principal.tenant, principal.token_id) == (
         "alice",
         TENANT,
@@ -86,7 +85,7 @@ def test_issue_verify_revoke_and_only_hashes_are_stored(settings: Settings) -> N
 
 
 def test_unknown_tokens_are_refused_before_and_after_the_index_exists(settings: Settings) -> None:
-    store = open_token_store(es_store_settings(settings))
+    store = open_token_store(es_store_settings(settings), make_client)
     unknown = f"ctxdb_{'0' * 16}_{'x' * 43}"
     with pytest.raises(AuthError, match=BAD_TOKEN):  # no index yet
         store.verify(unknown)
@@ -103,7 +102,7 @@ def test_issue_41_finding_7_odd_ids_are_bad_tokens_and_a_damaged_record_is_unava
     600-character id finds no token; a stored record that fails validation is the store's
     fault (503), not a 500."""
     es_settings = es_store_settings(settings)
-    store = open_token_store(es_settings)
+    store = open_token_store(es_settings, make_client)
     alice = store.issue("alice", tenant=TENANT)
     with pytest.raises(AuthError, match=BAD_TOKEN):
         store.verify(f"ctxdb_{'a' * 5000}_{'x' * 43}")
@@ -128,8 +127,12 @@ def test_two_stores_share_tokens_and_a_revocation_reaches_the_other_within_the_c
     """Two stores (two servers' worth of caches) over one index: a token issued through one
     verifies on the other, and a revocation through one is refused by the other once its cached
     record expires (polled against a deadline of the cache time plus slack)."""
-    one = ElasticsearchTokenStore.from_settings(es_store_settings(settings, cache_s=1.0))
-    other = ElasticsearchTokenStore.from_settings(es_store_settings(settings, cache_s=1.0))
+    one = ElasticsearchTokenStore.from_settings(
+        es_store_settings(settings, cache_s=1.0), make_client(settings)
+    )
+    other = ElasticsearchTokenStore.from_settings(
+        es_store_settings(settings, cache_s=1.0), make_client(settings)
+    )
     token = one.issue("alice", tenant=TENANT)
     assert other.verify(token).user_id == "alice"  # now cached by `other`
     assert one.revoke(token_id(token)) is True
@@ -152,7 +155,9 @@ def test_migrate_copies_hashes_keeps_revocations_and_runs_again_as_a_no_op(
     files = TokenStore(settings.tokens_path)
     kept, revoked = files.issue("alice", tenant=TENANT), files.issue("bob", tenant=TENANT)
     files.revoke(token_id(revoked))
-    store = ElasticsearchTokenStore.from_settings(es_store_settings(settings))
+    store = ElasticsearchTokenStore.from_settings(
+        es_store_settings(settings), make_client(settings)
+    )
     assert migrate(files.tokens(), store) == (2, 0)
     assert store.verify(kept).user_id == "alice"
     with pytest.raises(AuthError, match=BAD_TOKEN):
@@ -171,7 +176,7 @@ def test_claude_code_token_goes_to_the_configured_store(settings: Settings) -> N
     capture = es_store_settings(settings).replace(claude_code={"user_id": "ann", "tenant": "t1"})
     path = ensure_token(capture)
     token = path.read_text().strip()
-    principal = ElasticsearchTokenStore.from_settings(capture).verify(token)
+    principal = ElasticsearchTokenStore.from_settings(capture, make_client(capture)).verify(token)
     assert (principal.user_id, principal.tenant) == ("ann", "t1")
     assert not capture.tokens_path.exists()
     assert ensure_token(capture) == path and path.read_text().strip() == token  # kept while valid
@@ -210,7 +215,9 @@ def test_cli_migrate_then_issue_and_revoke_against_elasticsearch(
     assert issued.returncode == 0, issued.stderr
     new = issued.stdout.strip()
     # No cache: the revocation below is made by another process and must be seen at once.
-    store = ElasticsearchTokenStore.from_settings(es_store_settings(settings, cache_s=0))
+    store = ElasticsearchTokenStore.from_settings(
+        es_store_settings(settings, cache_s=0), make_client(settings)
+    )
     assert (store.verify(old).user_id, store.verify(new).user_id) == ("alice", "bob")
     assert not (tmp_path / "other-machine" / "auth" / "tokens.json").exists()
     revoked = _ctxdb(["tokens", "revoke", token_id(old)], elsewhere)
@@ -231,12 +238,12 @@ def test_unreachable_cluster_is_a_503_never_an_accept_or_a_401(settings: Setting
     """The token store on a closed port (a real refused connection): the Authenticator raises
     TokenStoreUnavailable, the HTTP API answers 503 with its one-line error body, and the CLI
     exits 3 with one `error:` line; nothing is accepted or refused as a bad token."""
-    token = ElasticsearchTokenStore.from_settings(es_store_settings(settings)).issue(
-        "alice", tenant=TENANT
-    )
+    token = ElasticsearchTokenStore.from_settings(
+        es_store_settings(settings), make_client(settings)
+    ).issue("alice", tenant=TENANT)
     down = _closed_port_settings(settings)
     with pytest.raises(TokenStoreUnavailable, match="token store unavailable"):
-        Authenticator(down).authenticate(token)
+        Authenticator(down, make_client).authenticate(token)
     with TestClient(create_app(down, load_model=False)) as http:
         answer = http.get("/v1/conversations", headers={"Authorization": f"Bearer {token}"})
         assert answer.status_code == 503
@@ -261,7 +268,9 @@ def test_jwts_verify_without_the_token_store(settings: Settings) -> None:
     key = "s3cret-key-for-tests-only-0123456789"
     down = _closed_port_settings(settings).replace(auth={"jwt_key": key})
     claims = {"sub": "carol", "tenant": TENANT, "exp": int(time.time()) + 60}
-    principal = Authenticator(down).authenticate(jwt.encode(claims, key, algorithm="HS256"))
+    principal = Authenticator(down, make_client).authenticate(
+        jwt.encode(claims, key, algorithm="HS256")
+    )
     assert (principal.user_id, principal.tenant) == ("carol", TENANT)
 
 

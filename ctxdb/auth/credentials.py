@@ -1,17 +1,16 @@
-"""Principals and bearer-token authentication: a hashed token store, or JWTs with a set key.
+"""Bearer tokens and the local file store: the token format, its salted hash, and the checks
+every store shares.
 
 Tokens issued by a store look like `ctxdb_<id>_<secret>`; only `sha256(salt || secret)` is stored
 (the secret is 32 random bytes, so a fast hash is enough; comparison is constant-time). The store
 is a local JSON file (`TokenStore`, the embedded default) or an Elasticsearch index that several
 servers share (`ElasticsearchTokenStore` in `ctxdb.auth.es_tokens`); `CTXDB_AUTH_TOKEN_STORE`
-picks one (`open_token_store`). In the file store, issuing and revoking hold an exclusive `fcntl`
-lock on `<store>.lock` around the read-modify-write and replace the store atomically through a
-unique temporary file, so concurrent CLI runs neither lose tokens nor undo revocations, and a
-reader never sees a half-written file. Every failure of a stored token answers the same message,
-so the reply does not tell a known token id from an unknown one. A token with two dots is treated
-as a JWT when a verification key is configured. With `CTXDB_AUTH_REQUIRE_TENANT` (the default)
-every principal needs a tenant: a JWT without a usable tenant claim and a stored token issued
-without one are refused.
+picks one (`open_token_store` in `ctxdb.auth.authenticate`, which also verifies JWTs). In the file
+store, issuing and revoking hold an exclusive `fcntl` lock on `<store>.lock` around the
+read-modify-write and replace the store atomically through a unique temporary file, so concurrent
+CLI runs neither lose tokens nor undo revocations, and a reader never sees a half-written file.
+Every failure of a stored token answers the same message, so the reply does not tell a known
+token id from an unknown one.
 """
 
 from __future__ import annotations
@@ -30,12 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-import jwt
 from pydantic import BaseModel
 
 from ctxdb.contract.identity import Principal
-from ctxdb.search.models import SearchUnavailable
-from ctxdb.settings import Settings
+from ctxdb.errors import SearchUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -202,58 +199,3 @@ class TokenStore:
         """The principal of a valid, unrevoked token; AuthError (always `BAD_TOKEN`) otherwise."""
         token_id, secret = split_token(token)
         return check_token(self._load().get(token_id), token_id, secret)
-
-
-def open_token_store(settings: Settings) -> TokenStoreProtocol:
-    """The configured token store (`CTXDB_AUTH_TOKEN_STORE`): the local file, or the index
-    `<prefix>-tokens` on the configured cluster."""
-    if settings.auth.token_store == "elasticsearch":
-        from ctxdb.auth.es_tokens import ElasticsearchTokenStore
-
-        return ElasticsearchTokenStore.from_settings(settings)
-    return TokenStore(settings.tokens_path)
-
-
-class Authenticator:
-    """Turns a bearer token into a Principal: JWT when a key is configured, else the configured
-    token store."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.store = open_token_store(settings)
-
-    def _verify_jwt(self, token: str, key: str) -> Principal:
-        s = self.settings
-        try:
-            claims = jwt.decode(
-                token,
-                key,
-                algorithms=s.auth.jwt_algorithms,
-                audience=s.auth.jwt_audience,
-                issuer=s.auth.jwt_issuer,
-                options={"require": ["exp", s.auth.jwt_user_claim]},
-            )
-        except jwt.PyJWTError as exc:
-            raise AuthError(f"invalid JWT: {exc}") from exc
-        user_id = claims.get(s.auth.jwt_user_claim)
-        if not isinstance(user_id, str) or not user_id:
-            raise AuthError(f"JWT claim {s.auth.jwt_user_claim!r} is missing or empty")
-        tenant = claims.get(s.auth.jwt_tenant_claim)
-        if tenant is None and not s.auth.require_tenant:
-            return Principal(user_id=user_id)
-        if not isinstance(tenant, str) or not tenant.strip():
-            raise AuthError(f"JWT claim {s.auth.jwt_tenant_claim!r} is missing or not a tenant id")
-        return Principal(user_id=user_id, tenant=tenant)
-
-    def authenticate(self, token: str | None) -> Principal:
-        """The principal of a bearer token (JWT or local token); AuthError when it is missing,
-        does not verify, or has no tenant while tenants are required."""
-        if not token:
-            raise AuthError("missing bearer token")
-        key = self.settings.auth.jwt_key
-        if token.count(".") == 2 and key is not None:
-            return self._verify_jwt(token, key.get_secret_value())
-        principal = self.store.verify(token)
-        if self.settings.auth.require_tenant and not principal.tenant:
-            raise AuthError("token has no tenant (issue a new one with --tenant)")
-        return principal

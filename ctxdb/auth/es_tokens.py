@@ -41,7 +41,6 @@ from ctxdb.auth.credentials import (
 )
 from ctxdb.contract.identity import Principal
 from ctxdb.coordination.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
-from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 _KEYWORD = {"type": "keyword"}
@@ -95,11 +94,10 @@ class ElasticsearchTokenStore:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_settings(
-        cls, settings: Settings, client: Elasticsearch | None = None
-    ) -> ElasticsearchTokenStore:
+    def from_settings(cls, settings: Settings, client: Elasticsearch) -> ElasticsearchTokenStore:
+        """The store of the settings' prefix, cache time and replicas, on `client`."""
         return cls(
-            client or make_client(settings),
+            client,
             settings.elasticsearch.index_prefix,
             settings.auth.token_cache_s,
             settings.elasticsearch.replicas,

@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from ctxdb.auth.credentials import Authenticator, AuthError
+from ctxdb.auth.authenticate import Authenticator
+from ctxdb.auth.credentials import AuthError
 from ctxdb.capture.claude_code.turns import agent_for_project
 from ctxdb.cli.app import app
 from ctxdb.cli.search import TokenOpt
@@ -58,7 +59,7 @@ def mcp_command(
     settings = get_settings()
     secret = read_token(settings, token, token_file)
     try:
-        principal = Authenticator(settings).authenticate(secret)
+        principal = Authenticator(settings, make_client).authenticate(secret)
     except AuthError as exc:
         typer.echo(
             f"error: {exc} (set CTXDB_TOKEN, or pass --token-file; `ctxdb tokens issue` makes one)",

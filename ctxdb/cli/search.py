@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from ctxdb.auth.authenticate import Authenticator, open_token_store
 from ctxdb.auth.credentials import (
-    Authenticator,
     AuthError,
     Principal,
     TokenStore,
     TokenStoreUnavailable,
-    open_token_store,
 )
 from ctxdb.cli.app import app
 from ctxdb.contract.refs import RefError
-from ctxdb.errors import describe
+from ctxdb.errors import SearchUnavailable, describe
+from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     ALL_TIME,
     DAYS_MAX,
@@ -35,7 +35,6 @@ from ctxdb.search.models import (
     NotFound,
     SearchRequest,
     SearchResponse,
-    SearchUnavailable,
     TurnView,
     Weights,
     status_marker,
@@ -103,7 +102,7 @@ ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and c
 def _principal(settings: Settings, token: str | None) -> Principal:
     token = token or (settings.token.get_secret_value() if settings.token else None)
     try:
-        return Authenticator(settings).authenticate(token)
+        return Authenticator(settings, make_client).authenticate(token)
     except AuthError as exc:
         typer.echo(f"error: {exc} (pass --token or set CTXDB_TOKEN)", err=True)
         raise typer.Exit(1) from exc
@@ -360,14 +359,14 @@ def tokens_issue(
     if tenant is None and settings.auth.require_tenant:
         typer.echo("error: --tenant is required (CTXDB_AUTH_REQUIRE_TENANT is on)", err=True)
         raise typer.Exit(2)
-    store = open_token_store(settings)
+    store = open_token_store(settings, make_client)
     typer.echo(_run(lambda: store.issue(user, tenant=tenant, label=label)))
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
     """Revoke a token by its id (the part after `ctxdb_`)."""
-    store = open_token_store(get_settings())
+    store = open_token_store(get_settings(), make_client)
     if not _run(lambda: store.revoke(token_id)):
         typer.echo(f"error: no token {token_id!r}", err=True)
         raise typer.Exit(1)
@@ -383,7 +382,7 @@ def tokens_migrate() -> None:
 
     settings = get_settings()
     records = TokenStore(settings.tokens_path).tokens()
-    store = ElasticsearchTokenStore.from_settings(settings)
+    store = ElasticsearchTokenStore.from_settings(settings, make_client(settings))
     copied, present = _run(lambda: migrate(records, store))
     typer.echo(
         f"copied {copied} token(s) from {settings.tokens_path} to {store.index}"

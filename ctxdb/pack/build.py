@@ -11,12 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ctxdb.contract.identity import Principal
+from ctxdb.errors import SearchUnavailable
 from ctxdb.pack.fit import Candidate, candidate, fit, render
 from ctxdb.pack.items import STEPS_TURNS, related, sessions, timeline, unfinished, work
 from ctxdb.pack.memory import read_steps, read_turns
 from ctxdb.pack.models import ContextPack, ContextRequest
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
-from ctxdb.search.models import NotFound, SearchRequest, SearchResponse, SearchUnavailable
+from ctxdb.search.models import NotFound, SearchRequest, SearchResponse
 from ctxdb.storage.delta import DeltaStore
 
 Search = Callable[[Principal, SearchRequest, datetime], SearchResponse]

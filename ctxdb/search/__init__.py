@@ -2,7 +2,7 @@
 In: a SearchRequest and a Principal; out: fused hits, materialized turns and catalog listings.
 
 `SearchService` and `QueryEmbedder` load on first access: importing `ctxdb.search.models` (the
-request and response shapes, wanted by auth and the CLI) stays free of the search engine's client
+request and response shapes, wanted by the CLI) stays free of the search engine's client
 and the embedding stack.
 """
 
@@ -16,7 +16,6 @@ from ctxdb.search.models import (
     SearchHit,
     SearchRequest,
     SearchResponse,
-    SearchUnavailable,
 )
 
 if TYPE_CHECKING:
@@ -30,7 +29,6 @@ __all__ = [
     "SearchRequest",
     "SearchResponse",
     "SearchService",
-    "SearchUnavailable",
 ]
 
 

@@ -13,13 +13,13 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from ctxdb.contract.identity import Principal
+from ctxdb.errors import SearchUnavailable
 from ctxdb.search.filters import scope_filter, turn_filter, window_filter
 from ctxdb.search.models import (
     ConversationList,
     ConversationSummary,
     NotFound,
     SearchRequest,
-    SearchUnavailable,
 )
 
 TURN_ORDER_ASC = [{"started_at": "asc"}, {"turn_id": "asc"}]

@@ -32,10 +32,6 @@ class NotFound(LookupError):
     """The conversation, turn or ref does not exist for this principal (HTTP 404, never 403)."""
 
 
-class SearchUnavailable(RuntimeError):
-    """Elasticsearch is unreachable or failed (HTTP 503)."""
-
-
 class Weights(BaseModel):
     """Fusion weights; each is clamped to [0, 2]. None means the configured default."""
 

@@ -22,6 +22,7 @@ from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
+from ctxdb.errors import SearchUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.index.versions import alias_target, index_meta
@@ -47,7 +48,6 @@ from ctxdb.search.models import (
     SearchHit,
     SearchRequest,
     SearchResponse,
-    SearchUnavailable,
     TimelineTurn,
     TurnView,
 )

@@ -15,9 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ctxdb.auth.credentials import Authenticator, AuthError, Principal
+from ctxdb.auth.authenticate import Authenticator
+from ctxdb.auth.credentials import AuthError, Principal
 from ctxdb.contract.events import REF_MAX_CHARS, Ident, RefId
 from ctxdb.contract.refs import RefError
+from ctxdb.errors import SearchUnavailable
 from ctxdb.index.client import make_client
 from ctxdb.pack.build import build_pack
 from ctxdb.pack.models import ContextPack, ContextRequest
@@ -30,7 +32,6 @@ from ctxdb.search.models import (
     NotFound,
     SearchRequest,
     SearchResponse,
-    SearchUnavailable,
     TurnView,
 )
 from ctxdb.search.service import QueryEmbedder, SearchService, default_embedder
@@ -224,7 +225,7 @@ def create_app(
     app.state.service = SearchService(settings, client, embedder)
     app.state.resolver = Resolver(settings, client)
     app.state.store = DeltaStore.from_settings(settings)
-    app.state.authenticator = Authenticator(settings)
+    app.state.authenticator = Authenticator(settings, make_client)
     _add_error_handlers(app)
     for router in (health_router, search_router, files_router, viewer_router()):
         app.include_router(router)

@@ -37,9 +37,11 @@ from pydantic import AnyHttpUrl, ValidationError
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ctxdb.auth.credentials import Authenticator, AuthError, TokenStoreUnavailable
+from ctxdb.auth.authenticate import Authenticator
+from ctxdb.auth.credentials import AuthError, TokenStoreUnavailable
 from ctxdb.contract.identity import Principal
 from ctxdb.errors import validation_line
+from ctxdb.index.client import make_client
 from ctxdb.search.service import SearchService
 from ctxdb.serve.mcp_tools import Identify, MemoryTools, ProjectAgent
 from ctxdb.serve.resolve import Resolver
@@ -235,6 +237,6 @@ def serve_stdio(
     project_agent: ProjectAgent | None = None,
 ) -> None:
     """Serve MCP on stdin/stdout as the principal of `token` (until stdin closes)."""
-    identify = token_principal(Authenticator(settings), token)
+    identify = token_principal(Authenticator(settings, make_client), token)
     tools = MemoryTools(settings, service, resolver, identify, project_agent)
     build_server(tools).run("stdio")

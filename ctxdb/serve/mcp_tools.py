@@ -20,7 +20,7 @@ from ctxdb.auth.credentials import AuthError
 from ctxdb.contract.events import REF_MAX_CHARS, RefId
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError
-from ctxdb.errors import validation_line
+from ctxdb.errors import SearchUnavailable, validation_line
 from ctxdb.pack.build import build_pack
 from ctxdb.pack.models import DEFAULT_BUDGET, MAX_BUDGET, MIN_BUDGET, ContextPack, ContextRequest
 from ctxdb.search import lookups
@@ -34,7 +34,6 @@ from ctxdb.search.models import (
     Scope,
     SearchHit,
     SearchRequest,
-    SearchUnavailable,
     Target,
     TurnHit,
     TurnView,

@@ -81,8 +81,9 @@ def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
     the project is excluded from capture, `CTXDB_CLAUDE_CODE_EXCLUDE`)."""
     from datetime import UTC, datetime
 
-    from ctxdb.auth.credentials import Authenticator
+    from ctxdb.auth.authenticate import Authenticator
     from ctxdb.capture.claude_code.turns import agent_for_project
+    from ctxdb.index.client import make_client
     from ctxdb.pack.build import build_pack
     from ctxdb.pack.models import ContextRequest
     from ctxdb.settings import get_settings
@@ -94,7 +95,9 @@ def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
     capture = HookConfig.load(installed) if installed.is_file() else hook_config(settings)
     if capture.excludes(cwd):
         return ""  # an opted-out project is neither captured nor told its memory
-    principal = Authenticator(settings).authenticate(Path(token_file).read_text().strip())
+    principal = Authenticator(settings, make_client).authenticate(
+        Path(token_file).read_text().strip()
+    )
     request = ContextRequest(project=agent_for_project(cwd), budget=budget, max_chars=MAX_CHARS)
     pack = build_pack(principal, request, datetime.now(UTC), DeltaStore.from_settings(settings))
     return pack.text if any(item.ref for item in pack.items) else ""

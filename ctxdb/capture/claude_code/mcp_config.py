@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ctxdb.auth.credentials import AuthError, open_token_store
+from ctxdb.auth.authenticate import open_token_store
+from ctxdb.auth.credentials import AuthError
 from ctxdb.capture.claude_code.install import (
     Change,
     InstallError,
@@ -28,6 +29,7 @@ from ctxdb.capture.claude_code.install import (
     read_settings,
     write_settings,
 )
+from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 SERVER = "ctxdb"
@@ -43,7 +45,7 @@ def ensure_token(settings: Settings) -> Path:
     new token is issued and written (mode 600)."""
     config = hook_config(settings)
     path = token_path(settings)
-    store = open_token_store(settings)
+    store = open_token_store(settings, make_client)
     try:
         principal = store.verify(path.read_text().strip())
         if (principal.user_id, principal.tenant) == (config.user_id, config.tenant):
