@@ -13,6 +13,11 @@ class SearchUnavailable(RuntimeError):
     HTTP 503, CLI exit 3. Here, below every stage, so auth need not import search to raise it."""
 
 
+class ElasticsearchSetupError(Exception):
+    """Base of every error `ctxdb es` reports as one line and a non-zero exit: the embedded
+    node's (`ctxdb.node.errors`) and the configured cluster's (`ctxdb.index.errors`)."""
+
+
 def validation_line(exc: ValidationError) -> str:
     """Each field and reason of a pydantic error, without the input it echoes."""
     problems = []

@@ -35,7 +35,7 @@ from dagster import (
 )
 
 from assets.specs import WRITER_POOL, table_changes
-from ctxdb.index.errors import ElasticsearchSetupError
+from ctxdb.errors import ElasticsearchSetupError
 from ctxdb.index.health import check_cluster
 from ctxdb.lifecycle.compaction import compact_all, unbounded
 from ctxdb.lifecycle.erase import AmbiguousScope, Scope, erase

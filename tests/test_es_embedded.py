@@ -20,15 +20,15 @@ from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
-from ctxdb.index.errors import (
+from ctxdb.index.health import check_cluster, cluster_status
+from ctxdb.node import distribution, embedded
+from ctxdb.node.errors import (
     ChecksumError,
     JavaNotFoundError,
     MavenError,
     NodeStartError,
     PortInUseError,
 )
-from ctxdb.index.health import check_cluster, cluster_status
-from ctxdb.node import distribution, embedded
 from ctxdb.node.java import find_jdk, java_major
 from ctxdb.settings import Settings
 

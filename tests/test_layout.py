@@ -15,15 +15,17 @@ CORE = ROOT / "ctxdb"
 
 # The data path, bottom to top: a module may import its own stage and any stage below it.
 # `settings`, `text` and `errors` (a failure as one line, for the CLI and the pipelines' logs)
-# are the shared base; lifecycle, node, sample and capture sit above the serving stack;
-# coordination (lease, fencing) sits just above storage, auth and pack (the context pack) between
-# search and serve; the CLI is on top of everything.
+# are the shared base; lifecycle, sample and capture sit above the serving stack; coordination
+# (lease, fencing) and node (the embedded Elasticsearch node, which the index only reaches over
+# HTTP) sit just above storage, auth and pack (the context pack) between search and serve; the
+# CLI is on top of everything.
 RANK = {
     "settings": 0,
     "text": 0,
     "errors": 0,
     "storage": 1,
     "coordination": 2,
+    "node": 2,
     "contract": 3,
     "landing": 4,
     "record": 5,
@@ -34,7 +36,6 @@ RANK = {
     "pack": 9,
     "serve": 10,
     "lifecycle": 11,
-    "node": 11,
     "sample": 11,
     "capture": 11,
     "cli": 12,
@@ -147,6 +148,17 @@ def test_auth_imports_neither_search_nor_index() -> None:
         module for path in (CORE / "auth").rglob("*.py") for module in _imported_modules(path)
     }
     assert {m for m in imported if _stage(m) in ("search", "index")} == set()
+
+
+def test_node_imports_nothing_above_it() -> None:
+    """The embedded node (its errors included) sits below the index layer that talks to it."""
+    imported = {
+        _stage(module)
+        for path in (CORE / "node").rglob("*.py")
+        for module in _imported_modules(path)
+    }
+    assert RANK["node"] < RANK["index"]
+    assert {stage for stage in imported if stage and RANK[stage] > RANK["node"]} == set()
 
 
 def test_top_level_holds_only_the_shared_base_beside_the_stages() -> None:

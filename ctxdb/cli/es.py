@@ -10,7 +10,7 @@ import typer
 
 from ctxdb.cli.app import app
 from ctxdb.cli.errors import configure_logging
-from ctxdb.index.errors import ElasticsearchSetupError
+from ctxdb.errors import ElasticsearchSetupError
 from ctxdb.index.health import check_cluster, cluster_status
 from ctxdb.node import embedded
 from ctxdb.settings import get_settings

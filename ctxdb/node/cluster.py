@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ctxdb.index.errors import NodeStartError, PortInUseError
 from ctxdb.node import embedded
 from ctxdb.node.distribution import cache_root, ensure_home
 from ctxdb.node.embedded import EmbeddedNode
+from ctxdb.node.errors import NodeStartError, PortInUseError
 from ctxdb.node.java import find_jdk
 from ctxdb.settings import Settings
 

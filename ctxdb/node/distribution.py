@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ctxdb.index.errors import ChecksumError, EmbeddedNodeError, MavenError
+from ctxdb.node.errors import ChecksumError, EmbeddedNodeError, MavenError
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxdb.index.errors import NodeStartError, PortInUseError, SystemUserError
 from ctxdb.node.distribution import cache_root, ensure_home, file_lock, home_path
+from ctxdb.node.errors import NodeStartError, PortInUseError, SystemUserError
 from ctxdb.node.java import Jdk, find_jdk
 from ctxdb.settings import Settings
 

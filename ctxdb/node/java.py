@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxdb.index.errors import JavaNotFoundError
+from ctxdb.node.errors import JavaNotFoundError
 from ctxdb.settings import Settings
 
 log = logging.getLogger(__name__)
