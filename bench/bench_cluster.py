@@ -44,6 +44,13 @@ from cluster_stack import (  # noqa: E402
 from dagster import DagsterInstance, RunsFilter  # noqa: E402
 from dagster._core.instance.ref import InstanceRef  # noqa: E402
 from elasticsearch import Elasticsearch  # noqa: E402
+from local_cluster import (  # noqa: E402
+    LocalCluster,
+    kill_node,
+    restart_node,
+    start_cluster,
+    stop_cluster,
+)
 from run_shards import steps  # noqa: E402
 from server_processes import (  # noqa: E402
     RedisServer,
@@ -54,13 +61,6 @@ from server_processes import (  # noqa: E402
 from test_cluster_celery import memory_job, start_workers  # noqa: E402
 
 from ctxdb.index.mappings import ROWS, alias_name  # noqa: E402
-from ctxdb.node.cluster import (  # noqa: E402
-    LocalCluster,
-    kill_node,
-    restart_node,
-    start_cluster,
-    stop_cluster,
-)
 from ctxdb.sample.generate import generate_events, write_sample  # noqa: E402
 from ctxdb.settings import Settings, get_settings  # noqa: E402
 from ctxdb.storage.delta import DeltaStore  # noqa: E402

@@ -2,7 +2,7 @@
 session, started on first use and stopped when the session ends.
 
 - `es_cluster`: three Elasticsearch nodes from the embedded node's distribution
-  (`ctxdb.node.cluster`), run as the embedded node's system user under root;
+  (`local_cluster.py`), run as the embedded node's system user under root;
 - `s3_server`: `moto_server`, an S3 endpoint, with one bucket; each test's Delta tables and
   landing location live under `s3://<bucket>/<unique>/`;
 - `redis_server` (tests/conftest.py): Debian's `redis-server` (nothing persisted), the Celery
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 from cluster_stack import S3Server, free_ports, start_s3_server
+from local_cluster import LocalCluster, start_cluster, stop_cluster
 from server_processes import SERVER_START_S, stop_process
 
-from ctxdb.node.cluster import LocalCluster, start_cluster, stop_cluster
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings, get_settings
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from cluster_stack import SCRIPTS, build_records, ctxdb, environment
 from elasticsearch import Elasticsearch
+from local_cluster import LocalCluster, kill_node, restart_node
 from server_processes import start_process, stop_process
 
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
-from ctxdb.node.cluster import LocalCluster, kill_node, restart_node
 from ctxdb.node.embedded import EmbeddedNode
 from ctxdb.settings import Settings
 

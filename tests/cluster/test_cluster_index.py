@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from cluster_stack import build_records, ctxdb, table_rows
 from elasticsearch import Elasticsearch
+from local_cluster import LocalCluster
 
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
-from ctxdb.node.cluster import LocalCluster
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS
 

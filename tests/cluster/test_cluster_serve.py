@@ -14,9 +14,9 @@ import httpx
 import polars as pl
 import pytest
 from cluster_stack import SCRIPTS, build_records, ctxdb, environment, free_ports
+from local_cluster import LocalCluster
 from server_processes import start_process, stop_process, wait_ready
 
-from ctxdb.node.cluster import LocalCluster
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS

@@ -3,8 +3,9 @@
 Each node is an `EmbeddedNode` of its own HTTP port (its own config, data and logs under the
 cache, transport port = HTTP port + 100), run as the same system user under root; the nodes find
 each other through `discovery.seed_hosts` and elect the first master among
-`cluster.initial_master_nodes`. Used by the cluster test stack (tests/cluster) to prove replicas,
-fail-over and the index sync on more than one node; loopback only, security off.
+`cluster.initial_master_nodes`. Test support (here, not in ctxdb: only the cluster test stack and
+bench/bench_cluster.py use it) to prove replicas, fail-over and the index sync on more than one
+node; loopback only, security off.
 """
 
 from __future__ import annotations
