@@ -1,4 +1,5 @@
-"""Code health of the core package: no function in `ctxdb/` runs past 60 lines (issue 28).
+"""Code health: no function in `ctxdb/`, `assets/` or `pipelines/` runs past 60 lines (issue 28,
+issue 42), and each Dagster package says what enters and leaves it, as each ctxdb stage does.
 
 A function's length is counted from its `def` line to its last line (`ast` `end_lineno`), nested
 functions counted on their own as well as inside their parent.
@@ -9,8 +10,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "ctxdb"
+PACKAGES = ("ctxdb", "assets", "pipelines")
 MAX_LINES = 60
 
 
@@ -32,8 +36,23 @@ def long_functions(root: Path, limit: int) -> list[str]:
     return found
 
 
-def test_no_function_in_core_exceeds_the_limit() -> None:
-    assert long_functions(CORE, MAX_LINES) == []
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_function_exceeds_the_limit(package: str) -> None:
+    assert long_functions(ROOT / package, MAX_LINES) == []
+
+
+@pytest.mark.parametrize("package", ["assets", "pipelines"])
+def test_dagster_packages_say_what_enters_and_leaves(package: str) -> None:
+    """The package says its in and out (as `tests/test_layout.py` asks of each ctxdb stage), and
+    each of its modules opens with a docstring."""
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text()))
+    assert doc and "In:" in doc and "out:" in doc
+    silent = [
+        path.name
+        for path in sorted((ROOT / package).glob("*.py"))
+        if not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert silent == []
 
 
 def test_the_count_finds_a_long_function(tmp_path: Path) -> None:
