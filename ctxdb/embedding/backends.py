@@ -1,5 +1,6 @@
 """The configured embedder: torch (sentence-transformers) or ONNX Runtime fp32 / int8, or `auto`:
-the backend a memory already embeds with, ONNX Runtime fp32 for a new one."""
+the backend a memory already embeds with, ONNX Runtime fp32 for a new one. Models shipped as
+pinned jars (`registry.py`) run on ONNX Runtime only."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Callable, Collection, Sequence
 import numpy as np
 
 from ctxdb.embedding.model import Embedder, SentenceTransformerEmbedder
-from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder, backend_model_id
+from ctxdb.embedding.pinned import PinnedOnnxEmbedder
+from ctxdb.embedding.registry import model_spec
+from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder, backend_model_id, parse_model_id
 from ctxdb.embedding.stage import stored_model_ids
 from ctxdb.settings import EmbeddingSettings
 from ctxdb.storage.delta import DeltaStore
@@ -25,15 +28,20 @@ def resolve_backend(
     (ONNX fp32 first when several do), and for a new memory ONNX fp32 on the CPU, torch on any
     other device (the ONNX backend runs on the CPU only).
 
-    `auto` never re-embeds an existing memory: one built with torch stays on torch."""
+    `auto` never re-embeds an existing memory: one built with torch stays on torch. A model
+    that ships for some backends only (`registry.py`) gets one of those."""
+    spec = model_spec(model_name)
+    offered = [b for b in AUTO_PREFERENCE if spec is None or b in spec.backends]
     if backend != AUTO:
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}; expected auto or {BACKENDS}")
+        if backend not in offered:
+            raise ValueError(f"{model_name} does not run on {backend!r}; it runs on {offered}")
         return backend
-    stored = [b for b in AUTO_PREFERENCE if backend_model_id(model_name, b) in stored_ids]
+    stored = [b for b in offered if backend_model_id(model_name, b) in stored_ids]
     if stored:
         return stored[0]
-    return AUTO_PREFERENCE[0] if device == "cpu" else "torch"
+    return offered[0] if device == "cpu" or "torch" not in offered else "torch"
 
 
 def make_embedder(
@@ -42,12 +50,17 @@ def make_embedder(
     model_name: str | None = None,
     batch_size: int | None = None,
     stored_ids: Collection[str] = (),
-) -> SentenceTransformerEmbedder | OnnxEmbedder:
+) -> Embedder:
     """The embedder `settings.backend` names (CTXDB_EMBEDDING_BACKEND), loaded on first use;
     `stored_ids` are the model ids of the memory's vectors, which `auto` keeps to."""
     name = model_name or settings.model
     backend = resolve_backend(settings.backend, name, stored_ids, settings.device)
     size = batch_size or settings.batch_size
+    spec = model_spec(name)
+    if spec is not None and spec.backends.get(backend) is not None:
+        return PinnedOnnxEmbedder(
+            spec, backend, batch_size=size, threads=settings.threads, models_dir=settings.models_dir
+        )
     if backend == "torch":
         return SentenceTransformerEmbedder(
             name, batch_size=size, device=settings.device, threads=settings.threads
@@ -67,7 +80,7 @@ def memory_embedder(
     *,
     model_name: str | None = None,
     batch_size: int | None = None,
-) -> SentenceTransformerEmbedder | OnnxEmbedder:
+) -> Embedder:
     """The embedder for the memory in `store`: with `auto`, on the backend its vectors of the
     model already have."""
     name = model_name or settings.model
@@ -76,12 +89,13 @@ def memory_embedder(
 
 
 class MatchedEmbedder:
-    """The configured model on the backend the stored vectors were made with (for `auto`), for
-    a reader that cannot look at the Delta memory (search reads the live index instead).
+    """The model and backend the stored vectors were made with, for a reader that cannot look
+    at the Delta memory (search reads the live index instead): queries are embedded by the model
+    of the index they search, whatever the settings now name.
 
     `stored_ids` returns the model ids of the stored vectors (raising `EmbedderUnavailable`
     when it cannot tell). The choice is made at the first load that finds ids and kept until the
-    process restarts; before any vectors exist the default backend serves provisionally."""
+    process restarts; before any vectors exist the configured model serves provisionally."""
 
     def __init__(
         self,
@@ -92,7 +106,7 @@ class MatchedEmbedder:
     ) -> None:
         self.settings, self.stored_ids, self.batch_size = settings, stored_ids, batch_size
         self._current: Embedder | None = None
-        self._backend: str | None = None
+        self._choice: tuple[str, str] | None = None
         self._decided = False
         self._lock = threading.Lock()
 
@@ -111,16 +125,23 @@ class MatchedEmbedder:
     def dims(self) -> int:
         return self.inner.dims
 
+    def choice(self, stored: Collection[str]) -> tuple[str, str]:
+        """(model, backend) of the stored vectors, else the configured model on its backend."""
+        s = self.settings
+        if stored:
+            return parse_model_id(sorted(stored)[0])
+        return s.model, resolve_backend(s.backend, s.model, (), s.device)
+
     def load(self) -> None:
         with self._lock:
             if not self._decided:
                 stored = self.stored_ids()
-                s = self.settings
-                backend = resolve_backend(s.backend, s.model, stored, s.device)
-                if backend != self._backend:
-                    chosen = s.model_copy(update={"backend": backend})
+                choice = self.choice(stored)
+                if choice != self._choice:
+                    model, backend = choice
+                    chosen = self.settings.model_copy(update={"model": model, "backend": backend})
                     self._current = make_embedder(chosen, batch_size=self.batch_size)
-                    self._backend = backend
+                    self._choice = choice
                 self._decided = bool(stored)
         assert self._current is not None
         self._current.load()

@@ -36,6 +36,12 @@ def backend_model_id(model_name: str, backend: str) -> str:
     return model_name if backend == "torch" else f"{model_name}+{backend}"
 
 
+def parse_model_id(model_id: str) -> tuple[str, str]:
+    """(model name, backend) of a stored model id: the inverse of `backend_model_id`."""
+    name, _, backend = model_id.rpartition("+")
+    return (name, backend) if name and backend in BACKENDS else (model_id, "torch")
+
+
 def usable_cores() -> int:
     """Cores this process may run on."""
     try:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
 import os
 import shutil
-import subprocess
-import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,11 +12,18 @@ from pathlib import Path
 
 from ctxdb.node.errors import ChecksumError, EmbeddedNodeError, MavenError
 from ctxdb.settings import Settings
+from ctxdb.storage import artifacts
+from ctxdb.storage.artifacts import (
+    DigestMismatch,
+    LockTimeout,
+    MavenFetchError,
+    maven_copy,
+    verify_digest,
+)
 
 log = logging.getLogger(__name__)
 
 ARTIFACT = "org.elasticsearch.distribution.integ-test-zip:elasticsearch:{version}:zip"
-DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 ROOT_CACHE = Path("/var/lib/ctxdb-es")
 
 PINNED_SHA512: dict[str, str] = {
@@ -63,81 +66,33 @@ def expected_sha512(settings: Settings) -> str:
     return expected.strip().lower()
 
 
-def sha512_of(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha512").hexdigest()
-
-
 def verify_zip(path: Path, expected: str) -> None:
     """Raise ChecksumError unless the file at `path` has SHA-512 `expected`."""
-    actual = sha512_of(path)
-    if actual != expected:
-        raise ChecksumError(
-            f"{path} is corrupt: SHA-512 {actual[:16]}... but the pinned value is "
-            f"{expected[:16]}...; delete it and start again to download a fresh copy"
-        )
+    try:
+        verify_digest(path, expected, "sha512")
+    except DigestMismatch as exc:
+        raise ChecksumError(str(exc)) from exc
 
 
 @contextmanager
 def file_lock(path: Path, timeout: float) -> Iterator[None]:
     """Hold an exclusive lock on `path` (shared by processes); EmbeddedNodeError after `timeout`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout
-    with path.open("w") as handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise EmbeddedNodeError(
-                        f"another ctxdb process held {path} for {timeout:.0f} s"
-                    ) from None
-                time.sleep(0.5)
-        try:
+    try:
+        with artifacts.file_lock(path, timeout):
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    except LockTimeout as exc:
+        raise EmbeddedNodeError(str(exc)) from exc
 
 
 def download_zip(settings: Settings, target: Path) -> None:
     """Fetch the integ-test zip with `mvn dependency:copy` (Maven's local repository caches it)."""
-    mvn = shutil.which(settings.node.mvn)
-    if mvn is None:
-        raise MavenError(
-            f"Maven executable {settings.node.mvn!r} not found; install Maven "
-            "(apt-get install maven) or set CTXDB_ES_MVN"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
     artifact = ARTIFACT.format(version=settings.node.version)
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "-Dstyle.color=never",
-        f"{DEPENDENCY_PLUGIN}:copy",
-        f"-Dartifact={artifact}",
-        f"-DoutputDirectory={target.parent}",
-        "-Dmdep.overWriteReleases=true",
-    ]
     log.info("downloading %s with Maven", artifact)
+    hint = "install Maven (apt-get install maven) or set CTXDB_ES_MVN"
     try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=settings.node.download_timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise MavenError(
-            f"mvn did not fetch {artifact} within {settings.node.download_timeout_s:.0f} s"
-        ) from exc
-    if done.returncode != 0 or not target.is_file():
-        lines = (done.stdout + done.stderr).strip().splitlines()[-8:]
-        raise MavenError(
-            f"mvn could not fetch {artifact} (exit {done.returncode}):\n" + "\n".join(lines)
-        )
+        maven_copy(settings.node.mvn, artifact, target, settings.node.download_timeout_s, hint)
+    except MavenFetchError as exc:
+        raise MavenError(str(exc)) from exc
 
 
 def ensure_zip(settings: Settings, cache: Path) -> Path:

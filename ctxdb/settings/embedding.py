@@ -15,7 +15,11 @@ class EmbeddingSettings(GroupSettings):
 
     model_config = group_config("CTXDB_EMBEDDING_")
 
-    model: str = Field(default="all-MiniLM-L6-v2")
+    model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description="Embedding model: all-MiniLM-L6-v2, bge-small-en-v1.5 (ctxdb/embedding/"
+        "registry.py), or a local sentence-transformers directory.",
+    )
     batch_size: int = Field(default=64)
     dims: int = Field(default=384)
     device: str = Field(default="cpu", description="torch device of the embedder.")
@@ -37,6 +41,11 @@ class EmbeddingSettings(GroupSettings):
         " vector cache in one parallel step per shard (asset embedding_prefill; 0: never)."
         " Unset: 2000 in a code location whose executor sends steps to workers (Celery),"
         " never in the default one, whose steps share one machine's cores.",
+    )
+    models_dir: Path | None = Field(
+        default=None,
+        description="Where models shipped as Maven jars are fetched and unpacked"
+        " (default: $XDG_CACHE_HOME/ctxdb/models).",
     )
     onnx_cache_dir: Path | None = Field(
         default=None,
