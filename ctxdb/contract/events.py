@@ -28,6 +28,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, from_json
 
+from ctxdb.contract.projects import PROJECT_MAX_CHARS
+
 SCHEMA_VERSION = 1
 MAX_EVENT_BYTES = 256 * 1024
 """Largest accepted raw line (UTF-8 bytes); longer lines are quarantined as `oversize`."""
@@ -106,7 +108,9 @@ class Payload(BaseModel):
 
 
 class TurnStarted(Payload):
-    pass
+    project: str | None = Field(default=None, min_length=1, max_length=PROJECT_MAX_CHARS)
+    """The turn's project, for a coding host: the git root of its working folder, else the folder
+    (`ctxdb.contract.projects.project_of`)."""
 
 
 class TurnClosed(Payload):

@@ -30,7 +30,7 @@ STEMMED = ["text", "anchors_text", "context"]
 """The document fields whose words `stems` holds."""
 ROW_FIELDS = [f for f in rows_mapping()["properties"] if f not in {"stems", "embedding"}]
 TURN_FIELDS = list(turns_mapping()["properties"])
-LATER_TURN_LOG_COLUMNS = ("status", "error_type")
+LATER_TURN_LOG_COLUMNS = ("status", "error_type", "project")
 """TurnLog columns added after tables were first written: null in a TurnLog derived before."""
 
 
@@ -52,8 +52,9 @@ def row_base(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> pl.Da
     status = statuses.filter(pl.col("model_id") == model_id).select(
         "row_id", pl.col("text_hash").alias("_status_hash"), "embedding_status"
     )
-    if "context" not in rows.columns:  # a table derived before the column existed
-        rows = rows.with_columns(pl.lit(None, pl.String).alias("context"))
+    missing = [c for c in ("context", "project") if c not in rows.columns]
+    if missing:  # a table derived before the columns existed
+        rows = rows.with_columns(pl.lit(None, pl.String).alias(c) for c in missing)
     return with_fingerprint(
         rows.join(status, on="row_id", how="left")
         .with_columns(

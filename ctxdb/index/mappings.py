@@ -54,6 +54,7 @@ def rows_mapping(dims: int = 384, vector_index: str = DEFAULT_VECTOR_INDEX) -> d
         "properties": {
             "row_id": _KEYWORD,
             **_identity(),
+            "project": _KEYWORD,
             "role": _KEYWORD,
             "target": _KEYWORD,
             "tags": _KEYWORD,
@@ -90,6 +91,7 @@ def turns_mapping() -> dict[str, Any]:
         "dynamic": "strict",
         "properties": {
             **_identity(),
+            "project": _KEYWORD,
             "adapter": _KEYWORD,
             "recording_kind": _KEYWORD,
             "title": {"type": "keyword", "ignore_above": 1024},

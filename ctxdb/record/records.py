@@ -119,6 +119,21 @@ def build_turns(events: ClosedEvents) -> list[Turn]:
         turn = assemble_turn(rows[start:end], facts, columns, payloads)
         start = end
         turns.append(turn)
+    return fill_projects(turns)
+
+
+def fill_projects(turns: list[Turn]) -> list[Turn]:
+    """Give each turn without a `project` its conversation's first known one (by start time):
+    turns captured before their host recorded projects get it when their conversation is
+    derived again (a resumed session, `ctxdb derive --full`). A batch holds whole conversations."""
+    first: dict[tuple[str, ...], str] = {}
+    for turn in sorted(turns, key=lambda t: (t.started_at, t.turn_id)):
+        if turn.project is not None:
+            key = (turn.tenant, turn.app, turn.user_id, turn.conversation_id)
+            first.setdefault(key, turn.project)
+    for turn in turns:
+        if turn.project is None:
+            turn.project = first.get((turn.tenant, turn.app, turn.user_id, turn.conversation_id))
     return turns
 
 

@@ -344,10 +344,7 @@ def asked_context(rows: pl.DataFrame) -> pl.Series:
         rows.group_by(turn)
         .agg(
             pl.col("ts").min().alias("_start"),
-            answer.str.extract_all(_QUESTION)
-            .list.last()
-            .str.strip_chars(_CLOSERS)
-            .alias("_asked"),
+            answer.str.extract_all(_QUESTION).list.last().str.strip_chars(_CLOSERS).alias("_asked"),
         )
         .sort([*OWNER, "_start", "turn_id"])
         .with_columns(pl.col("_asked").shift(1).over(OWNER).alias("_asked"))
@@ -376,7 +373,7 @@ def role_rows_frame(turns: Sequence[Turn], settings: Settings, now: datetime) ->
     if not rows:
         return empty(ROLE_ROWS_SCHEMA)
     columns = {name: [row[name] for row in rows] for name in rows[0]}
-    columns |= {name: [getattr(turns[n], name) for n in owners] for name in IDENTITY}
+    columns |= {name: [getattr(turns[n], name) for n in owners] for name in [*IDENTITY, "project"]}
     data = from_columns(columns, ROLE_ROWS_SCHEMA, micros=("ts",))
     data = data.with_columns(
         asked_context(data) if settings.derive_asked_context else pl.lit("").alias("context")

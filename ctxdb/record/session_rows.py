@@ -60,7 +60,10 @@ def session_rows_frame(rows: pl.DataFrame, titles: Mapping[str, str] | None = No
         .agg(
             pl.col("title").first(),
             pl.col("message").str.join("\n").alias("body"),
-            *(pl.col(c).get(last) for c in ("turn_id", "ts", "path", "ref", "derived_at")),
+            *(
+                pl.col(c).get(last)
+                for c in ("turn_id", "ts", "path", "ref", "derived_at", "project")
+            ),
             pl.col("expires_at").max(),
         )
     )

@@ -44,6 +44,7 @@ def turn_logs_frame(
         "tokens_in": [t.tokens["in"] if t.tokens else None for t in turns],
         "tokens_out": [t.tokens["out"] if t.tokens else None for t in turns],
         "model": [t.model for t in turns],
+        "project": [t.project for t in turns],
         "feedback_summary": [to_json(t.feedback).decode() if t.feedback else None for t in turns],
         "title": [titles.get(t.conversation_id) for t in turns],
     }

@@ -175,6 +175,7 @@ class Turn:
     status: str
     error_type: str | None
     model: str | None
+    project: str | None
     started_at: int
     ended_at: int
     last_event_at: int
@@ -624,6 +625,7 @@ def assemble_turn(
         status=status,
         error_type=error_type,
         model=drafted.model,
+        project=payloads[started].get("project"),
         started_at=ts[started],
         ended_at=ts[closed],
         last_event_at=facts["last_ts"],

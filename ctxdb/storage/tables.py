@@ -55,6 +55,8 @@ ROLE_ROWS_SCHEMA = pa.schema(
         # what the model reads before `text` (a user row: the question it answers); null or ""
         # when none, and in rows derived before the column existed
         pa.field("context", pa.string()),
+        # the turn's project (TurnLog `project`); null when unknown or derived before it existed
+        pa.field("project", pa.string()),
     ]
 )
 
@@ -243,6 +245,8 @@ TURN_LOGS_SCHEMA = pa.schema(
         pa.field("tokens_in", pa.int64()),
         pa.field("tokens_out", pa.int64()),
         pa.field("model", pa.string()),  # the model of the turn's last completion naming one
+        # a coding host's project: the git root of the turn's cwd, else the cwd (null when unknown)
+        pa.field("project", pa.string()),
         pa.field("feedback_summary", pa.string()),  # JSON {count,last_ts,last_reaction,...}
         pa.field("title", pa.string()),
         pa.field("expires_at", TS, nullable=False),

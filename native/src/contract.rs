@@ -142,7 +142,10 @@ fn list_of(items: &Given<Vec<Str>>, max_items: usize, max_chars: usize) -> bool 
 }
 
 #[derive(Deserialize)]
-struct Empty {}
+struct TurnStarted<'a> {
+    #[serde(borrow, default)]
+    project: Option<Str<'a>>,
+}
 
 #[derive(Deserialize)]
 struct TurnClosed<'a> {
@@ -389,7 +392,8 @@ fn payload_ok(kind: &str, payload: &str) -> bool {
         return false;
     }
     match kind {
-        "turn.started" => decode::<Empty>(payload).is_some(),
+        "turn.started" => decode::<TurnStarted>(payload)
+            .is_some_and(|p| p.project.as_ref().is_none_or(|s| chars(s, 1, 4096))),
         "turn.closed" => decode::<TurnClosed>(payload).is_some_and(|p| {
             p.status.0.as_ref().is_none_or(|s| one_of(s, &["ok", "error", "cancelled"]))
         }),

@@ -2,9 +2,11 @@
 
 Mapping (docs/capture.md): conversation = Claude Code session; a turn = a real user prompt
 through the last assistant text before the next prompt; each tool use = one `chat.step`;
-thinking is never recorded; the project directory (the session's first `cwd`) is the `agent`, so
-search can be scoped per project. The completion carries the model that answered and the tokens
-of the turn's API messages (each message's `usage` once, however many lines repeat it).
+thinking is never recorded; the session's first `cwd` is the `agent`, and each turn's
+`turn.started` carries its `project` (`ctxdb.contract.projects.project_of` of the prompt's `cwd`:
+the git root, else the folder), so search and the context pack can be scoped per project. The
+completion carries the model that answered and the tokens of the turn's API messages (each
+message's `usage` once, however many lines repeat it).
 
 Ids are derived from the transcript, never from the clock: `turn_id` is the prompt line's
 `uuid`, event ids are `cc-<turn_id>-start|prompt|answer|close` and `cc-<tool_use_id>` for a step.
@@ -45,6 +47,7 @@ from ctxdb.capture.claude_code.transcript import (
     Record,
 )
 from ctxdb.contract.private import strip_private, strip_private_open
+from ctxdb.contract.projects import agent_for_project, project_of
 
 ADAPTER = "claude_code"
 SCHEMA_VERSION = 1
@@ -63,9 +66,6 @@ TRUNCATED = " [truncated]"
 
 _REF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,127}$")
 _NOT_IDENT = re.compile(r"[^A-Za-z0-9_\-@.:+]+")
-_NOT_SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
-_DRIVE = re.compile(r"^[a-z](?=:([\\/]|$))")
-"""A Windows drive letter written in lower case (`e:\\AI`): one project whatever its case."""
 
 
 class Identity(NamedTuple):
@@ -91,20 +91,6 @@ def ident(raw: str, default: str = "unknown") -> str:
     """A tenant/app/agent/user value the contract accepts (`/`, spaces... become `-`)."""
     value = _NOT_IDENT.sub("-", raw).lstrip("-_@.:+")[:128]
     return value or default
-
-
-def agent_for_project(path: str | None) -> str:
-    """The agent id of a project directory: its path with separators as `-`
-    (`/home/ann/src/shop` -> `home-ann-src-shop`); long paths keep their tail behind a hash. A
-    Windows drive letter counts in upper case (`e:\\AI` and `E:\\AI` are both `E-AI`)."""
-    if not path:
-        return "unknown-project"
-    path = _DRIVE.sub(lambda drive: drive[0].upper(), path)
-    slug = _NOT_SLUG.sub("-", path).strip("-.")
-    slug = re.sub(r"^[^A-Za-z0-9]+", "", slug) or "root"
-    if len(slug) > 128:
-        slug = f"{_digest(path)[:8]}-{slug[-119:].lstrip('-._')}"
-    return slug
 
 
 def utc_now() -> str:
@@ -294,8 +280,9 @@ class TurnMapper:
         }
         prompt = {"text": _cut(self.clean(text), SUBMISSION_CHARS), "event_type": "prompt"}
         prompt["arrived_at"] = ts
+        project = project_of(cwd or self.state["project"])
         return [
-            self._event("turn.started", "start", ts, {}),
+            self._event("turn.started", "start", ts, {"project": project} if project else {}),
             fit(self._event("user.submission", "prompt", ts, prompt), "text"),
         ]
 

@@ -8,7 +8,8 @@ totals for the session). `response_item` lines carry what the model saw and did:
 (role user: the prompt plus injected context such as AGENTS.md and `<environment_context>`,
 never read here; role assistant: `output_text` blocks), `function_call` / `custom_tool_call`
 with their `*_output` (linked by `call_id`), `web_search_call`, and `reasoning` (never recorded).
-`turn_context` names the `model` of the turns after it (carried by their answers); `compacted`
+`turn_context` names the `model` of the turns after it (carried by their answers) and their
+folder (`cwd`, whose git root is the turn's project); `compacted`
 and the other `event_msg` types carry nothing a turn needs.
 
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
@@ -98,6 +99,7 @@ class RolloutReader:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.cwd: str | None = None
+        self.turn_cwd: str | None = None
         self.saw_meta = False
         self.turn_id: str | None = None
         self.prompted: str | None = None
@@ -120,13 +122,15 @@ class RolloutReader:
         elif line.get("type") == "turn_context":
             if isinstance(payload.get("model"), str) and payload["model"]:
                 self.model = payload["model"]
+            if isinstance(payload.get("cwd"), str) and payload["cwd"]:
+                self.turn_cwd = payload["cwd"]
         elif line.get("type") == "event_msg":
             yield from self._event(number, payload, ts)
         elif line.get("type") == "response_item":
             yield from self._item(number, payload, ts)
 
     def _common(self, ts: str | None) -> dict[str, Any]:
-        return {"ts": ts, "session_id": self.session_id, "cwd": self.cwd}
+        return {"ts": ts, "session_id": self.session_id, "cwd": self.turn_cwd or self.cwd}
 
     def _answer(self, ts: str | None, **fields: Any) -> Record:
         """An assistant record (text or tool calls) of the current model."""
