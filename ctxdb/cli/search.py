@@ -25,7 +25,6 @@ from ctxdb.auth.credentials import (
 from ctxdb.cli.app import app
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import SearchUnavailable, describe
-from ctxdb.index.client import make_client
 from ctxdb.search.models import (
     ALL_TIME,
     DAYS_MAX,
@@ -42,6 +41,8 @@ from ctxdb.search.models import (
 from ctxdb.settings import Settings, get_settings
 
 if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
     from ctxdb.search.service import SearchService
 
 T = TypeVar("T")
@@ -99,10 +100,18 @@ DaysOpt = Annotated[
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")]
 
 
+def _connect(settings: Settings) -> Elasticsearch:
+    """The Elasticsearch client, imported only when a command needs one: a token command on the
+    file store loads no client package."""
+    from ctxdb.index.client import make_client
+
+    return make_client(settings)
+
+
 def _principal(settings: Settings, token: str | None) -> Principal:
     token = token or (settings.token.get_secret_value() if settings.token else None)
     try:
-        return Authenticator(settings, make_client).authenticate(token)
+        return Authenticator(settings, _connect).authenticate(token)
     except AuthError as exc:
         typer.echo(f"error: {exc} (pass --token or set CTXDB_TOKEN)", err=True)
         raise typer.Exit(1) from exc
@@ -359,14 +368,14 @@ def tokens_issue(
     if tenant is None and settings.auth.require_tenant:
         typer.echo("error: --tenant is required (CTXDB_AUTH_REQUIRE_TENANT is on)", err=True)
         raise typer.Exit(2)
-    store = open_token_store(settings, make_client)
+    store = open_token_store(settings, _connect)
     typer.echo(_run(lambda: store.issue(user, tenant=tenant, label=label)))
 
 
 @tokens_app.command("revoke")
 def tokens_revoke(token_id: str) -> None:
     """Revoke a token by its id (the part after `ctxdb_`)."""
-    store = open_token_store(get_settings(), make_client)
+    store = open_token_store(get_settings(), _connect)
     if not _run(lambda: store.revoke(token_id)):
         typer.echo(f"error: no token {token_id!r}", err=True)
         raise typer.Exit(1)
@@ -382,7 +391,7 @@ def tokens_migrate() -> None:
 
     settings = get_settings()
     records = TokenStore(settings.tokens_path).tokens()
-    store = ElasticsearchTokenStore.from_settings(settings, make_client(settings))
+    store = ElasticsearchTokenStore.from_settings(settings, _connect(settings))
     copied, present = _run(lambda: migrate(records, store))
     typer.echo(
         f"copied {copied} token(s) from {settings.tokens_path} to {store.index}"

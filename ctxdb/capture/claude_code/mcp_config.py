@@ -29,7 +29,6 @@ from ctxdb.capture.claude_code.install import (
     read_settings,
     write_settings,
 )
-from ctxdb.index.client import make_client
 from ctxdb.settings import Settings
 
 SERVER = "ctxdb"
@@ -43,6 +42,8 @@ def token_path(settings: Settings) -> Path:
 def ensure_token(settings: Settings) -> Path:
     """The token file of the capture user: kept while its token is valid for that user, else a
     new token is issued and written (mode 600)."""
+    from ctxdb.index.client import make_client  # the client package loads only when needed
+
     config = hook_config(settings)
     path = token_path(settings)
     store = open_token_store(settings, make_client)
