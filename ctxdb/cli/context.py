@@ -9,7 +9,6 @@ a bare id.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from ctxdb.cli.app import app
 from ctxdb.cli.search import JsonOpt, TokenOpt, _principal, _run, _service
+from ctxdb.contract.projects import resolve_project
 from ctxdb.contract.refs import RefError, parse_ref
 from ctxdb.errors import validation_line
 from ctxdb.pack.models import DEFAULT_BUDGET, ContextRequest
@@ -33,14 +33,6 @@ def conversation_id(value: str) -> str:
     return ref.conversation_id
 
 
-def project_agent(value: str) -> str:
-    """The agent id of a project folder (as its captured turns carry it), or `value` itself."""
-    from ctxdb.capture.claude_code.turns import agent_for_project
-
-    folder = Path(value).expanduser()
-    return agent_for_project(str(folder.absolute())) if folder.is_dir() else value
-
-
 @app.command("context")
 def context_command(
     conversation: Annotated[
@@ -48,7 +40,8 @@ def context_command(
         typer.Option("--conversation", help="Reload a conversation (conv:conversation:ID or ID)."),
     ] = None,
     project: Annotated[
-        str | None, typer.Option("--project", help="A project folder or its agent id.")
+        str | None,
+        typer.Option("--project", help="A project folder (its git root counts) or an agent id."),
     ] = None,
     budget: Annotated[int, typer.Option(help="Most tokens the pack holds.")] = DEFAULT_BUDGET,
     query: Annotated[
@@ -67,7 +60,7 @@ def context_command(
     try:
         request = ContextRequest(
             conversation_id=_run(lambda: conversation_id(conversation)) if conversation else None,
-            project=project_agent(project) if project else None,
+            project=resolve_project(project) if project else None,
             budget=budget,
             query=query,
         )

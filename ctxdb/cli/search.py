@@ -23,6 +23,7 @@ from ctxdb.auth.credentials import (
     TokenStoreUnavailable,
 )
 from ctxdb.cli.app import app
+from ctxdb.contract.projects import resolve_project
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import SearchUnavailable, describe
 from ctxdb.search.models import (
@@ -56,6 +57,10 @@ TokenOpt = Annotated[
     str | None, typer.Option("--token", help="Bearer token (default: CTXDB_TOKEN).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="Only this project's turns: a folder (its git root counts)."),
+]
 QueryArg = Annotated[str, typer.Argument(help="What to look for (blank with --since/--until).")]
 TargetOpt = Annotated[
     list[str] | None,
@@ -193,6 +198,13 @@ def render_turn(view: TurnView) -> str:
     return "\n".join(lines)
 
 
+def _shown(response: SearchResponse, as_json: bool) -> str:
+    """What `ctxdb search` prints: the response as JSON, or as text."""
+    if as_json:
+        return response.model_dump_json(indent=2, exclude_none=True)
+    return render_response(response)
+
+
 def _search_request(fields: dict[str, Any]) -> SearchRequest:
     """The request of `ctxdb search`, the model checking the CLI's strings (scope, targets)
     against its literal types; a bad one is an `error:` line and exit status 2."""
@@ -211,6 +223,7 @@ def search(
     snippet: Annotated[list[str] | None, typer.Option("--snippet", help="Snippet targets.")] = None,
     conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
     agent: Annotated[str | None, typer.Option()] = None,
+    project: ProjectOpt = None,
     since: Annotated[datetime | None, typer.Option(help="Window start (ISO time).")] = None,
     until: Annotated[datetime | None, typer.Option(help="Window end (ISO time).")] = None,
     first: Annotated[bool, typer.Option("--first", help="First turn of --conversation.")] = False,
@@ -236,6 +249,7 @@ def search(
     """Hybrid conversation search (or a catalog lookup with --first/--last/--nth/--since)."""
     settings = get_settings()
     caller = _principal(settings, token)
+    weights = Weights(semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency)
     request = _search_request(
         dict(
             query=query,
@@ -244,14 +258,13 @@ def search(
             snippets=list(snippet) if snippet else None,
             conversation_id=conversation,
             agent=agent,
+            project=resolve_project(project) if project else None,
             since=since,
             until=until,
             ordinal=1 if first else -1 if last else nth,
             top_k=top_k,
             days=days,
-            weights=Weights(
-                semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency
-            ),
+            weights=weights,
             rrf_k=rrf_k,
             diversity=diversity,
             answers_first=answers_first,
@@ -262,8 +275,7 @@ def search(
         )
     )
     response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
-    shown = response.model_dump_json(indent=2, exclude_none=True) if as_json else None
-    typer.echo(shown or render_response(response))
+    typer.echo(_shown(response, as_json))
 
 
 @app.command()

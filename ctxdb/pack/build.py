@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ctxdb.contract.identity import Principal
+from ctxdb.contract.projects import looks_like_folder
 from ctxdb.errors import SearchUnavailable
 from ctxdb.pack.fit import Candidate, candidate, fit, render
 from ctxdb.pack.items import STEPS_TURNS, related, sessions, timeline, unfinished, work
@@ -44,6 +45,8 @@ def _search_request(request: ContextRequest) -> SearchRequest:
             conversation_id=request.conversation_id,
             top_k=RELATED,
         )
+    if request.project is not None and looks_like_folder(request.project):
+        return SearchRequest(query=request.query, project=request.project, top_k=RELATED)
     if request.project is not None:
         return SearchRequest(
             query=request.query, scope="agent", agent=request.project, top_k=RELATED

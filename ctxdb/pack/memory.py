@@ -1,7 +1,7 @@
 """What a pack is built from, read from Delta inside the principal's identity: the live turns
-(TurnLog accounting, catalog texts, titles) of one conversation, one project or the whole user,
-and the steps rows of a few of them. Nothing outside `user_id` (and `tenant` when the principal
-has one) is read; expired rows (`expires_at <= now`) are left out."""
+(TurnLog accounting, catalog texts, titles) of one conversation, one project (`project_filter`)
+or the whole user, and the steps rows of a few of them. Nothing outside `user_id` (and `tenant`
+when the principal has one) is read; expired rows (`expires_at <= now`) are left out."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from datetime import datetime
 import polars as pl
 
 from ctxdb.contract.identity import Principal
+from ctxdb.contract.projects import agent_for_project, looks_like_folder
 from ctxdb.pack.models import ContextRequest
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -35,13 +36,22 @@ TURN_COLUMNS = [
 ]
 
 
+def project_filter(project: str) -> pl.Expr:
+    """The rows of a project: a folder matches the rows recorded with it as `project`, and rows
+    recorded without a project (before the column existed, or a host that gives none) under its
+    agent id (`agent_for_project`); anything else is an agent id."""
+    if not looks_like_folder(project):
+        return pl.col("agent") == project
+    agent = (pl.col("agent") == agent_for_project(project)) & pl.col("project").is_null()
+    return (pl.col("project") == project) | agent
+
+
 def _mine(principal: Principal, request: ContextRequest, now: datetime) -> pl.Expr:
-    """The identity boundary, the request's scope and liveness, as one filter."""
+    """The identity boundary, liveness and the request's conversation, as one filter (the
+    project is applied to TurnLogs alone: `read_turns`)."""
     keep = (pl.col("user_id") == principal.user_id) & (pl.col("expires_at") > now)
     if principal.tenant:
         keep &= pl.col("tenant") == principal.tenant
-    if request.project is not None:
-        keep &= pl.col("agent") == request.project
     if request.conversation_id is not None:
         keep &= pl.col("conversation_id") == request.conversation_id
     return keep
@@ -59,7 +69,10 @@ def _scan(
     if store.table(table) is None:
         return pl.DataFrame()
     with store.guarded(table, "open"):
-        lazy = store.scan(table).filter(where)
+        lazy = store.scan(table)
+        if "project" not in lazy.collect_schema().names():  # derived before the column existed
+            lazy = lazy.with_columns(pl.lit(None, pl.String).alias("project"))
+        lazy = lazy.filter(where)
         have = set(lazy.collect_schema().names())
         wanted = [pl.col(c) if c in have else pl.lit(None, pl.String).alias(c) for c in columns]
         return lazy.select(*wanted, pl.col(stamp).alias("updated_at")).collect()
@@ -70,15 +83,17 @@ def read_turns(
 ) -> pl.DataFrame:
     """The live turns in scope, one row each (TURN_COLUMNS), oldest first."""
     where = _mine(principal, request, now)
+    scoped = where if request.project is None else where & project_filter(request.project)
     logs = _scan(
         store,
         TURN_LOGS,
-        where,
+        scoped,
         [*KEY, "turn_id", "started_at", "ended_at", "status", "error_type", "title"],
     )
     if logs.is_empty():
         return pl.DataFrame(schema={c: pl.String for c in TURN_COLUMNS})
     logs = logs.sort("updated_at").unique([*KEY, "turn_id"], keep="last").drop("updated_at")
+    where &= pl.col("conversation_id").is_in(logs["conversation_id"].unique().to_list())
     catalog = _scan(
         store, TURN_CATALOG, where, [*KEY, "turn_id", "first_user_text", "last_assistant_text"]
     )

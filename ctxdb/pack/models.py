@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ctxdb.contract.events import Ident, RefId
+from ctxdb.contract.events import RefId
+from ctxdb.contract.projects import PROJECT_MAX_CHARS
 
 PackScope = Literal["conversation", "project", "user"]
 Section = Literal["header", "related", "unfinished", "sessions", "work", "turns"]
@@ -26,9 +27,12 @@ class ContextRequest(BaseModel):
     conversation_id: RefId | None = Field(
         default=None, description="Reload one conversation: newest turns whole, older as titles."
     )
-    project: Ident | None = Field(
+    project: str | None = Field(
         default=None,
-        description="The project's agent id (`ctxdb capture claude-code project DIR` prints it).",
+        min_length=1,
+        max_length=PROJECT_MAX_CHARS,
+        description="A project: its folder as recorded (a coding host's git root, the TurnLog"
+        " `project`; turns recorded without one count by the folder's agent id), or an agent id.",
     )
     budget: int = Field(
         default=DEFAULT_BUDGET,

@@ -41,12 +41,15 @@ def live_filter(now: datetime) -> dict[str, Any]:
 
 
 def scope_filter(request: SearchRequest) -> list[dict[str, Any]]:
-    """Conversation id for scope=conversation, agent for scope=agent (or when given)."""
+    """Conversation id for scope=conversation, agent for scope=agent (or when given), and the
+    project when given."""
     clauses: list[dict[str, Any]] = []
     if request.scope == "conversation" or (request.conversation_id and request.ordinal):
         clauses.append({"term": {"conversation_id": request.conversation_id}})
     if request.agent:
         clauses.append({"term": {"agent": request.agent}})
+    if request.project:
+        clauses.append({"term": {"project": request.project}})
     return clauses
 
 

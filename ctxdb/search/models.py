@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxdb.contract.events import Ident, RefId
+from ctxdb.contract.projects import PROJECT_MAX_CHARS
 from ctxdb.record.turns import TurnStatus
 
 Scope = Literal["conversation", "user", "agent"]
@@ -73,6 +74,13 @@ class SearchRequest(BaseModel):
     )
     agent: Ident | None = Field(
         default=None, description="Required for scope=agent; else a filter."
+    )
+    project: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=PROJECT_MAX_CHARS,
+        description="Only turns of this project: a coding host's git root of the turn's folder,"
+        " else the folder, as recorded (the TurnLog `project`).",
     )
     since: datetime | None = Field(
         default=None, description="Window start (inclusive); without a UTC offset it is UTC."

@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError
 from ctxdb.auth.credentials import AuthError
 from ctxdb.contract.events import REF_MAX_CHARS, RefId
 from ctxdb.contract.identity import Principal
+from ctxdb.contract.projects import PROJECT_MAX_CHARS, resolve_project
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import SearchUnavailable, validation_line
 from ctxdb.pack.build import build_pack
@@ -208,6 +209,15 @@ class MemoryTools:
             str | None,
             Field(description="Only this agent's turns (an agent id, or a project folder path)."),
         ] = None,
+        project: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=PROJECT_MAX_CHARS,
+                description="Only this project's turns: its folder (the git root counts), as"
+                " captured.",
+            ),
+        ] = None,
         targets: TargetsArg = None,
         since: Annotated[
             datetime | None, Field(description="Only turns at or after (ISO time).")
@@ -231,6 +241,7 @@ class MemoryTools:
                 scope=scope or ("conversation" if conversation_id else "user"),
                 conversation_id=conversation_id,
                 agent=self._agent(project_or_agent),
+                project=resolve_project(project) if project else None,
                 targets=targets or SearchRequest().targets,
                 since=since,
                 until=until,
@@ -480,7 +491,10 @@ class MemoryTools:
         ] = None,
         project_or_agent: Annotated[
             str | None,
-            Field(description="This project's memory (agent id or project folder path)."),
+            Field(
+                description="This project's memory: its folder (the git root counts) or an"
+                " agent id."
+            ),
         ] = None,
         budget: Annotated[
             int, Field(ge=MIN_BUDGET, le=MAX_BUDGET, description="Most tokens the pack holds.")
@@ -497,7 +511,7 @@ class MemoryTools:
             principal = self.identify()
             request = ContextRequest(
                 conversation_id=conversation_id,
-                project=self._agent(project_or_agent),
+                project=resolve_project(project_or_agent) if project_or_agent else None,
                 budget=budget,
                 query=query,
             )

@@ -4,8 +4,9 @@ at all.
 `ctxdb capture claude-code install` adds it when `CTXDB_CLAUDE_CODE_CONTEXT` is true (matcher
 `startup|resume|clear|compact`); uninstall removes it with the other ctxdb hooks. Claude Code runs
 `ctxdb capture claude-code context --token-file F --budget N --timeout S` with the memory's
-settings in its environment; the hook reads the payload on stdin, builds the pack of the project
-its `cwd` is recorded under (`agent_for_project`), as the user of the token file (the capture
+settings in its environment; the hook reads the payload on stdin, builds the pack of its `cwd`'s
+project (`ctxdb.contract.projects.project_of`, the value capture records; turns recorded before
+projects count by the folder's agent id), as the user of the token file (the capture
 user's token, the one the MCP server runs as), and prints
 
     {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "<pack>"}}
@@ -82,7 +83,7 @@ def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
     from datetime import UTC, datetime
 
     from ctxdb.auth.authenticate import Authenticator
-    from ctxdb.capture.claude_code.turns import agent_for_project
+    from ctxdb.contract.projects import agent_for_project, project_of
     from ctxdb.index.client import make_client
     from ctxdb.pack.build import build_pack
     from ctxdb.pack.models import ContextRequest
@@ -98,7 +99,8 @@ def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
     principal = Authenticator(settings, make_client).authenticate(
         Path(token_file).read_text().strip()
     )
-    request = ContextRequest(project=agent_for_project(cwd), budget=budget, max_chars=MAX_CHARS)
+    project = project_of(cwd) or agent_for_project(cwd)
+    request = ContextRequest(project=project, budget=budget, max_chars=MAX_CHARS)
     pack = build_pack(principal, request, datetime.now(UTC), DeltaStore.from_settings(settings))
     return pack.text if any(item.ref for item in pack.items) else ""
 
