@@ -31,7 +31,7 @@ from ctxdb.embedding.registry import (
 from ctxdb.embedding.runtime import parse_model_id
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.sync import sync_live
-from ctxdb.search.service import default_embedder, index_model_ids
+from ctxdb.search.service import ModelQueryEmbedder, default_embedder, index_model_ids
 from ctxdb.settings import EmbeddingSettings
 
 pytestmark = pytest.mark.model
@@ -156,3 +156,18 @@ def test_queries_are_embedded_by_the_model_of_the_index(
     query = default_embedder(bge, es).embed_query(texts[1])
     assert query is not None
     assert float(np.dot(query, onnx_minilm.encode(texts[1:2])[0])) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_query_instruction_is_prepended_to_queries_only(models_dir: Path) -> None:
+    """bge-small ships without one (it measured worse on chat); a model given one embeds
+    queries with it, never stored texts."""
+    instruction = "Represent this sentence for searching relevant passages: "
+    spec = replace(BGE_SMALL, query_instruction=instruction)
+    embedder = PinnedOnnxEmbedder(spec, "onnx", batch_size=1, models_dir=models_dir)
+    query = ModelQueryEmbedder(embedder).embed_query("where is the cabin")
+    assert query is not None
+    with_instruction, plain = embedder.encode(
+        [instruction + "where is the cabin", "where is the cabin"]
+    )
+    assert float(np.dot(query, with_instruction)) == pytest.approx(1.0, abs=1e-5)
+    assert float(np.dot(query, plain)) < 0.999

@@ -107,6 +107,7 @@ ENVIRONMENT = {
     "CTXDB_EMBEDDING_THREADS": ("embedding", "threads", "3", 3),
     "CTXDB_EMBEDDING_PREFILL_MIN_TEXTS": ("embedding", "prefill_min_texts", "500", 500),
     "CTXDB_EMBEDDING_ONNX_CACHE_DIR": ("embedding", "onnx_cache_dir", "/srv/o", Path("/srv/o")),
+    "CTXDB_EMBEDDING_MODELS_DIR": ("embedding", "models_dir", "/srv/m", Path("/srv/m")),
     "CTXDB_SEARCH_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
     "CTXDB_SEARCH_RRF_K": ("search", "rrf_k", "20", 20),
     "CTXDB_SEARCH_WEIGHT_SEMANTIC": ("search", "weight_semantic", "0.9", 0.9),

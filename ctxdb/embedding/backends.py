@@ -125,6 +125,10 @@ class MatchedEmbedder:
     def dims(self) -> int:
         return self.inner.dims
 
+    @property
+    def query_instruction(self) -> str:
+        return str(getattr(self.inner, "query_instruction", ""))
+
     def choice(self, stored: Collection[str]) -> tuple[str, str]:
         """(model, backend) of the stored vectors, else the configured model on its backend."""
         s = self.settings

@@ -100,7 +100,8 @@ class ModelQueryEmbedder:
         except EmbedderUnavailable as exc:
             log.warning("embedding model unavailable: %s", exc)
             return None
-        vector = tuple(float(x) for x in self.embedder.encode([text])[0])
+        instruction = getattr(self.embedder, "query_instruction", "")  # the model's, if any
+        vector = tuple(float(x) for x in self.embedder.encode([instruction + text])[0])
         if self.cache_size > 0:
             with self._lock:
                 self._cache[text] = vector
@@ -142,9 +143,8 @@ def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
 
 
 def index_matched_embedder(settings: Settings, client: Elasticsearch) -> MatchedEmbedder:
-    """The configured model on the backend the live index's vectors were made with (for the
-    `auto` backend, `MatchedEmbedder`); while the node cannot be reached the semantic arm is
-    left out."""
+    """The model and backend the live index's vectors were made with (`MatchedEmbedder`);
+    while the node cannot be reached the semantic arm is left out."""
     from ctxdb.embedding.backends import MatchedEmbedder  # the model stack: semantic search only
 
     def stored_ids() -> set[str]:
@@ -157,12 +157,13 @@ def index_matched_embedder(settings: Settings, client: Elasticsearch) -> Matched
 
 
 def default_embedder(settings: Settings, client: Elasticsearch | None = None) -> QueryEmbedder:
-    """The configured model on the backend that embedded the rows (with `auto`, the one the live
-    index records, read through `client`), loaded on the first query."""
-    from ctxdb.embedding.backends import AUTO, make_embedder
+    """The model and backend that embedded the rows the live index holds (read through
+    `client`), whatever the settings now name; the configured ones without a client or before
+    the first build. Loaded on the first query."""
+    from ctxdb.embedding.backends import make_embedder
 
     embedder: Embedder
-    if settings.embedding.backend == AUTO and client is not None:
+    if client is not None:
         embedder = index_matched_embedder(settings, client)
     else:
         embedder = make_embedder(settings.embedding, batch_size=1)
