@@ -19,6 +19,7 @@ from conftest_ops import (
     write_embeddings,
     write_turn_files,
 )
+from frozen_listener import frozen_listener
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -347,3 +348,35 @@ def test_issue_41_finding_13_an_erasure_elasticsearch_did_not_finish_ends_with_a
     assert done.stderr.startswith("error: Erasure of user 'u1'") and "es_pending" in done.stderr
     for table in CONTENT:
         assert _rows_for(store, table, "user_id", "u1") == 0, table
+
+
+def test_issue_41_finding_13_an_erasure_against_a_frozen_node_stops_asking_it(
+    store, es, ops_settings, monkeypatch
+):
+    """The Elasticsearch here is a frozen stand-in (a loopback listener that accepts and never
+    answers, as a SIGSTOPped node does). The erasure's first request times out; it asks nothing
+    more of that node (one connection in all: no retry, no later step connecting again), leaves
+    the Elasticsearch deletes pending, finishes Delta, and ends with one `error:` line naming
+    the node and exit 1. The sweep then finishes the deletes on the real node."""
+    run_pipeline(store, es, ops_settings, {"a": (4, datetime.now(UTC))})
+    user = store.read(ROLE_ROWS)["user_id"].sort()[0]
+    prefix = ops_settings.elasticsearch.index_prefix
+    assert _es_count(es, prefix, ROWS, "user_id", user) > 0
+    _register_all()
+    monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
+    monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", prefix)
+    with frozen_listener() as frozen:
+        monkeypatch.setenv("ELASTICSEARCH_URL", frozen.url)
+        done = CliRunner().invoke(app, ["erase", "--user", user])
+        connections = frozen.connections
+
+    assert connections == 1
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: Erasure of user")
+    assert "es_pending" in done.stderr and frozen.url in done.stderr
+    for table in CONTENT:
+        assert _rows_for(store, table, "user_id", user) == 0, table
+    assert store.read(RETENTION_PENDING).height > 0
+    assert retention.sweep(store, es, ops_settings).status == "ok"
+    for kind in (ROWS, TURNS):
+        assert _es_count(es, prefix, kind, "user_id", user) == 0

@@ -22,6 +22,7 @@ from conftest_ops import (
     write_embeddings,
     write_turn_files,
 )
+from frozen_listener import frozen_listener
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -208,6 +209,23 @@ def test_elasticsearch_down_leaves_ids_pending_until_next_run(store, es, ops_set
     assert es_ids(es, ops_settings.elasticsearch.index_prefix, ROWS) == set(
         store.read(ROLE_ROWS)["row_id"]
     )
+
+
+def test_issue_41_finding_13_a_sweep_against_a_frozen_node_stops_asking_it(store, es, ops_settings):
+    """The Elasticsearch here is a frozen stand-in (a loopback listener that accepts and never
+    answers). The sweep's first request times out; it opens no other connection, purges Delta
+    and the files, and leaves the Elasticsearch ids pending with the node named in its error."""
+    _, files = _seed(store, es, ops_settings)
+    with frozen_listener() as frozen:
+        down = ops_settings.replace(elasticsearch={"url": frozen.url, "request_timeout": 1})
+        report = retention.sweep(store, make_client(down), down)
+        connections = frozen.connections
+
+    assert connections == 1
+    assert report.status == "es_pending" and report.es_pending == 10
+    assert frozen.url in (report.error or "")
+    assert store.read(ROLE_ROWS).height == 15
+    assert not any(p.exists() for p in files[:10])
 
 
 def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):

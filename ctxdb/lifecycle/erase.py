@@ -37,6 +37,7 @@ import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.coordination.lease import optional_writer_lease_for
+from ctxdb.index.client import failing_fast
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import history, journal, landing_lines
 from ctxdb.lifecycle.journal import JournalRun
@@ -229,7 +230,11 @@ def erase(
 ) -> EraseReport:
     """Erase `scope` everywhere, verify, and append a counts-only report row (holding the writer
     lease while Elasticsearch answers). A dry run reports what would go, per store, and changes
-    nothing. AmbiguousScope when the id exists in several tenants and none was named."""
+    nothing. AmbiguousScope when the id exists in several tenants and none was named.
+
+    Elasticsearch is asked through `failing_fast(es)`: after its first connection failure or
+    timeout the run asks it nothing more and leaves its deletes pending for the next sweep."""
+    es = failing_fast(es)
     if dry_run:
         return _erase(store, es, settings, scope, dry_run=True)
     with optional_writer_lease_for(es, settings, "erase"):

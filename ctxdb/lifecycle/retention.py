@@ -47,6 +47,7 @@ from deltalake import write_deltalake
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.coordination.lease import optional_writer_lease_for
+from ctxdb.index.client import failing_fast
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import journal
 from ctxdb.lifecycle.compaction import maintain_state, vacuum_all
@@ -473,7 +474,9 @@ def sweep(
     vacuum_hours: int | None = None,
 ) -> RetentionReport:
     """Run one retention sweep at `now` (default: the current time) and report it, holding the
-    writer lease while Elasticsearch answers."""
+    writer lease while Elasticsearch answers. Elasticsearch is asked through `failing_fast(es)`:
+    after its first connection failure or timeout the sweep leaves its deletes pending."""
+    es = failing_fast(es)
     with optional_writer_lease_for(es, settings, "retention"):
         return _sweep(store, es, settings, now=now, dry_run=dry_run, vacuum_hours=vacuum_hours)
 
