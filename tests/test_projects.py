@@ -22,6 +22,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import polars as pl
@@ -233,4 +234,57 @@ def test_the_context_pack_of_a_project_holds_its_sessions_only(memory: Memory) -
         ref.split(":")[-1].split(".")[0].removeprefix("conv_")
         for item in bob["items"]
         if (ref := item.get("ref"))
+    }
+
+
+# Existing memories: re-derivation fills the column
+
+
+@pytest.mark.es
+def test_derive_full_gives_an_existing_memory_the_column_and_fills_resumed_sessions(
+    es_base_settings: Settings, tmp_path: Path
+) -> None:
+    """A memory derived before projects (its tables lack the column) and then a resumed session
+    whose new turn carries a project: `ctxdb derive --full` writes the column, the resumed
+    conversation's earlier turn takes its project, a conversation that never got one stays
+    null."""
+    from conftest_turn_record import Turn as Events
+    from conftest_turn_record import write_jsonl
+    from deltalake import write_deltalake
+
+    prefix = f"t{uuid.uuid4().hex[:12]}"
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env |= {"CTXDB_HOME": str(tmp_path), "CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix}
+    env["ELASTICSEARCH_URL"] = es_base_settings.elasticsearch.url
+    landing, store = tmp_path / "landing", DeltaStore(str(tmp_path / "delta"))
+    old = [Events("shop-1", "t1").basic(), Events("notes-1", "n1").basic()]
+    write_jsonl(landing / "before.jsonl", [e for t in old for e in t.events])
+
+    def ctxdb(*args: str) -> None:
+        done = subprocess.run([CTXDB, *args], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    ctxdb("land")
+    ctxdb("derive")
+    for table in (TURN_LOGS, ROLE_ROWS):  # as a memory derived before the column existed
+        frame = store.read(table).drop("project").to_arrow()
+        write_deltalake(store.uri(table), frame, mode="overwrite", schema_mode="overwrite")
+    assert "project" not in store.read(TURN_LOGS).columns
+    resumed = Events("shop-1", "t2", start=old[0].ts + timedelta(hours=1))
+    resumed.add("turn.started", {"project": "/home/ann/src/shop"})
+    resumed.add("user.submission", {"text": "and the tax line?", "event_type": "prompt"})
+    resumed.add("assistant.completion", {"text": "Same rounding."})
+    resumed.add("turn.closed")
+    write_jsonl(landing / "after.jsonl", resumed.events)
+    ctxdb("land")
+    ctxdb("derive", "--full")
+    logs = store.read(TURN_LOGS).sort("turn_id")
+    assert dict(zip(logs["turn_id"], logs["project"], strict=True)) == {
+        "n1": None,
+        "t1": "/home/ann/src/shop",
+        "t2": "/home/ann/src/shop",
+    }
+    rows = store.read(ROLE_ROWS)
+    assert set(rows.filter(pl.col("conversation_id") == "shop-1")["project"]) == {
+        "/home/ann/src/shop"
     }
