@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 from ctxdb.landing.listing import list_files
-from ctxdb.settings import Settings
+from ctxdb.settings import OBJECT_STORE_TIMEOUTS, Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.object_store import filesystem, s3_arguments
 
@@ -72,4 +72,7 @@ def test_the_store_carries_the_settings_options_to_landing(tmp_path: Path) -> No
     """`land` and the landing sensor hand `store.storage_options` to the listing: the settings'
     options are the ones a DeltaStore from settings holds."""
     settings = Settings(home=tmp_path, delta_storage_options=MOTO_LIKE)
-    assert DeltaStore.from_settings(settings).storage_options == MOTO_LIKE
+    assert DeltaStore.from_settings(settings).storage_options == {
+        **OBJECT_STORE_TIMEOUTS,
+        **MOTO_LIKE,
+    }

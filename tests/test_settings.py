@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from ctxdb.index.client import make_client
 from ctxdb.settings import (
     GROUPS,
+    OBJECT_STORE_TIMEOUTS,
     ElasticsearchSettings,
     RetentionRule,
     Settings,
@@ -35,8 +36,8 @@ ENVIRONMENT = {
     "CTXDB_DELTA_STORAGE_OPTIONS": (
         None,
         "delta_storage_options",
-        '{"AWS_REGION": "eu-west-1"}',
-        {"AWS_REGION": "eu-west-1"},
+        '{"AWS_REGION": "eu-west-1", "timeout": "2s"}',
+        {**OBJECT_STORE_TIMEOUTS, "AWS_REGION": "eu-west-1", "timeout": "2s"},
     ),
     "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
     "CTXDB_SHARDS": (None, "shards", "8", 8),

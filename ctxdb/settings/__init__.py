@@ -22,6 +22,7 @@ from ctxdb.settings.node import NodeSettings
 from ctxdb.settings.retention import RetentionRule, RetentionSettings
 from ctxdb.settings.root import (
     GROUPS,
+    OBJECT_STORE_TIMEOUTS,
     Settings,
     clear_settings_cache,
     deprecated_environment_names,
@@ -40,6 +41,7 @@ __all__ = [
     "GroupSettings",
     "HttpSettings",
     "LandingSettings",
+    "OBJECT_STORE_TIMEOUTS",
     "McpSettings",
     "NodeSettings",
     "RetentionRule",

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ctxdb.settings.auth import AuthSettings
@@ -42,6 +42,15 @@ GROUPS: dict[str, type[GroupSettings]] = {
 }
 
 
+OBJECT_STORE_TIMEOUTS = {"timeout": "30s", "connect_timeout": "5s", "retry_timeout": "30s"}
+"""delta-rs (object_store) client options every Delta read and write gets unless
+`CTXDB_DELTA_STORAGE_OPTIONS` names them (keys case-insensitive): a request is abandoned after
+`timeout`, a connection attempt after `connect_timeout`, and no retry starts once
+`retry_timeout` has passed since the first attempt. A frozen endpoint thus fails a Delta access
+within timeout + retry_timeout (one attempt of 30 s with these values; object_store's own
+defaults retried for 180 s); see docs/operations.md."""
+
+
 def _default_home() -> Path:
     return Path(os.getcwd()) / "var"
 
@@ -61,7 +70,10 @@ class Settings(BaseSettings):
         description="URI of the Delta tables (local path or s3://, gs://, az://).",
     )
     delta_storage_options: dict[str, str] = Field(
-        default_factory=dict, description="delta-rs storage options for object stores."
+        default_factory=dict,
+        validate_default=True,
+        description="delta-rs storage options for object stores (with `OBJECT_STORE_TIMEOUTS`"
+        " where they name no timeout of their own).",
     )
     files_root: str | None = Field(default=None, description="Conversation file storage root.")
     shards: int = Field(
@@ -137,6 +149,14 @@ class Settings(BaseSettings):
             f"http://127.0.0.1:{self.node.port}",
             f"http://localhost:{self.node.port}",
         }
+
+    @field_validator("delta_storage_options")
+    @classmethod
+    def _bounded_object_store(cls, options: dict[str, str]) -> dict[str, str]:
+        """The options with `OBJECT_STORE_TIMEOUTS` where the user gave none of that key."""
+        given = {key.lower() for key in options}
+        defaults = {k: v for k, v in OBJECT_STORE_TIMEOUTS.items() if k not in given}
+        return {**defaults, **options}
 
     @model_validator(mode="after")
     def _url_follows_embedded_port(self) -> Settings:

@@ -25,6 +25,10 @@ _REASONS = {
 }
 _OS_ERROR = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
 _OBJECT_STORE_ERROR = re.compile(r"\bGeneric [A-Za-z0-9]+ error\b")
+_REQUEST = re.compile(
+    r"Error performing [A-Z]+ (?P<endpoint>\w+://[^/\s]+)\S* in (?P<seconds>[\d.]+)s"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class StorageError(OSError):
@@ -64,7 +68,20 @@ def os_errno(exc: BaseException) -> int | None:
 
 
 def object_store_cause(exc: BaseException) -> str | None:
-    """`object store error (<its message>)` for an object store's failure that carries no
-    operating-system code (delta-rs' `Generic S3 error` when a response breaks off), else None."""
-    found = _OBJECT_STORE_ERROR.search(str(exc))
-    return f"object store error ({found.group(0)})" if found else None
+    """For an object store's failure that carries no operating-system code (delta-rs' `Generic
+    S3 error` when a response breaks off or the endpoint does not answer), `object store error
+    (...)` naming the endpoint, how long the request took and its innermost cause when the
+    message gives them; else None."""
+    text = _ANSI.sub("", str(exc))
+    found = _OBJECT_STORE_ERROR.search(text)
+    if found is None:
+        return None
+    request = _REQUEST.search(text)
+    if request is None:
+        return f"object store error ({found.group(0)})"
+    causes = [line.split("↳", 1)[1].strip() for line in text.splitlines() if "↳" in line]
+    innermost = f": {causes[-1]}" if causes else ""
+    return (
+        f"object store at {request['endpoint']} failed after {float(request['seconds']):.0f} s"
+        f"{innermost} ({found.group(0)})"
+    )

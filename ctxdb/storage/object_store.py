@@ -53,11 +53,14 @@ def filesystem(
     location: str, storage_options: StorageOptions | None = None
 ) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and base path of a local path (as given) or an object-store URI;
-    an `s3://` URI with `storage_options` gets an S3 filesystem built from them."""
+    an `s3://` URI whose `storage_options` name keys, region, endpoint or addressing gets an S3
+    filesystem built from them (delta-rs' client timeouts concern Delta alone: pyarrow keeps the
+    AWS SDK's bounds, a 1 s connect and a read stalled for 3 s, tried 3 times)."""
     if "://" not in location:
         return pafs.LocalFileSystem(), location
-    if storage_options and location.startswith(S3_SCHEMES):
-        return pafs.S3FileSystem(**s3_arguments(storage_options)), location.split("://", 1)[1]
+    arguments = s3_arguments(storage_options or {})
+    if arguments and location.startswith(S3_SCHEMES):
+        return pafs.S3FileSystem(**arguments), location.split("://", 1)[1]
     return pafs.FileSystem.from_uri(location)
 
 
