@@ -84,8 +84,10 @@ def retention_run(
     report = sweep(store, client, settings, dry_run=dry_run, vacuum_hours=vacuum_hours)
     typer.echo(json.dumps(report.as_metadata(), indent=2, default=str))
     if report.status == "es_pending":
+        cause = f" ({report.error})" if report.error else ""
         typer.echo(
-            f"warning: {report.es_pending} Elasticsearch deletes pending; the next run retries",
+            f"warning: {report.es_pending} Elasticsearch deletes pending{cause}; the next run"
+            " retries",
             err=True,
         )
 
