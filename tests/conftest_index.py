@@ -66,8 +66,9 @@ def role_rows(
             "expires_at": [now + timedelta(days=expires_in_days)] * n,
             "derived_at": [now] * n,
             "context": [""] * n,
+            "project": [None] * n,
         },
-        schema_overrides={"event_type": pl.String, "batch_id": pl.String},
+        schema_overrides={"event_type": pl.String, "batch_id": pl.String, "project": pl.String},
     )
     return frame
 
