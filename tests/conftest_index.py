@@ -126,6 +126,10 @@ def turn_tables(store: DeltaStore, n: int, *, conversation: str = "c1", user: st
                 "tokens_out": 20,
                 "feedback_summary": None,
                 "title": None,
+                "status": "ok",
+                "error_type": None,
+                "model": None,
+                "project": None,
                 "expires_at": expires,
                 "updated_at": now,
             }

@@ -99,6 +99,7 @@ def role_rows(
             ],
             "derived_at": now,
             "context": "",
+            "project": pl.Series([None] * n, dtype=pl.String),
         }
     ).with_columns(pl.col("ts", "expires_at", "derived_at").dt.cast_time_unit("us"))
 
