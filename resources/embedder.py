@@ -6,8 +6,7 @@ from dagster import ConfigurableResource
 from pydantic import PrivateAttr
 
 from ctxdb.embedding.backends import memory_embedder
-from ctxdb.embedding.model import SentenceTransformerEmbedder
-from ctxdb.embedding.runtime import OnnxEmbedder
+from ctxdb.embedding.model import Embedder
 from ctxdb.settings import EmbeddingSettings, get_settings
 from ctxdb.storage.delta import DeltaStore
 
@@ -24,7 +23,7 @@ class EmbedderResource(ConfigurableResource):
     backend: str | None = None
     prefill_min_texts: int | None = None
 
-    _embedders: dict[str, SentenceTransformerEmbedder | OnnxEmbedder] = PrivateAttr(
+    _embedders: dict[str, Embedder] = PrivateAttr(
         default_factory=dict
     )
 
@@ -45,7 +44,7 @@ class EmbedderResource(ConfigurableResource):
 
     def embedder(
         self, store: DeltaStore, model_name: str | None = None
-    ) -> SentenceTransformerEmbedder | OnnxEmbedder:
+    ) -> Embedder:
         """The run's embedder of `model_name` (default: the configured model) for the memory in
         `store`, whose vectors decide the `auto` backend; weights load on first use and are
         shared within the process."""
@@ -68,7 +67,7 @@ class EmbedderResource(ConfigurableResource):
 
     def _build(
         self, model_name: str, store: DeltaStore
-    ) -> SentenceTransformerEmbedder | OnnxEmbedder:
+    ) -> Embedder:
         settings = get_settings().embedding
         overrides = {"device": self.device, "backend": self.backend}
         settings = settings.model_copy(update={k: v for k, v in overrides.items() if v})

@@ -27,6 +27,9 @@ class EmbedderUnavailable(RuntimeError):
 class Embedder(Protocol):
     """Anything that turns texts into L2-normalized float32 vectors of `dims` dimensions."""
 
+    batch_size: int
+    """Texts per forward pass (the embedding stage reads and retries in these)."""
+
     @property
     def model_id(self) -> str:
         """The id stored beside each vector."""
