@@ -37,6 +37,9 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
     project.mkdir()
     env = {**os.environ, "CTXDB_HOME": str(root), "CTXDB_CLAUDE_CODE_USER_ID": "ann"}
     env |= {"CTXDB_CLAUDE_CODE_TENANT": "acme", "CTXDB_CLAUDE_CODE_CONTEXT": "true"}
+    # the installed bound at its most, so a loaded machine's cold start never decides what
+    # these tests see; the bound itself is tested with --timeout 0.001 below
+    env |= {"CTXDB_CLAUDE_CODE_CONTEXT_TIMEOUT_S": "10"}
     claude_code(env, "install", project)
     return root, project, env
 
@@ -87,7 +90,8 @@ def test_install_adds_a_session_start_hook_that_prints_the_projects_pack(install
 def test_the_hook_answers_empty_when_memory_fails_or_is_late(installed) -> None:
     root, _, env = installed
     token = root / "auth" / "claude-code-mcp.token"
-    base = [CTXDB, "capture", "claude-code", "context", "--token-file", str(token)]
+    base = [CTXDB, "capture", "claude-code", "context", "--timeout", "10"]
+    base += ["--token-file", str(token)]
     no_es = {**env, "ELASTICSEARCH_URL": f"http://127.0.0.1:{closed_port()}"}
     assert "src/cart.py" in hook(base, no_es)["hookSpecificOutput"]["additionalContext"]
     assert hook(base, {**env, "CTXDB_DELTA_ROOT": "/dev/null/delta"}) == {}
