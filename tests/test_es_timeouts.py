@@ -252,4 +252,5 @@ def test_issue_24_finding_5_stopped_node_fails_the_cli_sync_in_one_line(
     )
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"error: Elasticsearch at http://127.0.0.1:{closed} is unreach")
+    expected = f"error: index sync: Elasticsearch at http://127.0.0.1:{closed} is unreachable"
+    assert done.stderr.startswith(expected)
