@@ -206,7 +206,8 @@ def test_every_query_in_the_analytics_doc_runs(sample: tuple[Path, DeltaStore], 
     _, sampled = sample
     doc = (Path(__file__).resolve().parents[1] / "docs" / "analytics.md").read_text()
     queries = re.findall(r"```sql\n(.*?)```", doc, flags=re.S)
-    assert len(queries) == 10
+    assert len(queries) == 11
+    assert any("group by adapter, model" in q for q in queries)  # tokens per model
     store = DeltaStore(str(tmp_path / "delta"))
     for name in table_names(sampled):
         store.overwrite(name, sampled.read(name))
