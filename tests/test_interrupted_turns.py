@@ -21,7 +21,6 @@ makes the check fail, and the CLI names the offending turn.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -43,6 +42,10 @@ from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import real_sessions  # noqa: E402
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 
@@ -136,14 +139,8 @@ def memory(
     home = tmp_path_factory.mktemp("interrupted")
     prefix = f"t{uuid.uuid4().hex[:12]}"
     settings = es_base_settings.replace(home=home, elasticsearch={"index_prefix": prefix})
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    env |= {
-        "CTXDB_HOME": str(home),
-        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix,
-        "ELASTICSEARCH_URL": settings.elasticsearch.url,
-        "CTXDB_ES_CACHE_DIR": str(home / "es-cache"),
-        "CTXDB_CLAUDE_CODE_USER_ID": USER,
-    }
+    env = real_sessions.environment(home, prefix, settings.elasticsearch.url)
+    env |= {"CTXDB_CLAUDE_CODE_USER_ID": USER}
     sessions = home / "sessions"
     sessions.mkdir()
     memory = Memory(settings, env, subprocess.CompletedProcess([], 0), "")

@@ -35,6 +35,10 @@ from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import real_sessions  # noqa: E402
+
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 DATA = Path(__file__).parent / "data"
 SPOTTER = DATA / "claude_code" / "-home-marco-projects-spotter"
@@ -142,13 +146,7 @@ def memory(
     home = tmp_path_factory.mktemp("projects")
     prefix = f"t{uuid.uuid4().hex[:12]}"
     settings = es_base_settings.replace(home=home, elasticsearch={"index_prefix": prefix})
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    env |= {
-        "CTXDB_HOME": str(home),
-        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": prefix,
-        "ELASTICSEARCH_URL": settings.elasticsearch.url,
-        "CTXDB_ES_CACHE_DIR": str(home / "es-cache"),
-    }
+    env = real_sessions.environment(home, prefix, settings.elasticsearch.url)
     shop, garden = home / "src" / "shop", home / "src" / "garden"
     (shop / ".git").mkdir(parents=True)
     (shop / "lib").mkdir()

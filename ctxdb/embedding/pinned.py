@@ -23,13 +23,11 @@ from ctxdb.embedding.registry import (
 )
 from ctxdb.embedding.runtime import (
     backend_model_id,
-    length_batches,
+    encode_sorted,
     load_session,
     load_tokenizer,
-    pad_batch,
     usable_cores,
 )
-from ctxdb.text import clean_text
 
 
 def pool(states: np.ndarray, mask: np.ndarray, spec: ModelSpec) -> np.ndarray:
@@ -98,14 +96,8 @@ class PinnedOnnxEmbedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """L2-normalized vectors in input order, computed in length-sorted batches."""
         self.load()
-        if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch([clean_text(t) for t in texts])
-        ids = [e.ids for e in encodings]
-        out = np.empty((len(ids), self.dims), dtype=np.float32)
-        for batch in length_batches([len(seq) for seq in ids], self.batch_size):
-            tokens, mask = pad_batch([ids[i] for i in batch])
-            feeds = {"input_ids": tokens, "attention_mask": mask, "token_type_ids": 0 * tokens}
-            states = self._session.run(None, feeds)[0]
-            out[batch] = pool(states, mask, self.spec)
-        return out
+        return encode_sorted(self._tokenizer, texts, self.dims, self.batch_size, self._run_batch)
+
+    def _run_batch(self, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": tokens, "attention_mask": mask, "token_type_ids": 0 * tokens}
+        return pool(self._session.run(None, feeds)[0], mask, self.spec)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,24 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     """Indices of the inputs in batches of `batch_size`, shortest first (little padding)."""
     order = np.argsort(np.asarray(lengths), kind="stable")
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def encode_sorted(
+    tokenizer: Any,
+    texts: Sequence[str],
+    dims: int,
+    batch_size: int,
+    run: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """Vectors of `texts` in input order: tokenized once, then run in batches of similar length
+    (`run(tokens, mask)` gives one batch's vectors), so padding stays short."""
+    if not texts:
+        return np.zeros((0, dims), dtype=np.float32)
+    ids = [e.ids for e in tokenizer.encode_batch([clean_text(t) for t in texts])]
+    out = np.empty((len(ids), dims), dtype=np.float32)
+    for batch in length_batches([len(seq) for seq in ids], batch_size):
+        out[batch] = run(*pad_batch([ids[i] for i in batch]))
+    return out
 
 
 def pad_batch(ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -177,15 +195,10 @@ class OnnxEmbedder:
         self._resolve()
         if self._fallback is not None:
             return self._fallback.encode(texts)
-        if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch([clean_text(t) for t in texts])
-        ids = [e.ids for e in encodings]
-        out = np.empty((len(ids), self.dims), dtype=np.float32)
-        for batch in length_batches([len(seq) for seq in ids], self.batch_size):
-            tokens, mask = pad_batch([ids[i] for i in batch])
-            feeds = {"input_ids": tokens, "attention_mask": mask}
-            if self._takes_token_types:
-                feeds["token_type_ids"] = np.zeros_like(tokens)
-            out[batch] = self._session.run(None, feeds)[0]
-        return out
+        return encode_sorted(self._tokenizer, texts, self.dims, self.batch_size, self._run_batch)
+
+    def _run_batch(self, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": tokens, "attention_mask": mask}
+        if self._takes_token_types:
+            feeds["token_type_ids"] = np.zeros_like(tokens)
+        return self._session.run(None, feeds)[0]
