@@ -173,6 +173,20 @@ def main(
     for face, answers in faces.items():
         found, missed = score(questions, answers)
         typer.echo(f"| {face} | {found} of {len(questions)} | {', '.join(missed) or '-'} |")
+    print_per_host(questions, faces)
+
+
+def print_per_host(questions: list[dict], faces: dict[str, list[list[Hit]]]) -> None:
+    """The same count per host whose session holds the answer (one column per host)."""
+    hosts = sorted({q["host"] for q in questions})
+    typer.echo(f"\n| face | {' | '.join(hosts)} |\n| --- |{' --- |' * len(hosts)}")
+    for face, answers in faces.items():
+        cells = []
+        for host in hosts:
+            pairs = [(q, a) for q, a in zip(questions, answers, strict=True) if q["host"] == host]
+            found, _ = score([q for q, _ in pairs], [a for _, a in pairs])
+            cells.append(f"{found} of {len(pairs)}")
+        typer.echo(f"| {face} | {' | '.join(cells)} |")
 
 
 if __name__ == "__main__":
