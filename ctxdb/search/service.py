@@ -86,29 +86,41 @@ class ModelQueryEmbedder:
     def __init__(self, embedder: Embedder, cache_size: int = 1024) -> None:
         self.embedder = embedder
         self.cache_size = cache_size
-        self._cache: OrderedDict[str, tuple[float, ...]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
     def embed_query(self, text: str) -> list[float] | None:
-        with self._lock:
-            cached = self._cache.get(text)
-            if cached is not None:
-                self._cache.move_to_end(text)
-                return list(cached)
         try:
-            self.embedder.load()
+            embedder = resolved(self.embedder)
         except EmbedderUnavailable as exc:
             log.warning("embedding model unavailable: %s", exc)
             return None
-        instruction = getattr(self.embedder, "query_instruction", "")  # the model's, if any
-        vector = tuple(float(x) for x in self.embedder.encode([instruction + text])[0])
+        key = (embedder.model_id, text)  # a model switch never serves the old model's vector
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return list(cached)
+        instruction = getattr(embedder, "query_instruction", "")  # the model's, if any
+        vector = tuple(float(x) for x in embedder.encode([instruction + text])[0])
         if self.cache_size > 0:
             with self._lock:
-                self._cache[text] = vector
-                self._cache.move_to_end(text)
+                self._cache[key] = vector
+                self._cache.move_to_end(key)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
         return list(vector)
+
+
+def resolved(embedder: Embedder) -> Embedder:
+    """`embedder` loaded; for one that follows the live index's model, the model it chose now
+    (one object for the query's model id, instruction and vector)."""
+    from ctxdb.embedding.backends import MatchedEmbedder  # the model stack: semantic search only
+
+    if isinstance(embedder, MatchedEmbedder):
+        return embedder.resolved()
+    embedder.load()
+    return embedder
 
 
 class WarmEmbedder:
