@@ -562,7 +562,7 @@ def compare_asked(
 
     def before(principal: Principal, query: str) -> object:
         with before_asked():
-            request = SearchRequest(query=query, top_k=10, answers_first=False)
+            request = SearchRequest(query=query, top_k=10, knobs={"answers_first": False})
             return service.search(principal, request)
 
     return alternate(plan, warmup, burst, pause_s, {"shipped": shipped, "before": before})
@@ -581,7 +581,8 @@ def compare_knob(
 
     def asked(value: Any) -> Callable[[Principal, str], object]:
         def run(principal: Principal, query: str) -> object:
-            fields: dict[str, Any] = {"query": template.format(query), "top_k": 10, knob: value}
+            knobs = {} if value is None else {knob: value}  # None: the knob's default
+            fields: dict[str, Any] = {"query": template.format(query), "top_k": 10, "knobs": knobs}
             return service.search(principal, SearchRequest(**fields))
 
         return run

@@ -54,8 +54,7 @@ import pickle
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,22 +87,39 @@ from ctxdb.embedding.backends import make_embedder
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
-from ctxdb.search.fusion import FusionParams, arm_weights, counted, dedup_turns, rank_turns
-from ctxdb.search.models import ARMS, BRIEF_WORDS_MAX, MIN_SCORE, Arm, SearchRequest
-from ctxdb.search.relevance import arm_signal
+from ctxdb.search.fusion import Candidates, asked_of, candidates, dedup_turns, ranked, scores
+from ctxdb.search.models import ARMS, Arm, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
+from ctxdb.settings.search import BRIEF_WORDS_MAX, KnobOverrides, SearchKnobs
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
-from ctxdb.text import content_words
 
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
-SHIPPED = FusionParams(weights=arm_weights(1.0, 0.5), recency_weight=0.2, half_life_days=7, cap=2)
-PLAIN_RRF = FusionParams(
-    weights=arm_weights(1.0, 1.0), recency_weight=0.0, half_life_days=7, cap=None
+PLAIN_RRF = SearchKnobs(
+    rrf_k=60,
+    weight_recency=0.0,
+    recency_half_life_days=7,
+    weight_time=0.0,
+    coverage_power=0.0,
+    brief_power=0.0,
+    min_score=0.0,
+    answers_first=False,
 )
+"""Plain RRF: k 60, equal weights, nothing else (the base of the sweep's grid)."""
+SHIPPED = PLAIN_RRF.model_copy(
+    update={
+        "weight_lexical": 0.5,
+        "weight_trigram": 0.5,
+        "weight_recency": 0.2,
+        "cap_user_scope": True,
+        "max_per_conversation": 2,
+    }
+)
+"""Issue 5's fusion: weights 1/0.5/0.5, recency 0.2 with a 7-day half-life, at most 2 turns per
+conversation."""
 SETS = {
     "generator": generator_set,
     "realistic": realistic_set,
@@ -175,7 +191,7 @@ def collect(service: SearchService, qs: QuerySet) -> list[Collected]:
         text = service.focused_query(principal, q.request, q.request.query.strip(), qs.now)
         if text not in vectors:
             vectors[text] = service.embedder.embed_query(text) if service.embedder else None
-        deep = q.request.model_copy(update={"cap_user_scope": True})
+        deep = q.request.model_copy(update={"knobs": KnobOverrides(cap_user_scope=True)})
         rows = service.run_arms(service.arm_bodies(principal, deep, text, None, qs.now))
         if vectors[text] is not None:
             rows |= service.semantic_arm(principal, deep, text, vectors[text], qs.now)
@@ -198,211 +214,78 @@ def collected_rows(service: SearchService, qs: QuerySet, fresh: bool) -> list[Co
     return rows
 
 
-# --- fast offline fusion (mirrors ctxdb.search.fusion.fuse + cap exactly) -------------------
+# --- offline fusion: the library's own (`ctxdb.search.fusion`) on the cached rows -----------
 
 
-@dataclass
-class Prepared:
-    """One query's candidate turns as arrays: rank and query coverage per arm (0 = absent), age,
-    tie order, whether the turn lies in the span the query's time expression names, and its
-    relevance (`ctxdb.search.relevance`; `floor`: the default relevance floor)."""
+@dataclass(frozen=True)
+class Prepared(Candidates):
+    """One query's candidates (`ctxdb.search.fusion.Candidates`, which any knobs score) with
+    what the bench reads beside them: each arm's raw score, the labels, the scope, the query
+    the text arms saw (without its time expression), the question each turn's user row answers,
+    the texts of its best rows, and the service's default relevance floor."""
 
-    keys: list[Key]
-    convs: np.ndarray
-    ranks: dict[Arm, np.ndarray]
-    coverage: dict[Arm, np.ndarray]
-    scores: dict[Arm, np.ndarray]
-    age_days: np.ndarray
-    tie: np.ndarray
-    in_window: np.ndarray
-    window: tuple[datetime, datetime] | None
-    relevance: np.ndarray
-    floor: float
-    relevant: frozenset[Key]
-    kind: str
-    scope: str
-    query: str  # without its time expression, as the text arms and `answers_first` see it
-    asked: dict[Key, str]  # the question a turn's user row answers (`context`)
-    texts: dict[Key, list[str]]  # the texts of a turn's best row in each arm
-    words: np.ndarray  # distinct content words of the longest of those rows and anchors (<= 200)
+    scores: dict[Arm, np.ndarray] = field(default_factory=dict)
+    relevant: frozenset[Key] = frozenset()
+    kind: str = ""
+    scope: str = "user"
+    query: str = ""
+    asked: dict[Key, str] = field(default_factory=dict)
+    texts: dict[Key, list[str]] = field(default_factory=dict)
+    floor: float = SearchKnobs().min_score
 
 
 def prepare(c: Collected, now) -> Prepared:
-    per_turn: dict[Key, dict[Arm, int]] = {}
-    cover: dict[Key, dict[Arm, float]] = {}
-    score: dict[Key, dict[Arm, float]] = {}
-    strength: dict[Key, float] = {}
-    ts: dict[Key, float] = {}
-    asked: dict[Key, str] = {}
-    texts: dict[Key, list[str]] = {}
-    brief: dict[Key, list[str]] = {}  # what `brevity` counts of each of those rows
+    """The candidates of a collected query, as the service builds them (every turn's words
+    counted up to the largest `brief_words`, so any knobs can score them)."""
     topic, hint = split_time_hint(c.text)
-    for arm, rows in with_coverage(c.rows, topic).items():
-        for rank, row in enumerate(dedup_turns(rows), start=1):
-            per_turn.setdefault(row.key, {})[arm] = rank
-            cover.setdefault(row.key, {})[arm] = row.coverage
-            score.setdefault(row.key, {})[arm] = row.score
-            strength[row.key] = max(strength.get(row.key, 0.0), arm_signal(arm, row))
-            ts[row.key] = max(ts.get(row.key, float("-inf")), row.ts.timestamp())
-            texts.setdefault(row.key, []).append(row.text)
-            brief.setdefault(row.key, []).append(counted(row))
-            if row.target == "user" and row.context:
-                asked.setdefault(row.key, row.context)
-    keys = list(per_turn)
-    stamps = np.array([ts[k] for k in keys])
-    order = sorted(range(len(keys)), key=lambda i: (-stamps[i], keys[i][0], keys[i][1]))
-    tie = np.empty(len(keys), dtype=np.int64)
-    tie[order] = np.arange(len(keys))
-    conv_ids = {conv: n for n, conv in enumerate(dict.fromkeys(k[0] for k in keys))}
     window = hint.window(now) if hint else None
-    inside = (
-        (stamps >= window[0].timestamp()) & (stamps < window[1].timestamp())
-        if window
-        else np.zeros(len(keys), dtype=bool)
-    )
+    cand = candidates(with_coverage(c.rows, topic), now, window, BRIEF_WORDS_MAX)
     return Prepared(
-        keys=keys,
-        convs=np.array([conv_ids[k[0]] for k in keys], dtype=np.int64),
-        ranks={arm: np.array([per_turn[k].get(arm, 0) for k in keys]) for arm in ARMS},
-        coverage={arm: np.array([cover[k].get(arm, 0.0) for k in keys]) for arm in ARMS},
-        scores={arm: np.array([score[k].get(arm, 0.0) for k in keys]) for arm in ARMS},
-        age_days=np.maximum(0.0, (now.timestamp() - stamps) / 86400.0),
-        tie=tie,
-        in_window=inside,
-        window=window,
-        relevance=np.array([strength[k] for k in keys]),
-        floor=MIN_SCORE,
+        **{f.name: getattr(cand, f.name) for f in fields(Candidates) if f.init},
+        scores={
+            arm: np.array([t[arm].score if arm in t else 0.0 for t in cand.rows]) for arm in ARMS
+        },
         relevant=c.query.relevant,
         kind=c.query.kind,
         scope=c.query.request.scope,
         query=topic,
-        asked=asked,
-        texts=texts,
-        words=np.array(
-            [content_words(max(brief[k], key=len), BRIEF_WORDS_MAX) for k in keys], dtype=np.float64
-        ),
+        asked={k: asked_of(t) for k, t in zip(cand.keys, cand.rows, strict=True)},
+        texts={k: [r.text for r in t.values()] for k, t in zip(cand.keys, cand.rows, strict=True)},
     )
 
 
-@dataclass(frozen=True)
-class Config:
-    semantic: float = 1.0
-    lexical: float = 1.0
-    trigram: float = 1.0
-    recency: float = 0.0
-    half_life: float = 7.0
-    cap: int | None = None  # in user and agent scope; conversation scope is never capped
-    rrf_k: int = 60
-    time: float = 0.0
-    coverage: float = 0.0
-    min_score: float = 0.0
-    answers_first: bool = False
-    brief_words: int = 12
-    brief_power: float = 0.0
-
-    def label(self) -> str:
-        cap = "off" if self.cap is None else self.cap
-        return (
-            f"sem={self.semantic:g} lex={self.lexical:g} tri={self.trigram:g} "
-            f"rec={self.recency:g}/{self.half_life:g}d cap={cap} k={self.rrf_k} time={self.time:g}"
-            f" cov={self.coverage:g} floor={self.min_score:g}"
-            f" brief={self.brief_words}^{self.brief_power:g}"
-            f"{' answers-first' if self.answers_first else ''}"
-        )
-
-
-def fused_scores(p: Prepared, cfg: Config) -> np.ndarray:
-    """The final score of every candidate under `cfg` (before the cap)."""
-    return _fused(p, cfg)[0]
-
-
-def _fused(p: Prepared, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
-    rrf = np.zeros(len(p.keys))
-    for arm, weight in zip(ARMS, (cfg.semantic, cfg.lexical, cfg.trigram), strict=True):
-        r = p.ranks[arm]
-        scale = weight * p.coverage[arm] ** cfg.coverage
-        rrf = rrf + np.where(r > 0, scale / (cfg.rrf_k + np.maximum(r, 1)), 0.0)
-    final = rrf * (1.0 + cfg.recency * 2.0 ** (-p.age_days / cfg.half_life))
-    if cfg.brief_power > 0:
-        final = final * np.minimum(1.0, np.maximum(p.words, 1) / cfg.brief_words) ** cfg.brief_power
-    return final * (1.0 + cfg.time * p.in_window), rrf
-
-
-def rank_fast(p: Prepared, cfg: Config, top_k: int = 25) -> list[Key]:
-    if not p.keys:
-        return []
-    final, rrf = _fused(p, cfg)
-    order = np.lexsort((p.tie, -rrf, -final))
-    order = order[p.relevance[order] >= cfg.min_score]
-    if cfg.answers_first:
-        order = fusion_variants.answers_first(p, order, top_k)
-    cap = None if p.scope == "conversation" else cfg.cap
-    out: list[Key] = []
-    counts: dict[int, int] = {}
-    for i in order:
-        conv = int(p.convs[i])
-        if cap is not None and counts.get(conv, 0) >= cap:
-            continue
-        counts[conv] = counts.get(conv, 0) + 1
-        out.append(p.keys[i])
-        if len(out) >= top_k:
-            break
-    return out
-
-
-def score_config(prepared: list[Prepared], cfg: Config) -> dict[str, dict[str, float]]:
-    return summarize((p.kind, query_metrics(rank_fast(p, cfg), p.relevant)) for p in prepared)
-
-
-def config_of(params: FusionParams) -> Config:
-    w = params.weights
-    return Config(
-        w["semantic"],
-        w["lexical"],
-        w["trigram"],
-        params.recency_weight,
-        params.half_life_days,
-        params.cap,
-        params.rrf_k,
-        params.window_weight,
-        params.coverage_power,
-        params.min_score,
-        params.answers_first,
-        params.brief_words,
-        params.brief_power,
+def label(knobs: SearchKnobs) -> str:
+    """The knobs a sweep varies, in one line."""
+    k = knobs
+    cap = k.max_per_conversation if k.cap_user_scope else "off"
+    return (
+        f"sem={k.weight_semantic:g} lex={k.weight_lexical:g} tri={k.weight_trigram:g} "
+        f"rec={k.weight_recency:g}/{k.recency_half_life_days:g}d cap={cap} k={k.rrf_k}"
+        f" time={k.weight_time:g} cov={k.coverage_power:g} floor={k.min_score:g}"
+        f" brief={k.brief_words}^{k.brief_power:g}"
+        f"{' answers-first' if k.answers_first else ''}"
+        f"{f' diversity={k.diversity:g}' if k.diversity else ''}"
     )
+
+
+def fused_scores(p: Prepared, knobs: SearchKnobs) -> np.ndarray:
+    """The final score of every candidate under `knobs` (the service's arithmetic)."""
+    return scores(p, knobs).final
+
+
+def rank_fast(p: Prepared, knobs: SearchKnobs, top_k: int = 25) -> list[Key]:
+    """The top `top_k` turns under `knobs`, ranked by the service's own code
+    (`ctxdb.search.fusion.ranked`)."""
+    s = scores(p, knobs)
+    return [p.keys[i] for i in ranked(p, knobs, s.final, s.rrf, top_k, p.query, p.scope).kept]
+
+
+def score_config(prepared: list[Prepared], knobs: SearchKnobs) -> dict[str, dict[str, float]]:
+    return summarize((p.kind, query_metrics(rank_fast(p, knobs), p.relevant)) for p in prepared)
 
 
 def arm_alone(c: Collected, arm: Arm) -> list[Key]:
     return [r.key for r in dedup_turns(c.rows.get(arm, []))][:25]
-
-
-def check_fast_fusion(collected: list[Collected], prepared: list[Prepared], now) -> None:
-    """The vectorized fusion must rank exactly like ctxdb.search.fusion on every query."""
-    checked = (
-        SHIPPED,
-        FusionParams(arm_weights(1, 1, 0.5), 0.3, 30.0, None, 5, 1.0, 1.5),
-        FusionParams(
-            arm_weights(1, 1),
-            0.5,
-            180.0,
-            None,
-            5,
-            2.0,
-            2.0,
-            min_score=MIN_SCORE,
-            answers_first=True,
-        ),
-    )
-    for params in checked:
-        cfg = config_of(params)
-        for c, p in zip(collected, prepared, strict=True):
-            cap = None if c.query.request.scope == "conversation" else params.cap
-            capped = FusionParams(**{**asdict(params), "cap": cap})
-            topic, _ = split_time_hint(c.text)
-            exact = rank_turns(with_coverage(c.rows, topic), capped, now, 25, p.window, topic)
-            if [(t.conversation_id, t.turn_id) for t in exact] != rank_fast(p, cfg):
-                raise AssertionError(f"offline fusion differs on {c.query.qid} ({cfg.label()})")
 
 
 def service_answers(service: SearchService, qs: QuerySet) -> list[list[Key]]:
@@ -419,7 +302,7 @@ def agreement(answers: list[list[Key]], service: SearchService, qs: QuerySet, pr
     """Share of queries where the offline fusion of the cached (deeper) rows under the
     service's defaults ranks the top 25 exactly as the service did."""
     same = sum(
-        answer == rank_fast(p, config_of(service.fusion_params(q.request)))
+        answer == rank_fast(p, service.knobs(q.request))
         for answer, q, p in zip(answers, qs.queries, preps, strict=True)
     )
     return same / max(1, len(answers))
@@ -435,8 +318,8 @@ def evaluate(
         results[arm] = summarize(
             (c.query.kind, query_metrics(arm_alone(c, arm), c.query.relevant)) for c in collected
         )
-    results["shipped"] = score_config(prepared, config_of(SHIPPED))
-    results["rrf60"] = score_config(prepared, config_of(PLAIN_RRF))
+    results["shipped"] = score_config(prepared, SHIPPED)
+    results["rrf60"] = score_config(prepared, PLAIN_RRF)
     if answers is not None:
         results["fused"] = summarize(
             (c.query.kind, query_metrics(answer, c.query.relevant))
@@ -460,21 +343,33 @@ def render(name: str, results: dict[str, dict]) -> str:
 # --- sweep and cross-validation -------------------------------------------------------------
 
 
-def grid() -> list[Config]:
+def grid() -> list[SearchKnobs]:
     """Text-arm weights relative to the semantic one (only ratios matter to the order), RRF k,
     recency weight and half-life, the time-window lift, the coverage power, and the cap (off;
-    2 on a subset)."""
+    2 on a subset), each over plain RRF."""
     ratios = (0.25, 0.5, 0.75, 1.0, 1.5)
     recency = ((0.0, 7.0), (0.1, 30.0), (0.1, 180.0), (0.2, 7.0), (0.5, 180.0))
+
+    def knobs(lex: float, tri: float, rec: float, hl: float, k: int, time: float, **more):
+        changes = {
+            "weight_lexical": lex,
+            "weight_trigram": tri,
+            "weight_recency": rec,
+            "recency_half_life_days": hl,
+            "rrf_k": k,
+            "weight_time": time,
+        }
+        return PLAIN_RRF.model_copy(update=changes | more)
+
     return [
-        Config(1.0, lex, tri, rec, hl, None, k, time, cov)
+        knobs(lex, tri, rec, hl, k, time, coverage_power=cov)
         for lex, tri in itertools.product(ratios, ratios)
         for rec, hl in recency
         for k in (3, 5, 10, 20, 60)
         for time in (0.0, 0.5, 1.0, 2.0)
         for cov in (0.0, 1.0, 2.0)
     ] + [
-        Config(1.0, w, w, rec, hl, 2, k, time)
+        knobs(w, w, rec, hl, k, time, cap_user_scope=True, max_per_conversation=2)
         for w in (0.5, 1.0)
         for rec, hl in ((0.0, 7.0), (0.2, 7.0))
         for k in (5, 60)
@@ -485,9 +380,10 @@ def grid() -> list[Config]:
 TOLERANCE = 0.01  # a config within 1 point of the best joint objective counts as as good
 
 
-def imbalance(cfg: Config) -> float:
+def imbalance(knobs: SearchKnobs) -> float:
     """How far the arm weights are from equal (the simpler, less fitted choice is 0)."""
-    return abs(cfg.lexical - cfg.semantic) + abs(cfg.trigram - cfg.semantic)
+    sem = knobs.weight_semantic
+    return abs(knobs.weight_lexical - sem) + abs(knobs.weight_trigram - sem)
 
 
 def objective(summary: dict[str, dict[str, float]]) -> float:
@@ -535,7 +431,7 @@ def cross_validate(prepared: dict[str, list[Prepared]], qids: dict[str, list[str
     for train in names:
         best = int(np.argmax(full[train]))
         loso[f"chosen on {train}"] = {
-            "config": configs[best].label(),
+            "config": label(configs[best]),
             **{f"J {n}": round(float(full[n][best]), 4) for n in names},
         }
     fold_scores: dict[str, list[float]] = {n: [] for n in names}
@@ -550,7 +446,7 @@ def cross_validate(prepared: dict[str, list[Prepared]], qids: dict[str, list[str
     for f in range(folds):
         test = {n: np.array([fold_of(q, folds) == f for q in qids[n]]) for n in names}
         picked = select(joint({n: ~test[n] for n in names}))
-        fold_choices.append(configs[picked].label())
+        fold_choices.append(label(configs[picked]))
         for n in names:
             fold_scores[n].append(float(set_objective(n, test[n])[picked]))
     overall = joint(everything)
@@ -567,14 +463,14 @@ def cross_validate(prepared: dict[str, list[Prepared]], qids: dict[str, list[str
                 for n, v in fold_scores.items()
             },
         },
-        "best": configs[best].label(),
+        "best": label(configs[best]),
         "best_joint": round(float(overall[best]), 4),
-        "chosen": configs[chosen].label(),
+        "chosen": label(configs[chosen]),
         "chosen_joint": round(float(overall[chosen]), 4),
         "chosen_J": {n: round(float(full[n][chosen]), 4) for n in names},
         "best_J": {n: round(float(full[n].max()), 4) for n in names},
         "top10": [
-            {"config": configs[i].label(), **{n: round(float(full[n][i]), 4) for n in names}}
+            {"config": label(configs[i]), **{n: round(float(full[n][i]), 4) for n in names}}
             for i in ranking[:10]
         ],
     }
@@ -641,8 +537,7 @@ def main(
         service = SearchService(qs.settings, make_client(qs.settings), ModelQueryEmbedder(embedder))
         collected = collected_rows(service, qs, fresh)
         preps = [prepare(c, qs.now) for c in collected]
-        default_cfg = config_of(service.fusion_params(SearchRequest(query="defaults", top_k=25)))
-        check_fast_fusion(collected, preps, qs.now)
+        default_knobs = service.knobs(SearchRequest(query="defaults", top_k=25))
         answers = service_answers(service, qs) if service_check else None
         results = evaluate(collected, preps, answers)
         typer.echo(render(name, results))
@@ -660,10 +555,10 @@ def main(
     if variants:
 
         def tweak(**changes: float) -> Callable[[Prepared], np.ndarray]:
-            cfg = replace(default_cfg, **changes)
-            return lambda p: fused_scores(p, cfg)
+            knobs = default_knobs.model_copy(update=changes)
+            return lambda p: fused_scores(p, knobs)
 
-        rows = fusion_variants.compare(prepared, tweak(), tweak, default_cfg.answers_first)
+        rows = fusion_variants.compare(prepared, tweak(), tweak, default_knobs.answers_first)
         typer.echo(fusion_variants.render(rows, list(prepared)))
         report["variants"] = rows
     if sweep and len(prepared) > 1:

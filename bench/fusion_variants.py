@@ -6,7 +6,7 @@ logistic combination leaving one set out (fitted on the others, never on the set
 on).
 
   rrf(k, w)        sum of w_arm / (k + rank_arm), nothing else
-  shipped-like     `rank_fast` under a `Config` (coverage, recency, time lift, cap)
+  defaults         the service's fusion under its default knobs, tweaked one knob at a time
   minmax / z       convex combination of per-arm scores normalised over the arm's returned turns
                    (min-max to [0, 1], or z-scores), an absent turn scoring the arm's minimum
   (every variant drops the turns below the service's relevance floor, as the service does, and
@@ -23,17 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 from search_quality_metrics import query_metrics, summarize
 
-from ctxdb.search.fusion import DIVERSITY_POOL, FusedTurn, diversify, replies_ahead
+from ctxdb.search.fusion import ranked
 from ctxdb.search.models import ARMS
+from ctxdb.settings.search import SearchKnobs
 
 Key = tuple[str, str]
 TOP = 25
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # diversify reads only conversation and score
+ORDER = SearchKnobs(cap_user_scope=False)
+"""What `order` takes of the knobs beside a variant's score: floor, reorder, diversity, no cap."""
 
 
 @dataclass(frozen=True)
@@ -44,20 +45,6 @@ class Variant:
     floor: float | None = None  # the relevance floor (None: the service's default)
 
 
-def answers_first(p, ranked: np.ndarray, top: int = TOP) -> np.ndarray:
-    """`ranked` (candidate indices of `p`) with the service's `answers_first` reorder applied to
-    its first `DIVERSITY_POOL x top` (`ctxdb.search.fusion.replies_ahead`, the same code)."""
-    pool = DIVERSITY_POOL * top
-    moved = replies_ahead(
-        list(ranked[:pool]),
-        p.query,
-        asked=lambda i: p.asked.get(p.keys[i], ""),
-        conversation=lambda i: p.keys[i][0],
-        texts=lambda i: p.texts[p.keys[i]],
-    )
-    return np.concatenate([np.array(moved, dtype=ranked.dtype), ranked[pool:]])
-
-
 def order(
     p,
     score: np.ndarray,
@@ -66,23 +53,21 @@ def order(
     replies_first: bool = False,
     floor: float | None = None,
 ) -> list[Key]:
-    """The top turns by score (ties: most recent first, as the service breaks them), replies
-    ahead of their asking turns with `replies_first` (after dropping the turns below the relevance
-    floor: `floor`, or the service's default), then with `diversity` d > 0 the service's
-    own greedy selection (`ctxdb.search.fusion.diversify`: each turn already taken from a
-    conversation scales that conversation's next one by (1 - d))."""
+    """The top turns by a variant's score (ties: most recent first), ordered by the service's
+    own code (`ctxdb.search.fusion.ranked`): the turns below the relevance floor (`floor`, or
+    the service's default) dropped, replies ahead of their asking turns with `replies_first`,
+    then with `diversity` d > 0 the greedy selection over conversations."""
     if not p.keys:
         return []
-    ranked = np.lexsort((p.tie, -score))
-    ranked = ranked[p.relevance[ranked] >= (p.floor if floor is None else floor)]
-    if replies_first:
-        ranked = answers_first(p, ranked, top)
-    if diversity > 0:
-        pool = ranked[: DIVERSITY_POOL * top]
-        turns = [FusedTurn(*p.keys[i], final=float(score[i]), rrf=0.0, ts=EPOCH) for i in pool]
-        at = {p.keys[i]: i for i in pool}
-        ranked = [at[(t.conversation_id, t.turn_id)] for t in diversify(turns, diversity, top)]
-    return [p.keys[i] for i in ranked[:top]]
+    knobs = ORDER.model_copy(
+        update={
+            "min_score": p.floor if floor is None else floor,
+            "answers_first": replies_first,
+            "diversity": diversity,
+        }
+    )
+    kept = ranked(p, knobs, score, np.zeros(len(p.keys)), top, p.query, p.scope).kept
+    return [p.keys[i] for i in kept]
 
 
 def rrf(k: float, weights: Sequence[float] = (1.0, 1.0, 1.0)) -> Callable:
@@ -191,11 +176,11 @@ def variants(default_score: Callable, tweak: Callable | None = None) -> list[Var
     if tweak is not None:
         for k in (3, 10, 20, 60):
             out.append(Variant(f"defaults k={k}", tweak(rrf_k=k)))
-        out.append(Variant("defaults coverage 0", tweak(coverage=0.0)))
-        out.append(Variant("defaults coverage 1", tweak(coverage=1.0)))
-        out.append(Variant("defaults recency 0", tweak(recency=0.0)))
-        out.append(Variant("defaults time 0", tweak(time=0.0)))
-        out.append(Variant("defaults k=60 coverage 0", tweak(rrf_k=60, coverage=0.0)))
+        out.append(Variant("defaults coverage 0", tweak(coverage_power=0.0)))
+        out.append(Variant("defaults coverage 1", tweak(coverage_power=1.0)))
+        out.append(Variant("defaults recency 0", tweak(weight_recency=0.0)))
+        out.append(Variant("defaults time 0", tweak(weight_time=0.0)))
+        out.append(Variant("defaults k=60 coverage 0", tweak(rrf_k=60, coverage_power=0.0)))
     for floor in (0.0, 0.1, 0.15, 0.18, 0.22, 0.25):
         out.append(Variant(f"defaults floor {floor}", default_score, floor=floor))
     out += [Variant(f"rrf k={k}", rrf(k)) for k in (1, 2, 3, 5, 10, 20, 30, 60, 100, 200)]

@@ -36,11 +36,9 @@ import typer
 from bench_search_quality import (
     SETS,
     Collected,
-    Config,
     Prepared,
     build_memory,
     collected_rows,
-    config_of,
     fused_scores,
     prepare,
     suffixed,
@@ -50,9 +48,10 @@ from elasticsearch import helpers
 from ctxdb.embedding.backends import make_embedder
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
-from ctxdb.search.models import ARMS, BRIEF_WORDS_MAX, SearchRequest
+from ctxdb.search.models import ARMS, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import Settings, get_settings
+from ctxdb.settings.search import BRIEF_WORDS_MAX, SearchKnobs
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 from ctxdb.text import content_words, stems
@@ -68,7 +67,7 @@ class Probe:
     def __init__(
         self,
         preps: list[Prepared],
-        cfg: Config,
+        cfg: SearchKnobs,
         turn_words: dict[Key, int],
         vectors: dict[Key, np.ndarray],
         queries: list[np.ndarray],
@@ -111,7 +110,7 @@ def row_vectors(settings: Settings) -> dict[Key, np.ndarray]:
 
 
 def with_turn_words(probe: Probe, brief_words: int, brief_power: float) -> Scorer:
-    cfg = replace(probe.cfg, brief_words=brief_words, brief_power=brief_power)
+    cfg = probe.cfg.model_copy(update={"brief_words": brief_words, "brief_power": brief_power})
 
     def score(p: Prepared) -> np.ndarray:
         words = np.array([probe.turn_words.get(k, 0) for k in p.keys], dtype=float)
@@ -162,7 +161,7 @@ def vector_prf(probe: Probe, m: int, b: float) -> Scorer:
     return score
 
 
-def features(p: Prepared, cfg: Config) -> np.ndarray:
+def features(p: Prepared, cfg: SearchKnobs) -> np.ndarray:
     """`fusion_variants.features` plus the fused score and rank, content words, recency, a
     question among the matched rows and the arms matched."""
     s = fused_scores(p, cfg)
@@ -174,7 +173,7 @@ def features(p: Prepared, cfg: Config) -> np.ndarray:
         s / s.max(),
         1 / (rank + 5),
         np.minimum(p.words, 50),
-        2.0 ** (-p.age_days / cfg.half_life),
+        2.0 ** (-p.age_days / cfg.recency_half_life_days),
         np.array(question, dtype=float),
         sum((p.ranks[a] > 0).astype(float) for a in ARMS),
     ]
@@ -236,7 +235,7 @@ def main(
         query_embedder = ModelQueryEmbedder(embedder)
         service = SearchService(qs.settings, make_client(qs.settings), query_embedder)
         collected: list[Collected] = collected_rows(service, qs, False)
-        cfg = config_of(service.fusion_params(SearchRequest(query="defaults", top_k=25)))
+        cfg = service.knobs(SearchRequest(query="defaults", top_k=25))
         queries = [np.asarray(query_embedder.embed_query(c.text)) for c in collected]
         probes[name] = Probe(
             [prepare(c, qs.now) for c in collected],

@@ -199,7 +199,7 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         service = SearchService(settings, client, default_embedder(settings, client))
         alice = Principal(user_id="alice", tenant=TENANT)
         query = "skiing in Chamonix or Zermatt"
-        request = SearchRequest(query=query, top_k=5, min_score=0)
+        request = SearchRequest(query=query, top_k=5, knobs={"min_score": 0})
         vector = service.embedder.embed_query(query)
         arms = service.run_arms(service.arm_bodies(alice, request, query, vector, NOW))
         for arm in ("lexical", "trigram"):
@@ -215,7 +215,9 @@ def test_the_text_arms_find_a_reply_by_the_question_it_answers(settings: Setting
         orders, moved = {}, {}
         for first in (False, True):
             asked = SearchRequest(
-                query=f"{query}?", min_score=0, answers_first=first, explain=True
+                query=f"{query}?",
+                explain=True,
+                knobs={"min_score": 0, "answers_first": first},
             )
             hits = service.search(alice, asked).hits
             orders[first] = [(h.conversation_id, h.turn_id) for h in hits]

@@ -204,10 +204,16 @@ def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["search", "x", "--no-semantic", "--token", "ctxdb_0000_secret"], "unknown or revoked"),
-        (["search", "x", "--no-semantic", "--token", "not-a-token"], "unknown or revoked"),
         (
-            ["search", "--since", "2026-02-01", "--until", "2026-01-01T00:00:00Z"],
+            ["search", "x", "--knob", "weight_semantic=0", "--token", "ctxdb_0000_secret"],
+            "unknown or revoked",
+        ),
+        (
+            ["search", "x", "--knob", "weight_semantic=0", "--token", "not-a-token"],
+            "unknown or revoked",
+        ),
+        (
+            ["search", "--window", "2026-02-01..2026-01-01T00:00:00Z"],
             "since must not be after until",
         ),
         (["pull", "conv:fi:conv_c1.turn_t1.files/../../x"], "unsafe path"),

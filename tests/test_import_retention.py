@@ -87,7 +87,9 @@ def test_imported_history_older_than_retention_is_kept_from_landing(
     home = {**home, "CTXDB_TOKEN": token.splitlines()[-1]}
 
     def visible() -> tuple[set[str], set[str]]:
-        found = ctxdb(home, "search", "Explain what this is", "--no-semantic", "--json")
+        found = ctxdb(
+            home, "search", "Explain what this is", "--knob", "weight_semantic=0", "--json"
+        )
         listed = ctxdb(home, "conversations", "--json")
         return (
             {h["conversation_id"] for h in json.loads(found.output)["hits"]},

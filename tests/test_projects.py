@@ -200,7 +200,7 @@ def _conversations(memory: Memory, user: str, *args: str) -> set[str]:
 @pytest.mark.model
 @pytest.mark.slow
 def test_search_by_project_returns_that_projects_turns_only(memory: Memory) -> None:
-    window = ("", "--since", "2000-01-01T00:00:00Z")
+    window = ("", "--window", "2000-01-01T00:00:00Z..")
     everything = _conversations(memory, "ann", *window)
     assert everything == {ANN_SHOP.stem, ANN_ELSEWHERE.stem, CODEX_SESSION}
     shop = _conversations(memory, "ann", *window, "--project", str(memory.shop))

@@ -119,16 +119,20 @@ def test_focus_follows_the_request_then_the_settings_and_skips_conversation_scop
     service, settings: Settings
 ) -> None:
     query = "what is Alex majoring in?"
-    assert focused(service, query, focus_names=False) == query
-    off = SearchService(settings.replace(search={"focus_names": False}), service.client, None)
+    assert focused(service, query, knobs={"focus_names": False}) == query
+    off = SearchService(
+        settings.replace(search={"knobs": {"focus_names": False}}), service.client, None
+    )
     assert off.focused_query(ALICE, SearchRequest(query=query), query, NOW) == query
-    assert focused(off, query, focus_names=True) == "what is majoring in?"
+    assert focused(off, query, knobs={"focus_names": True}) == "what is majoring in?"
     assert focused(service, query, scope="conversation", conversation_id="c6") == query
 
 
 def test_search_says_what_the_arms_searched_for_and_stays_inside_the_caller(service) -> None:
     response = service.search(
-        ALICE, SearchRequest(query="what is Alex majoring in?", explain=True, min_score=0), NOW
+        ALICE,
+        SearchRequest(query="what is Alex majoring in?", explain=True, knobs={"min_score": 0}),
+        NOW,
     )
     assert "names_left_out: the arms searched for 'what is majoring in?'" in response.warnings
     assert response.query == "what is Alex majoring in?"

@@ -71,7 +71,7 @@ def test_an_absent_topic_returns_no_hits_or_only_weak_ones(memory: Memory) -> No
     assert all(h.weak and h.relevance is not None for h in response.hits)
     assert all(MIN_SCORE <= h.relevance < WEAK_BELOW for h in response.hits)  # type: ignore[operator]
     unfloored = memory.service.search(
-        memory.owner, SearchRequest(query=ABSENT, top_k=10, min_score=0)
+        memory.owner, SearchRequest(query=ABSENT, top_k=10, knobs={"min_score": 0})
     )
     assert len(unfloored.hits) == 10  # what the floor takes away: every turn of the memory
     assert any(h.relevance is not None and h.relevance < MIN_SCORE for h in unfloored.hits)
@@ -92,13 +92,13 @@ def test_min_score_per_request_moves_the_floor(memory: Memory) -> None:
     topics = {t.key: t for t in TOPICS}
     question = topics[memory.facts[0].topic].queries[0]
     everything = memory.service.search(
-        memory.owner, SearchRequest(query=question, top_k=10, min_score=0)
+        memory.owner, SearchRequest(query=question, top_k=10, knobs={"min_score": 0})
     ).hits
     assert len(everything) == 10
     strengths = sorted((h.relevance for h in everything), reverse=True)  # type: ignore[type-var]
     floor = (strengths[1] + strengths[2]) / 2  # between the second and third strongest turns
     strict = memory.service.search(
-        memory.owner, SearchRequest(query=question, top_k=10, min_score=floor)
+        memory.owner, SearchRequest(query=question, top_k=10, knobs={"min_score": floor})
     ).hits
     assert len(strict) == 2
     assert [h.turn_id for h in strict] == [
@@ -113,8 +113,10 @@ def test_min_score_over_http_and_its_bounds(memory: Memory) -> None:
     auth = {"Authorization": f"Bearer {memory.token}"}
     body = {"query": ABSENT, "top_k": 10}
     floored = http.post("/v1/search", json=body, headers=auth).json()["hits"]
-    unfloored = http.post("/v1/search", json=body | {"min_score": 0}, headers=auth).json()["hits"]
+    unfloored = http.post(
+        "/v1/search", json=body | {"knobs": {"min_score": 0}}, headers=auth
+    ).json()["hits"]
     assert len(floored) < len(unfloored) == 10
     assert all(h["weak"] is True for h in floored)
-    bad = http.post("/v1/search", json=body | {"min_score": 1.5}, headers=auth)
+    bad = http.post("/v1/search", json=body | {"knobs": {"min_score": 1.5}}, headers=auth)
     assert bad.status_code == 422 and "min_score" in bad.text

@@ -89,10 +89,11 @@ def test_fused_hits_carry_identity_snippets_and_explain(search_env: SearchEnv) -
     assert by_target["attachment"].path.endswith("user.attachments/budget.xlsx")
     e = top.explain
     assert e is not None
-    assert e.final == pytest.approx(e.rrf * (1 + e.recency_weight * e.recency) * e.brevity)
+    k = e.knobs
+    assert e.final == pytest.approx(e.rrf * (1 + k.weight_recency * e.recency) * e.brevity)
     assert e.rrf == pytest.approx(sum(a.contribution for a in e.arms.values()))
-    assert e.recency == pytest.approx(2 ** (-e.age_days / e.half_life_days), rel=1e-6)
-    assert e.half_life_days == search_env.settings.search.recency_half_life_days
+    assert e.recency == pytest.approx(2 ** (-e.age_days / k.recency_half_life_days), rel=1e-6)
+    assert k == search_env.settings.search.knobs
     assert all(
         h.explain is None
         for h in search_env.service.search(search_env.alice, SearchRequest(query="openpyxl")).hits
@@ -112,12 +113,11 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     request = SearchRequest(
         query="zebra migration serengeti",
         explain=True,
-        weights={"recency": 1.0},
-        half_life_days=7,
+        knobs={"weight_recency": 1.0, "recency_half_life_days": 7},
     )
     ranked = keys(search_env.service.search(search_env.alice, request))
     assert ranked.index(("c-zebra-new", "t1")) < ranked.index(("c-zebra-old", "t1"))
-    flat = SearchRequest(query="zebra migration serengeti", weights={"recency": 0})
+    flat = SearchRequest(query="zebra migration serengeti", knobs={"weight_recency": 0})
     hits = search_env.service.search(search_env.alice, flat).hits
     scores = {h.conversation_id: h.score for h in hits}
     lifted = {
@@ -125,8 +125,8 @@ def test_recency_lifts_the_newer_of_two_identical_turns(search_env: SearchEnv) -
     }
     new = lifted["c-zebra-new"].explain
     assert new.recency > lifted["c-zebra-old"].explain.recency
-    assert (new.recency_weight, new.half_life_days) == (1.0, 7)
-    w_rec = new.recency_weight
+    assert (new.knobs.weight_recency, new.knobs.recency_half_life_days) == (1.0, 7)
+    w_rec = new.knobs.weight_recency
     assert lifted["c-zebra-new"].score == pytest.approx(
         scores["c-zebra-new"] * (1 + w_rec * new.recency)
     )
@@ -172,9 +172,10 @@ def test_a_time_expression_lifts_the_turns_inside_its_span(search_env: SearchEnv
     hits = {h.conversation_id: h for h in response.hits}
     new, old = hits["c-zebra-new"].explain, hits["c-zebra-old"].explain  # 1 and 60 days old
     assert (new.in_window, old.in_window) == (True, False)
-    assert new.window_weight == search_env.settings.search.weight_time > 0
+    k = new.knobs
+    assert k.weight_time == search_env.settings.search.knobs.weight_time > 0
     assert new.final == pytest.approx(
-        new.rrf * (1 + new.recency_weight * new.recency) * (1 + new.window_weight) * new.brevity
+        new.rrf * (1 + k.weight_recency * new.recency) * (1 + k.weight_time) * new.brevity
     )
     assert keys(response).index(("c-zebra-new", "t1")) < keys(response).index(("c-zebra-old", "t1"))
     plain = search_env.service.search(
@@ -198,7 +199,10 @@ def test_days_and_window_limit_the_rows(search_env: SearchEnv) -> None:
 
 def test_scope_conversation_and_agent(search_env: SearchEnv) -> None:
     in_conv = SearchRequest(
-        query="openpyxl", scope="conversation", conversation_id="c-k8s", min_score=0
+        query="openpyxl",
+        scope="conversation",
+        conversation_id="c-k8s",
+        knobs={"min_score": 0},
     )
     assert {
         h.conversation_id for h in search_env.service.search(search_env.alice, in_conv).hits
@@ -218,10 +222,12 @@ def test_per_conversation_cap_on_request_never_in_conversation_scope(
         hits = search_env.service.search(search_env.alice, request).hits
         return [h.conversation_id for h in hits].count("c-k8s")
 
-    assert k8s_hits(cap_user_scope=True) == 2
-    assert k8s_hits(cap_user_scope=True, max_per_conversation=1) == 1
-    assert k8s_hits(cap_user_scope=False) == 3
-    assert k8s_hits(cap_user_scope=True, scope="conversation", conversation_id="c-k8s") == 3
+    assert k8s_hits(knobs={"cap_user_scope": True}) == 2
+    assert k8s_hits(knobs={"cap_user_scope": True, "max_per_conversation": 1}) == 1
+    assert k8s_hits(knobs={"cap_user_scope": False}) == 3
+    assert (
+        k8s_hits(scope="conversation", conversation_id="c-k8s", knobs={"cap_user_scope": True}) == 3
+    )
 
 
 def test_targets_filter_rows_and_notes_are_opt_in(search_env: SearchEnv) -> None:

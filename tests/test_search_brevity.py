@@ -9,8 +9,9 @@ import pytest
 from conftest_search import SearchEnv
 
 from ctxdb.search.arms import RowHit
-from ctxdb.search.fusion import arm_weights, brevity, fuse
+from ctxdb.search.fusion import fuse
 from ctxdb.search.models import SearchRequest
+from ctxdb.settings.search import SearchKnobs
 from ctxdb.text import content_words
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -48,6 +49,14 @@ def test_a_summary_rows_anchors_count_for_it() -> None:
     assert brevity([anchored], 12, 1.0) == pytest.approx(4 / 12)
 
 
+def brevity(rows: list[RowHit], brief_words: int, brief_power: float) -> float:
+    """The brevity factor fusion gives the one turn of `rows` (one row per arm)."""
+    knobs = SearchKnobs(brief_words=brief_words, brief_power=brief_power)
+    ranked = dict(zip(("semantic", "lexical", "trigram"), ([r] for r in rows), strict=False))
+    (turn,) = fuse(ranked, knobs, NOW)  # type: ignore[arg-type]
+    return turn.brevity
+
+
 def test_brevity_scales_by_the_longest_matched_row_and_is_off_at_power_zero() -> None:
     assert brevity([row("t1", GREETING)], 12, 0.5) == pytest.approx((4 / 12) ** 0.5)
     assert brevity([row("t1", GREETING), row("t1", TRIP, "assistant")], 12, 0.5) == 1.0
@@ -58,15 +67,19 @@ def test_brevity_scales_by_the_longest_matched_row_and_is_off_at_power_zero() ->
 
 def test_a_greeting_every_arm_ranks_first_falls_behind_the_wordy_answer() -> None:
     ranked = {arm: [row("hello", GREETING), row("trip", TRIP)] for arm in ("semantic", "lexical")}
-    terms = {"weights": arm_weights(1, 1, 1), "recency_weight": 0, "half_life_days": 7, "now": NOW}
-    plain = fuse(ranked, **terms)  # type: ignore[arg-type]
+    plain_knobs = SearchKnobs(
+        weight_recency=0, coverage_power=0, brief_power=0, min_score=0, answers_first=False
+    )
+    plain = fuse(ranked, plain_knobs, NOW)  # type: ignore[arg-type]
     assert [t.turn_id for t in plain] == ["hello", "trip"]
-    brief = fuse(ranked, **terms, brief_words=12, brief_power=0.5)  # type: ignore[arg-type]
+    brief_knobs = plain_knobs.with_overrides({"brief_words": 12, "brief_power": 0.5})
+    brief = fuse(ranked, brief_knobs, NOW)  # type: ignore[arg-type]
     assert [t.turn_id for t in brief] == ["trip", "hello"]
     hello = next(t for t in brief if t.turn_id == "hello")
     assert hello.final == pytest.approx(hello.rrf * (4 / 12) ** 0.5)
     assert hello.explain is not None
-    assert (hello.explain.brevity, hello.explain.brief_words, hello.explain.brief_power) == (
+    e = hello.explain
+    assert (e.brevity, e.knobs.brief_words, e.knobs.brief_power) == (
         pytest.approx((4 / 12) ** 0.5),
         12,
         0.5,
@@ -79,17 +92,22 @@ def test_the_service_applies_the_configured_brevity_and_the_request_overrides_it
     search_env: SearchEnv,
 ) -> None:
     query = "openpyxl formulas lost on save"
-    s = search_env.settings.search
+    s = search_env.settings.search.knobs
     on = search_env.service.search(search_env.alice, SearchRequest(query=query, explain=True))
     assert on.hits
     for hit in on.hits:
         e = hit.explain
-        assert e is not None and (e.brief_words, e.brief_power) == (s.brief_words, s.brief_power)
+        assert e is not None and (e.knobs.brief_words, e.knobs.brief_power) == (
+            s.brief_words,
+            s.brief_power,
+        )
         assert 0 < e.brevity <= 1
-    strict = SearchRequest(query=query, explain=True, brief_words=200, brief_power=1.0)
+    strict = SearchRequest(
+        query=query, explain=True, knobs={"brief_words": 200, "brief_power": 1.0}
+    )
     scaled = search_env.service.search(search_env.alice, strict).hits
     assert all(h.explain is not None and h.explain.brevity < 1 for h in scaled)
-    off = SearchRequest(query=query, explain=True, brief_power=0)
+    off = SearchRequest(query=query, explain=True, knobs={"brief_power": 0})
     assert all(
         h.explain is not None and h.explain.brevity == 1.0
         for h in search_env.service.search(search_env.alice, off).hits

@@ -31,15 +31,29 @@ def cli(env: SearchEnv, *args: str, token: str | None = None):
 def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
     alice = search_env.tokens["alice"]
     human = cli(
-        search_env, "search", "KeyError Worksheet Sheet3", "--no-semantic", "--explain", token=alice
+        search_env,
+        "search",
+        "KeyError Worksheet Sheet3",
+        "--knob",
+        "weight_semantic=0",
+        "--explain",
+        token=alice,
     )
     assert human.exit_code == 0, human.output
     assert "c-sheets/t2 #2 'Spreadsheet trouble'" in human.output.splitlines()[1]
     assert "explain: semantic=- lexical=r1" in human.output
     assert " brevity=" in human.output  # the factors shown multiply to `final`
-    assert "warning: semantic_unavailable" in human.output
+    assert "warning: semantic_unavailable" not in human.output  # turned off, not unavailable
     as_json = cli(
-        search_env, "search", "payroll salaries", "--no-semantic", "--json", "-k", "10", token=alice
+        search_env,
+        "search",
+        "payroll salaries",
+        "--knob",
+        "weight_semantic=0",
+        "--json",
+        "-k",
+        "10",
+        token=alice,
     )
     assert as_json.exit_code == 0
     assert "c-bob" not in {h["conversation_id"] for h in json.loads(as_json.stdout)["hits"]}
@@ -47,7 +61,8 @@ def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
         search_env,
         "search",
         "payroll salaries",
-        "--no-semantic",
+        "--knob",
+        "weight_semantic=0",
         "--json",
         token=search_env.tokens["bob"],
     )
@@ -56,7 +71,9 @@ def test_search_as_the_token_user_human_and_json(search_env: SearchEnv) -> None:
 
 def test_catalog_options(search_env: SearchEnv) -> None:
     alice = search_env.tokens["alice"]
-    last = cli(search_env, "search", "--conversation", "c-k8s", "--last", "--json", token=alice)
+    last = cli(
+        search_env, "search", "--conversation", "c-k8s", "--nth", "last", "--json", token=alice
+    )
     assert [h["turn_id"] for h in json.loads(last.stdout)["hits"]] == ["t3"]
     listing = cli(search_env, "conversations", "--json", token=alice)
     assert json.loads(listing.stdout)["conversations"][0]["conversation_id"] == "c-k8s"
@@ -69,14 +86,21 @@ def test_catalog_options(search_env: SearchEnv) -> None:
 
 def test_errors_have_clear_messages_and_exit_codes(search_env: SearchEnv) -> None:
     alice = search_env.tokens["alice"]
-    no_token = cli(search_env, "search", "openpyxl", "--no-semantic")
+    no_token = cli(search_env, "search", "openpyxl", "--knob", "weight_semantic=0")
     assert no_token.exit_code == 1 and "missing bearer token" in no_token.output
-    bad_token = cli(search_env, "search", "openpyxl", "--no-semantic", token="ctxdb_x_y")
+    bad_token = cli(
+        search_env, "search", "openpyxl", "--knob", "weight_semantic=0", token="ctxdb_x_y"
+    )
     assert bad_token.exit_code == 1
-    missing = cli(search_env, "search", "  ", "--no-semantic", token=alice)
+    missing = cli(search_env, "search", "  ", "--knob", "weight_semantic=0", token=alice)
     assert missing.exit_code == 2 and "missing_query" in missing.output
-    invalid = cli(search_env, "search", "x", "--scope", "conversation", token=alice)
-    assert invalid.exit_code == 2 and "conversation_id" in invalid.output
+    invalid = cli(search_env, "search", "x", "--nth", "0", "-c", "c-k8s", token=alice)
+    assert invalid.exit_code == 2 and "ordinal is 1-based" in invalid.output
+    unknown = cli(search_env, "search", "x", "--knob", "rrf=3", token=alice)
+    assert unknown.exit_code == 2 and "unknown knob(s) rrf; valid knobs: rrf_k," in unknown.output
+    for bad in ("--knob", "rrf_k"), ("--window", "lately"):
+        malformed = cli(search_env, "search", "x", *bad, token=alice)
+        assert malformed.exit_code == 2 and bad[0] in malformed.output, bad
     others = cli(search_env, "turn", "c-bob", "t1", token=alice)
     assert others.exit_code == 1 and "not found" in others.output
 
@@ -119,7 +143,7 @@ def test_tokens_issue_and_revoke(search_env: SearchEnv) -> None:
 
 
 def test_fusion_knobs_reach_the_service(search_env: SearchEnv) -> None:
-    """--rrf-k, --session-weight and --diversity are request parameters, checked by the model."""
+    """--knob NAME=VALUE sets any ranking knob for one search, checked by the knobs' model."""
     alice = search_env.tokens["alice"]
     query = ("search", "KeyError Worksheet Sheet3", "--explain", "--json")
 
@@ -129,17 +153,17 @@ def test_fusion_knobs_reach_the_service(search_env: SearchEnv) -> None:
         arms = json.loads(result.stdout)["hits"][0]["explain"]["arms"]
         return {round(arm["contribution"], 6) for arm in arms.values()}
 
-    assert contributions("--rrf-k", "1") == {0.5}  # every arm ranks it first: 1 / (1 + 1)
-    knobs = ("--rrf-k", "50", "--session-weight", "0", "--diversity", "0.5")
+    assert contributions("--knob", "rrf_k=1") == {0.5}  # every arm ranks it first: 1 / (1 + 1)
+    knobs = ("--knob", "rrf_k=50", "--knob", "session_weight=0", "--knob", "diversity=0.5")
     assert contributions(*knobs) == {round(1 / 51, 6)}
-    for option, value in (("--session-weight", "3"), ("--diversity", "1"), ("--rrf-k", "0")):
-        bad = cli(search_env, *query, option, value, token=alice)
-        assert bad.exit_code == 2 and option.strip("-").replace("-", "_") in bad.output, option
+    for name, value in (("session_weight", "3"), ("diversity", "1"), ("rrf_k", "0")):
+        bad = cli(search_env, *query, "--knob", f"{name}={value}", token=alice)
+        assert bad.exit_code == 2 and f"knobs.{name}" in bad.output, name
 
 
 def test_focus_names_reaches_the_service(search_env: SearchEnv) -> None:
     """A name in none of Alice's conversations is left out of what the arms search for (said
-    with --explain); --no-focus-names searches the query as given."""
+    with --explain); `--knob focus_names=false` searches the query as given."""
     alice = search_env.tokens["alice"]
     query = ("search", "what did Zelda say about KeyError Worksheet Sheet3", "--explain", "--json")
 
@@ -151,4 +175,4 @@ def test_focus_names_reaches_the_service(search_env: SearchEnv) -> None:
     assert warned() == [
         "names_left_out: the arms searched for 'what did say about KeyError Worksheet Sheet3'"
     ]
-    assert warned("--no-focus-names") == []
+    assert warned("--knob", "focus_names=false") == []

@@ -10,8 +10,9 @@ from conftest_search import SearchEnv
 
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import QueryTerms, stem_coverage, trigram_coverage, with_coverage
-from ctxdb.search.fusion import FusionParams, arm_weights, fuse, rank_turns
+from ctxdb.search.fusion import fuse, rank_turns
 from ctxdb.search.models import SearchRequest
+from ctxdb.settings.search import SearchKnobs
 from ctxdb.text import stems
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -56,27 +57,22 @@ def test_a_one_word_text_match_no_longer_outvotes_the_semantic_answer() -> None:
     ranked = with_coverage(
         {"semantic": [answer], "lexical": [partial], "trigram": [partial]}, query
     )
-    plain = FusionParams(arm_weights(1, 1, 1), 0.0, 7.0, None, rrf_k=3)
-    covered = FusionParams(arm_weights(1, 1, 1), 0.0, 7.0, None, rrf_k=3, coverage_power=1.0)
+    plain = SearchKnobs(
+        rrf_k=3, weight_recency=0, coverage_power=0, brief_power=0, min_score=0, answers_first=False
+    )
+    covered = plain.with_overrides({"coverage_power": 1.0})
     assert rank_turns(ranked, plain, NOW, 2)[0].turn_id == "noise"
     assert rank_turns(ranked, covered, NOW, 2)[0].turn_id == "answer"
 
 
 def test_contribution_is_weight_times_coverage_power_over_k_plus_rank() -> None:
     ranked = with_coverage({"lexical": [row("t1", "wedding cake tasting")]}, "wedding venue")
-    (turn,) = fuse(
-        ranked,
-        weights=arm_weights(1, 0.8, 1),
-        recency_weight=0,
-        half_life_days=7,
-        now=NOW,
-        rrf_k=3,
-        coverage_power=2.0,
-    )
+    knobs = SearchKnobs(rrf_k=3, weight_lexical=0.8, coverage_power=2.0, weight_recency=0)
+    (turn,) = fuse(ranked, knobs, NOW)
     arm = turn.explain.arms["lexical"]
     assert arm.coverage == 0.5
     assert arm.contribution == pytest.approx(0.8 * 0.5**2 / (3 + 1))
-    assert turn.explain.coverage_power == 2.0
+    assert turn.explain.knobs.coverage_power == 2.0
 
 
 @pytest.mark.es
@@ -87,12 +83,13 @@ def test_service_reports_coverage_and_the_request_can_turn_it_off(search_env: Se
     arms = on.hits[0].explain.arms
     assert arms["semantic"].coverage == 1.0
     assert 0.0 < arms["lexical"].coverage <= 1.0
-    assert on.hits[0].explain.coverage_power == search_env.settings.search.coverage_power
+    configured = search_env.settings.search.knobs
+    assert on.hits[0].explain.knobs.coverage_power == configured.coverage_power
     off = search_env.service.search(
-        search_env.alice, SearchRequest(query=query, explain=True, coverage_power=0)
+        search_env.alice, SearchRequest(query=query, explain=True, knobs={"coverage_power": 0})
     )
     for hit in off.hits:
-        k = search_env.settings.search.rrf_k
+        k = configured.rrf_k
         for explain in hit.explain.arms.values():
             if explain.rank is not None:
                 assert explain.contribution == pytest.approx(explain.weight / (k + explain.rank))

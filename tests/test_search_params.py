@@ -12,79 +12,110 @@ from ctxdb.contract.identity import Principal
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import lexical_body, word_pairs
+from ctxdb.search.fusion import cap_of
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.settings import Settings, get_settings
+from ctxdb.settings.search import KnobOverrides
 from ctxdb.text import stems
 
 ALICE = Principal(user_id="alice", tenant="t1")
 NOW = datetime(2026, 12, 2, 12, 30, 17, 250000, tzinfo=UTC)
 
 
-def service(**search: object) -> SearchService:
+def service(knobs: dict[str, object] | None = None, **search: object) -> SearchService:
+    """A service whose settings have these search `knobs` and other search fields."""
+    if knobs:
+        search["knobs"] = knobs
     settings: Settings = get_settings().replace(search=search) if search else get_settings()
     return SearchService(settings, make_client(settings))
 
 
-def test_fusion_params_take_the_request_else_the_settings() -> None:
+def test_knobs_take_the_request_else_the_settings() -> None:
     svc = service(
-        weight_semantic=1.0,
-        weight_lexical=0.7,
-        weight_trigram=0.3,
-        weight_recency=0.1,
-        recency_half_life_days=30,
-        rrf_k=10,
+        {
+            "weight_semantic": 1.0,
+            "weight_lexical": 0.7,
+            "weight_trigram": 0.3,
+            "weight_recency": 0.1,
+            "recency_half_life_days": 30,
+            "rrf_k": 10,
+            "diversity": 0.25,
+        }
     )
-    default = svc.fusion_params(SearchRequest(query="q"))
-    assert default.weights == {"semantic": 1.0, "lexical": 0.7, "trigram": 0.3}
-    assert (default.recency_weight, default.half_life_days, default.rrf_k) == (0.1, 30, 10)
-    asked = svc.fusion_params(
+    default = svc.knobs(SearchRequest(query="q"))
+    assert (default.weight_semantic, default.weight_lexical, default.weight_trigram) == (
+        1.0,
+        0.7,
+        0.3,
+    )
+    assert (default.weight_recency, default.recency_half_life_days, default.rrf_k) == (0.1, 30, 10)
+    assert default.diversity == 0.25
+    asked = svc.knobs(
         SearchRequest(
             query="q",
-            weights={"semantic": 0.5, "trigram": 2.5, "recency": 0},
-            half_life_days=3,
+            knobs={
+                "weight_semantic": 0.5,
+                "weight_trigram": 2.5,
+                "weight_recency": 0,
+                "recency_half_life_days": 3,
+                "rrf_k": 60,
+                "diversity": 0.0,
+            },
         )
     )
-    assert asked.weights == {"semantic": 0.5, "lexical": 0.7, "trigram": 2.0}
-    assert (asked.recency_weight, asked.half_life_days) == (0.0, 3)
-
-
-def test_rrf_k_and_diversity_take_the_request_else_the_settings() -> None:
-    svc = service(rrf_k=7, diversity=0.25)
-    default = svc.fusion_params(SearchRequest(query="q"))
-    assert (default.rrf_k, default.diversity) == (7, 0.25)
-    asked = svc.fusion_params(SearchRequest(query="q", rrf_k=60, diversity=0.0))
+    assert (asked.weight_semantic, asked.weight_lexical, asked.weight_trigram) == (0.5, 0.7, 2.0)
+    assert (asked.weight_recency, asked.recency_half_life_days) == (0.0, 3)
     assert (asked.rrf_k, asked.diversity) == (60, 0.0)
-    with pytest.raises(ValueError, match="rrf_k"):
-        SearchRequest(query="q", rrf_k=0)
-    with pytest.raises(ValueError, match="diversity"):
-        SearchRequest(query="q", diversity=1.0)
+    assert service().knobs(SearchRequest(query="q")).answers_first is True
+    assert service({"answers_first": False}).knobs(SearchRequest(query="q")).answers_first is False
+    asked_off = SearchRequest(query="q", knobs={"answers_first": False})
+    assert service().knobs(asked_off).answers_first is False
+
+
+def test_knobs_are_read_from_the_environment_as_json_or_one_per_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CTXDB_SEARCH_KNOBS", '{"rrf_k": 20, "diversity": 0.3}')
+    monkeypatch.setenv("CTXDB_SEARCH_KNOBS__DIVERSITY", "0.5")
+    monkeypatch.setenv("CTXDB_SEARCH_KNOBS__MIN_SCORE", "0")
+    knobs = get_settings().search.knobs
+    assert (knobs.rrf_k, knobs.diversity, knobs.min_score, knobs.brief_words) == (20, 0.5, 0, 12)
+    monkeypatch.setenv("CTXDB_SEARCH_KNOBS__RRF", "3")
+    with pytest.raises(ValueError, match="rrf"):
+        get_settings()
 
 
 def test_per_conversation_cap_by_scope_setting_and_request() -> None:
-    off = service(cap_user_scope=False, max_per_conversation=2)
-    assert off.fusion_params(SearchRequest(query="q")).cap is None
-    assert off.fusion_params(SearchRequest(query="q", cap_user_scope=True)).cap == 2
-    assert (
-        off.fusion_params(SearchRequest(query="q", cap_user_scope=True, max_per_conversation=4)).cap
-        == 4
-    )
-    on = service(cap_user_scope=True, max_per_conversation=3)
-    assert on.fusion_params(SearchRequest(query="q", scope="agent", agent="ops")).cap == 3
-    assert on.fusion_params(SearchRequest(query="q", cap_user_scope=False)).cap is None
+    def cap(svc: SearchService, request: SearchRequest) -> int | None:
+        return cap_of(svc.knobs(request), request.scope)
+
+    off = service({"cap_user_scope": False, "max_per_conversation": 2})
+    assert cap(off, SearchRequest(query="q")) is None
+    assert cap(off, SearchRequest(query="q", knobs={"cap_user_scope": True})) == 2
+    both = {"cap_user_scope": True, "max_per_conversation": 4}
+    assert cap(off, SearchRequest(query="q", knobs=both)) == 4
+    on = service({"cap_user_scope": True, "max_per_conversation": 3})
+    assert cap(on, SearchRequest(query="q", scope="agent", agent="ops")) == 3
+    assert cap(on, SearchRequest(query="q", knobs={"cap_user_scope": False})) is None
     in_conversation = SearchRequest(query="q", scope="conversation", conversation_id="c1")
-    assert on.fusion_params(in_conversation).cap is None
+    assert cap(on, in_conversation) is None
 
 
-def test_request_rejects_out_of_range_fusion_knobs() -> None:
-    with pytest.raises(ValueError, match="half_life_days"):
-        SearchRequest(query="q", half_life_days=0)
-    with pytest.raises(ValueError, match="max_per_conversation"):
-        SearchRequest(query="q", max_per_conversation=0)
+def test_request_rejects_out_of_range_knobs() -> None:
+    for name, value in (
+        ("recency_half_life_days", 0),
+        ("max_per_conversation", 0),
+        ("rrf_k", 0),
+        ("diversity", 1.0),
+        ("min_score", 1.5),
+    ):
+        with pytest.raises(ValueError, match=f"knobs.{name}"):
+            SearchRequest(query="q", knobs={name: value})
 
 
 def test_arm_bodies_widen_knn_candidates_and_skip_total_hits() -> None:
-    svc = service(num_candidates=10, knn_k=50, overfetch_rows=4, cap_user_scope=False)
+    svc = service({"cap_user_scope": False}, num_candidates=10, knn_k=50, overfetch_rows=4)
     request = SearchRequest(query="kelp forest survey", top_k=10)
     bodies = svc.arm_bodies(ALICE, request, request.query, [0.1] * 384, NOW)
     knn = bodies["semantic"]["knn"]
@@ -92,7 +123,11 @@ def test_arm_bodies_widen_knn_candidates_and_skip_total_hits() -> None:
     assert knn["num_candidates"] >= 1.5 * knn["k"]
     assert all(body["track_total_hits"] is False for body in bodies.values())
     capped = svc.arm_bodies(
-        ALICE, request.model_copy(update={"cap_user_scope": True}), request.query, None, NOW
+        ALICE,
+        request.model_copy(update={"knobs": KnobOverrides(cap_user_scope=True)}),
+        request.query,
+        None,
+        NOW,
     )
     assert capped["lexical"]["size"] == 2 * bodies["lexical"]["size"]  # 2 turns per conversation
 
@@ -165,11 +200,3 @@ def test_query_embeddings_are_cached_and_bounded() -> None:
     uncached.embed_query("allotment onions")
     uncached.embed_query("allotment onions")
     assert CountingEmbedder.calls == 6
-
-
-def test_answers_first_takes_the_request_else_the_settings() -> None:
-    assert service().fusion_params(SearchRequest(query="q")).answers_first is True
-    off = service(answers_first=False)
-    assert off.fusion_params(SearchRequest(query="q")).answers_first is False
-    asked = SearchRequest(query="q", answers_first=False)
-    assert service().fusion_params(asked).answers_first is False

@@ -115,7 +115,9 @@ def cli(w: Window, *args: str) -> tuple[int, str]:
         "ELASTICSEARCH_URL": s.elasticsearch.url,
         "CTXDB_TOKEN": w.token,
     }
-    result = runner.invoke(app, ["search", QUERY, "--no-semantic", "--json", *args], env=environ)
+    result = runner.invoke(
+        app, ["search", QUERY, "--knob", "weight_semantic=0", "--json", *args], env=environ
+    )
     return result.exit_code, result.output
 
 
@@ -139,7 +141,7 @@ def test_days_narrows_and_zero_is_all_time_on_every_face(window: Window) -> None
         assert status == 200 and found(body["hits"]) == expected, days
         result = mcp(window, {"query": QUERY, "days": days})
         assert not result.is_error and found(result.structured_content["hits"]) == expected, days
-        code, output = cli(window, "--days", str(days))
+        code, output = cli(window, "--window", f"{days}d")
         assert code == 0 and found(json.loads(output)["hits"]) == expected, days
 
 
@@ -153,7 +155,7 @@ def test_a_since_before_the_window_widens_it_and_says_so(window: Window) -> None
     result = mcp(window, {"query": QUERY, "days": 30, "since": since})
     assert found(result.structured_content["hits"]) == hits
     assert [w for w in result.structured_content["warnings"] if w.startswith("days_widened:")]
-    code, output = cli(window, "--days", "30", "--since", since)
+    code, output = cli(window, "--window", f"{since}..")  # the CLI's window: since alone
     assert code == 0 and found(json.loads(output)["hits"]) == hits
 
 
@@ -172,7 +174,7 @@ def test_days_out_of_range_is_refused_alike_everywhere(window: Window, days: int
     assert status == 422 and "days" in json.dumps(body)
     result = mcp(window, {"query": QUERY, "days": days})
     assert result.is_error and "invalid arguments: days:" in result.content[0].text
-    code, output = cli(window, "--days", str(days))
+    code, output = cli(window, "--window", f"{days}d")
     assert code == 2 and "days" in output
 
 

@@ -26,6 +26,7 @@ from ctxdb.search.models import SearchRequest
 from ctxdb.search.relevance import cosine_of
 from ctxdb.search.service import SearchService, default_embedder
 from ctxdb.settings import Settings
+from ctxdb.settings.search import KnobOverrides
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 
@@ -158,7 +159,9 @@ def test_session_rows_are_embedded_and_indexed_but_never_hits(env: Env) -> None:
     assert len(docs) == session_rows(env.store).height
     assert {d["_source"]["embedding_status"] for d in docs} == {"ok"}
     alice = Principal(user_id="alice", tenant=TENANT)
-    hits = env.service.search(alice, SearchRequest(query=QUERY, top_k=25, min_score=0)).hits
+    hits = env.service.search(
+        alice, SearchRequest(query=QUERY, top_k=25, knobs={"min_score": 0})
+    ).hits
     assert hits and all(h.target != "session" for h in hits)
 
 
@@ -166,7 +169,9 @@ def test_expansion_brings_in_the_sessions_turn_the_knn_arm_missed(env: Env) -> N
     alice = Principal(user_id="alice", tenant=TENANT)
 
     def keys(weight: float) -> list[tuple[str, str]]:
-        request = SearchRequest(query=QUERY, top_k=1, session_weight=weight, min_score=0)
+        request = SearchRequest(
+            query=QUERY, top_k=1, knobs={"session_weight": weight, "min_score": 0}
+        )
         knn = env.service.arm_bodies(alice, request, QUERY, [0.0] * 384, NOW)["semantic"]
         assert (
             knn["knn"]["k"]
@@ -188,7 +193,9 @@ def test_the_lift_stays_inside_the_callers_boundary_and_live_rows(env: Env) -> N
     alice = Principal(user_id="alice", tenant=TENANT)
 
     def hits(weight: float) -> list[tuple[str, str]]:
-        request = SearchRequest(query=QUERY, top_k=3, session_weight=weight, min_score=0)
+        request = SearchRequest(
+            query=QUERY, top_k=3, knobs={"session_weight": weight, "min_score": 0}
+        )
         return [(h.conversation_id, h.turn_id) for h in env.service.search(alice, request).hits]
 
     assert REPLY not in hits(0)
@@ -201,10 +208,14 @@ def test_without_expansion_the_lift_only_reorders_the_rows_the_knn_arm_read(env:
     alice = Principal(user_id="alice", tenant=TENANT)
     settings = env.settings.replace(search={"session_expand": 0})
     service = SearchService(settings, env.client, env.service.embedder)
-    request = SearchRequest(query=QUERY, top_k=1, session_weight=1, min_score=0)
+    request = SearchRequest(query=QUERY, top_k=1, knobs={"session_weight": 1, "min_score": 0})
     vector = service.embedder.embed_query(QUERY)
     plain = service.semantic_arm(
-        alice, request.model_copy(update={"session_weight": 0}), QUERY, vector, NOW
+        alice,
+        request.model_copy(update={"knobs": KnobOverrides(session_weight=0, min_score=0)}),
+        QUERY,
+        vector,
+        NOW,
     )["semantic"]
     lifted = service.semantic_arm(alice, request, QUERY, vector, NOW)["semantic"]
     assert sorted(r.key for r in lifted) == sorted(r.key for r in plain)  # the same rows
@@ -219,7 +230,10 @@ def test_explain_shows_the_session_lift_that_ordered_the_knn_arm(env: Env) -> No
 
     def reply_arm(weight: float):
         request = SearchRequest(
-            query=QUERY, top_k=10, session_weight=weight, min_score=0, explain=True
+            query=QUERY,
+            top_k=10,
+            explain=True,
+            knobs={"session_weight": weight, "min_score": 0},
         )
         hits = env.service.search(alice, request).hits
         hit = next(h for h in hits if (h.conversation_id, h.turn_id) == ("c-trip", "t1"))

@@ -24,6 +24,7 @@ from ctxdb.settings import (
     environment_names,
     get_settings,
 )
+from ctxdb.settings.search import SearchKnobs
 from pipelines.celery_settings import CelerySettings
 
 EXTERNAL = "https://search.example.com:9243"
@@ -109,17 +110,7 @@ ENVIRONMENT = {
     "CTXDB_EMBEDDING_PREFILL_MIN_TEXTS": ("embedding", "prefill_min_texts", "500", 500),
     "CTXDB_EMBEDDING_ONNX_CACHE_DIR": ("embedding", "onnx_cache_dir", "/srv/o", Path("/srv/o")),
     "CTXDB_EMBEDDING_MODELS_DIR": ("embedding", "models_dir", "/srv/m", Path("/srv/m")),
-    "CTXDB_SEARCH_RECENCY_HALF_LIFE_DAYS": ("search", "recency_half_life_days", "3.5", 3.5),
-    "CTXDB_SEARCH_RRF_K": ("search", "rrf_k", "20", 20),
-    "CTXDB_SEARCH_WEIGHT_SEMANTIC": ("search", "weight_semantic", "0.9", 0.9),
-    "CTXDB_SEARCH_WEIGHT_LEXICAL": ("search", "weight_lexical", "0.4", 0.4),
-    "CTXDB_SEARCH_WEIGHT_TRIGRAM": ("search", "weight_trigram", "0.3", 0.3),
-    "CTXDB_SEARCH_WEIGHT_RECENCY": ("search", "weight_recency", "0.1", 0.1),
-    "CTXDB_SEARCH_WEIGHT_TIME": ("search", "weight_time", "1.5", 1.5),
-    "CTXDB_SEARCH_COVERAGE_POWER": ("search", "coverage_power", "2", 2.0),
-    "CTXDB_SEARCH_BRIEF_WORDS": ("search", "brief_words", "20", 20),
-    "CTXDB_SEARCH_BRIEF_POWER": ("search", "brief_power", "1", 1.0),
-    "CTXDB_SEARCH_CAP_USER_SCOPE": ("search", "cap_user_scope", "true", True),
+    "CTXDB_SEARCH_KNOBS": ("search", "knobs", '{"rrf_k": 20}', SearchKnobs(rrf_k=20)),
     "CTXDB_SEARCH_PHRASE_BOOST": ("search", "phrase_boost", "0.5", 0.5),
     "CTXDB_SEARCH_PHRASE_SLOP": ("search", "phrase_slop", "3", 3),
     "CTXDB_SEARCH_QUERY_CACHE_SIZE": ("search", "query_cache_size", "16", 16),
@@ -127,17 +118,11 @@ ENVIRONMENT = {
     "CTXDB_SEARCH_KNN_K": ("search", "knn_k", "25", 25),
     "CTXDB_SEARCH_KNN_OVERSAMPLE": ("search", "knn_oversample", "2", 2.0),
     "CTXDB_SEARCH_OVERFETCH_ROWS": ("search", "overfetch_rows", "6", 6),
-    "CTXDB_SEARCH_MAX_PER_CONVERSATION": ("search", "max_per_conversation", "3", 3),
     "CTXDB_SEARCH_QUERY_MAX_CHARS": ("search", "query_max_chars", "128", 128),
     "CTXDB_SEARCH_TRIGRAM_MIN_MATCH": ("search", "trigram_min_match", "50%", "50%"),
     "CTXDB_SEARCH_LEXICAL_MIN_MATCH": ("search", "lexical_min_match", "2", "2"),
     "CTXDB_SEARCH_FUZZY_MIN_MATCH": ("search", "fuzzy_min_match", "3<70%", "3<70%"),
     "CTXDB_SEARCH_SNIPPET_CHARS": ("search", "snippet_chars", "200", 200),
-    "CTXDB_SEARCH_DIVERSITY": ("search", "diversity", "0.25", 0.25),
-    "CTXDB_SEARCH_ANSWERS_FIRST": ("search", "answers_first", "false", False),
-    "CTXDB_SEARCH_FOCUS_NAMES": ("search", "focus_names", "false", False),
-    "CTXDB_SEARCH_SPLIT_QUESTIONS": ("search", "split_questions", "false", False),
-    "CTXDB_SEARCH_SESSION_WEIGHT": ("search", "session_weight", "0.75", 0.75),
     "CTXDB_SEARCH_SESSION_EXPAND": ("search", "session_expand", "5", 5),
     "CTXDB_RETENTION_DAYS": ("retention", "days", "30", 30),
     "CTXDB_RETENTION_RULES": (
@@ -339,18 +324,18 @@ def test_derived_paths_follow_home(clean_env: pytest.MonkeyPatch, tmp_path: Path
 def test_settings_are_read_once_per_environment(clean_env: pytest.MonkeyPatch) -> None:
     first = get_settings()
     assert get_settings() is first
-    clean_env.setenv("CTXDB_SEARCH_RRF_K", "7")
+    clean_env.setenv("CTXDB_SEARCH_KNN_K", "7")
     changed = get_settings()
-    assert changed is not first and changed.search.rrf_k == 7
+    assert changed is not first and changed.search.knn_k == 7
     assert get_settings() is changed
     clear_settings_cache()
     assert get_settings() is not changed
 
 
 def test_replace_changes_only_the_named_fields(clean_env: pytest.MonkeyPatch) -> None:
-    base = Settings(search={"rrf_k": 30}, node={"heap": "2g"})
+    base = Settings(search={"snippet_chars": 30}, node={"heap": "2g"})
     copy = base.replace(home=Path("/srv"), search={"knn_k": 9})
-    assert (copy.search.rrf_k, copy.search.knn_k, copy.node.heap) == (30, 9, "2g")
+    assert (copy.search.snippet_chars, copy.search.knn_k, copy.node.heap) == (30, 9, "2g")
     assert copy.delta_uri == "/srv/delta"
     assert (base.search.knn_k, base.home) == (50, Settings().home)
 

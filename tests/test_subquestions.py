@@ -107,24 +107,26 @@ def test_the_knn_arm_reaches_the_answer_of_every_part(service) -> None:
     assert {("c-conf", "t2"), ("c-bus", "t1")} <= set(first)
     # the whole query's rows (as without splitting) and each part's, round-robin; no session
     # lift, so the whole query's rows are the plain kNN's
-    alone = knn(service, QUESTION, split_questions=False, session_weight=0)
-    request = SearchRequest(query=QUESTION, session_weight=0)
+    alone = knn(service, QUESTION, knobs={"split_questions": False, "session_weight": 0})
+    request = SearchRequest(query=QUESTION, knobs={"session_weight": 0})
     parts = service._part_rows(ALICE, request, sub_questions(QUESTION), NOW, None)
     assert len(parts) == 2 and all(parts)
-    split = knn(service, QUESTION, session_weight=0)
+    split = knn(service, QUESTION, knobs={"session_weight": 0})
     assert [(r.key, r.target) for r in split] == [
         (r.key, r.target) for r in interleave([alone, *parts])
     ]
 
 
 def test_splitting_follows_the_request_then_the_settings(service, settings: Settings) -> None:
-    whole = [(r.key, r.target) for r in knn(service, QUESTION, split_questions=False)]
+    whole = [(r.key, r.target) for r in knn(service, QUESTION, knobs={"split_questions": False})]
     assert [(r.key, r.target) for r in knn(service, QUESTION)] != whole
     off = SearchService(
-        settings.replace(search={"split_questions": False}), service.client, service.embedder
+        settings.replace(search={"knobs": {"split_questions": False}}),
+        service.client,
+        service.embedder,
     )
     assert [(r.key, r.target) for r in knn(off, QUESTION)] == whole
-    assert [(r.key, r.target) for r in knn(off, QUESTION, split_questions=True)] != whole
+    assert [(r.key, r.target) for r in knn(off, QUESTION, knobs={"split_questions": True})] != whole
 
 
 class PartsFail:
@@ -142,7 +144,7 @@ class PartsFail:
 
 def test_parts_that_cannot_be_embedded_leave_the_whole_query(service, settings: Settings) -> None:
     failing = SearchService(settings, service.client, PartsFail(service.embedder))
-    whole = [(r.key, r.target) for r in knn(service, QUESTION, split_questions=False)]
+    whole = [(r.key, r.target) for r in knn(service, QUESTION, knobs={"split_questions": False})]
     assert [(r.key, r.target) for r in knn(failing, QUESTION)] == whole
     response = failing.search(ALICE, SearchRequest(query=QUESTION), NOW)
     assert response.hits and not response.warnings
@@ -154,12 +156,12 @@ def test_parts_still_queued_when_the_whole_query_returns_are_awaited(
     """Under load the parts' job may not have started when the whole query's kNN is back (here
     the arms pool's only thread is busy for a moment): the search waits for it, never cancels
     it (a 1M-row bench run once failed with CancelledError this way)."""
-    expected = [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
+    expected = [(r.key, r.target) for r in knn(service, QUESTION, knobs={"session_weight": 0})]
     busy = ThreadPoolExecutor(1)
     monkeypatch.setattr(service_module, "_ARMS_POOL", busy)
     busy.submit(time.sleep, 1.0)
     try:
-        split = [(r.key, r.target) for r in knn(service, QUESTION, session_weight=0)]
+        split = [(r.key, r.target) for r in knn(service, QUESTION, knobs={"session_weight": 0})]
     finally:
         busy.shutdown()
     assert split == expected

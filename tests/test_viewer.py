@@ -156,6 +156,19 @@ def test_sign_in_search_open_turn_and_download(
     first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
     assert "semantic=" in first.find_element(By.CSS_SELECTOR, ".explain").text
     assert "brevity=" in first.find_element(By.CSS_SELECTOR, ".explain").text
+    knobs = browser.find_element(By.ID, "f-knobs")  # any ranking knob, checked by the API
+    knobs.send_keys("weight_lexical=0.5")
+    browser.find_element(By.ID, "search-button").click()
+    wait_for(lambda: "(w0.5)" in browser.find_element(By.CSS_SELECTOR, "#hits .explain").text)
+    knobs.clear()
+    knobs.send_keys("weight_lexcal=0.5")
+    browser.find_element(By.ID, "search-button").click()
+    wait_for(lambda: "unknown knob" in browser.find_element(By.ID, "search-status").text)
+    assert "weight_lexical" in browser.find_element(By.ID, "search-status").text  # valid names
+    knobs.clear()
+    browser.find_element(By.ID, "search-button").click()
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#hits .hit .explain"))
+    first = browser.find_elements(By.CSS_SELECTOR, "#hits .hit")[0]
 
     first.find_element(By.CSS_SELECTOR, "a.hit-link").click()
     wait_for(lambda: browser.find_element(By.ID, "turn-view").is_displayed())

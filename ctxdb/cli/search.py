@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -27,19 +26,17 @@ from ctxdb.contract.projects import resolve_project
 from ctxdb.contract.refs import RefError
 from ctxdb.errors import SearchUnavailable, describe
 from ctxdb.search.models import (
-    ALL_TIME,
     DAYS_MAX,
-    MIN_SCORE,
     NO_ANSWER,
     MissingQuery,
     NotFound,
     SearchRequest,
     SearchResponse,
     TurnView,
-    Weights,
     status_marker,
 )
 from ctxdb.settings import Settings, get_settings
+from ctxdb.settings.search import knob_names
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -61,45 +58,31 @@ ProjectOpt = Annotated[
     str | None,
     typer.Option("--project", help="Only this project's turns: a folder (its git root counts)."),
 ]
-QueryArg = Annotated[str, typer.Argument(help="What to look for (blank with --since/--until).")]
+QueryArg = Annotated[str, typer.Argument(help="What to look for (blank with --window).")]
 TargetOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--target", "-t", help="Repeatable; default user, assistant, summary, attachment."
+        "--target", "-t", help="Repeatable; default user, assistant, summary, attachment, steps."
     ),
 ]
-NthOpt = Annotated[int | None, typer.Option("--nth", help="n-th turn (negative from the end).")]
-MinScoreOpt = Annotated[
-    float | None,
+NthOpt = Annotated[
+    str | None,
+    typer.Option("--nth", help="Catalog: the n-th turn of --conversation: first, last, n or -n."),
+]
+WindowOpt = Annotated[
+    str | None,
     typer.Option(
-        "--min-score", help=f"Relevance floor 0..1 (default {MIN_SCORE}; 0 keeps every hit)."
+        "--window",
+        help=f"Nd: the last N days (1..{DAYS_MAX}); SINCE..UNTIL (ISO times, either may be"
+        " left out): that span; default all time.",
     ),
 ]
-DiversityOpt = Annotated[
-    float | None, typer.Option("--diversity", help="Diversity over conversations (0: off).")
-]
-AnswersFirstOpt = Annotated[
-    bool | None,
+KnobOpt = Annotated[
+    list[str] | None,
     typer.Option(
-        "--answers-first/--no-answers-first",
-        help="Replies ahead of the turns that asked what they answer (default: settings).",
-    ),
-]
-FocusNamesOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--focus-names/--no-focus-names",
-        help="Leave out names found in none or most of your conversations (default: settings).",
-    ),
-]
-SessionWeightOpt = Annotated[
-    float | None,
-    typer.Option("--session-weight", help="Session lift of the kNN arm (0: off)."),
-]
-DaysOpt = Annotated[
-    int,
-    typer.Option(
-        help=f"Only turns of the last N days (1..{DAYS_MAX}); 0: all time. --since widens it."
+        "--knob",
+        help="Repeatable NAME=VALUE: a ranking knob for this search (docs/search-api.md,"
+        f" Knobs): {', '.join(knob_names())}.",
     ),
 ]
 ExplainOpt = Annotated[bool, typer.Option("--explain", help="Per-arm ranks and contributions.")]
@@ -206,8 +189,8 @@ def _shown(response: SearchResponse, as_json: bool) -> str:
 
 
 def _search_request(fields: dict[str, Any]) -> SearchRequest:
-    """The request of `ctxdb search`, the model checking the CLI's strings (scope, targets)
-    against its literal types; a bad one is an `error:` line and exit status 2."""
+    """The request of `ctxdb search`, the model checking the CLI's strings (targets, knobs,
+    times) against its types; a bad one is an `error:` line and exit status 2."""
     try:
         return SearchRequest.model_validate(fields)
     except ValueError as exc:
@@ -215,66 +198,77 @@ def _search_request(fields: dict[str, Any]) -> SearchRequest:
         raise typer.Exit(2) from exc
 
 
+def _pairs(option: str, items: list[str]) -> dict[str, str]:
+    """`NAME=VALUE` items as {name: value} (the model converts the values)."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            typer.echo(f"error: {option} takes NAME=VALUE, not {item!r}", err=True)
+            raise typer.Exit(2)
+        pairs[name.strip()] = value.strip()
+    return pairs
+
+
+def _window(window: str | None) -> dict[str, str | int | None]:
+    """`--window` as request fields: `Nd` -> days; `SINCE..UNTIL` -> since and until (either
+    may be blank); none -> all time."""
+    if not window:
+        return {}
+    if window.endswith("d") and window[:-1].isdigit():
+        return {"days": int(window[:-1])}
+    since, sep, until = window.partition("..")
+    if not sep:
+        typer.echo(
+            f"error: --window takes Nd (the last N days) or SINCE..UNTIL, not {window!r}", err=True
+        )
+        raise typer.Exit(2)
+    return {"since": since or None, "until": until or None}
+
+
+def _ordinal(nth: str | None) -> str | None:
+    """`--nth` as a request ordinal: first -> 1, last -> -1, else the number as given."""
+    return {"first": "1", "last": "-1"}.get(nth or "", nth)
+
+
 @app.command()
 def search(
     query: QueryArg = "",
-    scope: Annotated[str, typer.Option(help="conversation | user | agent")] = "user",
     target: TargetOpt = None,
-    snippet: Annotated[list[str] | None, typer.Option("--snippet", help="Snippet targets.")] = None,
-    conversation: Annotated[str | None, typer.Option("--conversation", "-c")] = None,
-    agent: Annotated[str | None, typer.Option()] = None,
+    conversation: Annotated[
+        str | None, typer.Option("--conversation", "-c", help="Search inside it.")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Only this agent's turns.")] = None,
     project: ProjectOpt = None,
-    since: Annotated[datetime | None, typer.Option(help="Window start (ISO time).")] = None,
-    until: Annotated[datetime | None, typer.Option(help="Window end (ISO time).")] = None,
-    first: Annotated[bool, typer.Option("--first", help="First turn of --conversation.")] = False,
-    last: Annotated[bool, typer.Option("--last", help="Last turn of --conversation.")] = False,
+    window: WindowOpt = None,
     nth: NthOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
-    days: DaysOpt = ALL_TIME,
-    w_semantic: Annotated[float | None, typer.Option("--w-semantic")] = None,
-    w_lexical: Annotated[float | None, typer.Option("--w-lexical")] = None,
-    w_trigram: Annotated[float | None, typer.Option("--w-trigram")] = None,
-    w_recency: Annotated[float | None, typer.Option("--w-recency")] = None,
-    rrf_k: Annotated[int | None, typer.Option("--rrf-k", help="Fusion constant k.")] = None,
-    diversity: DiversityOpt = None,
-    answers_first: AnswersFirstOpt = None,
-    focus_names: FocusNamesOpt = None,
-    session_weight: SessionWeightOpt = None,
-    min_score: MinScoreOpt = None,
+    knob: KnobOpt = None,
     explain: ExplainOpt = False,
-    no_semantic: Annotated[bool, typer.Option("--no-semantic", help="Skip the model.")] = False,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Hybrid conversation search (or a catalog lookup with --first/--last/--nth/--since)."""
+    """Hybrid conversation search (or a catalog lookup with --nth or a blank query and
+    --window). `--knob weight_semantic=0` searches without the model."""
     settings = get_settings()
     caller = _principal(settings, token)
-    weights = Weights(semantic=w_semantic, lexical=w_lexical, trigram=w_trigram, recency=w_recency)
     request = _search_request(
         dict(
             query=query,
-            scope=scope,
+            scope="conversation" if conversation else "agent" if agent else "user",
             targets=list(target) if target else SearchRequest().targets,
-            snippets=list(snippet) if snippet else None,
             conversation_id=conversation,
             agent=agent,
             project=resolve_project(project) if project else None,
-            since=since,
-            until=until,
-            ordinal=1 if first else -1 if last else nth,
+            ordinal=_ordinal(nth),
             top_k=top_k,
-            days=days,
-            weights=weights,
-            rrf_k=rrf_k,
-            diversity=diversity,
-            answers_first=answers_first,
-            focus_names=focus_names,
-            session_weight=session_weight,
-            min_score=min_score,
+            knobs=_pairs("--knob", knob or []),
             explain=explain,
+            **_window(window),
         )
     )
-    response = _run(lambda: _service(settings, not no_semantic).search(caller, request))
+    semantic = request.ranking_knobs(settings.search.knobs).weight_semantic > 0
+    response = _run(lambda: _service(settings, semantic).search(caller, request))
     typer.echo(_shown(response, as_json))
 
 

@@ -1,5 +1,5 @@
-"""Reciprocal-rank fusion of the three arms, then the recency, time and brevity factors (pure
-arithmetic, no I/O).
+"""Reciprocal-rank fusion of the three arms, then the recency, time and brevity factors, under
+one `SearchKnobs` (pure arithmetic, no I/O).
 
     rrf   = sum over arms of w_arm * c_arm ** p / (k + r_arm)                     (r 1-based)
     rec   = 2 ** (-age_days / half_life_days)
@@ -14,91 +14,245 @@ stopwords aside, of the turn's longest matched row: a brief row ("Hello Kevin, h
 today?") shares a name or a question's shape with many queries and rarely holds what they ask
 for (`brief_power` 0: off). An arm that did not return the turn contributes 0. Each arm is
 deduplicated to its best row per (conversation, turn) before ranks are assigned, so several rows
-of one turn never crowd out others. An optional per-conversation cap then keeps at most `cap`
-turns of one conversation.
+of one turn never crowd out others.
 
-Diversity over conversations (`diversity` d in [0, 1), 0: off) picks the top k greedily, each turn
-already picked from a conversation scaling the final score of that conversation's next turn by
-(1 - d): a soft cap, a maximal-marginal-relevance selection whose similarity is "same
-conversation".
+The candidates of a query are arrays (`Candidates`, built once) that `scores` weighs under any
+knobs and `ranked` orders: turns below the relevance floor dropped, replies ahead of the
+questions the query asks again (`answers_first`), diversity over conversations (`diversify`: the
+top k picked greedily, each turn already picked from a conversation scaling the final score of
+that conversation's next turn by (1 - d), a maximal-marginal-relevance selection whose
+similarity is "same conversation"), then the optional per-conversation cap. The service ranks
+one search this way; the quality bench scores thousands of knob settings on the same arrays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import QueryTerms, stem_coverage
-from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Target
+from ctxdb.search.models import ARMS, Arm, ArmExplain, Explain, Scope, Target
 from ctxdb.search.relevance import relevance
+from ctxdb.settings.search import BRIEF_WORDS_MAX, SearchKnobs
 from ctxdb.text import content_words, stems
 
-RRF_K = 60
-WEIGHT_MIN, WEIGHT_MAX = 0.0, 2.0
+Floats = npt.NDArray[np.float64]
+Key = tuple[str, str]
+T = TypeVar("T")
+
+DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
+ASKED_COVERAGE = 0.5
+"""Share of the query's content stems the asked question must hold for its reply to move."""
 
 
-def clamp_weight(value: float) -> float:
-    return min(WEIGHT_MAX, max(WEIGHT_MIN, float(value)))
-
-
-def arm_weights(semantic: float, lexical: float, trigram: float | None = None) -> dict[Arm, float]:
-    """The weight of each arm, clamped to [0, 2]; the trigram arm takes the lexical weight
-    when it has none of its own."""
-    sem, lex = clamp_weight(semantic), clamp_weight(lexical)
+def arm_weights(knobs: SearchKnobs) -> dict[Arm, float]:
+    """The weight of each arm under `knobs`."""
     return {
-        "semantic": sem,
-        "lexical": lex,
-        "trigram": lex if trigram is None else clamp_weight(trigram),
+        "semantic": knobs.weight_semantic,
+        "lexical": knobs.weight_lexical,
+        "trigram": knobs.weight_trigram,
     }
 
 
-def recency_factor(ts: datetime, now: datetime, half_life_days: float) -> tuple[float, float]:
-    """(age in days, 2 ** (-age / half_life)); future timestamps count as age 0."""
-    if half_life_days <= 0:
-        raise ValueError("half_life_days must be positive")
-    age = max(0.0, (now - ts).total_seconds() / 86400.0)
-    return age, 2.0 ** (-age / half_life_days)
+def cap_of(knobs: SearchKnobs, scope: Scope) -> int | None:
+    """The per-conversation cap: never in conversation scope, in user and agent scope only
+    when `cap_user_scope`."""
+    return knobs.max_per_conversation if scope != "conversation" and knobs.cap_user_scope else None
 
 
-def brevity(rows: Iterable[RowHit], brief_words: int, brief_power: float) -> float:
-    """min(1, n / brief_words) ** brief_power, n the distinct content words of the longest of
-    `rows` (its text and anchors; at least 1); 1 when off. Only the longest is counted: search
-    scales every candidate turn."""
-    if brief_power <= 0 or brief_words <= 1:
-        return 1.0
-    n = content_words(max((counted(row) for row in rows), key=len), brief_words)
-    return (max(n, 1) / brief_words) ** brief_power
+def age_days(ts: datetime, now: datetime) -> float:
+    """Days from `ts` to `now`; a future timestamp is age 0."""
+    return max(0.0, (now - ts).total_seconds() / 86400.0)
 
 
 def counted(row: RowHit) -> str:
-    """What `brevity` counts of a row: its text and its retrieval anchors."""
+    """What brevity counts of a row: its text and its retrieval anchors."""
     return f"{row.text} {row.anchors_text}" if row.anchors_text else row.text
 
 
 def dedup_turns(rows: Iterable[RowHit]) -> list[RowHit]:
     """Keep the first (best-ranked) row of each (conversation, turn), preserving order."""
-    seen: dict[tuple[str, str], RowHit] = {}
+    seen: dict[Key, RowHit] = {}
     for row in rows:
         seen.setdefault(row.key, row)
     return list(seen.values())
 
 
-@dataclass(frozen=True)
-class FusionTerms:
-    """The terms of one fusion shared by all its turns (what explain reports beside the ranks)."""
+def counted_words(knobs: SearchKnobs) -> int:
+    """How far `candidates` must count a turn's words for `knobs` (0: brevity is off)."""
+    return knobs.brief_words if knobs.brief_power > 0 and knobs.brief_words > 1 else 0
 
-    weights: Mapping[Arm, float]  # clamped, one per arm
-    recency_weight: float
-    half_life_days: float
-    window_weight: float
+
+@dataclass(frozen=True)
+class Candidates:
+    """One query's candidate turns, index i in every field: each turn's best row per arm (in
+    ARMS order), its 1-based rank per arm (0: not returned), that row's query coverage, the
+    newest of its rows' times, age in days, whether it lies in the query's time window, the
+    distinct content words of its longest row (counted up to `words_up_to`), its relevance and
+    its place in (newest first, conversation, turn) order, which breaks ties."""
+
+    keys: list[Key]
+    rows: list[dict[Arm, RowHit]]
+    ranks: dict[Arm, Floats]
+    coverage: dict[Arm, Floats]
+    ts: list[datetime]
+    age_days: Floats
+    in_window: Floats
     windowed: bool
-    coverage_power: float
-    brief_words: int = 0
-    brief_power: float = 0.0
+    words: Floats
+    relevance: Floats
+    tie: npt.NDArray[np.int64]
+    _memo: dict[Hashable, Floats] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def each(self, key: Hashable, values: Floats, f: Callable[[float], float]) -> Floats:
+        """`f` of each of `values`, in Python floats (numpy's power may differ from Python's in
+        the last bit), kept under `key`, which names `values` and every parameter of `f`: a
+        bench scoring thousands of knob settings on these candidates asks few distinct ones."""
+        if key not in self._memo:
+            self._memo[key] = _floats(f(value) for value in values.tolist())
+        return self._memo[key]
+
+
+def candidates(
+    ranked: Mapping[Arm, Sequence[RowHit]],
+    now: datetime,
+    window: tuple[datetime, datetime] | None = None,
+    words_up_to: int = BRIEF_WORDS_MAX,
+) -> Candidates:
+    """The candidates of per-arm ranked rows; `window` (start inclusive, end exclusive) marks
+    the turns inside the span the query names."""
+    per_turn: dict[Key, dict[Arm, tuple[int, RowHit]]] = {}
+    for arm in ARMS:
+        for rank, row in enumerate(dedup_turns(ranked.get(arm, ())), start=1):
+            per_turn.setdefault(row.key, {})[arm] = (rank, row)
+    keys = list(per_turn)
+    rows = [{arm: row for arm, (_, row) in hits.items()} for hits in per_turn.values()]
+    ts = [max(row.ts for row in turn.values()) for turn in rows]
+    order = sorted(range(len(keys)), key=lambda i: (-ts[i].timestamp(), keys[i]))
+    tie = np.empty(len(keys), dtype=np.int64)
+    tie[order] = np.arange(len(keys))
+    words = [
+        content_words(max((counted(r) for r in turn.values()), key=len), words_up_to)
+        if words_up_to
+        else 0
+        for turn in rows
+    ]
+    return Candidates(
+        keys=keys,
+        rows=rows,
+        ranks={arm: _floats(hits.get(arm, (0,))[0] for hits in per_turn.values()) for arm in ARMS},
+        coverage={arm: _floats(t[arm].coverage if arm in t else 0.0 for t in rows) for arm in ARMS},
+        ts=ts,
+        age_days=_floats(age_days(t, now) for t in ts),
+        in_window=_floats(window is not None and window[0] <= t < window[1] for t in ts),
+        windowed=window is not None,
+        words=_floats(words),
+        relevance=_floats(relevance(turn) for turn in rows),
+        tie=tie,
+    )
+
+
+def _floats(values: Iterable[float]) -> Floats:
+    return np.fromiter(values, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Every candidate's per-arm contributions, RRF sum, recency and brevity factors and final
+    score under one set of knobs."""
+
+    contributions: dict[Arm, Floats]
+    rrf: Floats
+    recency: Floats
+    brevity: Floats
+    final: Floats
+
+
+def scores(c: Candidates, knobs: SearchKnobs) -> Scores:
+    """The fused scores of the candidates under `knobs` (the formulas of the module docstring)."""
+    power, half_life = knobs.coverage_power, knobs.recency_half_life_days
+    words, brief_power = knobs.brief_words, knobs.brief_power
+    contributions = {
+        arm: np.where(
+            c.ranks[arm] > 0,
+            weight
+            * c.each(("coverage", arm, power), c.coverage[arm], lambda x: x**power)
+            / (knobs.rrf_k + np.maximum(c.ranks[arm], 1)),
+            0.0,
+        )
+        for arm, weight in arm_weights(knobs).items()
+    }
+    rrf = contributions["semantic"] + contributions["lexical"] + contributions["trigram"]
+    recency = c.each(("recency", half_life), c.age_days, lambda age: 2.0 ** (-age / half_life))
+    brevity = np.ones(len(c.keys))
+    if counted_words(knobs):
+        brevity = c.each(
+            ("brevity", words, brief_power),
+            c.words,
+            lambda n: (min(max(n, 1), words) / words) ** brief_power,
+        )
+    window_weight = knobs.weight_time if c.windowed else 0.0
+    lifts = (1.0 + knobs.weight_recency * recency) * (1.0 + window_weight * c.in_window)
+    return Scores(contributions, rrf, recency, brevity, rrf * lifts * brevity)
+
+
+def fused_order(c: Candidates, final: Floats, rrf: Floats) -> list[int]:
+    """The candidates by final score (desc; ties: rrf, newer, ids)."""
+    return np.lexsort((c.tie, -rrf, -final)).tolist()
+
+
+@dataclass
+class Ranking:
+    """The kept candidates in order, and the turn each moved reply was put ahead of."""
+
+    kept: list[int]
+    answers: dict[int, int] = field(default_factory=dict)
+
+
+def ranked(
+    c: Candidates,
+    knobs: SearchKnobs,
+    final: Floats,
+    rrf: Floats,
+    top_k: int,
+    query: str = "",
+    scope: Scope = "user",
+) -> Ranking:
+    """The top `top_k` candidates under `knobs` given their scores: by final score, those
+    below the relevance floor dropped, replies ahead of the questions `query` asks again,
+    diversity over conversations, optional cap."""
+
+    def conversation(i: int) -> str:
+        return c.keys[i][0]
+
+    order = fused_order(c, final, rrf)
+    if knobs.min_score > 0:
+        order = [i for i in order if c.relevance[i] >= knobs.min_score]
+    answers: dict[int, int] = {}
+    if knobs.answers_first:
+        pool = DIVERSITY_POOL * top_k
+        order = (
+            replies_ahead(
+                order[:pool],
+                query,
+                asked=lambda i: asked_of(c.rows[i]),
+                conversation=conversation,
+                texts=lambda i: [row.text for row in c.rows[i].values()],
+                moved=answers.__setitem__,
+            )
+            + order[pool:]
+        )
+    order = diversify(order, knobs.diversity, top_k, conversation, lambda i: float(final[i]))
+    return Ranking(cap_per_conversation(order, cap_of(knobs, scope), top_k, conversation), answers)
 
 
 @dataclass
@@ -108,14 +262,14 @@ class FusedTurn:
     final: float
     rrf: float
     ts: datetime
+    knobs: SearchKnobs
     rows: dict[Arm, RowHit] = field(default_factory=dict)
     ranks: dict[Arm, int] = field(default_factory=dict)
     contributions: dict[Arm, float] = field(default_factory=dict)
     age_days: float = 0.0
     recency: float = 0.0
-    in_window: bool = False
+    in_window: bool | None = None  # None: the query names no time
     brevity: float = 1.0
-    terms: FusionTerms | None = None
     answers: str | None = None  # the turn this reply was moved ahead of (answers_first)
 
     @property
@@ -129,23 +283,20 @@ class FusedTurn:
         return list(dict.fromkeys(r.target for r in self.rows.values()))
 
     @cached_property
-    def explain(self) -> Explain | None:
+    def explain(self) -> Explain:
         """How the final score was made, built on demand: a search fuses hundreds of turns and
         explains at most its top k."""
-        t = self.terms
-        if t is None:
-            return None
+        weights = arm_weights(self.knobs)
         arms: dict[Arm, ArmExplain] = {}
         for arm in ARMS:
-            weight = t.weights[arm]
             row = self.rows.get(arm)
             arms[arm] = (
-                ArmExplain(weight=weight)
+                ArmExplain(weight=weights[arm])
                 if row is None
                 else ArmExplain(
                     rank=self.ranks[arm],
                     score=row.score,
-                    weight=weight,
+                    weight=weights[arm],
                     coverage=row.coverage,
                     contribution=self.contributions[arm],
                     session=row.session,
@@ -157,142 +308,76 @@ class FusedTurn:
             rrf=self.rrf,
             age_days=self.age_days,
             recency=self.recency,
-            recency_weight=t.recency_weight,
-            half_life_days=t.half_life_days,
-            in_window=self.in_window if t.windowed else None,
-            window_weight=t.window_weight,
-            coverage_power=t.coverage_power,
+            in_window=self.in_window,
             brevity=self.brevity,
-            brief_words=t.brief_words,
-            brief_power=t.brief_power,
             final=self.final,
             answers_turn=self.answers,
+            knobs=self.knobs,
         )
 
 
-def fuse(
-    ranked: Mapping[Arm, Sequence[RowHit]],
-    *,
-    weights: Mapping[Arm, float],
-    recency_weight: float,
-    half_life_days: float,
-    now: datetime,
-    rrf_k: int = RRF_K,
-    window: tuple[datetime, datetime] | None = None,
-    window_weight: float = 0.0,
-    coverage_power: float = 0.0,
-    brief_words: int = 0,
-    brief_power: float = 0.0,
-) -> list[FusedTurn]:
-    """Fuse per-arm ranked rows into turns ordered by final score (desc), with explain; turns
-    inside `window` (start inclusive, end exclusive) are lifted by `window_weight`, each row's
-    contribution is scaled by its query coverage to the power `coverage_power`, and brief turns
-    are scaled down (`brevity`)."""
-    w_rec = clamp_weight(recency_weight)
-    w_win = clamp_weight(window_weight) if window is not None else 0.0
-    per_turn: dict[tuple[str, str], dict[Arm, tuple[int, RowHit]]] = {}
-    for arm in ARMS:
-        for rank, row in enumerate(dedup_turns(ranked.get(arm, ())), start=1):
-            per_turn.setdefault(row.key, {})[arm] = (rank, row)
-    arm_weight = {arm: clamp_weight(weights.get(arm, 0.0)) for arm in ARMS}
-    terms = FusionTerms(
-        weights=arm_weight,
-        recency_weight=w_rec,
-        half_life_days=half_life_days,
-        window_weight=w_win,
-        windowed=window is not None,
-        coverage_power=coverage_power,
-        brief_words=brief_words,
-        brief_power=brief_power,
-    )
-    fused = [
-        _fused_turn(key, hits, terms, now=now, rrf_k=rrf_k, window=window)
-        for key, hits in per_turn.items()
-    ]
-    fused.sort(key=lambda f: (-f.final, -f.rrf, -f.ts.timestamp(), f.conversation_id, f.turn_id))
-    return fused
-
-
-def _fused_turn(
-    key: tuple[str, str],
-    hits: Mapping[Arm, tuple[int, RowHit]],
-    terms: FusionTerms,
-    *,
-    now: datetime,
-    rrf_k: int,
-    window: tuple[datetime, datetime] | None,
-) -> FusedTurn:
-    """One turn's fused score from its (rank, row) in each arm that returned it (`fuse`)."""
-    contributions = {
-        arm: terms.weights[arm] * row.coverage**terms.coverage_power / (rrf_k + rank)
-        for arm, (rank, row) in hits.items()
-    }
-    rrf = sum(contributions.values())  # hits, and so the sum, run in ARMS order
-    ts = max(row.ts for _, row in hits.values())
-    age, rec = recency_factor(ts, now, terms.half_life_days)
-    inside = window is not None and window[0] <= ts < window[1]
-    brief = brevity([row for _, row in hits.values()], terms.brief_words, terms.brief_power)
-    lifts = (1.0 + terms.recency_weight * rec) * (1.0 + terms.window_weight * inside)
+def fused_turn(c: Candidates, s: Scores, knobs: SearchKnobs, i: int) -> FusedTurn:
+    """Candidate `i` as a turn, with what its explain reports."""
+    rows = c.rows[i]
     return FusedTurn(
-        conversation_id=key[0],
-        turn_id=key[1],
-        final=rrf * lifts * brief,
-        rrf=rrf,
-        ts=ts,
-        rows={arm: row for arm, (_, row) in hits.items()},
-        ranks={arm: rank for arm, (rank, _) in hits.items()},
-        contributions=contributions,
-        age_days=age,
-        recency=rec,
-        in_window=inside,
-        brevity=brief,
-        terms=terms,
+        conversation_id=c.keys[i][0],
+        turn_id=c.keys[i][1],
+        final=float(s.final[i]),
+        rrf=float(s.rrf[i]),
+        ts=c.ts[i],
+        knobs=knobs,
+        rows=rows,
+        ranks={arm: int(c.ranks[arm][i]) for arm in rows},
+        contributions={arm: float(s.contributions[arm][i]) for arm in rows},
+        age_days=float(c.age_days[i]),
+        recency=float(s.recency[i]),
+        in_window=bool(c.in_window[i]) if c.windowed else None,
+        brevity=float(s.brevity[i]),
     )
 
 
-DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
+def fuse(
+    ranked_rows: Mapping[Arm, Sequence[RowHit]],
+    knobs: SearchKnobs,
+    now: datetime,
+    window: tuple[datetime, datetime] | None = None,
+) -> list[FusedTurn]:
+    """Every candidate turn of per-arm ranked rows, ordered by final score under `knobs`
+    (nothing dropped or moved: `rank_turns` does that)."""
+    c = candidates(ranked_rows, now, window, counted_words(knobs))
+    s = scores(c, knobs)
+    return [fused_turn(c, s, knobs, i) for i in fused_order(c, s.final, s.rrf)]
 
 
-def asked_of(turn: FusedTurn) -> str:
-    """The question the turn replies to: the `context` of its user row among its rows."""
-    return next((r.context for r in turn.rows.values() if r.target == "user" and r.context), "")
+def rank_turns(
+    ranked_rows: Mapping[Arm, Sequence[RowHit]],
+    knobs: SearchKnobs,
+    now: datetime,
+    top_k: int,
+    window: tuple[datetime, datetime] | None = None,
+    query: str = "",
+    scope: Scope = "user",
+) -> list[FusedTurn]:
+    """The top `top_k` fused turns of a search under `knobs` (`ranked`)."""
+    c = candidates(ranked_rows, now, window, counted_words(knobs))
+    s = scores(c, knobs)
+    ranking = ranked(c, knobs, s.final, s.rrf, top_k, query, scope)
+    turns = []
+    for i in ranking.kept:
+        turn = fused_turn(c, s, knobs, i)
+        if i in ranking.answers:
+            turn.answers = c.keys[ranking.answers[i]][1]
+        turns.append(turn)
+    return turns
 
 
-T = TypeVar("T")
-ASKED_COVERAGE = 0.5
-"""Share of the query's content stems the asked question must hold for its reply to move."""
-
-
-def answers_first(fused: Sequence[FusedTurn], top_k: int, query: str) -> list[FusedTurn]:
-    """Among the first `DIVERSITY_POOL x top_k` turns, each turn that replies to what the query
-    asks (its user row's `context`, the question it answers, holds at least `ASKED_COVERAGE` of
-    the query's content stems) moves just ahead of the turn that asked it (ranked above it, same
-    conversation, the question in one of its rows); order is otherwise kept, and final scores
-    are left as fused.
-
-    A question about what was said ("what am I majoring in?") matches the turn that asked it
-    ("what are you majoring in?") as well as the reply, which carries the question as context
-    (`ctxdb.record.role_rows.asked_context`); the reply holds the answer, the asking turn only
-    the question. A reply whose question the query does not ask stays where it ranked (after
-    "I painted a sunset, what about you?", the reply answers "what about you?", not a search
-    for the painting). Measured on the three quality sets (bench/README.md)."""
-
-    def moved(reply: FusedTurn, asker: FusedTurn) -> None:
-        reply.answers = asker.turn_id
-
-    pool = replies_ahead(
-        fused[: DIVERSITY_POOL * top_k],
-        query,
-        asked=asked_of,
-        conversation=lambda turn: turn.conversation_id,
-        texts=lambda turn: [row.text for row in turn.rows.values()],
-        moved=moved,
-    )
-    return pool + list(fused[DIVERSITY_POOL * top_k :])
+def asked_of(rows: Mapping[Arm, RowHit]) -> str:
+    """The question a turn replies to: the `context` of its user row among its `rows`."""
+    return next((r.context for r in rows.values() if r.target == "user" and r.context), "")
 
 
 def replies_ahead(
-    ranked: Sequence[T],
+    ranked_items: Sequence[T],
     query: str,
     *,
     asked: Callable[[T], str],
@@ -300,12 +385,20 @@ def replies_ahead(
     texts: Callable[[T], Sequence[str]],
     moved: Callable[[T, T], None] | None = None,
 ) -> list[T]:
-    """`ranked` with each reply to what `query` asks moved just ahead of its asking item
-    (`answers_first`; `moved(reply, asker)` is told of each move); items are read through the
-    accessors, so the quality bench's offline fusion reorders its turn keys with this very
-    code."""
+    """`ranked_items` with each turn that replies to what `query` asks (its user row's
+    `context`, the question it answers, holds at least `ASKED_COVERAGE` of the query's content
+    stems) moved just ahead of the turn that asked it (ranked above it, same conversation, the
+    question in one of its texts); order is otherwise kept, and scores are left as fused
+    (`moved(reply, asker)` is told of each move).
+
+    A question about what was said ("what am I majoring in?") matches the turn that asked it
+    ("what are you majoring in?") as well as the reply, which carries the question as context
+    (`ctxdb.record.role_rows.asked_context`); the reply holds the answer, the asking turn only
+    the question. A reply whose question the query does not ask stays where it ranked (after
+    "I painted a sunset, what about you?", the reply answers "what about you?", not a search
+    for the painting). Measured on the three quality sets (bench/README.md)."""
     terms = QueryTerms.of(query)
-    pool = list(ranked)
+    pool = list(ranked_items)
     if not terms.stems:
         return pool
     asks: dict[str, bool] = {}  # question -> whether the query asks it (stemmed once)
@@ -333,26 +426,32 @@ def replies_ahead(
     return pool
 
 
-def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[FusedTurn]:
-    """The first `DIVERSITY_POOL x top_k` turns re-ordered greedily: each pick is the next turn,
-    in order, of the conversation whose best remaining final score times (1 - diversity) **
-    (turns already picked from it) is highest (ties: the earlier turn). Order is kept when
+def diversify(
+    items: Sequence[T],
+    diversity: float,
+    top_k: int,
+    conversation: Callable[[T], str],
+    score: Callable[[T], float],
+) -> list[T]:
+    """The first `DIVERSITY_POOL x top_k` items re-ordered greedily: each pick is the next
+    item, in order, of the conversation whose best remaining score times (1 - diversity) **
+    (items already picked from it) is highest (ties: the earlier item). Order is kept when
     `diversity` is 0."""
     if diversity <= 0:
-        return list(fused)
-    pool = fused[: DIVERSITY_POOL * top_k]
-    queues: dict[str, list[int]] = {}  # per conversation, its pool positions in fused order
-    for i, turn in enumerate(pool):
-        queues.setdefault(turn.conversation_id, []).append(i)
-    picked: list[FusedTurn] = []
+        return list(items)
+    pool = items[: DIVERSITY_POOL * top_k]
+    queues: dict[str, list[int]] = {}  # per conversation, its pool positions in order
+    for i, item in enumerate(pool):
+        queues.setdefault(conversation(item), []).append(i)
+    picked: list[T] = []
     taken: dict[str, int] = {}
     while queues:
-        # a conversation competes with the best score left in it and gives its first turn in
+        # a conversation competes with the best score left in it and gives its first item in
         # order (answers_first may have put a reply, scored lower, ahead of its asking turn)
         conv = max(
             queues,
             key=lambda c: (
-                max(pool[i].final for i in queues[c]) * (1.0 - diversity) ** taken.get(c, 0),
+                max(score(pool[i]) for i in queues[c]) * (1.0 - diversity) ** taken.get(c, 0),
                 -queues[c][0],
             ),
         )
@@ -360,69 +459,21 @@ def diversify(fused: Sequence[FusedTurn], diversity: float, top_k: int) -> list[
         taken[conv] = taken.get(conv, 0) + 1
         if not queues[conv]:
             del queues[conv]
-    return picked + list(fused[DIVERSITY_POOL * top_k :])
+    return picked + list(items[DIVERSITY_POOL * top_k :])
 
 
 def cap_per_conversation(
-    fused: Sequence[FusedTurn], cap: int | None, top_k: int
-) -> list[FusedTurn]:
-    """At most `cap` turns per conversation (None: no cap), at most `top_k` in all, order kept."""
+    items: Sequence[T], cap: int | None, top_k: int, conversation: Callable[[T], str]
+) -> list[T]:
+    """At most `cap` items per conversation (None: no cap), at most `top_k` in all, order kept."""
     counts: dict[str, int] = {}
     kept = []
-    for turn in fused:
-        if cap is not None and counts.get(turn.conversation_id, 0) >= cap:
+    for item in items:
+        conv = conversation(item)
+        if cap is not None and counts.get(conv, 0) >= cap:
             continue
-        counts[turn.conversation_id] = counts.get(turn.conversation_id, 0) + 1
-        kept.append(turn)
+        counts[conv] = counts.get(conv, 0) + 1
+        kept.append(item)
         if len(kept) >= top_k:
             break
     return kept
-
-
-@dataclass(frozen=True)
-class FusionParams:
-    """Every knob of the fusion, resolved from the request and the settings."""
-
-    weights: dict[Arm, float]
-    recency_weight: float
-    half_life_days: float
-    cap: int | None
-    rrf_k: int = RRF_K
-    window_weight: float = 0.0
-    coverage_power: float = 0.0
-    brief_words: int = 0
-    brief_power: float = 0.0
-    diversity: float = 0.0
-    min_score: float = 0.0  # relevance floor (relevance.py); 0: keep every turn
-    answers_first: bool = False
-
-
-def rank_turns(
-    ranked: Mapping[Arm, Sequence[RowHit]],
-    params: FusionParams,
-    now: datetime,
-    top_k: int,
-    window: tuple[datetime, datetime] | None = None,
-    query: str = "",
-) -> list[FusedTurn]:
-    """The top `top_k` fused turns under `params` (fusion, recency and window lifts, turns
-    below the relevance floor dropped, replies ahead of the questions `query` asks again,
-    diversity over conversations, optional cap)."""
-    fused = fuse(
-        ranked,
-        weights=params.weights,
-        recency_weight=params.recency_weight,
-        half_life_days=params.half_life_days,
-        now=now,
-        rrf_k=params.rrf_k,
-        window=window,
-        window_weight=params.window_weight,
-        coverage_power=params.coverage_power,
-        brief_words=params.brief_words,
-        brief_power=params.brief_power,
-    )
-    if params.min_score > 0:
-        fused = [turn for turn in fused if relevance(turn.rows) >= params.min_score]
-    if params.answers_first:
-        fused = answers_first(fused, top_k, query)
-    return cap_per_conversation(diversify(fused, params.diversity, top_k), params.cap, top_k)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ctxdb.contract.events import Ident, RefId
 from ctxdb.contract.projects import PROJECT_MAX_CHARS
 from ctxdb.record.turns import TurnStatus
+from ctxdb.settings.search import KnobOverrides, SearchKnobs
 
 Scope = Literal["conversation", "user", "agent"]
 Target = Literal["user", "assistant", "summary", "notes", "attachment", "steps"]
@@ -19,7 +20,6 @@ StepKind = Literal["step", "tool_call", "tool_result", "thinking"]
 
 ARMS: tuple[Arm, ...] = ("semantic", "lexical", "trigram")
 DEFAULT_TARGETS: tuple[Target, ...] = ("user", "assistant", "summary", "attachment", "steps")
-MIN_SCORE = 0.15  # default relevance floor (search/relevance.py)
 WEAK_BELOW = 0.35  # a kept hit below this relevance is marked weak
 
 
@@ -33,31 +33,10 @@ class NotFound(LookupError):
     """The conversation, turn or ref does not exist for this principal (HTTP 404, never 403)."""
 
 
-class Weights(BaseModel):
-    """Fusion weights; each is clamped to [0, 2]. None means the configured default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    semantic: float | None = Field(default=None, description="RRF weight of the kNN arm.")
-    lexical: float | None = Field(default=None, description="RRF weight of the BM25 arm.")
-    trigram: float | None = Field(default=None, description="RRF weight of the trigram arm.")
-    recency: float | None = Field(default=None, description="Weight of the recency lift.")
-    time: float | None = Field(
-        default=None, description="Lift of turns inside the span a query's date names."
-    )
-
-    @field_validator("semantic", "lexical", "trigram", "recency", "time")
-    @classmethod
-    def _clamp(cls, value: float | None) -> float | None:
-        return None if value is None else min(2.0, max(0.0, float(value)))
-
-
 DAYS_MAX = 3650
 """The farthest back a limited `days` may reach."""
 ALL_TIME = 0
 """`days` = 0: no age limit (the default); only retention (`expires_at`) bounds what is found."""
-BRIEF_WORDS_MAX = 200
-"""The largest `brief_words` a request may set."""
 
 
 class SearchRequest(BaseModel):
@@ -99,72 +78,10 @@ class SearchRequest(BaseModel):
         description="Only rows newer than this many days; 0 (the default): all time. A `since`"
         " earlier than the window widens it.",
     )
-    weights: Weights = Field(default_factory=Weights)
-    half_life_days: float | None = Field(
-        default=None, gt=0, le=3650, description="Half-life of the recency lift, in days."
-    )
-    max_per_conversation: int | None = Field(
-        default=None, ge=1, le=50, description="Cap on the turns of one conversation."
-    )
-    cap_user_scope: bool | None = Field(
-        default=None,
-        description="Whether the per-conversation cap applies in user and agent scope.",
-    )
-    coverage_power: float | None = Field(
-        default=None,
-        ge=0,
-        le=4,
-        description="Text arms count in proportion to coverage ** this (0: plain RRF).",
-    )
-    brief_words: int | None = Field(
-        default=None,
-        ge=1,
-        le=BRIEF_WORDS_MAX,
-        description="A turn whose longest matched row holds fewer distinct non-stopword words"
-        " is scaled down: (n / brief_words) ** brief_power.",
-    )
-    brief_power: float | None = Field(
-        default=None, ge=0, le=4, description="How strongly brief turns are scaled down (0: off)."
-    )
-    rrf_k: int | None = Field(
-        default=None, ge=1, le=1000, description="Reciprocal-rank-fusion constant k."
-    )
-    diversity: float | None = Field(
-        default=None,
-        ge=0,
-        lt=1,
-        description="Diversity over conversations: each turn picked from a conversation scales"
-        " its next one by (1 - this) (0: off).",
-    )
-    answers_first: bool | None = Field(
-        default=None,
-        description="Rank a reply just ahead of the turn that asked the question it answers"
-        " when both are found.",
-    )
-    focus_names: bool | None = Field(
-        default=None,
-        description="Leave out of the searched query a capitalized name (no preposition or article"
-        " before it) found in none, or in at least half of ten or more, of the caller's"
-        " conversations.",
-    )
-    split_questions: bool | None = Field(
-        default=None,
-        description="Ask the kNN arm each part of a compound question too (a new question after"
-        " a '?' or an 'and'), interleaving the parts' rows.",
-    )
-    session_weight: float | None = Field(
-        default=None,
-        ge=0,
-        le=2,
-        description="Session lift: kNN rows rank by their cosine plus this x their"
-        " conversation's session-row cosine (0: off).",
-    )
-    min_score: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="Relevance floor: hits whose strongest arm signal (cosine, query coverage)"
-        f" is below this are dropped (default {MIN_SCORE}; 0: keep every hit).",
+    knobs: KnobOverrides = Field(
+        default_factory=KnobOverrides,
+        description="Ranking knobs to change for this search, by name (docs/search-api.md,"
+        ' "Knobs"); an unset one keeps its configured default, an unknown name is an error.',
     )
     explain: bool = False
     snippets: list[Target] | None = Field(
@@ -214,6 +131,10 @@ class SearchRequest(BaseModel):
         if self.since and self.until and self.since > self.until:
             raise ValueError("since must not be after until")
         return self
+
+    def ranking_knobs(self, defaults: SearchKnobs) -> SearchKnobs:
+        """The knobs this search ranks under: `defaults` (the settings') with its overrides."""
+        return defaults.with_overrides(self.knobs.given())
 
     @property
     def snippet_targets(self) -> list[Target]:
@@ -271,28 +192,24 @@ class ArmExplain(BaseModel):
 
 
 class Explain(BaseModel):
-    """How a hit's score was computed: per-arm ranks/contributions, RRF sum and recency factor."""
+    """How a hit's score was computed: per-arm ranks/contributions, RRF sum, recency, window
+    and brevity factors, and the knobs (all of them) the search ranked under."""
 
     arms: dict[Arm, ArmExplain]
     rrf: float
     age_days: float
     recency: float
-    recency_weight: float
-    half_life_days: float
     in_window: bool | None = None
-    window_weight: float = 0.0
-    coverage_power: float = 0.0
     brevity: float = Field(
         default=1.0, description="min(1, n / brief_words) ** brief_power; 1: not brief."
     )
-    brief_words: int = 0
-    brief_power: float = 0.0
     final: float
     answers_turn: str | None = Field(
         default=None,
         description="The turn this reply was ranked just ahead of, whose question it answers"
         " (answers_first); its own final score may be lower.",
     )
+    knobs: SearchKnobs = Field(description="Every knob the search ranked under.")
 
 
 class TurnHit(BaseModel):

@@ -30,7 +30,7 @@ from ctxdb.search import lookups, names, sessions, subquestions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.filters import row_filter, window_warnings
-from ctxdb.search.fusion import FusedTurn, FusionParams, arm_weights, rank_turns
+from ctxdb.search.fusion import FusedTurn, cap_of, rank_turns
 from ctxdb.search.materialize import (
     clip,
     fallback_snippet,
@@ -39,7 +39,6 @@ from ctxdb.search.materialize import (
     turn_view,
 )
 from ctxdb.search.models import (
-    MIN_SCORE,
     Arm,
     ConversationList,
     ConversationTurns,
@@ -54,6 +53,7 @@ from ctxdb.search.models import (
 from ctxdb.search.relevance import is_weak, relevance
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings
+from ctxdb.settings.search import SearchKnobs
 
 if TYPE_CHECKING:
     from ctxdb.embedding.backends import MatchedEmbedder
@@ -62,17 +62,11 @@ log = logging.getLogger(__name__)
 
 Name = TypeVar("Name", bound=str)
 """The names of the bodies `run_arms` runs: arms, or arms and the session search."""
-Knob = TypeVar("Knob", int, float, bool)
 
 _ARMS_POOL = ThreadPoolExecutor(16, thread_name_prefix="ctxdb-arms")
 """Runs the text arms of searches while their queries embed, and the parts of a compound
 question while its whole kNN runs (one or two threads per search in flight)."""
 KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
-
-
-def pick(value: Knob | None, default: Knob) -> Knob:
-    """A request's knob, else its configured default."""
-    return default if value is None else value
 
 
 class QueryEmbedder(Protocol):
@@ -388,7 +382,7 @@ class SearchService:
         in the rows the arms search. The query as given in conversation scope, when
         `focus_names` (the request's, else the settings') is off, and when the counts cannot be
         read in full (the arms then report what is wrong)."""
-        on = pick(request.focus_names, self.settings.search.focus_names)
+        on = self.knobs(request).focus_names
         topic, _ = split_time_hint(query)
         found = names.query_names(topic) if on and request.scope != "conversation" else {}
         if not found:
@@ -421,7 +415,7 @@ class SearchService:
         """
         s = self.settings
         text_query, _ = split_time_hint(query)
-        cap = self.fusion_params(request).cap
+        cap = cap_of(self.knobs(request), request.scope)
         wanted_turns = max(3 * request.top_k, request.top_k + 10) * (cap or 1)
         rows = wanted_turns * s.search.overfetch_rows
         filt = row_filter(principal, request, now)
@@ -455,34 +449,9 @@ class SearchService:
             )
         return bodies
 
-    def fusion_params(self, request: SearchRequest) -> FusionParams:
-        """The request's fusion knobs, each falling back to its configured default. The
-        per-conversation cap never applies in conversation scope, and in user and agent scope
-        only when `cap_user_scope` (request, else settings) says so."""
-        s = self.settings.search
-        w = request.weights
-
-        applies = request.scope != "conversation" and (
-            s.cap_user_scope if request.cap_user_scope is None else request.cap_user_scope
-        )
-        return FusionParams(
-            weights=arm_weights(
-                pick(w.semantic, s.weight_semantic),
-                pick(w.lexical, s.weight_lexical),
-                pick(w.trigram, s.weight_trigram),
-            ),
-            recency_weight=pick(w.recency, s.weight_recency),
-            half_life_days=pick(request.half_life_days, s.recency_half_life_days),
-            cap=(request.max_per_conversation or s.max_per_conversation) if applies else None,
-            rrf_k=s.rrf_k if request.rrf_k is None else request.rrf_k,
-            window_weight=pick(w.time, s.weight_time),
-            coverage_power=pick(request.coverage_power, s.coverage_power),
-            brief_words=pick(request.brief_words, s.brief_words),
-            brief_power=pick(request.brief_power, s.brief_power),
-            diversity=pick(request.diversity, s.diversity),
-            min_score=pick(request.min_score, MIN_SCORE),
-            answers_first=pick(request.answers_first, s.answers_first),
-        )
+    def knobs(self, request: SearchRequest) -> SearchKnobs:
+        """The ranking knobs of `request`: the configured ones with the request's overrides."""
+        return request.ranking_knobs(self.settings.search.knobs)
 
     def run_arms(
         self, bodies: dict[Name, dict[str, Any]], routing: str | None = None
@@ -553,7 +522,7 @@ class SearchService:
             else None
         )
         s = self.settings.search
-        weight = s.session_weight if request.session_weight is None else request.session_weight
+        weight = self.knobs(request).session_weight
         try:
             body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
             if weight <= 0 or request.scope == "conversation":
@@ -576,7 +545,7 @@ class SearchService:
     def _sub_questions(self, request: SearchRequest, query: str) -> list[str]:
         """The parts of a compound `query` the kNN arm also asks (`subquestions`), when
         `split_questions` (the request's, else the settings') is on and a model embeds them."""
-        on = pick(request.split_questions, self.settings.search.split_questions)
+        on = self.knobs(request).split_questions
         return subquestions.sub_questions(query) if on and self.embedder else []
 
     def _part_rows(
@@ -626,14 +595,14 @@ class SearchService:
         searched = self.focused_query(principal, request, query, now)
         if request.explain and searched != query:
             warnings.append(f"names_left_out: the arms searched for {searched!r}")
-        params = self.fusion_params(request)
+        knobs = self.knobs(request)
         ranked = self._ranked_arms(
-            principal, request, searched, now, params.weights["semantic"] > 0, warnings
+            principal, request, searched, now, knobs.weight_semantic > 0, warnings
         )
         text_query, hint = split_time_hint(searched)
         ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
-        kept = rank_turns(ranked, params, now, request.top_k, window, text_query)
+        kept = rank_turns(ranked, knobs, now, request.top_k, window, text_query, request.scope)
         docs = fetch_turns(
             self.client,
             self.turns_alias,

@@ -29,7 +29,6 @@ from ctxdb.search.materialize import turn_view
 from ctxdb.search.models import (
     ALL_TIME,
     DAYS_MAX,
-    MIN_SCORE,
     MissingQuery,
     NotFound,
     Scope,
@@ -59,6 +58,7 @@ from ctxdb.serve.mcp_output import (
 )
 from ctxdb.serve.resolve import PulledFile, Resolver
 from ctxdb.settings import Settings
+from ctxdb.settings.search import KnobOverrides
 from ctxdb.storage.delta import DeltaStore
 
 log = logging.getLogger(__name__)
@@ -103,13 +103,11 @@ DaysArg = Annotated[
         "that window widens it.",
     ),
 ]
-MinScoreArg = Annotated[
-    float | None,
+KnobsArg = Annotated[
+    KnobOverrides | None,
     Field(
-        ge=0,
-        le=1,
-        description="Relevance floor 0..1: drop hits matching the query more weakly "
-        f"(default {MIN_SCORE}; 0 keeps every hit).",
+        description='Ranking knobs to change, by name, e.g. {"min_score": 0} to keep hits'
+        " that match the query weakly (the relevance floor, default 0.15); unset: the defaults.",
     ),
 ]
 
@@ -226,7 +224,7 @@ class MemoryTools:
             datetime | None, Field(description="Only turns at or before (ISO time).")
         ] = None,
         top_k: Annotated[int, Field(ge=1, le=50, description="Hits to return.")] = 5,
-        min_score: MinScoreArg = None,
+        knobs: KnobsArg = None,
         days: DaysArg = ALL_TIME,
     ) -> Annotated[CallToolResult, SearchOut]:
         """Search your past conversations (hybrid: meaning, words, misspellings; recent first on
@@ -246,7 +244,7 @@ class MemoryTools:
                 since=since,
                 until=until,
                 top_k=top_k,
-                min_score=min_score,
+                knobs=knobs or KnobOverrides(),
                 days=days,
             )
             response = self.service.search(principal, request)

@@ -1,31 +1,47 @@
-"""The search group (`CTXDB_SEARCH_*`): the arms, their fusion, the recency lift and the
-response's size."""
+"""The search group (`CTXDB_SEARCH_*`): the ranking knobs (`SearchKnobs`, one model for the
+settings' defaults and a request's overrides), the arms' retrieval depth and the response's
+size."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
 from ctxdb.settings.base import GroupSettings, group_config
 
+WEIGHT_MIN, WEIGHT_MAX = 0.0, 2.0
+BRIEF_WORDS_MAX = 200
+"""The largest `brief_words`."""
 
-class SearchSettings(GroupSettings):
-    """Hybrid search: the arms, their fusion, the recency lift and the response's size."""
 
-    model_config = group_config("CTXDB_SEARCH_")
+class SearchKnobs(BaseModel):
+    """Every fusion and ranking knob of a search, validated once: the configured defaults
+    (`CTXDB_SEARCH_KNOBS`), with a request's overrides (`SearchRequest.knobs`) applied by
+    `with_overrides`. Passed whole to fusion (`ctxdb.search.fusion`) and to explain. A new knob
+    is a field here, its use, its row in docs/search-api.md and its test."""
 
-    deprecated_names: ClassVar[dict[str, str]] = {
-        "CTXDB_RECENCY_HALF_LIFE_DAYS": "recency_half_life_days",
-    }
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rrf_k: int = Field(default=5, ge=1, description="Reciprocal-rank-fusion constant.")
+    rrf_k: int = Field(default=5, ge=1, le=1000, description="Reciprocal-rank-fusion constant k.")
     weight_semantic: float = Field(default=1.0, description="RRF weight of the kNN arm.")
     weight_lexical: float = Field(default=1.0, description="RRF weight of the BM25 arm.")
     weight_trigram: float = Field(default=1.0, description="RRF weight of the trigram arm.")
-    weight_recency: float = Field(default=0.5, description="Recency lift weight.")
+    weight_recency: float = Field(default=0.5, description="Weight of the recency lift.")
     weight_time: float = Field(
         default=2.0, description="Lift of turns inside the span a query's date names."
+    )
+    recency_half_life_days: float = Field(
+        default=180.0, gt=0, le=3650, description="Half-life of the recency lift, in days."
     )
     coverage_power: float = Field(
         default=2.0,
@@ -36,12 +52,19 @@ class SearchSettings(GroupSettings):
     brief_words: int = Field(
         default=12,
         ge=1,
-        le=200,
+        le=BRIEF_WORDS_MAX,
         description="A turn whose longest matched row holds fewer distinct non-stopword words"
         " is scaled down by (n / brief_words) ** brief_power.",
     )
     brief_power: float = Field(
         default=0.5, ge=0, le=4, description="How strongly brief turns are scaled down (0: off)."
+    )
+    min_score: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="Relevance floor: hits whose strongest arm signal (cosine, query coverage)"
+        " is below this are dropped (0: keep every hit).",
     )
     diversity: float = Field(
         default=0.0,
@@ -53,25 +76,80 @@ class SearchSettings(GroupSettings):
     answers_first: bool = Field(
         default=True,
         description="Rank a reply just ahead of the turn that asked the question it answers"
-        " when both are found (ctxdb.search.fusion.answers_first).",
+        " when both are found.",
+    )
+    max_per_conversation: int = Field(
+        default=2, ge=1, le=50, description="Turns of one conversation kept when the cap applies."
+    )
+    cap_user_scope: bool = Field(
+        default=False,
+        description="Apply the per-conversation cap in user and agent scope (never in"
+        " conversation scope).",
     )
     focus_names: bool = Field(
         default=True,
         description="Leave out of the searched query a capitalized name (no preposition or article"
-        " before it) found in none, or in at least half of ten or more, of the user's"
-        " conversations (ctxdb.search.names).",
+        " before it) found in none, or in at least half of ten or more, of the caller's"
+        " conversations.",
     )
     split_questions: bool = Field(
         default=True,
         description="Ask the kNN arm each part of a compound question too (a new question after"
-        " a '?' or an 'and'), interleaving the parts' rows (ctxdb.search.subquestions).",
+        " a '?' or an 'and'), interleaving the parts' rows.",
     )
     session_weight: float = Field(
         default=1.0,
         ge=0,
         le=2,
         description="Session lift: each kNN row ranks by its cosine plus this x its conversation's"
-        " session-row cosine (0: off; ctxdb.search.sessions).",
+        " session-row cosine (0: off).",
+    )
+
+    @field_validator(
+        "weight_semantic", "weight_lexical", "weight_trigram", "weight_recency", "weight_time"
+    )
+    @classmethod
+    def _clamp_weight(cls, value: float) -> float:
+        """Weights are clamped to [0, 2], not refused."""
+        return min(WEIGHT_MAX, max(WEIGHT_MIN, float(value)))
+
+    def with_overrides(self, overrides: dict[str, Any]) -> SearchKnobs:
+        """These knobs with `overrides` (knob name -> value, strings as the CLI gives them)
+        applied, validated as a whole; an unknown name is a ValueError listing the valid ones."""
+        unknown = sorted(set(overrides) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(
+                f"unknown knob(s) {', '.join(unknown)}; valid knobs: {', '.join(knob_names())}"
+            )
+        if not overrides:
+            return self
+        try:
+            return type(self).model_validate({**self.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise ValueError(_knob_errors(exc)) from None
+
+
+def knob_names() -> list[str]:
+    """The names of every knob, in the model's order."""
+    return list(SearchKnobs.model_fields)
+
+
+def _knob_errors(exc: ValidationError) -> str:
+    """One line per bad knob: `name: what is wrong`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}" for error in exc.errors()
+    )
+
+
+class SearchSettings(GroupSettings):
+    """Hybrid search: the ranking knobs, the arms' retrieval depth and the response's size."""
+
+    model_config = group_config("CTXDB_SEARCH_") | {"env_nested_delimiter": "__"}
+
+    knobs: SearchKnobs = Field(
+        default_factory=SearchKnobs,
+        description='The ranking knobs\' defaults: JSON (`{"rrf_k": 10}`), or one knob per'
+        ' variable, `CTXDB_SEARCH_KNOBS__<NAME>` (docs/search-api.md, "Knobs").',
     )
     session_expand: int = Field(
         default=0,
@@ -79,7 +157,6 @@ class SearchSettings(GroupSettings):
         le=20,
         description="The best-matching sessions whose rows a search fetches beside the kNN arm's.",
     )
-    recency_half_life_days: float = Field(default=180.0, gt=0)
     num_candidates: int = Field(
         default=200,
         description="kNN num_candidates per shard (at least 1.5 x k is used).",
@@ -95,15 +172,6 @@ class SearchSettings(GroupSettings):
     overfetch_rows: int = Field(
         default=4,
         description="Rows fetched per wanted turn in each arm, before per-turn dedup.",
-    )
-    max_per_conversation: int = Field(
-        default=2,
-        ge=1,
-        description="Turns of one conversation kept when the cap applies.",
-    )
-    cap_user_scope: bool = Field(
-        default=False,
-        description="Apply the per-conversation cap in user and agent scope.",
     )
     query_max_chars: int = Field(default=256)
     trigram_min_match: str = Field(
@@ -132,3 +200,41 @@ class SearchSettings(GroupSettings):
         if 0 < value < 1:
             raise ValueError("knn_oversample is 0 (off) or between 1 and 10")
         return value
+
+
+class _Overrides(BaseModel):
+    """A request's knob overrides: any knob by name (an unset one keeps its default)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown knob(s) {', '.join(map(str, unknown))};"
+                    f" valid knobs: {', '.join(knob_names())}"
+                )
+        return data
+
+    def given(self) -> dict[str, Any]:
+        """The knobs this request sets, by name."""
+        return self.model_dump(exclude_none=True)
+
+
+def _overrides_model() -> type[_Overrides]:
+    """`SearchKnobs` with every field optional (default None) and its bounds kept: the typed
+    `knobs` object of a request (its JSON Schema lists every knob)."""
+    fields: dict[str, Any] = {
+        name: (Optional[info.annotation], FieldInfo.merge_field_infos(info, default=None))  # noqa: UP045
+        for name, info in SearchKnobs.model_fields.items()
+    }
+    return create_model("KnobOverrides", __base__=_Overrides, **fields)
+
+
+if TYPE_CHECKING:
+    KnobOverrides = _Overrides
+else:
+    KnobOverrides = _overrides_model()

@@ -140,6 +140,19 @@ function renderHits(response) {
   }
 }
 
+// The ranking knobs typed as `name=value` pairs (comma- or space-separated) as the request's
+// `knobs` object; the API checks every name and value (docs/search-api.md, "Knobs").
+function knobsOf(text) {
+  const knobs = {};
+  for (const pair of text.split(/[\s,]+/).filter(Boolean)) {
+    const at = pair.indexOf("=");
+    if (at < 1) throw new Error(`knob "${pair}": write name=value`);
+    const raw = pair.slice(at + 1);
+    knobs[pair.slice(0, at)] = raw === "true" ? true : raw === "false" ? false : raw !== "" && !isNaN(Number(raw)) ? Number(raw) : raw;
+  }
+  return knobs;
+}
+
 async function runSearch(event) {
   if (event) event.preventDefault();
   const body = {
@@ -152,6 +165,7 @@ async function runSearch(event) {
   if ($("f-until").value) body.until = `${$("f-until").value}T23:59:59Z`;
   if ($("f-days").value) body.days = Number($("f-days").value);  // blank: all time
   try {
+    body.knobs = knobsOf($("f-knobs").value);
     renderHits(await (await api("/v1/search", { method: "POST", body: JSON.stringify(body) })).json());
   } catch (error) {
     $("hits").replaceChildren();
