@@ -198,3 +198,23 @@ def _tools(w: Window) -> MemoryTools:
     return MemoryTools(
         w.settings, w.service, Resolver(w.settings, w.service.client), lambda: w.principal
     )
+
+
+def test_knobs_are_one_typed_object_on_every_face(window: Window) -> None:
+    """The ranking knobs go by name in one `knobs` object (HTTP, MCP, Python) or `--knob`
+    (CLI), checked by the one model: a set knob reaches the fusion (explain echoes the whole
+    set), an unknown name is refused with the valid ones on every face."""
+    status, body = http(window, knobs={"rrf_k": 60, "weight_recency": 0}, explain=True)
+    assert status == 200 and body["hits"]
+    echoed = body["hits"][0]["explain"]["knobs"]
+    assert (echoed["rrf_k"], echoed["weight_recency"], echoed["min_score"]) == (60, 0.0, 0.15)
+    assert body["hits"][0]["explain"]["arms"]["lexical"]["contribution"] <= 1 / 61
+    status, body = http(window, knobs={"rrf": 60})
+    assert status == 422 and "unknown knob(s) rrf; valid knobs: rrf_k" in json.dumps(body)
+    result = mcp(window, {"query": QUERY, "knobs": {"min_score": 0, "rrf_k": 7}})
+    assert not result.is_error and found(result.structured_content["hits"]) == ALL
+    result = mcp(window, {"query": QUERY, "knobs": {"rrf": 7}})
+    assert result.is_error and "valid knobs: rrf_k" in result.content[0].text
+    assert python_api(window, knobs={"weight_semantic": 0})[0] == ALL
+    code, output = cli(window, "--knob", "rrf=7")
+    assert code == 2 and "valid knobs: rrf_k" in output
