@@ -247,6 +247,12 @@ def test_a_reply_moves_just_ahead_of_the_turn_that_asked_what_the_query_asks() -
     assert lifted[1].final < lifted[2].final  # reordered, scores as fused
     assert [t.explain.answers_turn for t in lifted] == [None, "t1", None, None, None]
     assert keys(rank_turns(ranked, first, NOW, 5, query="finance degree")) == fused_order
+    # asked_coverage: the share of the query's stems ("am", "major") the question must hold
+    strict, loose = (knobs(answers_first=True, asked_coverage=share) for share in (0.6, 0.3))
+    assert keys(rank_turns(ranked, strict, NOW, 5, query=asks)) == fused_order  # holds 1 of 2
+    wider = "what am I majoring in for my degree?"  # the question holds 1 of its 3 stems
+    assert keys(rank_turns(ranked, first, NOW, 5, query=wider)) == fused_order
+    assert keys(rank_turns(ranked, loose, NOW, 5, query=wider)) == keys(lifted)
     assert keys(rank_turns(ranked, first, NOW, 1, query=asks)) == fused_order[:1]
 
 

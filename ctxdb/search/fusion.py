@@ -48,8 +48,6 @@ Key = tuple[str, str]
 T = TypeVar("T")
 
 DIVERSITY_POOL = 4  # the greedy selection looks this many times top_k deep
-ASKED_COVERAGE = 0.5
-"""Share of the query's content stems the asked question must hold for its reply to move."""
 
 
 def arm_weights(knobs: SearchKnobs) -> dict[Arm, float]:
@@ -244,6 +242,7 @@ def ranked(
             replies_ahead(
                 order[:pool],
                 query,
+                knobs.asked_coverage,
                 asked=lambda i: asked_of(c.rows[i]),
                 conversation=conversation,
                 texts=lambda i: [row.text for row in c.rows[i].values()],
@@ -379,6 +378,7 @@ def asked_of(rows: Mapping[Arm, RowHit]) -> str:
 def replies_ahead(
     ranked_items: Sequence[T],
     query: str,
+    share: float,
     *,
     asked: Callable[[T], str],
     conversation: Callable[[T], str],
@@ -386,10 +386,10 @@ def replies_ahead(
     moved: Callable[[T, T], None] | None = None,
 ) -> list[T]:
     """`ranked_items` with each turn that replies to what `query` asks (its user row's
-    `context`, the question it answers, holds at least `ASKED_COVERAGE` of the query's content
-    stems) moved just ahead of the turn that asked it (ranked above it, same conversation, the
-    question in one of its texts); order is otherwise kept, and scores are left as fused
-    (`moved(reply, asker)` is told of each move).
+    `context`, the question it answers, holds at least `share` of the query's content stems,
+    the knob `asked_coverage`) moved just ahead of the turn that asked it (ranked above it,
+    same conversation, the question in one of its texts); order is otherwise kept, and scores
+    are left as fused (`moved(reply, asker)` is told of each move).
 
     A question about what was said ("what am I majoring in?") matches the turn that asked it
     ("what are you majoring in?") as well as the reply, which carries the question as context
@@ -415,7 +415,7 @@ def replies_ahead(
         if not above:
             continue
         if question not in asks:
-            asks[question] = stem_coverage(terms, stems(question)) >= ASKED_COVERAGE
+            asks[question] = stem_coverage(terms, stems(question)) >= share
         if not asks[question]:
             continue
         asker = next((i for i in above if any(question in t for t in texts(pool[i]))), None)

@@ -78,6 +78,13 @@ class SearchKnobs(BaseModel):
         description="Rank a reply just ahead of the turn that asked the question it answers"
         " when both are found.",
     )
+    asked_coverage: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="answers_first moves a reply only when the question it answers holds at"
+        " least this share of the query's content stems.",
+    )
     max_per_conversation: int = Field(
         default=2, ge=1, le=50, description="Turns of one conversation kept when the cap applies."
     )
