@@ -12,6 +12,7 @@ from ctxdb.storage.changes import row_count
 from ctxdb.storage.tables import DERIVE_FAILURES, DERIVE_STATE, RAW_TURN_EVENTS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
+from resources.settings import SettingsResource
 
 DESCRIPTIONS = {
     "turn_logs": "One TurnLog per closed turn (payload + accounting), recording state monotonic.",
@@ -58,18 +59,18 @@ class DeriveConfig(Config):
 def turn_record(
     context: AssetExecutionContext,
     config: DeriveConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
     """Derive under the writer lease (required unless
     CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false)."""
-    store = delta.store()
-    settings = es.settings()
+    store, run_settings = delta.store(), settings.get()
     stats = derive(
         store,
-        settings,
+        run_settings,
         full=config.full,
-        writer=delta_writer_lease_for(es.client(), settings, "derivation"),
+        writer=delta_writer_lease_for(es.client(), run_settings, "derivation"),
     )
     if stats.to_version <= stats.from_version:  # a derivation says what it did itself (ctxdb log)
         context.log.info(f"nothing landed after version {stats.from_version}: nothing to derive")

@@ -16,6 +16,7 @@ from ctxdb.storage.tables import (
 )
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
+from resources.settings import SettingsResource
 
 
 class LandingConfig(Config):
@@ -57,6 +58,7 @@ class LandingConfig(Config):
 def raw_turn_events(
     context: AssetExecutionContext,
     config: LandingConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Iterator[MaterializeResult]:
@@ -64,17 +66,16 @@ def raw_turn_events(
     CTXDB_ELASTICSEARCH_WRITER_LEASE_REQUIRED=false). The first step of `memory_job`: a run of it
     over some shards only stops here (`require_every_shard`)."""
     require_every_shard(context)
-    settings = es.settings()
-    uri = config.path or settings.landing_uri
+    run_settings = settings.get()
+    uri = config.path or run_settings.landing_uri
     store = delta.store()
     stats = land(
         store,
         uri,
         max_files=config.max_files,
         full=config.full,
-        threads=settings.landing.threads,
-        scanner=settings.landing.scanner,
-        writer=delta_writer_lease_for(es.client(), settings, "landing"),
+        scanner=run_settings.landing.scanner,
+        writer=delta_writer_lease_for(es.client(), run_settings, "landing"),
     )
     yield MaterializeResult(
         asset_key=RAW_TURN_EVENTS,

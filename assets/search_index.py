@@ -39,6 +39,7 @@ from ctxdb.storage.tables import (
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
+from resources.settings import SettingsResource
 
 SEARCH_INDEX = AssetKey("search_index")
 
@@ -77,6 +78,7 @@ SEARCH_INDEX = AssetKey("search_index")
 )
 def search_index(
     context: AssetExecutionContext,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
     embedder: EmbedderResource,
@@ -87,7 +89,7 @@ def search_index(
         report
         for shard in shards
         for report in sync_live(
-            store, es.client(), es.settings(), model_id=embedder.model_id(store), shard=shard
+            store, es.client(), settings.get(), model_id=embedder.model_id(store), shard=shard
         )
     ]
     metadata: dict[str, int | float | str | bool] = {"shard": shards_label(shards)}
@@ -121,19 +123,22 @@ def search_index(
 
 @asset_check(asset=SEARCH_INDEX, description="Documents per index equal the rows/turns in Delta.")
 def doc_count_matches_delta(
-    context: AssetCheckExecutionContext, delta: DeltaResource, es: ElasticsearchResource
+    context: AssetCheckExecutionContext,
+    settings: SettingsResource,
+    delta: DeltaResource,
+    es: ElasticsearchResource,
 ) -> AssetCheckResult:
-    settings = es.settings()
-    mismatches = count_mismatches(delta.store(), es.client(), settings.elasticsearch.index_prefix)
+    prefix = settings.get().elasticsearch.index_prefix
+    mismatches = count_mismatches(delta.store(), es.client(), prefix)
     metadata = {f"{m.kind}_{k}": v for m in mismatches for k, v in m.as_metadata().items()}
     return AssetCheckResult(passed=all(m.ok for m in mismatches), metadata=metadata)
 
 
 @asset_check(asset=SEARCH_INDEX, description="Share of embeddable row documents with a vector.")
 def embedding_coverage(
-    context: AssetCheckExecutionContext, es: ElasticsearchResource
+    context: AssetCheckExecutionContext, settings: SettingsResource, es: ElasticsearchResource
 ) -> AssetCheckResult:
-    alias = alias_name(es.settings().elasticsearch.index_prefix, ROWS)
+    alias = alias_name(settings.get().elasticsearch.index_prefix, ROWS)
     with_vector, embeddable, pct = vector_coverage(es.client(), alias)
     return AssetCheckResult(
         passed=with_vector == embeddable,
@@ -148,9 +153,10 @@ def embedding_coverage(
 
 @asset_check(asset=SEARCH_INDEX, description="No document is past its expires_at.")
 def no_expired_documents(
-    context: AssetCheckExecutionContext, es: ElasticsearchResource
+    context: AssetCheckExecutionContext, settings: SettingsResource, es: ElasticsearchResource
 ) -> AssetCheckResult:
-    client, prefix, now = es.client(), es.settings().elasticsearch.index_prefix, datetime.now(UTC)
+    prefix = settings.get().elasticsearch.index_prefix
+    client, now = es.client(), datetime.now(UTC)
     metadata: dict[str, int | str] = {}
     total = 0
     for kind in (ROWS, TURNS):

@@ -14,7 +14,9 @@ watermarks, index state and lease, and Dagster records every partition as materi
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from datetime import datetime
 
 from dagster import AssetExecutionContext, Failure, StaticPartitionsDefinition
 
@@ -33,16 +35,22 @@ def shard_count() -> int:
 
 
 class ShardPartitions(StaticPartitionsDefinition):
-    """The static partitions "0" .. "<shards - 1>", their keys made on first use."""
+    """The static partitions "0" .. "<shards - 1>": Dagster's static partitions whose keys
+    (`get_partition_keys`, the public method every other one here goes through) are made from
+    `shard_count()` when first asked for, so importing the assets reads no settings."""
 
     def __init__(self) -> None:
-        """No keys yet: `__getattr__` makes them from `shard_count()` when first asked for."""
+        """No keys yet: `get_partition_keys` makes them."""
 
-    def __getattr__(self, name: str) -> list[str]:
-        if name != "_partition_keys":
-            raise AttributeError(name)
-        self._partition_keys = [str(index) for index in range(shard_count())]
-        return self._partition_keys
+    def get_partition_keys(
+        self,
+        current_time: datetime | None = None,
+        dynamic_partitions_store: object = None,
+    ) -> Sequence[str]:
+        return [str(index) for index in range(shard_count())]
+
+    def filter_valid_partition_keys(self, partition_keys: set[str]) -> AbstractSet[str]:
+        return set(self.get_partition_keys()) & partition_keys
 
     # Without the keys: Dagster formats, hashes and compares it while defining the assets.
     def __str__(self) -> str:

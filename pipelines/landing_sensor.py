@@ -39,10 +39,10 @@ from assets.shards import all_shards_tags
 from ctxdb.landing.cursor import landed_since, landing_floor, split
 from ctxdb.landing.listing import LandingFile, list_files, pending_files
 from ctxdb.landing.quarantine import bad_bytes_files
-from ctxdb.settings import get_settings
 from pipelines.fanout import records_job
 from pipelines.jobs import memory_job
 from resources.delta import DeltaResource
+from resources.settings import SettingsResource
 
 RUN_KEY_TAG = "dagster/run_key"
 IN_FLIGHT = {
@@ -103,10 +103,12 @@ def last_status(context: SensorEvaluationContext, run_key: str) -> DagsterRunSta
 
 
 @sensor(job=memory_job, minimum_interval_seconds=30, description="New landing files -> main job.")
-def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
+def landing_sensor(
+    context: SensorEvaluationContext, settings: SettingsResource, delta: DeltaResource
+):
     """One run per set of pending files, requested again while its runs fail (over every
     shard partition at once)."""
-    return request_landing(context, delta, all_shards_tags())
+    return request_landing(context, settings, delta, all_shards_tags())
 
 
 @sensor(
@@ -115,16 +117,21 @@ def landing_sensor(context: SensorEvaluationContext, delta: DeltaResource):
     default_status=DefaultSensorStatus.STOPPED,
     description="New landing files -> records_job, then the shards in parallel (fan-out).",
 )
-def landing_fanout_sensor(context: SensorEvaluationContext, delta: DeltaResource):
+def landing_fanout_sensor(
+    context: SensorEvaluationContext, settings: SettingsResource, delta: DeltaResource
+):
     """`landing_sensor` for the fan-out path: turn this on and `landing_sensor` off."""
-    return request_landing(context, delta, {})
+    return request_landing(context, settings, delta, {})
 
 
 def request_landing(
-    context: SensorEvaluationContext, delta: DeltaResource, run_tags: dict[str, str]
+    context: SensorEvaluationContext,
+    settings: SettingsResource,
+    delta: DeltaResource,
+    run_tags: dict[str, str],
 ) -> RunRequest | SkipReason:
     """The run request (with `run_tags`) for the pending landing files, or why there is none."""
-    uri = get_settings().landing_uri
+    uri = settings.get().landing_uri
     store = delta.store()
     floor = landing_floor(store)
     files = list_files(uri, store.storage_options)

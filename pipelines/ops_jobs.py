@@ -51,6 +51,7 @@ from ctxdb.storage.tables import (
 from pipelines.step_errors import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
+from resources.settings import SettingsResource
 
 WRITER_TAGS = {"ctxdb/writer": "delta-es"}
 RETENTION_CRON = "0 3 * * *"
@@ -78,6 +79,7 @@ class CompactionConfig(Config):
 def retention_sweep(
     context: OpExecutionContext,
     config: RetentionConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[str]:
@@ -87,7 +89,7 @@ def retention_sweep(
     report = sweep(
         store,
         es.client(),
-        es.settings(),
+        settings.get(),
         dry_run=config.dry_run,
         vacuum_hours=config.vacuum_retention_hours,
     )
@@ -109,6 +111,7 @@ def retention_sweep(
 def erase_data(
     context: OpExecutionContext,
     config: EraseConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[str]:
@@ -117,7 +120,7 @@ def erase_data(
     scope = erase_scope(config)
     store = delta.store()
     try:
-        report = erase(store, es.client(), es.settings(), scope, dry_run=config.dry_run)
+        report = erase(store, es.client(), settings.get(), scope, dry_run=config.dry_run)
     except AmbiguousScope as exc:
         raise Failure(description=str(exc)) from exc
     context.log.info(report.message)
@@ -159,13 +162,14 @@ def erase_scope(config: EraseConfig) -> Scope:
 def compact_tables(
     context: OpExecutionContext,
     config: CompactionConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
 ) -> Output[int]:
     """OPTIMIZE every table whose registry policy compacts it and check small files stay
     bounded (under the writer lease)."""
     store = delta.store()
-    results = compact_all(store, es.client(), es.settings())
+    results = compact_all(store, es.client(), settings.get())
     for result in results:
         if result.table in SCHEMAS:
             context.log_event(AssetObservation(asset_key=result.table, metadata=result.as_dict()))
@@ -252,7 +256,7 @@ def compaction_weekly(context: ScheduleEvaluationContext) -> RunRequest:
     description="Re-run the sweep when Elasticsearch deletes were left pending.",
 )
 def retention_pending_sensor(
-    context: SensorEvaluationContext, delta: DeltaResource, es: ElasticsearchResource
+    context: SensorEvaluationContext, settings: SettingsResource, delta: DeltaResource
 ):
     """While `retention_pending` is non-empty and Elasticsearch answers, request at most one sweep
     per pending-table version and hour (the run key), so an outage is retried hourly."""
@@ -262,7 +266,7 @@ def retention_pending_sensor(
     if not pending:
         return SkipReason("nothing pending")
     try:
-        check_cluster(es.settings())
+        check_cluster(settings.get())
     except ElasticsearchSetupError as exc:
         return SkipReason(f"{pending} pending, Elasticsearch unreachable: {exc}")
     hour = datetime.now(UTC).strftime("%Y%m%dT%H")

@@ -19,6 +19,7 @@ from pipelines.step_errors import FAILURE_HOOKS
 from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
+from resources.settings import SettingsResource
 
 
 class BuildConfig(Config):
@@ -34,6 +35,7 @@ class DropConfig(Config):
 def build_verify_swap(
     context: OpExecutionContext,
     config: BuildConfig,
+    settings: SettingsResource,
     delta: DeltaResource,
     es: ElasticsearchResource,
     embedder: EmbedderResource,
@@ -43,7 +45,7 @@ def build_verify_swap(
     report = reindex(
         store,
         es.client(),
-        es.settings(),
+        settings.get(),
         embedder.embedder(store, config.model),
         min_coverage_pct=config.min_coverage_pct,
     )
@@ -62,11 +64,15 @@ def build_verify_swap(
 
 @op(pool=WRITER_POOL)
 def drop_retired_indices(
-    context: OpExecutionContext, config: DropConfig, es: ElasticsearchResource, retired: list[str]
+    context: OpExecutionContext,
+    config: DropConfig,
+    settings: SettingsResource,
+    es: ElasticsearchResource,
+    retired: list[str],
 ) -> list[str]:
     """Wait out the grace period, then delete the retired indices."""
     context.log.info(f"keeping {retired} for {config.grace_period_s}s")
-    dropped = drop_after_grace(es.client(), es.settings(), grace_s=config.grace_period_s)
+    dropped = drop_after_grace(es.client(), settings.get(), grace_s=config.grace_period_s)
     context.log.info(f"dropped {dropped}")
     return dropped
 

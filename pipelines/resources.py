@@ -1,10 +1,10 @@
 """The resource set every asset and job runs with, built from the settings in one place.
 
 `build_resources(settings)` runs when the code location's Definitions are built (never at
-import): each resource's typed fields come from its settings group (`from_settings`), so the
-Dagster UI shows the configuration a run gets, and the Elasticsearch connection has one path:
-`settings.elasticsearch` -> `ElasticsearchResource` -> the client. Secrets are bound as `EnvVar`s,
-resolved when a run starts and shown only by name.
+import): the `settings` resource pins the loaded settings (`SettingsResource.from_settings`:
+every field that differs from its default, secrets left to the environment of the run), and
+every other resource takes its values from it, so no two resources can disagree on a path, the
+index prefix or the model.
 """
 
 from __future__ import annotations
@@ -16,19 +16,17 @@ from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
 from resources.embedder import EmbedderResource
 from resources.mapping_keys import MAPPING_KEYS, MappingKeyIOManager
-
-DISTRIBUTED_PREFILL_MIN_TEXTS = 2000
-"""The embedding prefill's threshold where steps run on workers (about 30 s of one core's
-embedding: more than a step's fixed start)."""
+from resources.settings import SettingsResource
 
 
 def build_resources(settings: Settings, distributed: bool = False) -> dict[str, Any]:
-    """The resources of a code location; `distributed` when its executor sends steps to workers
-    (Celery, Kubernetes), where the embedding prefill pays off by default."""
-    prefill = DISTRIBUTED_PREFILL_MIN_TEXTS if distributed else 0
+    """The resources of a code location over `settings`; `distributed` when its executor sends
+    steps to workers (Celery, Kubernetes), where the embedding prefill pays off by default."""
+    pinned = SettingsResource.from_settings(settings)
     return {
-        "delta": DeltaResource.from_settings(settings),
-        "es": ElasticsearchResource.from_settings(settings.elasticsearch),
-        "embedder": EmbedderResource.from_settings(settings.embedding, prefill_default=prefill),
+        "settings": pinned,
+        "delta": DeltaResource(settings=pinned),
+        "es": ElasticsearchResource(settings=pinned),
+        "embedder": EmbedderResource(settings=pinned, distributed=distributed),
         MAPPING_KEYS: MappingKeyIOManager(),
     }

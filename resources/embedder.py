@@ -7,68 +7,42 @@ from pydantic import PrivateAttr
 
 from ctxdb.embedding.backends import memory_embedder
 from ctxdb.embedding.model import Embedder
-from ctxdb.settings import EmbeddingSettings, get_settings
 from ctxdb.storage.delta import DeltaStore
+from resources.settings import SettingsResource
+
+DISTRIBUTED_PREFILL_MIN_TEXTS = 2000
+"""The embedding prefill's threshold where steps run on workers (about 30 s of one core's
+embedding: more than a step's fixed start)."""
 
 
 class EmbedderResource(ConfigurableResource):
-    """all-MiniLM-L6-v2 by default: the `embedding` settings group's model, batch size, device,
-    backend and prefill threshold, filled by `from_settings` (the code location does, when it
-    loads). Unset fields keep the process settings' value, as do the group's other fields
-    (threads, ONNX cache)."""
+    """The model of the settings' `embedding` group (all-MiniLM-L6-v2 by default). `distributed`:
+    the code location's executor sends steps to workers (Celery, Kubernetes), where the embedding
+    prefill pays off when the settings give no threshold of their own."""
 
-    model_name: str | None = None
-    batch_size: int | None = None
-    device: str | None = None
-    backend: str | None = None
-    prefill_min_texts: int | None = None
+    settings: SettingsResource
+    distributed: bool = False
 
-    _embedders: dict[str, Embedder] = PrivateAttr(
-        default_factory=dict
-    )
+    _embedders: dict[str, Embedder] = PrivateAttr(default_factory=dict)
 
-    @classmethod
-    def from_settings(
-        cls, settings: EmbeddingSettings, prefill_default: int = 0
-    ) -> EmbedderResource:
-        """The group's values; `prefill_default` is the prefill threshold when the group sets
-        none (the code location's choice: `pipelines.resources`)."""
-        prefill = settings.prefill_min_texts
-        return cls(
-            model_name=settings.model,
-            batch_size=settings.batch_size,
-            device=settings.device,
-            backend=settings.backend,
-            prefill_min_texts=prefill_default if prefill is None else prefill,
-        )
-
-    def embedder(
-        self, store: DeltaStore, model_name: str | None = None
-    ) -> Embedder:
+    def embedder(self, store: DeltaStore, model_name: str | None = None) -> Embedder:
         """The run's embedder of `model_name` (default: the configured model) for the memory in
         `store`, whose vectors decide the `auto` backend; weights load on first use and are
         shared within the process."""
-        name = model_name or self.configured_model()
+        settings = self.settings.get().embedding
+        name = model_name or settings.model
         if name not in self._embedders:
-            self._embedders[name] = self._build(name, store)
+            self._embedders[name] = memory_embedder(settings, store, model_name=name)
         return self._embedders[name]
 
     def prefill_threshold(self) -> int:
-        """Texts to embed from which the prefill fans out (0: never, also when unset)."""
-        return self.prefill_min_texts or 0
-
-    def configured_model(self) -> str:
-        return self.model_name or get_settings().embedding.model
+        """Texts to embed from which the prefill fans out (0: never)."""
+        given = self.settings.get().embedding.prefill_min_texts
+        if given is not None:
+            return given
+        return DISTRIBUTED_PREFILL_MIN_TEXTS if self.distributed else 0
 
     def model_id(self, store: DeltaStore) -> str:
         """The id vectors are stored under: the model name plus the backend that produced them
         (the torch fallback's id when the ONNX backend could not be had)."""
         return self.embedder(store).model_id
-
-    def _build(
-        self, model_name: str, store: DeltaStore
-    ) -> Embedder:
-        settings = get_settings().embedding
-        overrides = {"device": self.device, "backend": self.backend}
-        settings = settings.model_copy(update={k: v for k, v in overrides.items() if v})
-        return memory_embedder(settings, store, model_name=model_name, batch_size=self.batch_size)

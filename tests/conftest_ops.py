@@ -45,8 +45,7 @@ from ctxdb.storage.tables import (
     TURN_LOGS_SCHEMA,
 )
 from ctxdb.text import text_hash, trigrams
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
+from pipelines.resources import build_resources
 
 TURN_IDENTITY = ["tenant", "app", "agent", "user_id", "conversation_id", "turn_id"]
 """The columns that name a turn and whose it is."""
@@ -336,10 +335,7 @@ def resources(ops_settings, monkeypatch):
     """Real resources over the test's Delta root and index prefix (files root via the env)."""
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
     monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
-    return {
-        "delta": DeltaResource(root=ops_settings.delta_uri),
-        "es": ElasticsearchResource(index_prefix=ops_settings.elasticsearch.index_prefix),
-    }
+    return build_resources(ops_settings)
 
 
 class SimulatedCrash(RuntimeError):

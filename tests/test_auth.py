@@ -45,12 +45,10 @@ def test_two_tokens_for_two_users_do_not_mix(tmp_path) -> None:
     "bad", ["", "ctxdb", "ctxdb__x", "bearer abc", "ctxdb_nosuchid_secret", "x.y.z"]
 )
 def test_malformed_or_unknown_tokens_are_rejected(tmp_path, bad: str) -> None:
-    store = TokenStore(tmp_path / "tokens.json")
+    store = TokenStore(Settings(home=tmp_path).tokens_path)
     store.issue("alice")
     with pytest.raises(AuthError):
-        Authenticator(
-            Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json"}), make_client
-        ).authenticate(bad)
+        Authenticator(Settings(home=tmp_path), make_client).authenticate(bad)
     with pytest.raises(AuthError):
         store.verify(bad)
 
@@ -140,13 +138,13 @@ def test_unsigned_jwt_is_rejected(tmp_path) -> None:
 
 
 def _token_settings(tmp_path, **auth) -> Settings:
-    return Settings(home=tmp_path, auth={"tokens_path": tmp_path / "tokens.json", **auth})
+    return Settings(home=tmp_path, auth=auth)
 
 
 def test_finding_22_every_bad_local_token_gets_the_same_401_message(tmp_path) -> None:
     """A wrong secret for a known token id, an unknown id, a revoked token and a malformed one
     all answer one message, so the reply does not tell whether a token id exists."""
-    store = TokenStore(tmp_path / "tokens.json")
+    store = TokenStore(_token_settings(tmp_path).tokens_path)
     alice, revoked = store.issue("alice", tenant="t1"), store.issue("bob", tenant="t1")
     store.revoke(revoked.split("_")[1])
     known_id = alice.split("_")[1]
@@ -190,7 +188,7 @@ def test_finding_2_jwt_without_tenant_only_where_tenants_are_not_required(tmp_pa
 
 
 def test_finding_2_stored_token_without_tenant_is_401(tmp_path) -> None:
-    store = TokenStore(tmp_path / "tokens.json")
+    store = TokenStore(_token_settings(tmp_path).tokens_path)
     tenantless, scoped = store.issue("alice"), store.issue("alice", tenant="t1")
     with pytest.raises(AuthError, match="token has no tenant"):
         Authenticator(_token_settings(tmp_path), make_client).authenticate(tenantless)

@@ -34,7 +34,7 @@ def test_hook_captured_turns_are_searchable_by_their_user_only(
     ann = settings.replace(claude_code={"user_id": "ann", "projects": str(transcripts)})
     bob = settings.replace(
         home=tmp_path / "bob-home",
-        landing={"uri": settings.landing_uri},
+        storage_root=settings.storage,
         claude_code={"user_id": "bob", "projects": str(transcripts)},
     )
     shop, garden = tmp_path / "src" / "shop", tmp_path / "src" / "garden"

@@ -93,8 +93,11 @@ def test_the_hook_answers_empty_when_memory_fails_or_is_late(installed) -> None:
     base = [CTXDB, "capture", "claude-code", "context", "--timeout", "10"]
     base += ["--token-file", str(token)]
     no_es = {**env, "ELASTICSEARCH_URL": f"http://127.0.0.1:{closed_port()}"}
-    assert "src/cart.py" in hook(base, no_es)["hookSpecificOutput"]["additionalContext"]
-    assert hook(base, {**env, "CTXDB_DELTA_ROOT": "/dev/null/delta"}) == {}
+    assert "src/cart.py" in context_of(hook(base, no_es), "SessionStart")
+    prompt = {**PROMPT, "prompt": "the cart total rounding bug is back"}
+    assert hook(base, no_es, prompt) == {}
+    assert hook(base, {**env, "CTXDB_STORAGE_ROOT": "/dev/null"}) == {}
+    began = time.monotonic()
     assert hook([*base, "--timeout", "0.001"], env) == {}
     assert hook([*base[:-1], str(root / "missing.token")], env) == {}
 

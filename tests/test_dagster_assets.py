@@ -33,9 +33,7 @@ from ctxdb.storage.tables import (
 )
 from pipelines.definitions import defs
 from pipelines.ops_jobs import retention_job
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
-from resources.embedder import EmbedderResource
+from pipelines.resources import build_resources
 
 TURN_RECORD = [
     raw_turn_events,
@@ -88,10 +86,7 @@ def test_materializations_carry_row_counts_and_changes(
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = _sample(tmp_path)
-    resources = {
-        "delta": DeltaResource(root=str(tmp_path / "delta")),
-        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
-    }
+    resources = build_resources(settings.replace(home=tmp_path))
     config = {"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}}
     result = materialize(TURN_RECORD, resources=resources, run_config=config)
     store = DeltaStore(str(tmp_path / "delta"))
@@ -123,11 +118,7 @@ def test_a_broken_turn_record_blocks_embedding(
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = _sample(tmp_path)
     store = DeltaStore(str(tmp_path / "delta"))
-    resources = {
-        "delta": DeltaResource(root=str(tmp_path / "delta")),
-        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
-        "embedder": EmbedderResource(batch_size=8),
-    }
+    resources = build_resources(settings.replace(home=tmp_path, embedding={"batch_size": 8}))
     config = {"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}}
     assert materialize(TURN_RECORD, resources=resources, run_config=config).success
     # Break the record: drop one TurnLog, so its closed turn has none and its rows are orphans.

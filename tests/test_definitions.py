@@ -8,12 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import Definitions, EnvVar, asset, materialize
+from dagster import Definitions, asset, materialize
 from pydantic import SecretStr
 
-from ctxdb.settings import get_settings
+from ctxdb.settings import Settings, get_settings
 from pipelines.resources import build_resources
+from resources.delta import DeltaResource
 from resources.elasticsearch import ElasticsearchResource
+from resources.settings import SettingsResource
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +26,7 @@ def test_definitions_load() -> None:
     assert isinstance(defs, Definitions)
     repository = defs.get_repository_def()
     assert "memory_job" in repository.job_names
-    assert {"delta", "es"} <= set(repository.get_top_level_resources())
+    assert {"settings", "delta", "es", "embedder"} <= set(repository.get_top_level_resources())
 
 
 def _run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -66,41 +68,51 @@ def test_no_module_reads_the_settings_at_import() -> None:
     assert "validation error for Settings\nshards" in failure
 
 
-def test_resources_are_built_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One path from the settings to the client: every connection field of the `es` resource is
-    the settings' own, the API key an EnvVar that Dagster resolves when the run starts."""
+def test_resources_are_built_from_the_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One path from the settings to every resource: the `settings` resource pins what the code
+    location loaded (never a secret or the object-store options), every other resource reads it,
+    and a secret is read from the environment when the run starts."""
     monkeypatch.setenv("ELASTICSEARCH_API_KEY", "a2V5OnNlY3JldA==")
+    monkeypatch.setenv("CTXDB_OBJECT_STORE_OPTIONS", '{"AWS_SECRET_ACCESS_KEY": "s3cret"}')
     monkeypatch.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", "built")
     monkeypatch.setenv("CTXDB_ELASTICSEARCH_REQUEST_TIMEOUT", "7.5")
     monkeypatch.setenv("CTXDB_EMBEDDING_BATCH_SIZE", "16")
-    settings = get_settings()
-    built = build_resources(settings)
-    es = built["es"]
-    assert (es.url, es.index_prefix, es.request_timeout) == (
-        settings.elasticsearch.url,
-        "built",
-        7.5,
-    )
-    assert isinstance(es.api_key, EnvVar) and es.api_key.env_var_name == "ELASTICSEARCH_API_KEY"
-    assert es.password is None
-    assert built["delta"].root == settings.delta_uri and built["delta"].storage_options is None
-    assert (built["embedder"].model_name, built["embedder"].batch_size) == (
-        settings.embedding.model,
-        16,
-    )
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path / "loaded"))
+    built = build_resources(get_settings())
+    pinned = built["settings"]
+    assert isinstance(pinned, SettingsResource)
+    assert pinned.changes["home"] == str(tmp_path / "loaded")
+    assert pinned.changes["elasticsearch"]["index_prefix"] == "built"
+    assert pinned.changes["elasticsearch"]["request_timeout"] == 7.5
+    assert pinned.changes["embedding"] == {"batch_size": 16}
+    assert "api_key" not in pinned.changes["elasticsearch"]
+    assert "object_store_options" not in pinned.changes and "s3cret" not in repr(pinned)
+    assert all(built[key].settings is pinned for key in ("delta", "es", "embedder"))
 
     seen: dict[str, object] = {}
 
     @asset
-    def connection(es: ElasticsearchResource) -> None:
-        run_settings = es.settings().elasticsearch
-        seen["api_key"] = run_settings.api_key
+    def connection(settings: SettingsResource, delta: DeltaResource, es: ElasticsearchResource):
+        seen["settings"] = settings.get()
+        seen["delta_root"] = delta.store().root
         seen["authorization"] = es.client()._headers["authorization"]
 
     monkeypatch.setenv("ELASTICSEARCH_API_KEY", "bGF0ZXI6a2V5")  # changed after loading
-    assert materialize([connection], resources={"es": es}).success
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path / "elsewhere"))  # the run's cwd or env moved
+    assert materialize([connection], resources=built).success
+    run_settings = seen["settings"]
+    assert isinstance(run_settings, Settings)
     assert seen["authorization"] == "ApiKey bGF0ZXI6a2V5"
-    assert isinstance(seen["api_key"], SecretStr)
+    assert isinstance(run_settings.elasticsearch.api_key, SecretStr)
+    assert run_settings.object_store_options["AWS_SECRET_ACCESS_KEY"] == "s3cret"
+    assert seen["delta_root"] == run_settings.delta_uri == str(tmp_path / "loaded" / "delta")
+    assert run_settings.landing_uri == str(tmp_path / "loaded" / "landing")
+    assert (run_settings.elasticsearch.index_prefix, run_settings.embedding.batch_size) == (
+        "built",
+        16,
+    )
 
 
 def test_memory_job_runs_over_every_shard_and_refuses_a_run_of_one(tmp_path: Path) -> None:

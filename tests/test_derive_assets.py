@@ -20,8 +20,7 @@ from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
+from pipelines.resources import build_resources
 
 ASSETS = [
     raw_turn_events,
@@ -36,10 +35,7 @@ ASSETS = [
 def _run(tmp_path: Path, landing: Path, settings: Settings):
     return materialize(
         ASSETS,
-        resources={
-            "delta": DeltaResource(root=str(tmp_path / "delta")),
-            "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
-        },
+        resources=build_resources(settings.replace(home=tmp_path)),
         run_config={"ops": {"raw_turn_events": {"config": {"path": str(landing)}}}},
     )
 

@@ -57,7 +57,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("onnx-cache")
+    """The ONNX export cache: `onnx/` under the embedding group's `cache_dir`."""
+    return tmp_path_factory.mktemp("ctxdb-cache") / "onnx"
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_backends_never_share_cached_vectors(delta_store, fp32: OnnxEmbedder, em
 
 
 def test_settings_pick_the_backend(cache_dir: Path) -> None:
-    onnx = make_embedder(EmbeddingSettings(backend="onnx-int8", onnx_cache_dir=cache_dir))
+    onnx = make_embedder(EmbeddingSettings(backend="onnx-int8", cache_dir=cache_dir.parent))
     assert isinstance(onnx, OnnxEmbedder) and onnx.quantize and onnx.cache_dir == cache_dir
     torch = make_embedder(EmbeddingSettings(backend="torch"))
     assert isinstance(torch, SentenceTransformerEmbedder)
@@ -204,7 +205,7 @@ def test_auto_keeps_the_backend_of_the_memory(stored: tuple[str, ...], expected:
 
 
 def test_auto_never_re_embeds_a_torch_memory(delta_store, embedder, cache_dir: Path) -> None:
-    auto = EmbeddingSettings(onnx_cache_dir=cache_dir, batch_size=8)
+    auto = EmbeddingSettings(cache_dir=cache_dir.parent, batch_size=8)
     assert stored_model_ids(delta_store, [DEFAULT_MODEL]) == set()
     assert isinstance(memory_embedder(auto, delta_store), OnnxEmbedder)
     write_rows(delta_store, role_rows(["the openpyxl timezone bug", "budget meeting notes"]))
@@ -247,7 +248,7 @@ def test_model_ids_are_read_from_the_data_when_the_log_has_no_statistics(delta_s
 def test_search_embeds_queries_on_the_backend_of_the_live_index(
     settings, es, cache_dir: Path, embedder, torch_vectors: np.ndarray
 ) -> None:
-    auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
+    auto = settings.replace(embedding={"cache_dir": cache_dir.parent})
     matched = index_matched_embedder(auto, es)
     assert isinstance(matched.inner, OnnxEmbedder)  # provisional: no index yet
     ensure_index(es, auto.elasticsearch.index_prefix, ROWS, dims=384, model_id=DEFAULT_MODEL)
@@ -267,7 +268,7 @@ def test_a_switch_of_backend_moves_the_index_and_the_query_embedder_with_it(
 ) -> None:
     """A torch memory, moved to ONNX by one run with the backend set: the sync records the new
     model id in the live index, so `auto` then embeds queries with ONNX as well."""
-    auto = settings.replace(embedding={"onnx_cache_dir": cache_dir})
+    auto = settings.replace(embedding={"cache_dir": cache_dir.parent})
     write_rows(delta_store, role_rows(TEXTS[:3]))
     turn_tables(delta_store, 3)
     for model in (embedder, fp32):  # torch first, then one run with CTXDB_EMBEDDING_BACKEND=onnx

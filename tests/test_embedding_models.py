@@ -21,7 +21,7 @@ import pytest
 from conftest_index import role_rows, turn_tables, write_rows
 
 from ctxdb.contract.identity import Principal
-from ctxdb.embedding import registry
+from ctxdb.embedding import export, registry
 from ctxdb.embedding.backends import make_embedder, resolve_backend
 from ctxdb.embedding.model import DEFAULT_MODEL, EmbedderUnavailable
 from ctxdb.embedding.pinned import PinnedOnnxEmbedder, pool
@@ -55,7 +55,12 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "bge_small_reference.js
 
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("models")
+    """The unpacked models: `models/` under the embedding group's `cache_dir`, whose `onnx/`
+    is the default export cache (MiniLM's export is not made again)."""
+    root = tmp_path_factory.mktemp("ctxdb-cache")
+    export.default_cache_dir().mkdir(parents=True, exist_ok=True)
+    (root / "onnx").symlink_to(export.default_cache_dir())
+    return root / "models"
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +140,7 @@ def test_pooling_is_the_cls_state(int8: PinnedOnnxEmbedder) -> None:
 
 
 def test_the_settings_name_the_model_and_its_backends(models_dir: Path) -> None:
-    settings = EmbeddingSettings(model=BGE, models_dir=models_dir)
+    settings = EmbeddingSettings(model=BGE, cache_dir=models_dir.parent)
     embedder = make_embedder(settings)
     assert isinstance(embedder, PinnedOnnxEmbedder)
     assert embedder.model_id == f"{BGE}+onnx"
@@ -156,7 +161,7 @@ def test_queries_are_embedded_by_the_model_of_the_index(
     write_rows(delta_store, role_rows(texts))
     turn_tables(delta_store, 3)
     embed_role_rows(delta_store, int8, batch_size=8)
-    minilm = settings.replace(embedding={"models_dir": models_dir, "model": DEFAULT_MODEL})
+    minilm = settings.replace(embedding={"cache_dir": models_dir.parent, "model": DEFAULT_MODEL})
     sync_live(delta_store, es, minilm, model_id=int8.model_id)
     assert index_model_ids(es, minilm) == {int8.model_id}
     query = default_embedder(minilm, es).embed_query(texts[0])
@@ -166,7 +171,7 @@ def test_queries_are_embedded_by_the_model_of_the_index(
     onnx_minilm = make_embedder(minilm.embedding)
     embed_role_rows(delta_store, onnx_minilm, batch_size=8)
     sync_live(delta_store, es, minilm, model_id=onnx_minilm.model_id)
-    bge = settings.replace(embedding={"models_dir": models_dir, "model": BGE})
+    bge = settings.replace(embedding={"cache_dir": models_dir.parent, "model": BGE})
     assert index_model_ids(es, bge) == {f"{DEFAULT_MODEL}+onnx"}
     query = default_embedder(bge, es).embed_query(texts[1])
     assert query is not None
@@ -212,7 +217,9 @@ def test_a_running_service_follows_a_model_switch_reindex(
     texts[5] = "we booked the cabin by the lake for the whole family"
     write_rows(delta_store, role_rows(texts))
     turn_tables(delta_store, 12)
-    minilm_settings = settings.replace(embedding={"models_dir": models_dir, "model": DEFAULT_MODEL})
+    minilm_settings = settings.replace(
+        embedding={"cache_dir": models_dir.parent, "model": DEFAULT_MODEL}
+    )
     minilm = make_embedder(minilm_settings.embedding)
     embed_role_rows(delta_store, minilm, batch_size=8)
     sync_live(delta_store, es, minilm_settings, model_id=minilm.model_id)

@@ -5,6 +5,8 @@ asset run through `materialize`, one step per shard."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 import pytest
 from conftest_index import role_rows, write_rows
@@ -17,12 +19,11 @@ from ctxdb.embedding.cache import read_vectors
 from ctxdb.embedding.model import SentenceTransformerEmbedder
 from ctxdb.embedding.prefill import count_uncached, prefill_shard
 from ctxdb.embedding.stage import embed_role_rows
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard
 from ctxdb.storage.tables import EMBEDDINGS, ROW_EMBEDDINGS
-from resources.delta import DeltaResource
-from resources.embedder import EmbedderResource
-from resources.mapping_keys import MAPPING_KEYS, MappingKeyIOManager
+from pipelines.resources import build_resources
 
 pytestmark = pytest.mark.model
 
@@ -99,11 +100,9 @@ def run_assets(
     tags: dict[str, str] | None = None,
     instance: DagsterInstance | None = None,
 ):
-    resources = {
-        "delta": DeltaResource(root=store.root),
-        "embedder": EmbedderResource(batch_size=8, prefill_min_texts=threshold),
-        MAPPING_KEYS: MappingKeyIOManager(),
-    }
+    home = Path(store.root).parent
+    embedding = {"batch_size": 8, "prefill_min_texts": threshold}
+    resources = build_resources(Settings(home=home, embedding=embedding))
     return materialize(
         [embedding_prefill, role_row_embeddings],
         resources=resources,
@@ -129,7 +128,7 @@ def prefill_steps(result) -> list[str]:
 
 
 def test_the_asset_fans_out_one_step_per_shard_from_the_threshold(tmp_path) -> None:
-    big, small = DeltaStore(str(tmp_path / "big")), DeltaStore(str(tmp_path / "small"))
+    big, small = (DeltaStore(str(tmp_path / name / "delta")) for name in ("big", "small"))
     texts = write_memory(big)
     write_memory(small)
 

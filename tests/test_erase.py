@@ -322,7 +322,7 @@ def test_issue_41_finding_14_erasure_after_the_home_was_copied_edits_the_copy(
     copy_home = tmp_path_factory.mktemp("restored") / "home"
     shutil.copytree(ops_settings.home, copy_home)
     restored = ops_settings.replace(home=copy_home)
-    assert Path(restored.landing_uri) != old_landing and restored.delta_root is None
+    assert Path(restored.landing_uri) != old_landing and restored.storage_root is None
 
     report = erasure.erase(
         DeltaStore(restored.delta_uri), es, restored, erasure.Scope("user_id", user)

@@ -239,8 +239,9 @@ def test_verified_zip_unpacks_with_run_bits(es_base_settings: Settings, tmp_path
     assert (home / "lib").is_dir() and (home / "config" / "jvm.options").is_file()
 
 
-def test_missing_mvn_is_a_clear_error(tmp_path: Path) -> None:
-    settings = Settings(node={"cache_dir": tmp_path, "mvn": str(tmp_path / "no-mvn")})
+def test_missing_mvn_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings(node={"cache_dir": tmp_path})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-mvn-here"))
     with pytest.raises(MavenError, match="not found"):
         distribution.ensure_home(settings, tmp_path)
 

@@ -36,9 +36,7 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.shards import Shard, all_shards, shard_expr
 from ctxdb.storage.tables import INDEX_STATE, ROLE_ROWS, ROW_EMBEDDINGS
 from pipelines.fanout import shard_requests
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
-from resources.embedder import EmbedderResource
+from pipelines.resources import build_resources
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERSATIONS = [f"conv-{i}" for i in range(8)]
@@ -176,11 +174,7 @@ def one_run_and_fanned(settings: Settings) -> tuple[Settings, Settings]:
     one, fanned = scoped(settings, "one"), scoped(settings, "fan")
     build_records(DeltaStore.from_settings(one))
     shutil.copytree(one.delta_uri, fanned.delta_uri)  # the same records, byte for byte
-    resources = {
-        "delta": DeltaResource(root=one.delta_uri),
-        "es": ElasticsearchResource(index_prefix=one.elasticsearch.index_prefix),
-        "embedder": EmbedderResource(batch_size=8),
-    }
+    resources = build_resources(one.replace(embedding={"batch_size": 8}))
     assert materialize(
         [role_row_embeddings, search_index], resources=resources, tags=all_shards_tags()
     ).success

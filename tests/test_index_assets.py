@@ -25,9 +25,7 @@ from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.storage.tables import ROLE_ROWS
 from pipelines.reindex import reindex_job
-from resources.delta import DeltaResource
-from resources.elasticsearch import ElasticsearchResource
-from resources.embedder import EmbedderResource
+from pipelines.resources import build_resources
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
 
@@ -50,11 +48,8 @@ def env(es_settings, monkeypatch):
 
 
 def resources(settings, model_name: str | None = None) -> dict:
-    return {
-        "delta": DeltaResource(root=settings.delta_uri),
-        "es": ElasticsearchResource(index_prefix=settings.elasticsearch.index_prefix),
-        "embedder": EmbedderResource(model_name=model_name, batch_size=8),
-    }
+    embedding = {"batch_size": 8} | ({"model": model_name} if model_name else {})
+    return build_resources(settings.replace(embedding=embedding))
 
 
 def checks(result) -> dict[str, bool]:

@@ -17,6 +17,7 @@ from ctxdb.landing.run import land
 from ctxdb.landing.scan import parse_bytes
 from ctxdb.landing.waves import first_distinct
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage import tombstones
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -26,7 +27,7 @@ from ctxdb.storage.tables import (
     RAW_TURN_EVENTS,
 )
 from pipelines.landing_sensor import landing_sensor
-from resources.delta import DeltaResource
+from pipelines.resources import build_resources
 
 
 @pytest.fixture
@@ -162,7 +163,7 @@ def test_landing_sensor_requests_a_run_only_for_new_files(
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = tmp_path / "landing"
-    resources = {"delta": DeltaResource(root=store.root)}
+    resources = build_resources(Settings(home=Path(store.root).parent))
     with DagsterInstance.ephemeral() as instance:
         context = build_sensor_context(instance=instance, resources=resources)
         assert isinstance(landing_sensor(context), SkipReason)

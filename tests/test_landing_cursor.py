@@ -18,10 +18,11 @@ from ctxdb.landing.cursor import CURSOR_LAG, landed_since, landing_floor
 from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import files_to_land, land
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES
 from pipelines.landing_sensor import Cursor, landing_sensor
-from resources.delta import DeltaResource
+from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -89,7 +90,9 @@ def test_max_files_lands_the_oldest_so_the_rest_stay_above_the_floor(
 
 def sensor_tick(instance: DagsterInstance, store: DeltaStore, cursor: str | None):
     with build_sensor_context(
-        instance=instance, cursor=cursor, resources={"delta": DeltaResource(root=store.root)}
+        instance=instance,
+        cursor=cursor,
+        resources=build_resources(Settings(home=Path(store.root).parent)),
     ) as context:
         return landing_sensor(context), context.cursor
 

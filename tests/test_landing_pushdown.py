@@ -39,7 +39,7 @@ from ctxdb.storage.tables import (
     TURN_LOGS,
 )
 from pipelines import landing_sensor
-from resources.delta import DeltaResource
+from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 SKIPPED = re.compile(r"skipping (\d+) / (\d+) files")
@@ -146,8 +146,11 @@ def test_a_derivation_batch_reads_only_the_files_of_its_conversations(
     # each batch of one conversation reads its own file of raw events only
     assert skipped_by_scans(capfd) == [(3, 4)] * 4
     for table, key in ((TURN_LOGS, ["conversation_id", "turn_id"]), (ROLE_ROWS, ["row_id"])):
-        assert delta_store.read(table).select(key).sort(key).equals(
-            whole.read(table).select(key).sort(key)
+        assert (
+            delta_store.read(table)
+            .select(key)
+            .sort(key)
+            .equals(whole.read(table).select(key).sort(key))
         ), table
 
 
@@ -170,7 +173,7 @@ def test_a_sensor_tick_reads_the_landed_rows_of_recent_files_only(
         return rows
 
     monkeypatch.setattr(landing_sensor, "landed_since", counted)
-    resources = {"delta": DeltaResource(root=delta_store.root)}
+    resources = build_resources(Settings(home=Path(delta_store.root).parent))
     cursor = None
     with DagsterInstance.ephemeral() as instance:
         for _ in range(3):
@@ -184,7 +187,9 @@ def test_a_sensor_tick_reads_the_landed_rows_of_recent_files_only(
     # the first tick has no floor kept yet and compares everything; every later tick reads the
     # landed row of the newest file only (the mtime predicate skips the other Delta files)
     assert read == [(None, 4), (floor, 1), (floor, 1)]
-    fragments = delta_store.table(LANDED_FILES).to_pyarrow_dataset().get_fragments(
-        filter=pc.field("mtime") >= floor
+    fragments = (
+        delta_store.table(LANDED_FILES)
+        .to_pyarrow_dataset()
+        .get_fragments(filter=pc.field("mtime") >= floor)
     )
     assert len(list(fragments)) == 1

@@ -22,9 +22,10 @@ from dagster import (
 
 from ctxdb.landing.run import land
 from ctxdb.sample.generate import generate_events, write_sample
+from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from pipelines.landing_sensor import RUN_KEY_TAG, Cursor, landing_sensor
-from resources.delta import DeltaResource
+from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -34,7 +35,7 @@ class Sensor:
 
     def __init__(self, instance: DagsterInstance, store: DeltaStore) -> None:
         self.instance = instance
-        self.resources = {"delta": DeltaResource(root=store.root)}
+        self.resources = build_resources(Settings(home=Path(store.root).parent))
         self.cursor: str | None = None
 
     def tick(self) -> RunRequest | SkipReason:

@@ -1,4 +1,4 @@
-"""The landing location on S3 is reached with Delta's storage options (CTXDB_DELTA_STORAGE_OPTIONS),
+"""The landing location on S3 is reached with the object-store options (CTXDB_OBJECT_STORE_OPTIONS),
 not pyarrow's own reading of the AWS environment: the options become the S3 filesystem's
 arguments. (Landing on a real S3 endpoint with the options alone: tests/cluster/test_cluster_s3.py.)
 """
@@ -29,7 +29,7 @@ def constructed(fs: pafs.FileSystem) -> dict:
     return fs.__reduce__()[1][0]
 
 
-def test_delta_storage_options_become_the_s3_filesystem_arguments() -> None:
+def test_object_store_options_become_the_s3_filesystem_arguments() -> None:
     assert s3_arguments(MOTO_LIKE) == {
         "access_key": "key-id",
         "secret_key": "secret",
@@ -71,7 +71,7 @@ def test_local_locations_ignore_the_options(tmp_path: Path) -> None:
 def test_the_store_carries_the_settings_options_to_landing(tmp_path: Path) -> None:
     """`land` and the landing sensor hand `store.storage_options` to the listing: the settings'
     options are the ones a DeltaStore from settings holds."""
-    settings = Settings(home=tmp_path, delta_storage_options=MOTO_LIKE)
+    settings = Settings(home=tmp_path, object_store_options=MOTO_LIKE)
     assert DeltaStore.from_settings(settings).storage_options == {
         **OBJECT_STORE_TIMEOUTS,
         **MOTO_LIKE,

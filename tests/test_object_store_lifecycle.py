@@ -68,8 +68,8 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def on_s3(endpoint: str, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """`settings` with the Delta root and landing location under a fresh prefix of the bucket,
-    the endpoint and keys given only as `delta_storage_options`: every `AWS_*` variable of this
+    """`settings` with the storage root (Delta tables, landing, files) a fresh prefix of the bucket,
+    the endpoint and keys given only as `object_store_options`: every `AWS_*` variable of this
     process is removed."""
     for name in [name for name in os.environ if name.startswith("AWS_")]:
         monkeypatch.delenv(name)
@@ -81,9 +81,8 @@ def on_s3(endpoint: str, settings: Settings, monkeypatch: pytest.MonkeyPatch) ->
         **{name.upper(): value for name, value in KEYS.items()},
     }
     return settings.replace(
-        delta_root=f"{prefix}/delta",
-        delta_storage_options=options,
-        landing={"uri": f"{prefix}/landing"},
+        storage_root=prefix,
+        object_store_options=options,
         retention={"vacuum_hours": 0, "days": 10},
     )
 
@@ -91,7 +90,7 @@ def on_s3(endpoint: str, settings: Settings, monkeypatch: pytest.MonkeyPatch) ->
 def _client(settings: Settings):  # noqa: ANN202 - boto3's client type is generated
     return boto3.client(
         "s3",
-        endpoint_url=settings.delta_storage_options["AWS_ENDPOINT_URL"],
+        endpoint_url=settings.object_store_options["AWS_ENDPOINT_URL"],
         region_name=REGION,
         **KEYS,
     )
@@ -157,14 +156,15 @@ def test_a_recorder_uploads_to_an_s3_landing_with_the_storage_options_alone(
         turn.submission("a question landed in the bucket")
     recorder.close()
 
-    options = on_s3.delta_storage_options
+    options = on_s3.object_store_options
     assert [f.path for f in list_files(f"{on_s3.landing_uri}/capture", options)]
     assert land(DeltaStore.from_settings(on_s3), on_s3.landing_uri).landed > 0
 
 
 def test_a_retention_sweep_archives_an_expired_s3_landing_file_in_s3(on_s3: Settings) -> None:
-    archive = on_s3.landing_uri.replace("/landing", "/archive")
-    settings = on_s3.replace(retention={"archive_uri": archive, "archive_days": 3})
+    settings = on_s3.replace(retention={"archive_days": 3})
+    archive = settings.archive_uri
+    assert archive == f"{settings.storage_root}/landing-archive"
     old = _lines(Turn("c-old", "t1", start=T0 - timedelta(days=30)))
     _put(settings, "old.jsonl", old)
     store = DeltaStore.from_settings(settings)
@@ -175,7 +175,7 @@ def test_a_retention_sweep_archives_an_expired_s3_landing_file_in_s3(on_s3: Sett
     report = retention.sweep(store, None, settings, now=now)
 
     assert report.landing["files_archived"] == 1
-    options = settings.delta_storage_options
+    options = settings.object_store_options
     assert list_files(settings.landing_uri, options) == []
     archived = f"{archive}/{now:%Y-%m-%d}/old.jsonl"
     assert [f.path for f in list_files(archive, options)] == [archived]

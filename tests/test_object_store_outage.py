@@ -31,9 +31,9 @@ KEYS = {
 
 
 def test_object_store_timeouts_are_defaults_the_options_override() -> None:
-    assert Settings().delta_storage_options == OBJECT_STORE_TIMEOUTS
-    given = Settings(delta_storage_options={"TIMEOUT": "2s", "AWS_REGION": "eu-west-1"})
-    assert given.delta_storage_options == {
+    assert Settings().object_store_options == OBJECT_STORE_TIMEOUTS
+    given = Settings(object_store_options={"TIMEOUT": "2s", "AWS_REGION": "eu-west-1"})
+    assert given.object_store_options == {
         "connect_timeout": OBJECT_STORE_TIMEOUTS["connect_timeout"],
         "retry_timeout": OBJECT_STORE_TIMEOUTS["retry_timeout"],
         "TIMEOUT": "2s",
@@ -44,10 +44,10 @@ def test_object_store_timeouts_are_defaults_the_options_override() -> None:
 def test_issue_41_finding_13_a_frozen_s3_endpoint_fails_land_with_one_line(
     settings: Settings,
 ) -> None:
-    """`ctxdb land` with its Delta root on the frozen endpoint: the first Delta request is
-    abandoned after the options' `timeout` (2 s here, overriding the default) and not retried
-    (`retry_timeout` has passed), and the run ends with exit 1 and one line naming the endpoint
-    and the timeout."""
+    """`ctxdb land` of a local folder into a storage root on the frozen endpoint: the first
+    Delta request is abandoned after the options' `timeout` (2 s here, overriding the default)
+    and not retried (`retry_timeout` has passed), and the run ends with exit 1 and one line
+    naming the endpoint and the timeout."""
     landing = Path(settings.landing_uri)
     landing.mkdir(parents=True)
     (landing / "events.jsonl").write_text('{"event_id": "e1"}\n')
@@ -56,13 +56,18 @@ def test_issue_41_finding_13_a_frozen_s3_endpoint_fails_land_with_one_line(
         "CTXDB_HOME": str(settings.home),
         "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
-        "CTXDB_DELTA_ROOT": "s3://frozen-bucket/delta",
+        "CTXDB_STORAGE_ROOT": "s3://frozen-bucket",
     }
     with frozen_listener() as frozen:
         options = {**KEYS, "AWS_ENDPOINT_URL": frozen.url, "timeout": "2s", "retry_timeout": "1s"}
-        env["CTXDB_DELTA_STORAGE_OPTIONS"] = json.dumps(options)
+        env["CTXDB_OBJECT_STORE_OPTIONS"] = json.dumps(options)
         done = subprocess.run(
-            [CTXDB, "land"], env=env, capture_output=True, text=True, timeout=120, check=False
+            [CTXDB, "land", "--path", str(landing)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         connections = frozen.connections
 

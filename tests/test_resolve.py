@@ -102,9 +102,8 @@ def test_symlink_out_of_the_turn_directory_is_refused(search_env: SearchEnv) -> 
 
 
 def test_uri_storage_root_through_pyarrow_fs(search_env: SearchEnv) -> None:
-    settings = search_env.settings.model_copy(
-        update={"files_root": f"file://{Path(search_env.settings.files).resolve()}"}
-    )
-    settings.__dict__.pop("files", None)  # drop the cached property of the copied settings
+    storage = f"file://{Path(search_env.settings.storage).resolve()}"
+    settings = search_env.settings.replace(storage_root=storage)
+    assert settings.files.startswith("file://")
     pulled = Resolver(settings, search_env.client).pull(search_env.alice, ALICE_ATTACHMENT)
     assert pulled.data == b"bytes of budget.xlsx for alice"

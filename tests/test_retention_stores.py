@@ -21,7 +21,6 @@ from ctxdb.index.incremental import read_state, write_state
 from ctxdb.landing.run import land
 from ctxdb.lifecycle import retention
 from ctxdb.lifecycle.compaction import maintain_state, table_files
-from ctxdb.lifecycle.landing_retention import archive_root
 from ctxdb.record.run import STATE_NAME, last_derived_version
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -183,7 +182,7 @@ def test_fully_expired_files_are_archived_then_deleted(store, es, ops_settings):
 
     report = retention.sweep(store, es, settings, now=later)
 
-    archive = Path(archive_root(settings)) / later.strftime("%Y-%m-%d")
+    archive = Path(settings.archive_uri) / later.strftime("%Y-%m-%d")
     assert report.landing["files_archived"] == len(files)
     assert sorted(p.relative_to(archive) for p in archive.rglob("*") if p.is_file()) == files
     assert not [p for p in landing.rglob("*.jsonl*") if p.is_file()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import logging
 import re
 from pathlib import Path
 
@@ -15,12 +14,12 @@ from ctxdb.index.client import make_client
 from ctxdb.settings import (
     GROUPS,
     OBJECT_STORE_TIMEOUTS,
-    ElasticsearchSettings,
+    GroupSettings,
     RetentionRule,
     Settings,
     clear_settings_cache,
-    deprecated_environment_names,
     env_name,
+    env_names,
     environment_names,
     get_settings,
 )
@@ -33,14 +32,13 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 # Every documented variable: (its group or None at the top level, field, value set, value read).
 ENVIRONMENT = {
     "CTXDB_HOME": (None, "home", "/srv/ctxdb", Path("/srv/ctxdb")),
-    "CTXDB_DELTA_ROOT": (None, "delta_root", "s3://bucket/delta", "s3://bucket/delta"),
-    "CTXDB_DELTA_STORAGE_OPTIONS": (
+    "CTXDB_STORAGE_ROOT": (None, "storage_root", "s3://bucket/ctxdb", "s3://bucket/ctxdb"),
+    "CTXDB_OBJECT_STORE_OPTIONS": (
         None,
-        "delta_storage_options",
+        "object_store_options",
         '{"AWS_REGION": "eu-west-1", "timeout": "2s"}',
         {**OBJECT_STORE_TIMEOUTS, "AWS_REGION": "eu-west-1", "timeout": "2s"},
     ),
-    "CTXDB_FILES_ROOT": (None, "files_root", "/srv/files", "/srv/files"),
     "CTXDB_SHARDS": (None, "shards", "8", 8),
     "CTXDB_DERIVE_BATCH_CONVERSATIONS": (None, "derive_batch_conversations", "200", 200),
     "CTXDB_DERIVE_BATCH_EVENTS": (None, "derive_batch_events", "9000", 9000),
@@ -65,7 +63,6 @@ ENVIRONMENT = {
     "CTXDB_ELASTICSEARCH_MAX_RETRIES": ("elasticsearch", "max_retries", "1", 1),
     "CTXDB_ELASTICSEARCH_RETRY_ON_TIMEOUT": ("elasticsearch", "retry_on_timeout", "true", True),
     "CTXDB_ELASTICSEARCH_BULK_TIMEOUT_S": ("elasticsearch", "bulk_timeout_s", "90", 90.0),
-    "CTXDB_ELASTICSEARCH_BULK_MAX_RETRIES": ("elasticsearch", "bulk_max_retries", "5", 5),
     "CTXDB_ELASTICSEARCH_REINDEX_GRACE_S": ("elasticsearch", "reindex_grace_s", "5", 5.0),
     "CTXDB_ELASTICSEARCH_WRITER_LEASE_TTL_S": ("elasticsearch", "writer_lease_ttl_s", "30", 30.0),
     "CTXDB_ELASTICSEARCH_WRITER_LEASE_WAIT_S": (
@@ -94,12 +91,6 @@ ENVIRONMENT = {
     "CTXDB_CAPTURE_EXCLUDE": ("capture", "exclude", '["/srv/private"]', ["/srv/private"]),
     "CTXDB_CAPTURE_INVALID": ("capture", "invalid", "log", "log"),
     "CTXDB_CAPTURE_IO_ERRORS": ("capture", "io_errors", "raise", "raise"),
-    "CTXDB_CAPTURE_QUEUE_SIZE": ("capture", "queue_size", "50", 50),
-    "CTXDB_CAPTURE_ROTATE_BYTES": ("capture", "rotate_bytes", "4096", 4096),
-    "CTXDB_CAPTURE_ROTATE_AGE_S": ("capture", "rotate_age_s", "2.5", 2.5),
-    "CTXDB_CAPTURE_SPOOL_DIR": ("capture", "spool_dir", "/srv/spool", Path("/srv/spool")),
-    "CTXDB_LANDING_URI": ("landing", "uri", "/srv/landing", "/srv/landing"),
-    "CTXDB_LANDING_THREADS": ("landing", "threads", "4", 4),
     "CTXDB_LANDING_SCANNER": ("landing", "scanner", "python", "python"),
     "CTXDB_EMBEDDING_MODEL": ("embedding", "model", "other-model", "other-model"),
     "CTXDB_EMBEDDING_BATCH_SIZE": ("embedding", "batch_size", "32", 32),
@@ -108,8 +99,7 @@ ENVIRONMENT = {
     "CTXDB_EMBEDDING_BACKEND": ("embedding", "backend", "onnx-int8", "onnx-int8"),
     "CTXDB_EMBEDDING_THREADS": ("embedding", "threads", "3", 3),
     "CTXDB_EMBEDDING_PREFILL_MIN_TEXTS": ("embedding", "prefill_min_texts", "500", 500),
-    "CTXDB_EMBEDDING_ONNX_CACHE_DIR": ("embedding", "onnx_cache_dir", "/srv/o", Path("/srv/o")),
-    "CTXDB_EMBEDDING_MODELS_DIR": ("embedding", "models_dir", "/srv/m", Path("/srv/m")),
+    "CTXDB_EMBEDDING_CACHE_DIR": ("embedding", "cache_dir", "/srv/c", Path("/srv/c")),
     "CTXDB_SEARCH_KNOBS": ("search", "knobs", '{"rrf_k": 20}', SearchKnobs(rrf_k=20)),
     "CTXDB_SEARCH_PHRASE_BOOST": ("search", "phrase_boost", "0.5", 0.5),
     "CTXDB_SEARCH_PHRASE_SLOP": ("search", "phrase_slop", "3", 3),
@@ -135,16 +125,7 @@ ENVIRONMENT = {
     "CTXDB_RETENTION_ERASE_VACUUM_HOURS": ("retention", "erase_vacuum_hours", "2", 2),
     "CTXDB_RETENTION_STATE_HISTORY_HOURS": ("retention", "state_history_hours", "6", 6),
     "CTXDB_RETENTION_ARCHIVE_DAYS": ("retention", "archive_days", "30", 30),
-    "CTXDB_RETENTION_ARCHIVE_URI": ("retention", "archive_uri", "s3://b/archive", "s3://b/archive"),
     "CTXDB_RETENTION_COMPACTION_TARGET_MB": ("retention", "compaction_target_mb", "64", 64),
-    "CTXDB_RETENTION_COMPACTION_SMALL_FILE_MB": ("retention", "compaction_small_file_mb", "8", 8),
-    "CTXDB_RETENTION_COMPACTION_MAX_SMALL_FILES": (
-        "retention",
-        "compaction_max_small_files",
-        "4",
-        4,
-    ),
-    "CTXDB_AUTH_TOKENS_PATH": ("auth", "tokens_path", "/srv/tokens.json", Path("/srv/tokens.json")),
     "CTXDB_AUTH_TOKEN_STORE": ("auth", "token_store", "elasticsearch", "elasticsearch"),
     "CTXDB_AUTH_TOKEN_CACHE_S": ("auth", "token_cache_s", "2.5", 2.5),
     "CTXDB_AUTH_JWT_KEY": ("auth", "jwt_key", "k3y", "k3y"),
@@ -164,11 +145,7 @@ ENVIRONMENT = {
     "CTXDB_ES_PORT": ("node", "port", "9400", 9400),
     "CTXDB_ES_HEAP": ("node", "heap", "2g", "2g"),
     "CTXDB_ES_CACHE_DIR": ("node", "cache_dir", "/srv/es", Path("/srv/es")),
-    "CTXDB_ES_USER": ("node", "user", "es", "es"),
     "CTXDB_ES_START_TIMEOUT_S": ("node", "start_timeout_s", "30", 30.0),
-    "CTXDB_ES_STOP_TIMEOUT_S": ("node", "stop_timeout_s", "10", 10.0),
-    "CTXDB_ES_DOWNLOAD_TIMEOUT_S": ("node", "download_timeout_s", "60", 60.0),
-    "CTXDB_ES_MVN": ("node", "mvn", "/opt/mvn/bin/mvn", "/opt/mvn/bin/mvn"),
     "ES_JAVA_HOME": ("node", "es_java_home", "/opt/jdk-25", Path("/opt/jdk-25")),
     "JAVA_HOME": ("node", "java_home", "/opt/jdk-21", Path("/opt/jdk-21")),
     "CTXDB_ES_JVM_DIR": ("node", "jvm_dir", "/opt/jvms", Path("/opt/jvms")),
@@ -283,15 +260,9 @@ def test_every_field_is_documented() -> None:
 
 
 def _documented_variables() -> set[str]:
-    """The variables in the first column of the tables above the deprecated names."""
-    settings_part = DOCS.read_text().split("## Deprecated names")[0]
+    """The variables in the first column of the settings tables (above the Make variables)."""
+    settings_part = DOCS.read_text().split("## Make variables")[0]
     return set(re.findall(r"^\| `([A-Z_0-9]+)` \|", settings_part, flags=re.MULTILINE))
-
-
-def _documented_deprecated_names() -> dict[str, str]:
-    """The old -> new rows of the deprecated names' table."""
-    part = DOCS.read_text().split("## Deprecated names")[1].split("## Make variables")[0]
-    return dict(re.findall(r"^\| `([A-Z_0-9]+)` \| `([A-Z_0-9]+)` \|$", part, flags=re.MULTILINE))
 
 
 def test_every_documented_variable_is_read_into_its_group(clean_env: pytest.MonkeyPatch) -> None:
@@ -310,21 +281,36 @@ def test_every_documented_variable_is_read_into_its_group(clean_env: pytest.Monk
         clean_env.delenv(env)
 
 
-def test_derived_paths_follow_home(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_every_path_is_derived_from_home_and_the_storage_root(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One place for every path: the data under the storage root (default: home), the local
+    state under home; no path can be set on its own, so no two can diverge."""
     clean_env.setenv("CTXDB_HOME", str(tmp_path))
     settings = get_settings()
     assert settings.delta_uri == str(tmp_path / "delta")
     assert settings.landing_uri == str(tmp_path / "landing")
     assert settings.files == str(tmp_path / "files")
     assert settings.tokens_path == tmp_path / "auth" / "tokens.json"
-    clean_env.setenv("CTXDB_LANDING_URI", "/srv/landing")
-    assert get_settings().landing_uri == "/srv/landing"
+    assert settings.spool_dir == tmp_path / "capture" / "spool"
+    clean_env.setenv("CTXDB_STORAGE_ROOT", "s3://bucket/ctxdb/")
+    remote = get_settings()
+    assert (remote.delta_uri, remote.landing_uri, remote.files, remote.archive_uri) == (
+        "s3://bucket/ctxdb/delta",
+        "s3://bucket/ctxdb/landing",
+        "s3://bucket/ctxdb/files",
+        "s3://bucket/ctxdb/landing-archive",
+    )
+    assert remote.tokens_path == settings.tokens_path and remote.spool_dir == settings.spool_dir
+    paths = [name for name in environment_names() if name.endswith(("_ROOT", "_URI", "_PATH"))]
+    assert paths == ["CTXDB_STORAGE_ROOT"]
 
 
 def test_settings_are_read_once_per_environment(clean_env: pytest.MonkeyPatch) -> None:
     first = get_settings()
     assert get_settings() is first
     clean_env.setenv("CTXDB_SEARCH_KNN_K", "7")
+    assert settings.archive_uri == str(tmp_path / "landing-archive")
     changed = get_settings()
     assert changed is not first and changed.search.knn_k == 7
     assert get_settings() is changed
@@ -365,41 +351,12 @@ def test_every_variable_is_under_its_group_prefix() -> None:
     assert celery and all(env.startswith("CTXDB_CELERY_") for env in celery)
 
 
-def test_deprecated_names_are_documented_and_moved_under_the_prefix() -> None:
-    old_to_new = deprecated_environment_names()
-    assert len(old_to_new) == 20 and _documented_deprecated_names() == old_to_new
-    assert set(old_to_new.values()) <= set(environment_names())
-    assert not set(old_to_new) & set(environment_names())
-
-
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "ctxdb.settings.base"]
-
-
-@pytest.mark.parametrize("old", sorted(deprecated_environment_names()))
-def test_a_deprecated_name_still_works_and_warns(
-    old: str, clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    new = deprecated_environment_names()[old]
-    group, field, raw, expected = ENVIRONMENT[new]
-    clean_env.delenv(new, raising=False)
-    clean_env.setenv(old, raw)
-    with caplog.at_level(logging.WARNING, logger="ctxdb.settings.base"):
-        assert getattr(getattr(get_settings(), group), field) == expected
-    expected_warning = f"{old} is deprecated: set {new} instead ({old} goes next release)"
-    assert _warnings(caplog) == [expected_warning]
-
-
-def test_the_new_name_wins_over_the_old_one(
-    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    clean_env.setenv("CTXDB_INDEX_PREFIX", "old")
-    clean_env.setenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX", "new")
-    with caplog.at_level(logging.WARNING, logger="ctxdb.settings.base"):
-        assert get_settings().elasticsearch.index_prefix == "new"
-    assert _warnings(caplog) == [
-        "CTXDB_INDEX_PREFIX is deprecated and ignored: CTXDB_ELASTICSEARCH_INDEX_PREFIX is set"
-    ]
-    clean_env.delenv("CTXDB_ELASTICSEARCH_INDEX_PREFIX")
-    assert ElasticsearchSettings(index_prefix="given").index_prefix == "given"
-    assert ElasticsearchSettings().index_prefix == "old"
+def test_no_variable_has_a_second_name() -> None:
+    """Each field is read from one variable (the JDK's two standard names aside): no old names,
+    none read for compatibility."""
+    names = {
+        (group, field): env_names(GROUPS[group] if group else Settings, field)
+        for group, field in environment_names().values()
+    }
+    assert {key: found for key, found in names.items() if len(found) > 1} == {}
+    assert not hasattr(GroupSettings, "deprecated_names")

@@ -384,8 +384,8 @@ def test_upper_case_file_scheme_is_the_delta_root(
     """Issue 41 finding 9: with the Delta root spelled `FILE://…`, neither `--allow-local-files
     <delta root>` nor `-o` into a table folder is let through (schemes are case-insensitive)."""
     root, store = sample
-    spelled = f"FILE://{Path(store.root).resolve()}"
-    env = {"CTXDB_HOME": str(root), "CTXDB_DELTA_ROOT": spelled}
+    spelled = f"FILE://{Path(store.root).parent.resolve()}"
+    env = {"CTXDB_HOME": str(root), "CTXDB_STORAGE_ROOT": spelled}
     assert runner.invoke(app, ["sql", "select count(*) from role_rows"], env=env).exit_code == 0
     wide = runner.invoke(app, ["sql", "select 1", "--allow-local-files", str(root)], env=env)
     assert wide.exit_code == 2 and "Delta root" in wide.output, wide.output

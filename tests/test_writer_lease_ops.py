@@ -23,7 +23,6 @@ from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 from pipelines.ops_jobs import compaction_job, erase_job, retention_job
 from pipelines.reindex import reindex_job
-from resources.embedder import EmbedderResource
 
 pytestmark = pytest.mark.es
 
@@ -102,7 +101,7 @@ def test_finding_10_dagster_writers_refuse_beside_a_landing_run(
     for job, config in runs.items():
         result = job.execute_in_process(
             run_config=config,
-            resources={**resources, "embedder": EmbedderResource()},
+            resources=resources,
             raise_on_error=False,
         )
         assert not result.success, job.name

@@ -220,11 +220,8 @@ class Recorder:
             enabled=capture.enabled and not excluded(here, capture.exclude),
             invalid=capture.invalid,
             io_errors=capture.io_errors,
-            queue_size=capture.queue_size,
-            rotate_bytes=capture.rotate_bytes,
-            rotate_age_s=capture.rotate_age_s,
-            spool_dir=capture.spool_dir or settings.home / "capture" / "spool",
-            storage_options=settings.delta_storage_options,
+            spool_dir=settings.spool_dir,
+            storage_options=settings.object_store_options,
         )
 
     def turn(

@@ -84,7 +84,6 @@ def land_command(
         stats = land(
             store,
             path or settings.landing_uri,
-            threads=settings.landing.threads,
             scanner=settings.landing.scanner,
             writer=delta_writer_lease_for(es, settings, "landing"),
             full=full,

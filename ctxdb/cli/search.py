@@ -390,7 +390,7 @@ def tokens_revoke(token_id: str) -> None:
 
 @tokens_app.command("migrate")
 def tokens_migrate() -> None:
-    """Copy every token of the local file (CTXDB_AUTH_TOKENS_PATH) into the shared Elasticsearch
+    """Copy every token of the local file (<home>/auth/tokens.json) into the shared Elasticsearch
     store (`<prefix>-tokens`), hashes only; tokens already there are kept, revocations carried
     over. Then set CTXDB_AUTH_TOKEN_STORE=elasticsearch on every server."""
     from ctxdb.auth.es_tokens import ElasticsearchTokenStore, migrate

@@ -59,8 +59,9 @@ def make_embedder(
     size = batch_size or settings.batch_size
     spec = model_spec(name)
     if spec is not None and spec.backends.get(backend) is not None:
+        models_dir = settings.cache_dir / "models" if settings.cache_dir else None
         return PinnedOnnxEmbedder(
-            spec, backend, batch_size=size, threads=settings.threads, models_dir=settings.models_dir
+            spec, backend, batch_size=size, threads=settings.threads, models_dir=models_dir
         )
     if backend == "torch":
         return SentenceTransformerEmbedder(
@@ -71,7 +72,7 @@ def make_embedder(
         quantize=backend == "onnx-int8",
         batch_size=size,
         threads=settings.threads,
-        cache_dir=settings.onnx_cache_dir,
+        cache_dir=settings.cache_dir / "onnx" if settings.cache_dir else None,
     )
 
 

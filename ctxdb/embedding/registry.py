@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ctxdb.storage.artifacts import ArtifactError, file_lock, maven_copy, verify_digest
+from ctxdb.storage.artifacts import MVN, ArtifactError, file_lock, maven_copy, verify_digest
 
 log = logging.getLogger(__name__)
 
-MVN = "mvn"
 FETCH_TIMEOUT_S = 900.0
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"

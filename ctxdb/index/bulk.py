@@ -49,7 +49,7 @@ def bulk_options(settings: ElasticsearchSettings) -> BulkOptions:
         chunk_size=settings.chunk_size,
         threads=settings.bulk_threads,
         timeout_s=settings.bulk_timeout_s,
-        max_retries=settings.bulk_max_retries,
+        max_retries=DEFAULT_BULK["max_retries"],
     )
 
 

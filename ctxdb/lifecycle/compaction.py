@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 LOG_RETENTION = "delta.logRetentionDuration"
 MB = 1024 * 1024
+SMALL_FILE_BYTES = 16 * MB
+"""A file below this size is small (compaction rewrites small files together)."""
+MAX_SMALL_FILES = 8
+"""Small files a table may keep after compaction (checked)."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +100,13 @@ def compact_table(
 
 
 def compact_configured(store: DeltaStore, settings: Settings, table: str) -> TableCompaction | None:
-    """`compact_table` with the configured target, small-file bound and small-file count."""
-    retention = settings.retention
+    """`compact_table` with the configured target size."""
     return compact_table(
         store,
         table,
-        target_bytes=retention.compaction_target_mb * MB,
-        small_bytes=retention.compaction_small_file_mb * MB,
-        max_small=retention.compaction_max_small_files,
+        target_bytes=settings.retention.compaction_target_mb * MB,
+        small_bytes=SMALL_FILE_BYTES,
+        max_small=MAX_SMALL_FILES,
     )
 
 

@@ -348,7 +348,7 @@ def _plan(
     )
     plan.sources = _source_files(store, plan)
     ids, ids_error = _es_ids(store, es, settings.elasticsearch.index_prefix, plan)
-    paths = existing_paths(settings.files, storage_paths(plan), settings.delta_storage_options)
+    paths = existing_paths(settings.files, storage_paths(plan), settings.object_store_options)
     plan.pending = {**ids, FILES: paths}
     return plan, es_error or ids_error
 
@@ -360,7 +360,7 @@ def survey(
     cached vectors, storage folders, landing lines and Elasticsearch documents."""
     counts = {table: _count(store, table, plan) for table in DELETED_TABLES}
     files = plan.pending.get(FILES, [])
-    counts["files"] = len(existing_paths(settings.files, files, settings.delta_storage_options))
+    counts["files"] = len(existing_paths(settings.files, files, settings.object_store_options))
     counts["landing_lines"] = sum(landing_lines.count(settings, plan.sources, plan.scope).values())
     if es is None:
         counts[ES_UNREACHABLE] = 1

@@ -96,7 +96,7 @@ def count(settings: Settings, sources: list[str], scope: Scope) -> dict[str, int
 def landing_file(settings: Settings, source: str) -> tuple[pafs.FileSystem, str]:
     """The filesystem and path of a landed file (`source_file` as landing recorded it), an
     object store reached with the settings' storage options."""
-    options = settings.delta_storage_options
+    options = settings.object_store_options
     if "://" in source:
         return object_store.filesystem(source, options)
     root = settings.landing_uri

@@ -59,10 +59,6 @@ class LandingSweep:
         return asdict(self)
 
 
-def archive_root(settings: Settings) -> str:
-    return settings.retention.archive_uri or str(settings.home / "landing-archive")
-
-
 def expired_lines(
     content: bytes,
     source: str,
@@ -233,8 +229,8 @@ def _remove(
 
 
 def _archive(settings: Settings) -> tuple[pafs.FileSystem, str]:
-    root = object_store.absolute(archive_root(settings))
-    return object_store.filesystem(root, settings.delta_storage_options)
+    root = object_store.absolute(settings.archive_uri)
+    return object_store.filesystem(root, settings.object_store_options)
 
 
 def _relative(settings: Settings, path: str) -> str:

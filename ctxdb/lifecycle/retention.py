@@ -441,7 +441,7 @@ def execute_pending(
     else:
         result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
     paths = pending.filter(pl.col("kind") == FILES)["doc_id"].to_list()
-    files_removed = remove_paths(settings.files, paths, settings.delta_storage_options)
+    files_removed = remove_paths(settings.files, paths, settings.object_store_options)
     failed = pl.DataFrame(
         [{"kind": kind, "doc_id": doc_id} for kind, ids in result.failed.items() for doc_id in ids],
         schema={"kind": pl.String, "doc_id": pl.String},

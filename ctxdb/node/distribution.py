@@ -14,6 +14,7 @@ from ctxdb.node.errors import ChecksumError, EmbeddedNodeError, MavenError
 from ctxdb.settings import Settings
 from ctxdb.storage import artifacts
 from ctxdb.storage.artifacts import (
+    MVN,
     DigestMismatch,
     LockTimeout,
     MavenFetchError,
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 ARTIFACT = "org.elasticsearch.distribution.integ-test-zip:elasticsearch:{version}:zip"
 ROOT_CACHE = Path("/var/lib/ctxdb-es")
+DOWNLOAD_TIMEOUT_S = 1800.0
+"""Limit of the node zip's `mvn` download."""
 
 PINNED_SHA512: dict[str, str] = {
     "9.2.4": (
@@ -88,9 +91,9 @@ def download_zip(settings: Settings, target: Path) -> None:
     """Fetch the integ-test zip with `mvn dependency:copy` (Maven's local repository caches it)."""
     artifact = ARTIFACT.format(version=settings.node.version)
     log.info("downloading %s with Maven", artifact)
-    hint = "install Maven (apt-get install maven) or set CTXDB_ES_MVN"
+    hint = "install Maven (apt-get install maven)"
     try:
-        maven_copy(settings.node.mvn, artifact, target, settings.node.download_timeout_s, hint)
+        maven_copy(MVN, artifact, target, DOWNLOAD_TIMEOUT_S, hint)
     except MavenFetchError as exc:
         raise MavenError(str(exc)) from exc
 
@@ -128,7 +131,7 @@ def unpack(zip_file: Path, home: Path) -> None:
 def ensure_home(settings: Settings, cache: Path) -> Path:
     """The unpacked distribution home; downloads and unpacks only on the first call."""
     home = home_path(cache, settings.node.version)
-    with file_lock(cache / ".lock", settings.node.download_timeout_s + 300):
+    with file_lock(cache / ".lock", DOWNLOAD_TIMEOUT_S + 300):
         if not (home / "bin" / "elasticsearch").is_file():
             unpack(ensure_zip(settings, cache), home)
             log.info("unpacked Elasticsearch %s into %s", settings.node.version, home)

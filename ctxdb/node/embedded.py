@@ -22,7 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ctxdb.node.distribution import cache_root, ensure_home, file_lock, home_path
+from ctxdb.node.distribution import (
+    DOWNLOAD_TIMEOUT_S,
+    cache_root,
+    ensure_home,
+    file_lock,
+    home_path,
+)
 from ctxdb.node.errors import NodeStartError, PortInUseError, SystemUserError
 from ctxdb.node.java import Jdk, find_jdk
 from ctxdb.settings import Settings
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 
 TRANSPORT_OFFSET = 100
 LOG_TAIL_LINES = 20
+SYSTEM_USER = "ctxdb-es"  # the account the node runs as when ctxdb runs as root
+STOP_TIMEOUT_S = 60.0  # how long a stop waits for a clean shutdown before SIGKILL
 PORT_RELEASE_S = 15.0  # how long a stop waits for the HTTP port to be free again
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -226,7 +234,7 @@ def _hand_over(node: EmbeddedNode, settings: Settings) -> dict:
     """Under root: give the node's files to its system user; the subprocess identity to use."""
     if os.geteuid() != 0:
         return {}
-    account = ensure_system_user(settings.node.user, node.cache)
+    account = ensure_system_user(SYSTEM_USER, node.cache)
     for directory in (node.cache, node.cache / "nodes"):
         directory.chmod(0o755)
     if node.home.stat().st_uid != account.pw_uid:
@@ -333,7 +341,7 @@ def start(settings: Settings, extra_config: Mapping[str, str] | None = None) -> 
     Concurrent starts of the same node queue on a lock: the later ones find it running.
     """
     node = EmbeddedNode.from_settings(settings)
-    wait = settings.node.download_timeout_s + 2 * settings.node.start_timeout_s
+    wait = DOWNLOAD_TIMEOUT_S + 2 * settings.node.start_timeout_s
     with file_lock(node.cache / "nodes" / f"{node.port}.lock", wait):
         return _start_locked(node, settings, extra_config)
 
@@ -372,7 +380,7 @@ def stop(settings: Settings) -> bool:
     pid = running_pid(node)
     if pid is None:
         return False
-    _kill(pid, settings.node.stop_timeout_s)
+    _kill(pid, STOP_TIMEOUT_S)
     node.pid_file.unlink(missing_ok=True)
     if not _port_released(node.port, PORT_RELEASE_S):
         log.warning("port %d still busy %.0f s after the node stopped", node.port, PORT_RELEASE_S)

@@ -112,7 +112,7 @@ class Resolver:
         doc = docs.get((parsed.conversation_id, parsed.turn_id))
         if doc is None:
             raise NotFound(f"ref {ref!r} not found")
-        fs, base = storage(self.settings.files, self.settings.delta_storage_options)
+        fs, base = storage(self.settings.files, self.settings.object_store_options)
         turn_dir = turn_file_path(
             doc["tenant"], doc["app"], doc["user_id"], parsed.conversation_id, parsed.turn_id
         )

@@ -4,13 +4,13 @@ In: the environment (`CTXDB_*` variables, plus the standard `ELASTICSEARCH_*` cl
 the JDK's `ES_JAVA_HOME`/`JAVA_HOME`); out: the `Settings` object (`get_settings()`), holding
 the state paths and one group per stage (`elasticsearch`, `landing`, `embedding`, `search`,
 `retention`, `auth`, `http`, `mcp`, `node`, `claude_code`, `capture`), each in a module of its
-own and reading the variables under its own prefix (docs/configuration.md). Names that moved
-under their group's prefix are still read for one release, with a warning (`base`). Nothing here
-reads the environment at import time.
+own and reading the variables under its own prefix (docs/configuration.md). Every path (Delta
+tables, landing, files, archive, spool, token store) is derived from `home` and `storage_root`.
+Nothing here reads the environment at import time.
 """
 
 from ctxdb.settings.auth import AuthSettings
-from ctxdb.settings.base import GroupSettings, env_name
+from ctxdb.settings.base import GroupSettings, env_name, env_names
 from ctxdb.settings.capture import CaptureSettings
 from ctxdb.settings.claude_code import ClaudeCodeSettings
 from ctxdb.settings.elasticsearch import ElasticsearchSettings
@@ -25,7 +25,6 @@ from ctxdb.settings.root import (
     OBJECT_STORE_TIMEOUTS,
     Settings,
     clear_settings_cache,
-    deprecated_environment_names,
     environment_names,
     get_settings,
 )
@@ -49,8 +48,8 @@ __all__ = [
     "SearchSettings",
     "Settings",
     "clear_settings_cache",
-    "deprecated_environment_names",
     "env_name",
+    "env_names",
     "environment_names",
     "get_settings",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
@@ -15,10 +14,6 @@ class AuthSettings(GroupSettings):
 
     model_config = group_config("CTXDB_AUTH_")
 
-    tokens_path: Path | None = Field(
-        default=None,
-        description="Hashed bearer-token store (JSON); default <home>/auth/tokens.json.",
-    )
     token_store: Literal["file", "elasticsearch"] = Field(
         default="file",
         description="Where hashed bearer tokens live: the local JSON file (tokens_path), or the"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -27,23 +26,4 @@ class CaptureSettings(GroupSettings):
     io_errors: Literal["log", "raise"] = Field(
         default="log",
         description="A failed spool write: log it, or raise at the host's next call.",
-    )
-    queue_size: int = Field(
-        default=10_000,
-        ge=1,
-        description="Events waiting for the writer; beyond, they are dropped.",
-    )
-    rotate_bytes: int = Field(
-        default=8 * 1024 * 1024,
-        ge=1,
-        description="A spool file is published at this size.",
-    )
-    rotate_age_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="A spool file is published at this age (seconds).",
-    )
-    spool_dir: Path | None = Field(
-        default=None,
-        description="Local spool for an object-store landing; default <home>/capture/spool.",
     )

@@ -9,7 +9,7 @@ The URL and credentials keep the Elasticsearch clients' standard names (`ELASTIC
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Literal
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
@@ -20,23 +20,6 @@ class ElasticsearchSettings(GroupSettings):
     """The cluster connection, index names, bulk writes, the writer lease and reindex grace."""
 
     model_config = group_config("CTXDB_ELASTICSEARCH_")
-
-    deprecated_names: ClassVar[dict[str, str]] = {
-        "CTXDB_INDEX_PREFIX": "index_prefix",
-        "CTXDB_INDEX_CHUNK_SIZE": "chunk_size",
-        "CTXDB_INDEX_ROUTING": "routing",
-        "CTXDB_INDEX_SORT": "sort",
-        "CTXDB_INDEX_SHARDS": "shards",
-        "CTXDB_INDEX_REPLICAS": "replicas",
-        "CTXDB_INDEX_VECTOR_TYPE": "vector_index",
-        "CTXDB_INDEX_BULK_THREADS": "bulk_threads",
-        "CTXDB_INDEX_BULK_TIMEOUT_S": "bulk_timeout_s",
-        "CTXDB_INDEX_BULK_MAX_RETRIES": "bulk_max_retries",
-        "CTXDB_REINDEX_GRACE_S": "reindex_grace_s",
-        "CTXDB_WRITER_LEASE_TTL_S": "writer_lease_ttl_s",
-        "CTXDB_WRITER_LEASE_WAIT_S": "writer_lease_wait_s",
-        "CTXDB_WRITER_LEASE_REQUIRED": "writer_lease_required",
-    }
 
     url: str = Field(default="http://127.0.0.1:9200", validation_alias="ELASTICSEARCH_URL")
     api_key: SecretStr | None = Field(default=None, validation_alias="ELASTICSEARCH_API_KEY")
@@ -82,11 +65,6 @@ class ElasticsearchSettings(GroupSettings):
         default=60.0,
         gt=0,
         description="Seconds one bulk request may take (client wait and server-side timeout).",
-    )
-    bulk_max_retries: int = Field(
-        default=3,
-        ge=0,
-        description="Retries of documents rejected for load (429), backing off 1, 2, 4 ... s.",
     )
     reindex_grace_s: float = Field(
         default=60.0, description="Seconds a retired index is kept after an alias swap."

@@ -42,12 +42,8 @@ class EmbeddingSettings(GroupSettings):
         " Unset: 2000 in a code location whose executor sends steps to workers (Celery),"
         " never in the default one, whose steps share one machine's cores.",
     )
-    models_dir: Path | None = Field(
+    cache_dir: Path | None = Field(
         default=None,
-        description="Where models shipped as Maven jars are fetched and unpacked"
-        " (default: $XDG_CACHE_HOME/ctxdb/models).",
-    )
-    onnx_cache_dir: Path | None = Field(
-        default=None,
-        description="Where ONNX exports are cached (default: $XDG_CACHE_HOME/ctxdb/onnx).",
+        description="Where models shipped as Maven jars are unpacked (models/) and ONNX exports"
+        " are cached (onnx/) (default: $XDG_CACHE_HOME/ctxdb).",
     )

@@ -14,12 +14,6 @@ class LandingSettings(GroupSettings):
 
     model_config = group_config("CTXDB_LANDING_")
 
-    uri: str | None = Field(default=None, description="Where JSONL event files land.")
-    threads: int = Field(
-        default=0,
-        ge=0,
-        description="Threads that validate landing lines (0: one per core).",
-    )
     scanner: Literal["auto", "native", "python"] = Field(
         default="auto",
         description="Line scanner: the native one when built (auto), or forced native/python.",

@@ -6,7 +6,6 @@ The JDK keeps its standard names (`ES_JAVA_HOME`, then `JAVA_HOME`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
 
 from pydantic import Field
 
@@ -18,8 +17,6 @@ class NodeSettings(GroupSettings):
 
     model_config = group_config("CTXDB_ES_")
 
-    deprecated_names: ClassVar[dict[str, str]] = {"CTXDB_JVM_DIR": "jvm_dir"}
-
     version: str = Field(default="9.2.4", description="Embedded node version (Maven Central).")
     heap: str = Field(default="1g", description="Embedded node heap (-Xms/-Xmx).")
     port: int = Field(default=9200)
@@ -27,11 +24,7 @@ class NodeSettings(GroupSettings):
         default=None,
         description="Where the embedded node's zip, home, data and logs live.",
     )
-    user: str = Field(default="ctxdb-es", description="System user the node runs as under root.")
     start_timeout_s: float = Field(default=120.0)
-    stop_timeout_s: float = Field(default=60.0, description="Wait for a clean node shutdown.")
-    download_timeout_s: float = Field(default=1800.0, description="Limit of the mvn download.")
-    mvn: str = Field(default="mvn", description="Maven executable that fetches the node's zip.")
     zip_sha512: str | None = Field(
         default=None,
         description="Expected SHA-512 of the zip (needed for unpinned versions).",

@@ -3,8 +3,6 @@ compaction targets."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from pydantic import BaseModel, Field
 
 from ctxdb.settings.base import GroupSettings, group_config
@@ -23,13 +21,6 @@ class RetentionSettings(GroupSettings):
     """TTLs of derived rows, VACUUM windows (retention and erasure) and compaction targets."""
 
     model_config = group_config("CTXDB_RETENTION_")
-
-    deprecated_names: ClassVar[dict[str, str]] = {
-        "CTXDB_ERASE_VACUUM_HOURS": "erase_vacuum_hours",
-        "CTXDB_COMPACTION_TARGET_MB": "compaction_target_mb",
-        "CTXDB_COMPACTION_SMALL_FILE_MB": "compaction_small_file_mb",
-        "CTXDB_COMPACTION_MAX_SMALL_FILES": "compaction_max_small_files",
-    }
 
     days: int = Field(default=365, description="Default TTL of every derived row.")
     rules: list[RetentionRule] = Field(
@@ -57,16 +48,6 @@ class RetentionSettings(GroupSettings):
         default=0,
         ge=0,
         description="0: landing files whose every line expired are deleted by the sweep; N: "
-        "they are moved to archive_uri and deleted N days later.",
-    )
-    archive_uri: str | None = Field(
-        default=None,
-        description="Where fully expired landing files are archived (default <home>/"
-        "landing-archive).",
+        "they are moved to <storage>/landing-archive and deleted N days later.",
     )
     compaction_target_mb: int = Field(default=128, description="OPTIMIZE target file size.")
-    compaction_small_file_mb: int = Field(default=16, description="Files below this are small.")
-    compaction_max_small_files: int = Field(
-        default=8,
-        description="Small files a table may keep after compaction (checked).",
-    )

@@ -44,7 +44,7 @@ GROUPS: dict[str, type[GroupSettings]] = {
 
 OBJECT_STORE_TIMEOUTS = {"timeout": "30s", "connect_timeout": "5s", "retry_timeout": "30s"}
 """delta-rs (object_store) client options every Delta read and write gets unless
-`CTXDB_DELTA_STORAGE_OPTIONS` names them (keys case-insensitive): a request is abandoned after
+`CTXDB_OBJECT_STORE_OPTIONS` names them (keys case-insensitive): a request is abandoned after
 `timeout`, a connection attempt after `connect_timeout`, and no retry starts once
 `retry_timeout` has passed since the first attempt. A frozen endpoint thus fails a Delta access
 within timeout + retry_timeout (one attempt of 30 s with these values; object_store's own
@@ -59,23 +59,29 @@ class Settings(BaseSettings):
     """State paths plus one settings group per stage (see `GROUPS`).
 
     Top-level fields come from `CTXDB_<FIELD>` (e.g. `CTXDB_HOME`); each group reads its own
-    variables, e.g. `settings.search.rrf_k` from `CTXDB_SEARCH_RRF_K`.
+    variables, e.g. `settings.search.rrf_k` from `CTXDB_SEARCH_RRF_K`. Every path is derived
+    here, from `home` and `storage_root`, so no two stages can disagree on one.
     """
 
     model_config = SettingsConfigDict(env_prefix="CTXDB_", extra="ignore", populate_by_name=True)
 
-    home: Path = Field(default_factory=_default_home, description="Project-local state root.")
-    delta_root: str | None = Field(
-        default=None,
-        description="URI of the Delta tables (local path or s3://, gs://, az://).",
+    home: Path = Field(
+        default_factory=_default_home,
+        description="Local state root: the token store (auth/tokens.json), the capture spool"
+        " (capture/spool), and the data when CTXDB_STORAGE_ROOT is unset.",
     )
-    delta_storage_options: dict[str, str] = Field(
+    storage_root: str | None = Field(
+        default=None,
+        description="Where the data lives, a local path or an object-store URI (s3://, gs://,"
+        " az://): the Delta tables (delta/), landing (landing/), conversation files (files/)"
+        " and the landing archive (landing-archive/) under it; default <home>.",
+    )
+    object_store_options: dict[str, str] = Field(
         default_factory=dict,
         validate_default=True,
-        description="delta-rs storage options for object stores (with `OBJECT_STORE_TIMEOUTS`"
-        " where they name no timeout of their own).",
+        description="Options of every object-store access, Delta's and the others (delta-rs"
+        " keys, with `OBJECT_STORE_TIMEOUTS` where they name no timeout of their own).",
     )
-    files_root: str | None = Field(default=None, description="Conversation file storage root.")
     shards: int = Field(
         default=4,
         ge=1,
@@ -127,20 +133,39 @@ class Settings(BaseSettings):
     capture: CaptureSettings = Field(default_factory=CaptureSettings)
 
     @property
+    def storage(self) -> str:
+        """The data's root: CTXDB_STORAGE_ROOT, else the home folder."""
+        return (self.storage_root or str(self.home)).rstrip("/")
+
+    @property
     def delta_uri(self) -> str:
-        return self.delta_root or str(self.home / "delta")
+        """The Delta tables: <storage>/delta."""
+        return f"{self.storage}/delta"
 
     @property
     def landing_uri(self) -> str:
-        return self.landing.uri or str(self.home / "landing")
+        """Where raw event files land: <storage>/landing."""
+        return f"{self.storage}/landing"
 
     @property
     def files(self) -> str:
-        return self.files_root or str(self.home / "files")
+        """The conversation files: <storage>/files."""
+        return f"{self.storage}/files"
+
+    @property
+    def archive_uri(self) -> str:
+        """Where fully expired landing files are archived: <storage>/landing-archive."""
+        return f"{self.storage}/landing-archive"
+
+    @property
+    def spool_dir(self) -> Path:
+        """The local spool of a recorder whose landing is an object store."""
+        return self.home / "capture" / "spool"
 
     @property
     def tokens_path(self) -> Path:
-        return self.auth.tokens_path or self.home / "auth" / "tokens.json"
+        """The local hashed bearer-token store."""
+        return self.home / "auth" / "tokens.json"
 
     @property
     def embedded(self) -> bool:
@@ -150,7 +175,7 @@ class Settings(BaseSettings):
             f"http://localhost:{self.node.port}",
         }
 
-    @field_validator("delta_storage_options")
+    @field_validator("object_store_options")
     @classmethod
     def _bounded_object_store(cls, options: dict[str, str]) -> dict[str, str]:
         """The options with `OBJECT_STORE_TIMEOUTS` where the user gave none of that key."""
@@ -191,15 +216,6 @@ def environment_names() -> dict[str, tuple[str | None, str]]:
     for group, model in GROUPS.items():
         names.update({env_name(model, field): (group, field) for field in model.model_fields})
     return names
-
-
-def deprecated_environment_names() -> dict[str, str]:
-    """Every old variable name still read (for one release) -> the variable that replaced it."""
-    return {
-        old: env_name(model, field)
-        for model in GROUPS.values()
-        for old, field in model.deprecated_names.items()
-    }
 
 
 def _environment() -> tuple[tuple[str, str], ...]:

@@ -70,6 +70,10 @@ def file_lock(path: Path, timeout: float) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+MVN = "mvn"
+"""The Maven executable every pinned artifact (the node's zip, the model jars) is fetched with."""
+
+
 def maven_copy(mvn: str, artifact: str, target: Path, timeout_s: float, hint: str) -> None:
     """Fetch `artifact` (Maven coordinates) into `target`'s folder with `mvn dependency:copy`
     (Maven's local repository caches it); `hint` says how to get `mvn` when it is missing."""

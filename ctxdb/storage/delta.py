@@ -58,7 +58,7 @@ class DeltaStore:
     @classmethod
     def from_settings(cls, settings: Settings) -> DeltaStore:
         """The store at the configured Delta root, with its object-store options."""
-        return cls(settings.delta_uri, settings.delta_storage_options)
+        return cls(settings.delta_uri, settings.object_store_options)
 
     def uri(self, table: str) -> str:
         return f"{self.root.rstrip('/')}/{table}"

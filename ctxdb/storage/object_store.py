@@ -2,7 +2,7 @@
 reading, erasure's and retention's rewrites, the retention archive), capture uploads, a table's
 folder (older versions, file counts) and the conversation files root.
 
-An `s3://` location is reached with Delta's storage options (`CTXDB_DELTA_STORAGE_OPTIONS`,
+An `s3://` location is reached with the object-store options (`CTXDB_OBJECT_STORE_OPTIONS`,
 delta-rs keys such as `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`), so one setting
 names the endpoint and keys of Delta and of every other object-store access; without options
 pyarrow resolves the location itself, from the `AWS_*` environment, as delta-rs then does."""
@@ -15,7 +15,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 StorageOptions = Mapping[str, str]
-"""delta-rs storage options (`CTXDB_DELTA_STORAGE_OPTIONS`); keys are case-insensitive."""
+"""The object-store options (`CTXDB_OBJECT_STORE_OPTIONS`, delta-rs keys); keys are
+case-insensitive."""
 S3_SCHEMES = ("s3://", "s3a://")
 S3_OPTIONS = {
     "aws_access_key_id": "access_key",

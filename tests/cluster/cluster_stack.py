@@ -66,7 +66,7 @@ class S3Server:
 
     @property
     def storage_options(self) -> dict[str, str]:
-        """CTXDB_DELTA_STORAGE_OPTIONS for the endpoint: plain HTTP, fake keys. delta-rs 1.x
+        """CTXDB_OBJECT_STORE_OPTIONS for the endpoint: plain HTTP, fake keys. delta-rs 1.x
         commits with conditional puts (If-None-Match), which moto honours: no locking provider."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
@@ -80,12 +80,9 @@ class S3Server:
         return f"s3://{self.bucket}/{uuid.uuid4().hex[:12]}"
 
     def settings(self, settings: Settings) -> Settings:
-        """`settings` with its Delta root and landing location under a fresh prefix."""
-        prefix = self.prefix()
+        """`settings` with its storage root (Delta tables, landing, files) a fresh prefix."""
         return settings.replace(
-            delta_root=f"{prefix}/delta",
-            delta_storage_options=self.storage_options,
-            landing={"uri": f"{prefix}/landing"},
+            storage_root=self.prefix(), object_store_options=self.storage_options
         )
 
     def upload(self, folder: Path, uri: str) -> None:
@@ -132,11 +129,9 @@ def environment(settings: Settings, **extra: str) -> dict[str, str]:
         "TRANSFORMERS_OFFLINE": "1",
         "PATH": f"{SCRIPTS}{os.pathsep}{os.environ['PATH']}",
     }
-    if settings.delta_root:
-        env["CTXDB_DELTA_ROOT"] = settings.delta_root
-        env["CTXDB_DELTA_STORAGE_OPTIONS"] = json.dumps(settings.delta_storage_options)
-    if settings.landing.uri:
-        env["CTXDB_LANDING_URI"] = settings.landing.uri
+    if settings.storage_root:
+        env["CTXDB_STORAGE_ROOT"] = settings.storage_root
+        env["CTXDB_OBJECT_STORE_OPTIONS"] = json.dumps(settings.object_store_options)
     return {**env, **extra}
 
 

@@ -120,10 +120,10 @@ def test_an_object_store_gone_mid_derivation_fails_the_run_in_one_line(
     assert out == ""
 
 
-def test_landing_reaches_s3_with_the_delta_storage_options_alone(
+def test_landing_reaches_s3_with_the_object_store_options_alone(
     s3_server: S3Server, sample_events: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The landing location is listed and read with CTXDB_DELTA_STORAGE_OPTIONS: no `AWS_*`
+    """The landing location is listed and read with CTXDB_OBJECT_STORE_OPTIONS: no `AWS_*`
     variable is set in this process, and landing gives what a local landing of the same files
     gives; a refused event's raw line is read back from the object store as it was written."""
     for name in s3_server.env:
