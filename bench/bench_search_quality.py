@@ -92,7 +92,7 @@ from ctxdb.search.models import ARMS, Arm, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
-from ctxdb.settings.search import BRIEF_WORDS_MAX, KnobOverrides, SearchKnobs
+from ctxdb.settings.search import BRIEF_WORDS_MAX, KnobOverrides, SearchKnobs, knob_names
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 
@@ -166,7 +166,9 @@ def cache_key(qs: QuerySet) -> str:
     s = qs.settings.search
     built = DeltaStore.from_settings(qs.settings).version(ROLE_ROWS)
     parts = [qs.name, qs.fingerprint, qs.settings.elasticsearch.index_prefix, f"rows@{built}"]
-    parts += [f"{name}={getattr(s, name)}" for name in ARM_SETTINGS]
+    parts += [
+        f"{name}={getattr(s.knobs if name in knob_names() else s, name)}" for name in ARM_SETTINGS
+    ]
     for module in (
         ctxdb.search.arms,
         ctxdb.search.filters,
@@ -476,13 +478,18 @@ def cross_validate(prepared: dict[str, list[Prepared]], qids: dict[str, list[str
     }
 
 
-def _groups(overrides: list[str] | None) -> dict[str, dict[str, str]]:
-    """`--set group.field=value` overrides as {group: {field: value}} for `Settings.replace`."""
-    groups: dict[str, dict[str, str]] = {}
+def _groups(overrides: list[str] | None, base: Settings) -> dict[str, dict[str, Any]]:
+    """`--set group.field=value` overrides as {group: {field: value}} for `Settings.replace`;
+    `search.<knob>` sets that knob over the configured ones (`CTXDB_SEARCH_KNOBS`)."""
+    groups: dict[str, dict[str, Any]] = {}
     for override in overrides or []:
         key, value = override.split("=", 1)
         group, field = key.split(".", 1)
-        groups.setdefault(group, {})[field] = value
+        if group == "search" and field in knob_names():
+            knobs = groups.setdefault("search", {}).setdefault("knobs", {})
+            knobs.update(base.search.knobs.model_dump() | knobs | {field: value})
+        else:
+            groups.setdefault(group, {})[field] = value
     return groups
 
 
@@ -515,7 +522,7 @@ def main(
     ] = None,
 ) -> None:
     base: Settings = get_settings()
-    base = base.replace(**_groups(overrides)) if overrides else base
+    base = base.replace(**_groups(overrides, base)) if overrides else base
     embedder = make_embedder(base.embedding)  # CTXDB_EMBEDDING_BACKEND; auto: ONNX fp32
     report: dict[str, Any] = {
         "settings": base.search.model_dump(mode="json"),

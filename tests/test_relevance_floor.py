@@ -20,9 +20,12 @@ from ctxdb.index.mappings import TURNS, alias_name
 from ctxdb.sample.generate import Fact, generate_events
 from ctxdb.sample.topics import TOPICS
 from ctxdb.search import SearchRequest, SearchService
-from ctxdb.search.models import MIN_SCORE, WEAK_BELOW
+from ctxdb.search.models import WEAK_BELOW
 from ctxdb.serve.http import create_app
 from ctxdb.settings import Settings
+from ctxdb.settings.search import SearchKnobs
+
+MIN_SCORE = SearchKnobs().min_score
 
 pytestmark = [pytest.mark.es, pytest.mark.model, pytest.mark.slow]
 

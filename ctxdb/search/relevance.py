@@ -11,7 +11,7 @@ A turn's relevance is its strongest arm signal, over the arms that returned it:
     trigram   (share of the query's padded trigrams in the row) ** 2: the arm returns rows holding
               40% of them, which a long row reaches by chance, so only a high share counts
 
-A turn below `min_score` (request; default `models.MIN_SCORE`) is dropped before the top k is
+A turn below the knob `min_score` (default 0.15) is dropped before the top k is
 chosen; a kept turn below `models.WEAK_BELOW` is marked weak. Both were chosen on the labeled
 bench sets and on queries about topics none of them mention (docs/search-api.md).
 """
