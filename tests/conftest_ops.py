@@ -330,6 +330,13 @@ def _json(value: object) -> object:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
+def sensor_resources(delta_root: str) -> dict:
+    """The resources a landing sensor takes (`settings`, `delta`) over the Delta tables at
+    `delta_root`: the code location's, without the client Dagster would open around a tick."""
+    built = build_resources(Settings(home=Path(delta_root).parent))
+    return {key: built[key] for key in ("settings", "delta")}
+
+
 @pytest.fixture
 def resources(ops_settings, monkeypatch):
     """Real resources over the test's Delta root and index prefix (files root via the env)."""

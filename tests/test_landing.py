@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest_ops import sensor_resources
 from conftest_turn_record import NOW, Turn, write_jsonl
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from test_generate import MALFORMED_REASONS
@@ -17,7 +18,6 @@ from ctxdb.landing.run import land
 from ctxdb.landing.scan import parse_bytes
 from ctxdb.landing.waves import first_distinct
 from ctxdb.sample.generate import generate_events, write_sample
-from ctxdb.settings import Settings
 from ctxdb.storage import tombstones
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import (
@@ -27,7 +27,6 @@ from ctxdb.storage.tables import (
     RAW_TURN_EVENTS,
 )
 from pipelines.landing_sensor import landing_sensor
-from pipelines.resources import build_resources
 
 
 @pytest.fixture
@@ -163,18 +162,18 @@ def test_landing_sensor_requests_a_run_only_for_new_files(
 ) -> None:
     monkeypatch.setenv("CTXDB_HOME", str(tmp_path))
     landing = tmp_path / "landing"
-    resources = build_resources(Settings(home=Path(store.root).parent))
+    resources = sensor_resources(store.root)
     with DagsterInstance.ephemeral() as instance:
-        context = build_sensor_context(instance=instance, resources=resources)
-        assert isinstance(landing_sensor(context), SkipReason)
-        write_jsonl(landing / "a.jsonl", Turn("c1", "t1").basic().events)
-        request = landing_sensor(context)
-        assert isinstance(request, RunRequest)
-        assert request.run_key.startswith("landing-")
-        assert isinstance(landing_sensor(context), SkipReason)  # same files, same cursor
+        with build_sensor_context(instance=instance, resources=resources) as context:
+            assert isinstance(landing_sensor(context), SkipReason)
+            write_jsonl(landing / "a.jsonl", Turn("c1", "t1").basic().events)
+            request = landing_sensor(context)
+            assert isinstance(request, RunRequest)
+            assert request.run_key.startswith("landing-")
+            assert isinstance(landing_sensor(context), SkipReason)  # same files, same cursor
         land(store, str(landing), now=NOW)
-        fresh = build_sensor_context(instance=instance, resources=resources)
-        assert isinstance(landing_sensor(fresh), SkipReason)
+        with build_sensor_context(instance=instance, resources=resources) as fresh:
+            assert isinstance(landing_sensor(fresh), SkipReason)
 
 
 def test_threaded_validation_gives_the_same_rows_as_one_thread(tmp_path: Path) -> None:

@@ -12,17 +12,16 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from conftest_ops import sensor_resources
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
 from ctxdb.landing.cursor import CURSOR_LAG, landed_since, landing_floor
 from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import files_to_land, land
 from ctxdb.sample.generate import generate_events, write_sample
-from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import LANDED_FILES
 from pipelines.landing_sensor import Cursor, landing_sensor
-from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -92,7 +91,7 @@ def sensor_tick(instance: DagsterInstance, store: DeltaStore, cursor: str | None
     with build_sensor_context(
         instance=instance,
         cursor=cursor,
-        resources=build_resources(Settings(home=Path(store.root).parent)),
+        resources=sensor_resources(store.root),
     ) as context:
         return landing_sensor(context), context.cursor
 

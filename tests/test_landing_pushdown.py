@@ -22,6 +22,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.compute as pc
 import pytest
+from conftest_ops import sensor_resources
 from dagster import DagsterInstance, SkipReason, build_sensor_context
 
 from ctxdb.landing.cursor import landed_since, landing_floor
@@ -39,7 +40,6 @@ from ctxdb.storage.tables import (
     TURN_LOGS,
 )
 from pipelines import landing_sensor
-from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 SKIPPED = re.compile(r"skipping (\d+) / (\d+) files")
@@ -173,7 +173,7 @@ def test_a_sensor_tick_reads_the_landed_rows_of_recent_files_only(
         return rows
 
     monkeypatch.setattr(landing_sensor, "landed_since", counted)
-    resources = build_resources(Settings(home=Path(delta_store.root).parent))
+    resources = sensor_resources(delta_store.root)
     cursor = None
     with DagsterInstance.ephemeral() as instance:
         for _ in range(3):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest_ops import sensor_resources
 from dagster import (
     DagsterInstance,
     DagsterRun,
@@ -22,10 +23,8 @@ from dagster import (
 
 from ctxdb.landing.run import land
 from ctxdb.sample.generate import generate_events, write_sample
-from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from pipelines.landing_sensor import RUN_KEY_TAG, Cursor, landing_sensor
-from pipelines.resources import build_resources
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -35,7 +34,7 @@ class Sensor:
 
     def __init__(self, instance: DagsterInstance, store: DeltaStore) -> None:
         self.instance = instance
-        self.resources = build_resources(Settings(home=Path(store.root).parent))
+        self.resources = sensor_resources(store.root)
         self.cursor: str | None = None
 
     def tick(self) -> RunRequest | SkipReason:
