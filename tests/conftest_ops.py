@@ -339,7 +339,7 @@ def sensor_resources(delta_root: str) -> dict:
 
 @pytest.fixture
 def resources(ops_settings, monkeypatch):
-    """Real resources over the test's Delta root and index prefix (files root via the env)."""
+    """The code location's resources over the test's settings (`build_resources`)."""
     monkeypatch.setenv("CTXDB_HOME", str(ops_settings.home))
     monkeypatch.setenv("ELASTICSEARCH_URL", ops_settings.elasticsearch.url)
     return build_resources(ops_settings)
