@@ -74,15 +74,36 @@ def hook_command(
     raise typer.Exit(hooks.claude_code(["--config", str(config)] if config else []))
 
 
+TokenFileOption = Annotated[Path, typer.Option("--token-file", help="The capture user's token.")]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", help="Hook config written by install (opt-outs).")
+]
+UrlOption = Annotated[
+    str | None, typer.Option("--url", help="A running `ctxdb serve` to ask first.")
+]
+
+
+def _context_args(
+    token_file: Path, config: Path | None, budget: int, timeout: float, url: str | None
+) -> list[str]:
+    args = ["--token-file", str(token_file), "--budget", str(budget), "--timeout", str(timeout)]
+    args += ["--config", str(config)] if config else []
+    return args + (["--url", url] if url else [])
+
+
 @claude_app.command("context")
 def context_hook_command(
-    token_file: Annotated[Path, typer.Option("--token-file", help="The capture user's token.")],
-    budget: Annotated[int, typer.Option(help="Most tokens the pack holds.")] = 1500,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the pack.")] = 1.5,
+    token_file: TokenFileOption,
+    config: ConfigOption = None,
+    budget: Annotated[int, typer.Option(help="Most tokens the answer holds.")] = 1500,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 1.5,
+    url: UrlOption = None,
 ) -> None:
-    """SessionStart hook: print the project's context pack for Claude Code ({} when late)."""
-    args = ["--token-file", str(token_file), "--budget", str(budget), "--timeout", str(timeout)]
-    raise typer.Exit(hooks.claude_code_context(args))
+    """SessionStart / UserPromptSubmit hook: print the project's context pack, or the prompt's
+    strong hits, for Claude Code ({} when late)."""
+    raise typer.Exit(
+        hooks.claude_code_context(_context_args(token_file, config, budget, timeout, url))
+    )
 
 
 @claude_app.command("install")
@@ -100,15 +121,17 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
     config = hook_config(settings)
     state = "added to" if change.changed else "already in"
     typer.echo(f"ctxdb hooks {state} {change.path}")
-    if settings.claude_code.context:
-        from ctxdb.capture.claude_code import context_hook
+    from ctxdb.capture.claude_code import context_hook
 
-        try:
-            context_hook.add(settings, project, user)
-        except InstallError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+    try:
+        added = context_hook.add(settings, project, user)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if context_hook.START in added:
         typer.echo(f"SessionStart context pack hook added ({context_hook.MATCHER})")
+    if context_hook.PROMPT in added:
+        typer.echo("UserPromptSubmit lookup hook added (strong hits for each prompt)")
     typer.echo(f"turns are recorded as user {config.user_id!r} (tenant {config.tenant!r})")
     typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
     if user:
@@ -343,6 +366,52 @@ def gemini_hook_command(
 ) -> None:
     """Run from Gemini CLI's AfterAgent / SessionEnd hooks: import the payload's session."""
     raise typer.Exit(hooks.gemini(["--config", str(config)] if config else []))
+
+
+@gemini_app.command("install")
+def gemini_install_command(project: ProjectOption = None, user: UserOption = False) -> None:
+    """Add ctxdb's hooks to Gemini CLI's settings: capture (AfterAgent, SessionEnd) and, with
+    CTXDB_CLAUDE_CODE_CONTEXT, the SessionStart context pack."""
+    from ctxdb.capture.gemini import install as gemini_install
+
+    project, user = _where(project, user)
+    settings = get_settings()
+    try:
+        change = gemini_install.install(settings, project, user)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    state = "added to" if change.changed else "already in"
+    typer.echo(f"ctxdb Gemini CLI hooks ({change.entries} events) {state} {change.path}")
+
+
+@gemini_app.command("uninstall")
+def gemini_uninstall_command(project: ProjectOption = None, user: UserOption = False) -> None:
+    """Remove exactly ctxdb's hooks from Gemini CLI's settings."""
+    from ctxdb.capture.gemini import install as gemini_install
+
+    project, user = _where(project, user)
+    try:
+        change = gemini_install.uninstall(project, user)
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if change.changed:
+        typer.echo(f"removed {change.entries} ctxdb hooks from {change.path}")
+    else:
+        typer.echo(f"no ctxdb hooks in {change.path}")
+
+
+@gemini_app.command("context")
+def gemini_context_command(
+    token_file: TokenFileOption,
+    config: ConfigOption = None,
+    budget: Annotated[int, typer.Option(help="Most tokens the pack holds.")] = 1500,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the pack.")] = 1.5,
+    url: UrlOption = None,
+) -> None:
+    """Gemini CLI SessionStart hook: print the project's context pack ({} when late)."""
+    raise typer.Exit(hooks.gemini_context(_context_args(token_file, config, budget, timeout, url)))
 
 
 @gemini_app.command("project")

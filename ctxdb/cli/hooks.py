@@ -45,10 +45,18 @@ def claude_code(argv: Sequence[str]) -> int:
 
 
 def claude_code_context(argv: Sequence[str]) -> int:
-    """`ctxdb capture claude-code context`: the SessionStart hook (see its module)."""
+    """`ctxdb capture claude-code context`: the SessionStart and UserPromptSubmit context hooks
+    (see its module)."""
     from ctxdb.capture.claude_code.context_hook import run
 
     return run(list(argv))
+
+
+def gemini_context(argv: Sequence[str]) -> int:
+    """`ctxdb capture gemini context`: Gemini CLI's SessionStart hook (see its module)."""
+    from ctxdb.capture.claude_code.context_hook import run
+
+    return run(list(argv), host="gemini")
 
 
 def gemini(argv: Sequence[str]) -> int:
@@ -93,5 +101,6 @@ HOOKS: dict[tuple[str, ...], Callable[[Sequence[str]], int]] = {
     ("capture", "claude-code", "hook"): claude_code,
     ("capture", "claude-code", "context"): claude_code_context,
     ("capture", "gemini", "hook"): gemini,
+    ("capture", "gemini", "context"): gemini_context,
 }
 """The first three arguments of each hook command and what runs it (given the rest)."""

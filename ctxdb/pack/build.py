@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ctxdb.contract.identity import Principal
-from ctxdb.contract.projects import looks_like_folder
+from ctxdb.contract.projects import agent_for_project, looks_like_folder
 from ctxdb.errors import SearchUnavailable
 from ctxdb.pack.fit import Candidate, candidate, fit, render
 from ctxdb.pack.items import STEPS_TURNS, related, sessions, timeline, unfinished, work
 from ctxdb.pack.memory import read_steps, read_turns
 from ctxdb.pack.models import ContextPack, ContextRequest
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
-from ctxdb.search.models import NotFound, SearchRequest, SearchResponse
 from ctxdb.storage.delta import DeltaStore
 
-Search = Callable[[Principal, SearchRequest, datetime], SearchResponse]
+if TYPE_CHECKING:  # the search models load only when a pack searches (the hooks start fast)
+    from ctxdb.search.models import SearchRequest, SearchResponse
+
+Search = Callable[[Principal, "SearchRequest", datetime], "SearchResponse"]
 """The search a pack asks for earlier turns related to its query (`SearchService.search`)."""
 RELATED = 5
 
@@ -37,21 +40,31 @@ def _header(request: ContextRequest, now: datetime) -> Candidate:
     return candidate("header", (-1,), (0,), text)
 
 
-def _search_request(request: ContextRequest) -> SearchRequest:
+def _search_requests(request: ContextRequest) -> list[SearchRequest]:
+    """The searches for related turns, in order, the next asked only when the one before finds
+    no strong hit: a folder's turns recorded with it as their project, then those recorded
+    without one under its agent id (captured before projects), as the pack's Delta side counts
+    them (`memory.project_filter`)."""
+    from ctxdb.search.models import SearchRequest
+
+    query, project = request.query, request.project
     if request.conversation_id is not None:
-        return SearchRequest(
-            query=request.query,
-            scope="conversation",
-            conversation_id=request.conversation_id,
-            top_k=RELATED,
-        )
-    if request.project is not None and looks_like_folder(request.project):
-        return SearchRequest(query=request.query, project=request.project, top_k=RELATED)
-    if request.project is not None:
-        return SearchRequest(
-            query=request.query, scope="agent", agent=request.project, top_k=RELATED
-        )
-    return SearchRequest(query=request.query, top_k=RELATED)
+        return [
+            SearchRequest(
+                query=query,
+                scope="conversation",
+                conversation_id=request.conversation_id,
+                top_k=RELATED,
+            )
+        ]
+    if project is None:
+        return [SearchRequest(query=query, top_k=RELATED)]
+    agent = project
+    found: list[SearchRequest] = []
+    if looks_like_folder(project):
+        found.append(SearchRequest(query=query, project=project, top_k=RELATED))
+        agent = agent_for_project(project)
+    return [*found, SearchRequest(query=query, scope="agent", agent=agent, top_k=RELATED)]
 
 
 def _related(
@@ -61,17 +74,46 @@ def _related(
     search: Search | None,
     warnings: list[str],
 ) -> list[Candidate]:
+    """The strong hits (above the relevance floor) of the first search that has any."""
     if not request.query.strip():
         return []
     if search is None:
         warnings.append("search_unavailable: no search service; related turns left out")
         return []
-    try:
-        response = search(principal, _search_request(request), now)
-    except SearchUnavailable as exc:
-        warnings.append(f"search_unavailable: {exc}; related turns left out")
+    for search_request in _search_requests(request):
+        try:
+            response = search(principal, search_request, now)
+        except SearchUnavailable as exc:
+            warnings.append(f"search_unavailable: {exc}; related turns left out")
+            return []
+        strong = [h for h in response.hits if not h.weak or h.relevance is None]
+        if strong:
+            return related(strong, now)
+    return []
+
+
+def _memory(
+    principal: Principal, request: ContextRequest, now: datetime, store: DeltaStore
+) -> list[Candidate]:
+    """The sections read from Delta (all but `related`); none when only `related` is asked
+    for, outside a conversation (whose turns are read to know it exists)."""
+    wanted = set(request.sections) if request.sections is not None else None
+    if wanted == {"related"} and request.conversation_id is None:
         return []
-    return related([h for h in response.hits if not h.weak or h.relevance is None], now)
+    turns = read_turns(store, principal, request, now)
+    if request.conversation_id is not None and turns.is_empty():
+        from ctxdb.search.models import NotFound
+
+        raise NotFound(f"conversation {request.conversation_id!r} not found")
+    if request.conversation_id is not None:
+        found = timeline(turns, request.budget, now)
+    elif turns.is_empty():
+        found = [candidate("sessions", (0, 0), (0,), "- (no earlier turns in this scope)")]
+    else:
+        recent = turns.tail(STEPS_TURNS)
+        steps = read_steps(store, principal, request, now, recent["turn_id"].to_list())
+        found = sessions(turns, now) + unfinished(turns, now) + work(turns, steps, now)
+    return [c for c in found if wanted is None or c.section in wanted]
 
 
 def build_pack(
@@ -83,20 +125,10 @@ def build_pack(
 ) -> ContextPack:
     """The context pack of `request` for `principal` at `now` (see the module doc); NotFound
     for a conversation the principal has no live turn in."""
-    turns = read_turns(store, principal, request, now)
-    if request.conversation_id is not None and turns.is_empty():
-        raise NotFound(f"conversation {request.conversation_id!r} not found")
     warnings: list[str] = []
-    candidates = [_header(request, now)]
-    if request.conversation_id is not None:
-        candidates += timeline(turns, request.budget, now)
-    elif turns.is_empty():
-        candidates.append(candidate("sessions", (0, 0), (0,), "- (no earlier turns in this scope)"))
-    else:
-        recent = turns.tail(STEPS_TURNS)
-        steps = read_steps(store, principal, request, now, recent["turn_id"].to_list())
-        candidates += sessions(turns, now) + unfinished(turns, now) + work(turns, steps, now)
-    candidates += _related(principal, request, now, search, warnings)
+    candidates = [_header(request, now), *_memory(principal, request, now, store)]
+    if request.sections is None or "related" in request.sections:
+        candidates += _related(principal, request, now, search, warnings)
     kept = fit(candidates, request.budget, request.max_chars)
     text = render(kept)
     return ContextPack(

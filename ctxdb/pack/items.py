@@ -8,14 +8,16 @@ import json
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ctxdb.contract.refs import Ref, format_ref
 from ctxdb.pack.fit import Candidate, candidate
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
-from ctxdb.search.models import SearchHit
+
+if TYPE_CHECKING:
+    from ctxdb.search.models import SearchHit
 
 SESSIONS = 8
 UNFINISHED = 5

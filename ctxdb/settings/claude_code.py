@@ -45,6 +45,26 @@ class ClaudeCodeSettings(GroupSettings):
         description="Seconds the SessionStart hook waits for the pack; past them it answers "
         "nothing (the session never waits longer).",
     )
+    lookup: bool = Field(
+        default=False,
+        description="`install` also adds a UserPromptSubmit hook that gives each prompt the "
+        "earlier turns of its project that match it strongly (docs/context-pack.md).",
+    )
+    lookup_budget: int = Field(
+        default=600, ge=32, le=32_000, description="Tokens the UserPromptSubmit lookup adds."
+    )
+    lookup_timeout_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=10,
+        description="Seconds the UserPromptSubmit lookup waits for its hits; past them it adds "
+        "nothing (the prompt never waits longer).",
+    )
+    context_url: str | None = Field(
+        default=None,
+        description="A running `ctxdb serve` (e.g. http://127.0.0.1:8080) the context hooks ask "
+        "first; when it does not answer they build the answer themselves, within their bound.",
+    )
     tool_output_chars: int = Field(
         default=2_000,
         ge=100,

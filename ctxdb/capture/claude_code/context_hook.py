@@ -1,20 +1,36 @@
-"""The Claude Code `SessionStart` hook: the context pack of the session's project, in time or not
-at all.
+"""The context hooks: the context pack of a session's project when it starts (Claude Code and
+Gemini CLI `SessionStart`), and the strong hits for each prompt (Claude Code
+`UserPromptSubmit`), in time or not at all.
 
-`ctxdb capture claude-code install` adds it when `CTXDB_CLAUDE_CODE_CONTEXT` is true (matcher
-`startup|resume|clear|compact`); uninstall removes it with the other ctxdb hooks. Claude Code runs
-`ctxdb capture claude-code context --token-file F --budget N --timeout S` with the memory's
-settings in its environment; the hook reads the payload on stdin, builds the pack of its `cwd`'s
-project (`ctxdb.contract.projects.project_of`, the value capture records; turns recorded before
-projects count by the folder's agent id), as the user of the token file (the capture
-user's token, the one the MCP server runs as), and prints
+`ctxdb capture claude-code install` adds them when `CTXDB_CLAUDE_CODE_CONTEXT` (SessionStart,
+matcher `startup|resume|clear|compact`) or `CTXDB_CLAUDE_CODE_LOOKUP` (UserPromptSubmit) is true;
+`ctxdb capture gemini install` adds Gemini CLI's SessionStart one; uninstall removes them with
+the other ctxdb hooks. The host runs
 
-    {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "<pack>"}}
+    ctxdb capture claude-code context --token-file F --config hook.json --budget N --timeout S
+                                      [--url URL]
 
-within Claude Code's 10,000-character limit. The pack is built in a worker thread; when it is not
-done within `--timeout` seconds of the process start, or fails (memory unreachable, bad token),
-the hook prints `{}` and exits 0 at once: a slow or failing memory never delays the session past
-the bound.
+(`ctxdb capture gemini context` for Gemini CLI) with the memory's settings in its environment.
+The hook reads the payload on stdin; its `hook_event_name` says what to answer:
+
+* `SessionStart`: the pack of the payload `cwd`'s project (Claude Code: `project_of`, the value
+  capture records, turns recorded before projects counting by the folder's agent id; Gemini CLI:
+  the folder's project hash, the `agent` its turns are recorded under);
+* `UserPromptSubmit`: only the earlier turns of that project that match the payload's `prompt`
+  above the relevance floor (the pack's `related` section; nothing when none is strong).
+
+It runs as the user of the token file (the capture user's token, the one the MCP server runs
+as) and prints `{"hookSpecificOutput": {"hookEventName": E, "additionalContext": "<text>"}}`
+within the hosts' 10,000-character limit, or `{}` when there is nothing to tell.
+
+Fast start: with `--url` (`CTXDB_CLAUDE_CODE_CONTEXT_URL`) the hook asks that running
+`ctxdb serve` (`GET /v1/context`) and imports nothing but the standard library; when nothing
+answers there, or without `--url`, it builds the answer itself (Delta for the pack; Delta,
+Elasticsearch and the query embedder for the lookup). The answer is made in a forked child
+process (POSIX): when it is not done within `--timeout` seconds of the process start, or fails
+(memory unreachable, bad token), the hook kills it, prints `{}` and exits 0 at once: a slow or
+failing memory never delays the session or the prompt past the bound. Only the standard library
+is imported at module level.
 """
 
 from __future__ import annotations
@@ -22,123 +38,266 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import shlex
+import signal
 import sys
-import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from ctxdb.capture.claude_code.config import HookConfig
-from ctxdb.capture.claude_code.install import (
-    HOOK_TIMEOUT_S,
-    InstallError,
-    config_path,
-    hook_config,
-    read_settings,
-    settings_file,
-    write_settings,
-)
-from ctxdb.settings import Settings
+if TYPE_CHECKING:
+    from ctxdb.settings import Settings
 
-EVENT = "SessionStart"
-MATCHER = "startup|resume|clear|compact"
-MAX_CHARS = 9_500
-"""Characters of the pack (Claude Code cuts `additionalContext` past 10,000; the rest is JSON)."""
 _STARTED = time.monotonic()
+START, PROMPT = "SessionStart", "UserPromptSubmit"
+MATCHER = "startup|resume|clear|compact"
+"""Claude Code's SessionStart sources the pack is given for (Gemini CLI's hook has none)."""
+MAX_CHARS = 9_500
+"""Characters of the text (the hosts cut `additionalContext` past 10,000; the rest is JSON)."""
+PROMPT_CHARS = 2_000
+"""The lookup searches with the prompt's first characters (a pack query's longest)."""
+HOSTS = ("claude-code", "gemini")
 
 
-def hook_command(settings: Settings) -> str:
-    """The shell command of the hook: this installation's ctxdb, the memory's environment, the
-    capture user's token file (issued if needed) and the pack's budget and time bound."""
+class ServiceDown(RuntimeError):
+    """Nothing answered at `--url`: the hook builds the answer itself."""
+
+
+def hook_command(settings: Settings, host: str, event: str) -> str:
+    """The shell command of a context hook: this installation's ctxdb, the memory's environment,
+    the capture user's token file (issued if needed), the hook config, and the budget and time
+    bound of `event` (SessionStart or UserPromptSubmit)."""
+    from ctxdb.capture.claude_code.install import config_path
     from ctxdb.capture.claude_code.mcp_config import ensure_token, server_entry
 
     token = ensure_token(settings)
     entry = server_entry(settings, token)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in entry["env"].items())
     config = settings.claude_code
-    args = [*entry.get("args", [])[:-3], "capture", "claude-code", "context"]
-    args += ["--token-file", str(token), "--budget", str(config.context_budget)]
-    args += ["--timeout", str(config.context_timeout_s)]
+    budget, timeout = (
+        (config.context_budget, config.context_timeout_s)
+        if event == START
+        else (config.lookup_budget, config.lookup_timeout_s)
+    )
+    args = [*entry.get("args", [])[:-3], "capture", host, "context"]
+    args += ["--token-file", str(token), "--config", str(config_path(settings))]
+    args += ["--budget", str(budget), "--timeout", str(timeout)]
+    if config.context_url:
+        args += ["--url", config.context_url]
     return f"env {env} {shlex.quote(entry['command'])} " + " ".join(shlex.quote(a) for a in args)
 
 
-def add(settings: Settings, project: Path | None, user: bool) -> Path:
-    """Add the SessionStart hook to the chosen Claude Code settings file (after `install`, which
-    removed any earlier one)."""
+def add(settings: Settings, project: Path | None, user: bool) -> list[str]:
+    """Add the context hooks the settings turn on to the chosen Claude Code settings file (after
+    `install`, which removed any earlier ones); the events added."""
+    from ctxdb.capture.claude_code.install import (
+        HOOK_TIMEOUT_S,
+        InstallError,
+        read_settings,
+        settings_file,
+        write_settings,
+    )
+
+    config = settings.claude_code
+    wanted = [e for e, on in ((START, config.context), (PROMPT, config.lookup)) if on]
+    if not wanted:
+        return []
     target = settings_file(project, user)
     data = read_settings(target)
     hooks = data.get("hooks") or {}
-    if not isinstance(hooks, dict) or not isinstance(hooks.get(EVENT, []), list):
-        raise InstallError(f"{target}: settings 'hooks.{EVENT}' is not a list; left unchanged")
-    entry = {"type": "command", "command": hook_command(settings), "timeout": HOOK_TIMEOUT_S}
-    hooks = {**hooks, EVENT: [*hooks.get(EVENT, []), {"matcher": MATCHER, "hooks": [entry]}]}
+    for event in wanted:
+        if not isinstance(hooks, dict) or not isinstance(hooks.get(event, []), list):
+            raise InstallError(f"{target}: settings 'hooks.{event}' is not a list; left unchanged")
+    hooks = dict(hooks)
+    for event in wanted:
+        entry = {
+            "type": "command",
+            "command": hook_command(settings, "claude-code", event),
+            "timeout": HOOK_TIMEOUT_S,
+        }
+        group: dict[str, Any] = {"hooks": [entry]}
+        if event == START:
+            group = {"matcher": MATCHER, **group}
+        hooks[event] = [*hooks.get(event, []), group]
     write_settings(target, {**data, "hooks": hooks})
-    return target
+    return wanted
 
 
-def pack_text(payload: dict[str, Any], token_file: str, budget: int) -> str:
-    """The pack of the payload's project as the token file's user ("" when memory holds none or
-    the project is excluded from capture, `CTXDB_CLAUDE_CODE_EXCLUDE`)."""
+def request_params(payload: dict[str, Any], host: str, budget: int) -> dict[str, Any] | None:
+    """The `GET /v1/context` parameters that answer `payload` (None: nothing to ask, as for a
+    UserPromptSubmit without a prompt or another event)."""
+    from ctxdb.contract.projects import agent_for_project, project_of
+
+    given = payload.get("cwd")
+    cwd = given if isinstance(given, str) else os.getcwd()
+    if host == "gemini":
+        from ctxdb.capture.gemini.session import project_hash
+
+        project = project_hash(cwd)
+    else:
+        project = project_of(cwd) or agent_for_project(cwd)
+    params: dict[str, Any] = {"project": project, "budget": budget, "max_chars": MAX_CHARS}
+    event = payload.get("hook_event_name", START)
+    if event == PROMPT and host == "claude-code":
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return None
+        return {**params, "query": prompt[:PROMPT_CHARS], "sections": "related"}
+    return params if event == START else None
+
+
+def excluded(config_file: str | None, cwd: Any) -> bool:
+    """Whether `cwd` is a project opted out of capture (`CTXDB_CLAUDE_CODE_EXCLUDE`, kept in the
+    hook config install wrote; from the settings when there is none)."""
+    from ctxdb.capture.claude_code.config import HookConfig
+
+    if config_file and Path(config_file).is_file():
+        config = HookConfig.load(Path(config_file))
+    else:
+        from ctxdb.capture.claude_code.install import hook_config
+        from ctxdb.settings import get_settings
+
+        config = hook_config(get_settings())
+    return config.excludes(cwd if isinstance(cwd, str) else os.getcwd())
+
+
+def from_service(url: str, token: str, params: dict[str, Any], timeout: float) -> str:
+    """The pack text `ctxdb serve` at `url` answers ("" when it names no turn); ServiceDown
+    when nothing answers there."""
+    query = urllib.parse.urlencode(params)
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/context?{query}", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=max(0.01, timeout)) as answer:
+            pack = json.load(answer)
+    except urllib.error.HTTPError:
+        raise  # the server answered: a bad token or request is no reason to ask again
+    except (OSError, ValueError) as exc:
+        raise ServiceDown(f"{url}: {exc}") from exc
+    return pack["text"] if any(item.get("ref") for item in pack.get("items", [])) else ""
+
+
+def in_process(token: str, params: dict[str, Any]) -> str:
+    """The same pack built here: Delta (and the search service for a lookup)."""
     from datetime import UTC, datetime
 
     from ctxdb.auth.authenticate import Authenticator
-    from ctxdb.contract.projects import agent_for_project, project_of
-    from ctxdb.index.client import make_client
     from ctxdb.pack.build import build_pack
     from ctxdb.pack.models import ContextRequest
     from ctxdb.settings import get_settings
     from ctxdb.storage.delta import DeltaStore
 
+    def connect(settings: Settings) -> Any:  # only a token store in Elasticsearch needs it
+        from ctxdb.index.client import make_client
+
+        return make_client(settings)
+
     settings = get_settings()
-    cwd = payload.get("cwd") if isinstance(payload.get("cwd"), str) else os.getcwd()
-    installed = config_path(settings)
-    capture = HookConfig.load(installed) if installed.is_file() else hook_config(settings)
-    if capture.excludes(cwd):
-        return ""  # an opted-out project is neither captured nor told its memory
-    principal = Authenticator(settings, make_client).authenticate(
-        Path(token_file).read_text().strip()
-    )
-    project = project_of(cwd) or agent_for_project(cwd)
-    request = ContextRequest(project=project, budget=budget, max_chars=MAX_CHARS)
-    pack = build_pack(principal, request, datetime.now(UTC), DeltaStore.from_settings(settings))
+    principal = Authenticator(settings, connect).authenticate(token)
+    sections = params.get("sections")
+    request = ContextRequest(**{**params, "sections": [sections] if sections else None})
+    search = None
+    if request.query:
+        from ctxdb.search.service import SearchService, default_embedder
+
+        client = connect(settings)
+        search = SearchService(settings, client, default_embedder(settings, client)).search
+    store = DeltaStore.from_settings(settings)
+    pack = build_pack(principal, request, datetime.now(UTC), store, search)
     return pack.text if any(item.ref for item in pack.items) else ""
 
 
-def _arguments(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="ctxdb capture claude-code context")
+def answer_text(payload: dict[str, Any], args: argparse.Namespace, host: str) -> str:
+    """What the hook tells the host ("" for nothing): see the module doc."""
+    params = request_params(payload, host, args.budget)
+    if params is None or excluded(args.config, payload.get("cwd")):
+        return ""  # an opted-out project is neither captured nor told its memory
+    token = Path(args.token_file).read_text().strip()
+    if args.url:
+        try:
+            return from_service(args.url, token, params, args.timeout - _elapsed())
+        except ServiceDown as exc:
+            sys.stderr.write(f"ctxdb context: {exc}; building the answer here\n")
+    return in_process(token, params)
+
+
+def _elapsed() -> float:
+    return time.monotonic() - _STARTED
+
+
+def _arguments(argv: list[str], host: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"ctxdb capture {host} context")
     parser.add_argument("--token-file", required=True)
+    parser.add_argument("--config", default=None)
     parser.add_argument("--budget", type=int, default=1500)
     parser.add_argument("--timeout", type=float, default=1.5)
+    parser.add_argument("--url", default=None)
     return parser.parse_args(argv)
 
 
-def run(argv: list[str], stdin: IO[str] = sys.stdin, stdout: IO[str] = sys.stdout) -> int:
-    """Answer one SessionStart payload (see the module doc); always exit 0 once arguments parse."""
-    args = _arguments(argv)
+def _payload(stdin: IO[str]) -> dict[str, Any]:
     try:
         payload = json.loads(stdin.read() or "{}")
     except ValueError:
-        payload = {}
-    found: list[str] = []
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
-    def work() -> None:
+
+def within(seconds: float, work: Callable[[], str]) -> str:
+    """`work()` run in a forked child, or "" when it is not done within `seconds` (the child is
+    then killed) or fails (its error one line on stderr). A child, not a thread: an import
+    holding the GIL cannot hold the answer past the bound, and the late work is really gone."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its answer goes to the pipe only (stdout stays the parent's)
+        os.close(read_end)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         try:
-            found.append(
-                pack_text(
-                    payload if isinstance(payload, dict) else {}, args.token_file, args.budget
-                )
-            )
-        except Exception as exc:  # noqa: BLE001 - the session must start whatever memory does
-            sys.stderr.write(f"ctxdb context: {type(exc).__name__}: {exc}\n")
+            found = {"text": work()}
+        except Exception as exc:  # noqa: BLE001 - the session must go on whatever memory does
+            found = {"error": f"{type(exc).__name__}: {exc}"}
+        with open(write_end, "wb") as pipe:
+            pipe.write(json.dumps(found).encode())
+        os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + seconds
+    chunks: list[bytes] = []
+    with open(read_end, "rb", buffering=0) as pipe:
+        while select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        else:
+            os.kill(pid, signal.SIGKILL)  # late: the answer is left behind, the child with it
+    os.waitpid(pid, 0)
+    try:
+        found = json.loads(b"".join(chunks))
+    except ValueError:
+        return ""
+    if "error" in found:
+        sys.stderr.write(f"ctxdb context: {found['error']}\n")
+    return str(found.get("text", ""))
 
-    worker = threading.Thread(target=work, daemon=True)
-    worker.start()
-    worker.join(max(0.0, args.timeout - (time.monotonic() - _STARTED)))
-    text = found[0] if found else ""
-    answer = {"hookSpecificOutput": {"hookEventName": EVENT, "additionalContext": text}}
+
+def run(
+    argv: list[str],
+    stdin: IO[str] = sys.stdin,
+    stdout: IO[str] = sys.stdout,
+    host: str = "claude-code",
+) -> int:
+    """Answer one hook payload (see the module doc); always exit 0 once arguments parse."""
+    args = _arguments(argv, host)
+    payload = _payload(stdin)
+    text = within(args.timeout - _elapsed(), lambda: answer_text(payload, args, host))
+    event = payload.get("hook_event_name", START)
+    answer = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
     stdout.write(json.dumps(answer if text else {}) + "\n")
     stdout.flush()
-    if worker.is_alive():
-        os._exit(0)  # the pack is late: leave it behind rather than wait for it
     return 0

@@ -34,6 +34,8 @@ MARKERS = (
     "capture claude-code hook",
     "ctxdb.capture.claude_code.hook",
     "capture claude-code context",
+    "capture gemini hook",
+    "capture gemini context",
 )
 HOOK_TIMEOUT_S = 10
 
