@@ -206,6 +206,31 @@ def test_timeline_and_another_users_turn(
     screenshot(browser, shots, "viewer-not-found")
 
 
+def test_the_pack_panel_shows_what_an_agent_is_told_for_a_project(
+    browser, base_url: str, search_env: SearchEnv, shots: Path
+) -> None:
+    """Issue 45 item 5: the panel lists the user's projects and shows the real pack of the one
+    chosen (GET /v1/context): its sessions with refs, nothing of another project or user."""
+    from selenium.webdriver.common.by import By
+
+    sign_in(browser, base_url, search_env.tokens["alice"])
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+    browser.find_element(By.CSS_SELECTOR, "#pack-panel summary").click()
+    options = "#pack-projects option"
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, options))
+    listed = [o.get_attribute("value") for o in browser.find_elements(By.CSS_SELECTOR, options)]
+    assert "ops" in listed and "helper" in listed
+    browser.find_element(By.ID, "pack-project").send_keys("ops")
+    browser.find_element(By.ID, "pack-button").click()
+    wait_for(lambda: browser.find_element(By.ID, "pack-text").text)
+    text = browser.find_element(By.ID, "pack-text").text
+    assert text.startswith("# Memory from ctxdb: project ops")
+    assert "Pod restarts" in text and "conv:conversation:c-k8s" in text
+    assert "Spreadsheet trouble" not in text and "salaries" not in text
+    assert "of 1500 tokens" in browser.find_element(By.ID, "pack-status").text
+    screenshot(browser, shots, "viewer-pack")
+
+
 def test_a_coding_turn_shows_steps_and_safe_markdown(
     browser, base_url: str, search_env: SearchEnv, shots: Path
 ) -> None:

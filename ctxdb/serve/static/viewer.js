@@ -321,6 +321,35 @@ async function start() {
   await route();
 }
 
+// The context pack panel: what the context hooks and get_context give an agent for a project
+// (GET /v1/context), shown as the exact text the agent receives. Its project list is the
+// agents of the conversations, loaded when the panel is first opened.
+async function loadPackProjects() {
+  if ($("pack-projects").childElementCount) return;
+  const list = await (await api("/v1/conversations?limit=200")).json();
+  const agents = [...new Set(list.conversations.map((c) => c.agent).filter(Boolean))].sort();
+  $("pack-projects").replaceChildren(...agents.map((a) => el("option", { value: a })));
+}
+
+async function showPack(event) {
+  event.preventDefault();
+  const params = new URLSearchParams({ budget: $("pack-budget").value || "1500" });
+  const project = $("pack-project").value.trim();
+  if (project) params.set("project", project);
+  $("pack-status").textContent = "Building the pack…";
+  $("pack-text").textContent = "";
+  try {
+    const pack = await (await api(`/v1/context?${params}`)).json();
+    const facts = [`${pack.tokens} of ${pack.budget} tokens`, `${pack.items.length} items`];
+    if (pack.dropped) facts.push(`${pack.dropped} left out to fit`);
+    $("pack-status").textContent = [...facts, ...pack.warnings].join(" · ");
+    $("pack-text").textContent = pack.text;
+  } catch (error) {
+    if (error.status === 401) return signedOut(error.message);
+    $("pack-status").textContent = `error: ${error.message}`;
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("signin-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -330,5 +359,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("signout").addEventListener("click", () => signedOut(""));
   $("search-form").addEventListener("submit", runSearch);
+  $("pack-form").addEventListener("submit", showPack);
+  $("pack-panel").addEventListener("toggle", () => { if ($("pack-panel").open) loadPackProjects().catch(() => {}); });
   start();
 });
