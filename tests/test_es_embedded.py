@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.index.health import check_cluster, cluster_status
-from ctxdb.node import distribution, embedded
+from ctxdb.node import distribution, embedded, java
 from ctxdb.node.errors import (
     ChecksumError,
     JavaNotFoundError,
@@ -146,14 +146,11 @@ def test_port_in_use_is_refused(es_base_settings: Settings, busy_offset: int) ->
     assert not embedded.EmbeddedNode.from_settings(settings).instance.exists()
 
 
-def test_missing_java_is_a_clear_error(es_base_settings: Settings, tmp_path: Path) -> None:
-    settings = node_settings(
-        es_base_settings,
-        free_port_pair(),
-        es_java_home=None,
-        java_home=None,
-        jvm_dir=tmp_path / "no-jvms",
-    )
+def test_missing_java_is_a_clear_error(
+    es_base_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = node_settings(es_base_settings, free_port_pair(), es_java_home=None, java_home=None)
+    monkeypatch.setattr(java, "JVM_DIR", tmp_path / "no-jvms")  # a machine without JDKs
     with pytest.raises(JavaNotFoundError, match="no JDK >= 21 found"):
         embedded.start(settings)
     assert not embedded.EmbeddedNode.from_settings(settings).instance.exists()
@@ -173,21 +170,16 @@ def old_jdk(tmp_path: Path) -> Path:
 
 def test_java_17_is_too_old(tmp_path: Path) -> None:
     jdk17 = old_jdk(tmp_path)
-    settings = Settings(
-        node={"es_java_home": jdk17, "java_home": None, "jvm_dir": tmp_path / "no-jvms"}
-    )
+    settings = Settings(node={"es_java_home": jdk17, "java_home": None})
     with pytest.raises(JavaNotFoundError) as failure:
-        find_jdk(settings)
+        find_jdk(settings, jvm_dir=tmp_path / "no-jvms")
     assert f"{jdk17} (Java 17)" in str(failure.value)
     assert "set ES_JAVA_HOME" in str(failure.value)
 
 
 def test_jdk_search_skips_old_explicit_home_and_picks_a_new_one(tmp_path: Path) -> None:
-    jvms = Path("/usr/lib/jvm")
-    settings = Settings(
-        node={"es_java_home": old_jdk(tmp_path), "java_home": None, "jvm_dir": jvms}
-    )
-    jdk = find_jdk(settings)
+    settings = Settings(node={"es_java_home": old_jdk(tmp_path), "java_home": None})
+    jdk = find_jdk(settings, jvm_dir=Path("/usr/lib/jvm"))
     assert jdk.major >= 21
     assert os.access(jdk.home / "bin" / "java", os.X_OK)
 

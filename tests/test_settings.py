@@ -157,7 +157,6 @@ ENVIRONMENT = {
     "CTXDB_ES_START_TIMEOUT_S": ("node", "start_timeout_s", "30", 30.0),
     "ES_JAVA_HOME": ("node", "es_java_home", "/opt/jdk-25", Path("/opt/jdk-25")),
     "JAVA_HOME": ("node", "java_home", "/opt/jdk-21", Path("/opt/jdk-21")),
-    "CTXDB_ES_JVM_DIR": ("node", "jvm_dir", "/opt/jvms", Path("/opt/jvms")),
 }
 
 
@@ -300,6 +299,7 @@ def test_every_path_is_derived_from_home_and_the_storage_root(
     assert settings.delta_uri == str(tmp_path / "delta")
     assert settings.landing_uri == str(tmp_path / "landing")
     assert settings.files == str(tmp_path / "files")
+    assert settings.archive_uri == str(tmp_path / "landing-archive")
     assert settings.tokens_path == tmp_path / "auth" / "tokens.json"
     assert settings.spool_dir == tmp_path / "capture" / "spool"
     clean_env.setenv("CTXDB_STORAGE_ROOT", "s3://bucket/ctxdb/")
@@ -319,7 +319,6 @@ def test_settings_are_read_once_per_environment(clean_env: pytest.MonkeyPatch) -
     first = get_settings()
     assert get_settings() is first
     clean_env.setenv("CTXDB_SEARCH_KNN_K", "7")
-    assert settings.archive_uri == str(tmp_path / "landing-archive")
     changed = get_settings()
     assert changed is not first and changed.search.knn_k == 7
     assert get_settings() is changed

@@ -14,6 +14,8 @@ from ctxdb.settings import Settings
 log = logging.getLogger(__name__)
 
 MIN_JAVA_MAJOR = 21
+JVM_DIR = Path("/usr/lib/jvm")
+"""Where installed JDKs are searched last (after ES_JAVA_HOME and JAVA_HOME)."""
 _RELEASE_VERSION = re.compile(r'^JAVA_VERSION="([^"]+)"', re.MULTILINE)
 _CLI_VERSION = re.compile(r'version "([^"]+)"')
 
@@ -54,22 +56,23 @@ def probe_jdk(home: Path) -> Jdk | None:
     return Jdk(home, java_major(found.group(1))) if found else None
 
 
-def _candidates(settings: Settings) -> list[tuple[str, Path]]:
+def _candidates(settings: Settings, jvm_dir: Path) -> list[tuple[str, Path]]:
     named = [("ES_JAVA_HOME", settings.node.es_java_home), ("JAVA_HOME", settings.node.java_home)]
     found = [(label, path) for label, path in named if path is not None]
-    if settings.node.jvm_dir.is_dir():
-        label = str(settings.node.jvm_dir)
-        found += [
-            (label, path) for path in sorted(settings.node.jvm_dir.iterdir()) if path.is_dir()
-        ]
+    if jvm_dir.is_dir():
+        found += [(str(jvm_dir), path) for path in sorted(jvm_dir.iterdir()) if path.is_dir()]
     return found
 
 
-def find_jdk(settings: Settings, minimum: int = MIN_JAVA_MAJOR) -> Jdk:
-    """The first JDK >= `minimum` (explicit homes first, then the newest in `settings.jvm_dir`)."""
+def find_jdk(
+    settings: Settings, minimum: int = MIN_JAVA_MAJOR, jvm_dir: Path | None = None
+) -> Jdk:
+    """The first JDK >= `minimum` (explicit homes first, then the newest in `jvm_dir`, default
+    `JVM_DIR`)."""
+    jvm_dir = jvm_dir or JVM_DIR
     seen: list[str] = []
     machine: list[Jdk] = []
-    for label, path in _candidates(settings):
+    for label, path in _candidates(settings, jvm_dir):
         jdk = probe_jdk(path)
         seen.append(f"{path} ({'no java' if jdk is None else f'Java {jdk.major}'})")
         if jdk is None or jdk.major < minimum:
@@ -84,5 +87,5 @@ def find_jdk(settings: Settings, minimum: int = MIN_JAVA_MAJOR) -> Jdk:
     checked = "; ".join(seen) or "nothing"
     raise JavaNotFoundError(
         f"no JDK >= {minimum} found for Elasticsearch (checked ES_JAVA_HOME, JAVA_HOME and "
-        f"{settings.node.jvm_dir}: {checked}); install Java {minimum}+ or set ES_JAVA_HOME"
+        f"{jvm_dir}: {checked}); install Java {minimum}+ or set ES_JAVA_HOME"
     )

@@ -37,7 +37,3 @@ class NodeSettings(GroupSettings):
     java_home: Path | None = Field(
         default=None, validation_alias="JAVA_HOME", description="JDK, second choice."
     )
-    jvm_dir: Path = Field(
-        default=Path("/usr/lib/jvm"),
-        description="Where installed JDKs are searched last.",
-    )
