@@ -111,7 +111,8 @@ def _memory(
         found = [candidate("sessions", (0, 0), (0,), "- (no earlier turns in this scope)")]
     else:
         recent = turns.tail(STEPS_TURNS)
-        steps = read_steps(store, principal, request, now, recent["turn_id"].to_list())
+        keys = list(zip(recent["conversation_id"], recent["turn_id"], strict=True))
+        steps = read_steps(store, principal, request, now, keys)
         found = sessions(turns, now) + unfinished(turns, now) + work(turns, steps, now)
     return [c for c in found if wanted is None or c.section in wanted]
 

@@ -160,9 +160,10 @@ def first_sentence(text: str | None) -> str:
 
 
 def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) -> list[Candidate]:
-    """The newest turns that edited files or ran commands (of those `steps` covers; the newest
-    turns when none did): what was asked, edited and run, and the answer's first sentence."""
-    recent = list(turns.iter_rows(named=True))[::-1]
+    """The newest turns that edited files or ran commands (of the last `STEPS_TURNS`, whose
+    steps `steps` holds; the newest turns when none did): what was asked, edited and run, and
+    the answer's first sentence."""
+    recent = list(turns.tail(STEPS_TURNS).iter_rows(named=True))[::-1]
     facts = {
         (t["conversation_id"], t["turn_id"]): step_facts(
             steps.get((t["conversation_id"], t["turn_id"]), "")

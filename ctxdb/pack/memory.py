@@ -70,10 +70,11 @@ def _scan(
         return pl.DataFrame()
     with store.guarded(table, "open"):
         lazy = store.scan(table)
-        if "project" not in lazy.collect_schema().names():  # derived before the column existed
-            lazy = lazy.with_columns(pl.lit(None, pl.String).alias("project"))
-        lazy = lazy.filter(where)
         have = set(lazy.collect_schema().names())
+        if "project" not in have:  # derived before the column existed
+            lazy = lazy.with_columns(pl.lit(None, pl.String).alias("project"))
+            have.add("project")
+        lazy = lazy.filter(where)
         wanted = [pl.col(c) if c in have else pl.lit(None, pl.String).alias(c) for c in columns]
         return lazy.select(*wanted, pl.col(stamp).alias("updated_at")).collect()
 
@@ -115,15 +116,17 @@ def read_steps(
     principal: Principal,
     request: ContextRequest,
     now: datetime,
-    turn_ids: Sequence[str],
+    turns: Sequence[tuple[str, str]],
 ) -> dict[tuple[str, str], str]:
-    """The steps-row text of each of `turn_ids` in scope, by (conversation id, turn id)."""
-    if not turn_ids:
+    """The steps-row text of each of `turns` (conversation id, turn id) in scope."""
+    if not turns:
         return {}
+    wanted = set(turns)
     where = (
         _mine(principal, request, now)
         & (pl.col("target") == "steps")
-        & pl.col("turn_id").is_in(list(turn_ids))
+        & pl.col("conversation_id").is_in(sorted({c for c, _ in wanted}))
+        & pl.col("turn_id").is_in(sorted({t for _, t in wanted}))
     )
     rows = _scan(
         store, ROLE_ROWS, where, ["conversation_id", "turn_id", "text", "ordinal"], "derived_at"
@@ -132,5 +135,7 @@ def read_steps(
         return {}
     rows = rows.sort(["conversation_id", "turn_id", "ordinal", "updated_at"])
     return {
-        (row["conversation_id"], row["turn_id"]): row["text"] for row in rows.iter_rows(named=True)
+        key: text
+        for *key_parts, text in rows.select("conversation_id", "turn_id", "text").iter_rows()
+        if (key := (key_parts[0], key_parts[1])) in wanted
     }
