@@ -22,7 +22,8 @@ def build_definitions(executor: ExecutorDefinition | None = None) -> Definitions
     """Every asset, check, job, schedule, sensor and resource; `executor` runs the steps of every
     job (None: Dagster's default, one process per step; another executor sends steps to
     workers, which turns the embedding prefill on by default). Reads the settings: the
-    resources' fields and the shard partitions come from them."""
+    `settings` resource every other resource reads pins them, and the shard partitions follow
+    them."""
     return Definitions(
         assets=[*load_assets_from_package_module(assets), *retention_tables],
         asset_checks=load_asset_checks_from_package_module(assets),
