@@ -35,7 +35,7 @@ import typer
 from search_quality_sets import QuerySet, generator_set, realistic_set
 
 from ctxdb.embedding.backends import make_embedder
-from ctxdb.embedding.runtime import backend_model_id
+from ctxdb.embedding.ids import backend_model_id
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.landing.run import land
 from ctxdb.record.run import derive

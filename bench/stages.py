@@ -158,7 +158,7 @@ def pipeline_stage(name: str, now: datetime) -> dict:
 def stored_model_id(settings, store) -> str:
     """The id the configured backend (for `auto`, the memory's) stores and indexes vectors under."""
     from ctxdb.embedding.backends import resolve_backend
-    from ctxdb.embedding.runtime import backend_model_id
+    from ctxdb.embedding.ids import backend_model_id
     from ctxdb.embedding.stage import stored_model_ids
 
     name = settings.embedding.model

@@ -20,13 +20,14 @@ from deltalake import write_deltalake
 
 from ctxdb.embedding import export
 from ctxdb.embedding.backends import make_embedder, memory_embedder, resolve_backend
+from ctxdb.embedding.ids import backend_model_id
 from ctxdb.embedding.model import (
     DEFAULT_MODEL,
     EmbedderUnavailable,
     SentenceTransformerEmbedder,
     resolve_model_path,
 )
-from ctxdb.embedding.runtime import OnnxEmbedder, backend_model_id, length_batches
+from ctxdb.embedding.runtime import OnnxEmbedder, length_batches
 from ctxdb.embedding.stage import embed_role_rows, stored_model_ids
 from ctxdb.index.client import make_client
 from ctxdb.index.mappings import ROWS, alias_name

@@ -23,7 +23,8 @@ from conftest_index import role_rows, turn_tables, write_rows
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding import export, registry
 from ctxdb.embedding.backends import make_embedder, resolve_backend
-from ctxdb.embedding.model import DEFAULT_MODEL, EmbedderUnavailable
+from ctxdb.embedding.ids import parse_model_id
+from ctxdb.embedding.model import DEFAULT_MODEL, Embedder, EmbedderUnavailable
 from ctxdb.embedding.pinned import PinnedOnnxEmbedder, pool
 from ctxdb.embedding.registry import (
     BGE_SMALL,
@@ -32,7 +33,6 @@ from ctxdb.embedding.registry import (
     ensure_model,
     pinned_jar,
 )
-from ctxdb.embedding.runtime import parse_model_id
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.sync import sync_live
 from ctxdb.lifecycle.reindex import reindex
@@ -256,3 +256,33 @@ def test_a_running_service_follows_a_model_switch_reindex(
     assert query is not None
     expected = int8.encode(["a holiday cabin near water"])[0]
     assert float(np.dot(query, expected)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_query_never_meets_another_models_vectors(
+    delta_store, settings, es, embedder, int8: PinnedOnnxEmbedder, models_dir: Path
+) -> None:
+    """A service forced to embed queries with MiniLM over a bge memory (the window before a
+    recheck sees a swap) gets no kNN rows, only text-arm ones; MiniLM on another backend than
+    the index's (ONNX queries, torch rows) still meets its rows."""
+    texts = ["we booked the cabin by the lake", "the printer jams again", "dinner at eight"]
+    write_rows(delta_store, role_rows(texts))
+    turn_tables(delta_store, 3)
+    embed_role_rows(delta_store, int8, batch_size=8)
+    bge_settings = settings.replace(embedding={"models_dir": models_dir, "model": BGE})
+    sync_live(delta_store, es, bge_settings, model_id=int8.model_id)
+    minilm = make_embedder(bge_settings.embedding.model_copy(update={"model": DEFAULT_MODEL}))
+    principal = Principal(user_id="u1", tenant="t1")
+    request = SearchRequest(query="a holiday cabin near water", explain=True)
+
+    def semantic_ranks(embedder: Embedder) -> list[int | None]:
+        service = SearchService(bge_settings, es, ModelQueryEmbedder(embedder))
+        hits = service.search(principal, request).hits
+        return [hit.explain.arms["semantic"].rank for hit in hits if hit.explain]
+
+    assert semantic_ranks(int8)[0] == 1
+    assert semantic_ranks(minilm) and set(semantic_ranks(minilm)) == {None}
+
+    embed_role_rows(delta_store, embedder, batch_size=8)
+    sync_live(delta_store, es, bge_settings, model_id=embedder.model_id)
+    assert embedder.model_id == DEFAULT_MODEL  # torch's id: the plain name
+    assert semantic_ranks(minilm)[0] == 1

@@ -11,11 +11,11 @@ from conftest_search import CITATION, NOW, SearchEnv
 
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.backends import resolve_backend
-from ctxdb.embedding.runtime import backend_model_id
+from ctxdb.embedding.ids import backend_model_id
 from ctxdb.errors import SearchUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.search import MissingQuery, NotFound, SearchRequest, SearchService
-from ctxdb.search.service import index_model_ids
+from ctxdb.search.service import QueryVector, index_model_ids
 from ctxdb.settings import Settings
 
 pytestmark = [pytest.mark.es, pytest.mark.model]
@@ -279,7 +279,7 @@ def test_degraded_semantic_arm_other_arms_answer(search_env: SearchEnv) -> None:
     """Fake embedder on purpose: this test is about the embedding model failing."""
 
     class BrokenModel:
-        def embed_query(self, text: str) -> list[float] | None:
+        def embed(self, text: str) -> QueryVector | None:
             raise RuntimeError("model weights unavailable")
 
     service = SearchService(search_env.settings, search_env.client, BrokenModel())

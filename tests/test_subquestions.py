@@ -20,7 +20,7 @@ from ctxdb.auth.credentials import Principal
 from ctxdb.index.client import make_client
 from ctxdb.search.arms import RowHit
 from ctxdb.search.models import SearchRequest
-from ctxdb.search.service import SearchService, default_embedder
+from ctxdb.search.service import QueryVector, SearchService, default_embedder
 from ctxdb.search.subquestions import MAX_PARTS, interleave, sub_questions
 from ctxdb.settings import Settings
 
@@ -96,8 +96,10 @@ def service(settings: Settings):
 
 def knn(service: SearchService, query: str, **request) -> list[RowHit]:
     asked = SearchRequest(query=query, **request)
-    vector = service.embedder.embed_query(query)
-    rows = service.semantic_arm(ALICE, asked, query, vector, NOW)["semantic"]
+    vector = service.embedder.embed(query)
+    assert vector is not None
+    rows = service.semantic_arm(ALICE, asked, query, vector.values, NOW, model=vector.model)
+    rows = rows["semantic"]
     assert rows and all(r.conversation_id.startswith("c-") for r in rows)  # never Bob's
     return rows
 
@@ -136,9 +138,9 @@ class PartsFail:
     def __init__(self, real) -> None:
         self.real = real
 
-    def embed_query(self, text: str) -> list[float] | None:
+    def embed(self, text: str) -> QueryVector | None:
         if text == QUESTION:
-            return self.real.embed_query(text)
+            return self.real.embed(text)
         raise RuntimeError("model weights unavailable")
 
 

@@ -10,10 +10,11 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
+from ctxdb.embedding.ids import BACKENDS, backend_model_id, parse_model_id
 from ctxdb.embedding.model import Embedder, SentenceTransformerEmbedder
 from ctxdb.embedding.pinned import PinnedOnnxEmbedder
 from ctxdb.embedding.registry import model_spec
-from ctxdb.embedding.runtime import BACKENDS, OnnxEmbedder, backend_model_id, parse_model_id
+from ctxdb.embedding.runtime import OnnxEmbedder
 from ctxdb.embedding.stage import stored_model_ids
 from ctxdb.settings import EmbeddingSettings
 from ctxdb.storage.delta import DeltaStore

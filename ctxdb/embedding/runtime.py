@@ -20,26 +20,11 @@ from typing import Any
 import numpy as np
 
 from ctxdb.embedding.export import default_cache_dir, ensure_export
+from ctxdb.embedding.ids import backend_model_id
 from ctxdb.embedding.model import DEFAULT_MODEL, SentenceTransformerEmbedder, resolve_model_path
 from ctxdb.text import clean_text
 
 log = logging.getLogger(__name__)
-
-BACKENDS = ("torch", "onnx", "onnx-int8")
-
-
-def backend_model_id(model_name: str, backend: str) -> str:
-    """The id vectors are stored and indexed under: the model name, plus the backend unless it
-    is torch (whose id stays the plain model name, so existing caches stay valid)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown embedding backend {backend!r}; expected one of {BACKENDS}")
-    return model_name if backend == "torch" else f"{model_name}+{backend}"
-
-
-def parse_model_id(model_id: str) -> tuple[str, str]:
-    """(model name, backend) of a stored model id: the inverse of `backend_model_id`."""
-    name, _, backend = model_id.rpartition("+")
-    return (name, backend) if name and backend in BACKENDS else (model_id, "torch")
 
 
 def usable_cores() -> int:

@@ -34,8 +34,8 @@ import polars as pl
 import pyarrow as pa
 
 from ctxdb.embedding.cache import cached_hashes, embed_texts
+from ctxdb.embedding.ids import BACKENDS, backend_model_id
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
-from ctxdb.embedding.runtime import BACKENDS, backend_model_id
 from ctxdb.record.role_rows import embedded_text_expr
 from ctxdb.storage.arrow import frame_of
 from ctxdb.storage.changes import (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ctxdb.embedding.ids import same_model_ids
 from ctxdb.search.models import Target
 from ctxdb.text import STOPWORDS, stems, trigrams, words
 
@@ -109,10 +110,16 @@ def semantic_body(
     k: int,
     num_candidates: int,
     oversample: float = 0.0,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """kNN on `embedding` with the shared filter applied during the graph search. On a quantized
-    index (int8_hnsw, bbq_hnsw) `oversample` > 0 gathers oversample x k candidates and rescores
-    them with the float vectors (Elasticsearch ignores it on a float index)."""
+    """kNN on `embedding` with the shared filter applied during the graph search; with `model`
+    (the query vector's model name) only rows that model embedded, on any backend, are searched.
+    On a quantized index (int8_hnsw, bbq_hnsw) `oversample` > 0 gathers oversample x k
+    candidates and rescores them with the float vectors (Elasticsearch ignores it on a float
+    index)."""
+    if model is not None:
+        same_model = {"terms": {"model_id": same_model_ids(model)}}
+        row_filter = {"bool": {"filter": [row_filter, same_model]}}
     knn: dict[str, Any] = {
         "field": "embedding",
         "query_vector": vector,

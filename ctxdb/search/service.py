@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from elasticsearch import ApiError, Elasticsearch, NotFoundError, TransportError
 
 from ctxdb.contract.identity import Principal
+from ctxdb.embedding.ids import parse_model_id
 from ctxdb.embedding.model import Embedder, EmbedderUnavailable
 from ctxdb.errors import SearchUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
@@ -69,8 +70,16 @@ question while its whole kNN runs (one or two threads per search in flight)."""
 KNN_CANDIDATES_PER_K = 1.5  # num_candidates >= 1.5 x k: the graph search explores past the k kept
 
 
+class QueryVector(NamedTuple):
+    """A query's vector and the name of the model that made it: the kNN arm searches only the
+    rows that model embedded (`semantic_body`), so a query can never meet another model's rows."""
+
+    model: str
+    values: list[float]
+
+
 class QueryEmbedder(Protocol):
-    def embed_query(self, text: str) -> list[float] | None: ...
+    def embed(self, text: str) -> QueryVector | None: ...
 
 
 class ModelQueryEmbedder:
@@ -84,6 +93,11 @@ class ModelQueryEmbedder:
         self._lock = threading.Lock()
 
     def embed_query(self, text: str) -> list[float] | None:
+        """The query's vector alone (benches and probes that build arm bodies themselves)."""
+        embedded = self.embed(text)
+        return None if embedded is None else embedded.values
+
+    def embed(self, text: str) -> QueryVector | None:
         try:
             embedder = resolved(self.embedder)
         except EmbedderUnavailable as exc:
@@ -94,7 +108,7 @@ class ModelQueryEmbedder:
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
-                return list(cached)
+                return QueryVector(parse_model_id(key[0])[0], list(cached))
         instruction = getattr(embedder, "query_instruction", "")  # the model's, if any
         vector = tuple(float(x) for x in embedder.encode([instruction + text])[0])
         if self.cache_size > 0:
@@ -103,7 +117,7 @@ class ModelQueryEmbedder:
                 self._cache.move_to_end(key)
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
-        return list(vector)
+        return QueryVector(parse_model_id(key[0])[0], list(vector))
 
 
 def resolved(embedder: Embedder) -> Embedder:
@@ -123,12 +137,12 @@ class WarmEmbedder:
 
     def __init__(self, embedder: QueryEmbedder) -> None:
         self.embedder = embedder
-        self.loading = threading.Thread(target=embedder.embed_query, args=("warm up",), daemon=True)
+        self.loading = threading.Thread(target=embedder.embed, args=("warm up",), daemon=True)
         self.loading.start()
 
-    def embed_query(self, text: str) -> list[float] | None:
+    def embed(self, text: str) -> QueryVector | None:
         self.loading.join()
-        return self.embedder.embed_query(text)
+        return self.embedder.embed(text)
 
 
 def index_model_ids(client: Elasticsearch, settings: Settings) -> set[str]:
@@ -360,12 +374,12 @@ class SearchService:
             return request, warnings
         return request.model_copy(update={"query": query}), warnings
 
-    def _embed(self, query: str, warnings: list[str]) -> list[float] | None:
+    def _embed(self, query: str, warnings: list[str]) -> QueryVector | None:
         if self.embedder is None:
             warnings.append("semantic_unavailable: no embedding model; lexical and trigram only")
             return None
         try:
-            vector = self.embedder.embed_query(query)
+            vector = self.embedder.embed(query)
         except Exception as exc:  # noqa: BLE001 - the model failing must not fail the search
             log.warning("query embedding failed: %s", exc)
             vector = None
@@ -407,6 +421,7 @@ class SearchService:
         query: str,
         vector: list[float] | None,
         now: datetime,
+        model: str | None = None,
     ) -> dict[Arm, dict[str, Any]]:
         """The Elasticsearch bodies of the arms that can run for this query.
 
@@ -446,6 +461,7 @@ class SearchService:
                 k=k,
                 num_candidates=max(s.search.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * k)),
                 oversample=s.search.knn_oversample,
+                model=model,
             )
         return bodies
 
@@ -498,7 +514,9 @@ class SearchService:
         vector = self._embed(query, warnings) if semantic else None
         knn = {}
         if vector is not None:
-            knn = self.semantic_arm(principal, request, query, vector, now, routing)
+            knn = self.semantic_arm(
+                principal, request, query, vector.values, now, routing, model=vector.model
+            )
         return text.result() | knn
 
     def semantic_arm(
@@ -509,6 +527,7 @@ class SearchService:
         vector: list[float],
         now: datetime,
         routing: str | None = None,
+        model: str | None = None,
     ) -> dict[Arm, list[RowHit]]:
         """The kNN arm's rows, lifted and expanded by session rows when the session weight
         (request, else settings) is above 0 outside conversation scope (`sessions`), then
@@ -524,7 +543,7 @@ class SearchService:
         s = self.settings.search
         weight = self.knobs(request).session_weight
         try:
-            body = self.arm_bodies(principal, request, query, vector, now)["semantic"]
+            body = self.arm_bodies(principal, request, query, vector, now, model)["semantic"]
             if weight <= 0 or request.scope == "conversation":
                 rows = self.run_arms({"semantic": body}, routing)["semantic"]
             else:
@@ -533,7 +552,14 @@ class SearchService:
                     return self.run_arms(bodies, routing)
 
                 rows = sessions.lifted_semantic(
-                    run, body, principal, request, now, weight=weight, expand=s.session_expand
+                    run,
+                    body,
+                    principal,
+                    request,
+                    now,
+                    weight=weight,
+                    expand=s.session_expand,
+                    model=model,
                 )
         except BaseException:
             if pending is not None:
@@ -560,7 +586,7 @@ class SearchService:
         embedded by the same model and searched under the same row filter as the whole query;
         none when a part cannot be embedded (the whole query's rows then stand alone)."""
         try:
-            vectors = [self.embedder.embed_query(part) for part in parts] if self.embedder else []
+            vectors = [self.embedder.embed(part) for part in parts] if self.embedder else []
         except Exception as exc:  # noqa: BLE001 - the model failing must not fail the search
             log.warning("embedding the parts of a compound question failed: %s", exc, exc_info=True)
             return []
@@ -572,7 +598,12 @@ class SearchService:
         candidates = max(s.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * s.knn_k))
         bodies = {
             f"semantic (question part {n})": semantic_body(
-                vector, filt, k=s.knn_k, num_candidates=candidates, oversample=s.knn_oversample
+                vector.values,
+                filt,
+                k=s.knn_k,
+                num_candidates=candidates,
+                oversample=s.knn_oversample,
+                model=vector.model,
             )
             for n, vector in enumerate(ready, start=1)
         }

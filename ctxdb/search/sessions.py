@@ -80,15 +80,18 @@ def lifted_semantic(
     *,
     weight: float,
     expand: int,
+    model: str | None = None,
 ) -> list[RowHit]:
     """The kNN arm's rows (`knn`: its body) re-ordered by the session lift, with the rows of the
-    `expand` best sessions added (module docstring)."""
+    `expand` best sessions added (module docstring); session rows, like the arm's, only of the
+    query vector's `model`."""
     spec = knn["knn"]
     sessions = semantic_body(
         spec["query_vector"],
         session_filter(principal, request, now),
         k=SESSIONS_FETCHED,
         num_candidates=max(spec["num_candidates"], SESSIONS_FETCHED),
+        model=model,
     )
     found = run({"semantic": knn, SESSION: sessions})
     scores = session_scores(found[SESSION])
