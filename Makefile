@@ -35,8 +35,9 @@ install venv: $(STAMP)
 # cargo (rustup's default place included) builds the native landing scanner during the install.
 export PATH := $(PATH):$(HOME)/.cargo/bin
 
-# Reruns when pyproject.toml or the native scanner changes; pip's cache serves torch again.
-$(STAMP): pyproject.toml native/Cargo.toml $(wildcard native/src/*.rs)
+# Reruns when pyproject.toml or the native scanner (its generated contract.json included) changes;
+# pip's cache serves torch again.
+$(STAMP): pyproject.toml native/Cargo.toml $(wildcard native/src/*.rs native/src/*.json)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $@

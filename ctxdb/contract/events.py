@@ -82,7 +82,8 @@ SchemaVersion = Annotated[int, Field(ge=SCHEMA_VERSION, le=SCHEMA_VERSION)]
 """The one schema version (an int field: strict `Literal[1]` still takes `1.0` and `true`)."""
 
 
-def _relative_path(value: str) -> str:
+def relative_path(value: str) -> str:
+    """`value` when it is a relative path with no empty, `.` or `..` segment and no `\\`."""
     parts = value.split("/")
     if value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"path must be relative with no empty, '.' or '..' segments: {value!r}")
@@ -90,12 +91,12 @@ def _relative_path(value: str) -> str:
 
 
 RelPath = Annotated[
-    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(_relative_path)
+    str, StringConstraints(min_length=1, max_length=1024), AfterValidator(relative_path)
 ]
 FileName = Annotated[
     str,
     StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$"),
-    AfterValidator(_relative_path),
+    AfterValidator(relative_path),
 ]
 Anchor = Annotated[str, StringConstraints(min_length=1, max_length=ANCHOR_MAX_CHARS)]
 RefText = Annotated[str, StringConstraints(min_length=1, max_length=REF_MAX_CHARS)]

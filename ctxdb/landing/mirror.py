@@ -146,7 +146,7 @@ def mirror_type(annotation: Any, metadata: Sequence[Any] = ()) -> tuple[Any, tup
     raise Unmirrored(f"type {annotation}")
 
 
-def _plain_model(model: type[BaseModel]) -> None:
+def plain_model(model: type[BaseModel]) -> None:
     """Refuse models validated beyond their fields' metadata, or configured to change values."""
     decorators = model.__pydantic_decorators__
     kinds = ("validators", "field_validators", "root_validators", "model_validators")
@@ -175,7 +175,7 @@ def mirror_struct(
     """A msgspec struct accepting a subset of what `model` accepts; `overrides` gives some fields
     another type (whose checks are then the caller's); `known_keys` refuses unknown keys even
     where the model ignores them."""
-    _plain_model(model)
+    plain_model(model)
     overrides = overrides or {}
     fields: list[tuple] = []
     checks: list[tuple[str, tuple[Check, ...]]] = []
@@ -215,7 +215,7 @@ class EnvelopeMirror:
     by polars (the same Rust regex engine pydantic uses)."""
 
     def __init__(self, model: type[BaseModel]) -> None:
-        _plain_model(model)
+        plain_model(model)
         self.columns = [n for n in model.model_fields if n not in ("schema_version", "payload")]
         self.timestamps: list[str] = []
         self.rules: list[pl.Expr] = []

@@ -1,328 +1,399 @@
-//! The mirror of the event contract in `ctxdb/events.py`: same fields, limits and patterns.
+//! The event contract as the scanner holds it: `contract.json`, generated from the pydantic
+//! contract (`ctxdb/contract/events.py`) by `ctxdb/landing/native_contract.py` and embedded when
+//! this crate is compiled. Event types, field names, required and nullable fields, types,
+//! lengths, counts, bounds, patterns, literals, the timestamp range and the payload depth are
+//! that file's data; this module only applies them.
 //!
-//! Strings are borrowed from the input unless they hold escapes. Non-nullable fields with a
-//! default use `Given<T>`, which is absent or a `T`, never `null`, as in pydantic.
+//! Strings are borrowed from the input unless they hold escapes. A field with a default may be
+//! absent but, unless the contract lets it be null, is never `null`, as in pydantic. Patterns
+//! are compiled to DFAs by `regex-automata` (the engine of the `regex` crate pydantic uses for
+//! them; a DFA needs no per-thread cache); one it cannot compile makes every value of its field
+//! go to the contract.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
-use std::marker::PhantomData;
+use std::sync::LazyLock;
 
-use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+use regex_automata::dfa::{dense, Automaton};
+use regex_automata::Input;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::timestamp::parse_utc_micros;
 
-pub const SUMMARY_MAX_CHARS: usize = 24_000;
-pub const SUMMARY_MAX_REFS: usize = 64;
-pub const REF_MAX_CHARS: usize = 2_048;
-pub const ANCHORS_MAX: usize = 32;
-pub const ANCHOR_MAX_CHARS: usize = 256;
-/// Levels of nesting a payload may hold, the payload object itself being level 1.
-pub const PAYLOAD_MAX_DEPTH: usize = 64;
+/// The generated contract's JSON text.
+pub const CONTRACT_JSON: &str = include_str!("contract.json");
 
-const ADAPTERS: [&str; 6] = ["minimal", "langgraph", "claude_code", "react", "codex", "gemini_cli"];
+/// Largest DFA a pattern may compile to; a larger one is left to the contract.
+const PATTERN_DFA_BYTES: usize = 1 << 20;
+
+/// A pattern compiled for matching; `None` when the engine cannot compile it (no value matches).
+pub struct Pattern(Option<Box<dense::DFA<Vec<u32>>>>);
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let config = dense::Config::new()
+            .dfa_size_limit(Some(PATTERN_DFA_BYTES))
+            .determinize_size_limit(Some(PATTERN_DFA_BYTES));
+        Ok(Pattern(dense::Builder::new().configure(config).build(&text).ok().map(Box::new)))
+    }
+}
+
+impl Pattern {
+    /// Whether the pattern matches somewhere in `s` (pydantic's `is_match`).
+    fn is_match(&self, s: &str) -> bool {
+        let input = Input::new(s).earliest(true);
+        self.0.as_ref().is_some_and(|dfa| matches!(dfa.try_search_fwd(&input), Ok(Some(_))))
+    }
+}
+
+/// A named check of the contract's (an `AfterValidator` there).
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// No leading `/`, no `\`, no empty, `.` or `..` segment.
+    RelativePath,
+}
+
+impl Check {
+    fn holds(&self, s: &str) -> bool {
+        match self {
+            Check::RelativePath => {
+                !s.starts_with('/')
+                    && !s.contains('\\')
+                    && s.split('/').all(|p| !matches!(p, "" | "." | ".."))
+            }
+        }
+    }
+}
+
+/// What a field holds, with its bounds.
+#[derive(Deserialize)]
+#[serde(tag = "value_type", rename_all = "lowercase")]
+pub enum Kind {
+    String {
+        min_chars: usize,
+        max_chars: Option<usize>,
+        pattern: Option<Pattern>,
+        one_of: Option<Vec<String>>,
+        checks: Vec<Check>,
+    },
+    Integer {
+        min: i64,
+        max: i64,
+    },
+    Boolean,
+    /// Any JSON object (`dict[str, Any]`), checked for syntax and skipped.
+    Object,
+    /// A strict RFC 3339 timestamp inside the contract's range.
+    Timestamp,
+    List {
+        item: Box<Kind>,
+        min_items: usize,
+        max_items: Option<usize>,
+    },
+    /// The envelope's payload: kept as raw JSON, checked by the model its type chooses.
+    Payload,
+}
+
+#[derive(Deserialize)]
+pub struct Field {
+    pub name: String,
+    required: bool,
+    nullable: bool,
+    #[serde(flatten)]
+    pub kind: Kind,
+}
+
+/// A model: its fields in order, whether unknown keys are refused, and why it is not mirrored
+/// (then every line of its type goes to the contract).
+#[derive(Deserialize)]
+pub struct Model {
+    #[serde(default)]
+    closed: bool,
+    #[serde(default)]
+    pub fields: Vec<Field>,
+    #[serde(default)]
+    unmirrored: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct Contract {
+    timestamp_range_micros: (i64, i64),
+    payload_max_depth: usize,
+    type_field: String,
+    pub envelope: Model,
+    payloads: HashMap<String, Model>,
+}
+
+/// A field's value as far as the scanner keeps it.
+pub enum Value<'a> {
+    Absent,
+    Null,
+    Str(Cow<'a, str>),
+    Micros(i64),
+    Raw(&'a str),
+    Checked,
+}
+
+static CONTRACT: LazyLock<Result<Contract, String>> = LazyLock::new(|| {
+    let contract: Contract = serde_json::from_str(CONTRACT_JSON).map_err(|e| e.to_string())?;
+    let models = std::iter::once(&contract.envelope).chain(contract.payloads.values());
+    if models.clone().any(|m| m.fields.len() > 64) {
+        return Err("a model of the contract has more than 64 fields".into());
+    }
+    let envelope = &contract.envelope.fields;
+    let kept = |f: &&Field| !matches!(f.kind, Kind::Integer { .. } | Kind::Boolean | Kind::Object);
+    if envelope.iter().filter(kept).any(|f| !f.required || f.nullable) {
+        return Err("an envelope column may be absent or null".into());
+    }
+    if !envelope
+        .iter()
+        .any(|f| f.name == contract.type_field && matches!(f.kind, Kind::String { .. }))
+        || envelope.iter().filter(|f| matches!(f.kind, Kind::Payload)).count() != 1
+    {
+        return Err("the envelope needs one string type field and one payload field".into());
+    }
+    Ok(contract)
+});
+
+/// The embedded contract, or why it cannot be read.
+pub fn contract() -> Result<&'static Contract, String> {
+    CONTRACT.as_ref().map_err(Clone::clone)
+}
 
 /// A JSON string, borrowed from the line when it has no escapes.
 pub struct Str<'a>(Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
-            type Value = Str<'a>;
+        struct StrVisitor;
+        impl<'de> Visitor<'de> for StrVisitor {
+            type Value = Str<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'a>, E> {
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
                 Ok(Str(Cow::Borrowed(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<Str<'a>, E> {
+            fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
                 Ok(Str(Cow::Owned(v.to_owned())))
             }
-            fn visit_string<E>(self, v: String) -> Result<Str<'a>, E> {
+            fn visit_string<E>(self, v: String) -> Result<Str<'de>, E> {
                 Ok(Str(Cow::Owned(v)))
             }
         }
-        deserializer.deserialize_str(StrVisitor(PhantomData))
-    }
-}
-
-/// A field that may be absent (its default applies) but, when present, is never `null`.
-pub struct Given<T>(Option<T>);
-
-impl<T> Default for Given<T> {
-    fn default() -> Self {
-        Given(None)
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Given<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        T::deserialize(deserializer).map(|v| Given(Some(v)))
-    }
-}
-
-/// Any JSON object (`dict[str, Any]`), checked for syntax and skipped.
-pub struct AnyObject;
-
-impl<'de> Deserialize<'de> for AnyObject {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor;
-        impl<'de> Visitor<'de> for ObjectVisitor {
-            type Value = AnyObject;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AnyObject, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(AnyObject)
-            }
-        }
-        deserializer.deserialize_map(ObjectVisitor)
+        deserializer.deserialize_str(StrVisitor)
     }
 }
 
 /// `min <= len(s) <= max` in characters (code points, as Python counts them).
-fn chars(s: &Str, min: usize, max: usize) -> bool {
-    let s = &s.0;
-    if s.len() < min {
+fn chars_within(s: &str, min: usize, max: Option<usize>) -> bool {
+    // Bytes bound characters from above, so the count is needed only near the bounds.
+    let below = |n: usize| s.len() <= n || s.chars().count() <= n;
+    (min == 0 || s.chars().count() >= min) && max.is_none_or(below)
+}
+
+fn string_ok(kind: &Kind, s: &str) -> bool {
+    let Kind::String { min_chars, max_chars, pattern, one_of, checks } = kind else {
+        return false;
+    };
+    chars_within(s, *min_chars, *max_chars)
+        && one_of.as_ref().is_none_or(|values| values.iter().any(|v| v == s))
+        && pattern.as_ref().is_none_or(|p| p.is_match(s))
+        && checks.iter().all(|c| c.holds(s))
+}
+
+fn refuse<E: de::Error>(what: &str) -> E {
+    E::custom(what)
+}
+
+/// Reads one value of `kind` (never null).
+struct KindSeed<'c> {
+    kind: &'c Kind,
+    contract: &'c Contract,
+}
+
+impl<'de, 'c> DeserializeSeed<'de> for KindSeed<'c> {
+    type Value = Value<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value<'de>, D::Error> {
+        match self.kind {
+            Kind::String { .. } => {
+                let s = Str::deserialize(d)?;
+                if !string_ok(self.kind, &s.0) {
+                    return Err(refuse("string outside the contract"));
+                }
+                Ok(Value::Str(s.0))
+            }
+            Kind::Integer { min, max } => {
+                let n = i64::deserialize(d)?;
+                if n < *min || n > *max {
+                    return Err(refuse("integer outside the contract"));
+                }
+                Ok(Value::Checked)
+            }
+            Kind::Boolean => bool::deserialize(d).map(|_| Value::Checked),
+            Kind::Object => d.deserialize_map(ObjectVisitor),
+            Kind::Timestamp => {
+                let s = Str::deserialize(d)?;
+                let (earliest, latest) = self.contract.timestamp_range_micros;
+                match parse_utc_micros(&s.0) {
+                    Some(at) if (earliest..latest).contains(&at) => Ok(Value::Micros(at)),
+                    _ => Err(refuse("timestamp outside the contract")),
+                }
+            }
+            Kind::List { item, min_items, max_items } => d.deserialize_seq(ListVisitor {
+                item: KindSeed { kind: item, contract: self.contract },
+                min_items: *min_items,
+                max_items: *max_items,
+            }),
+            Kind::Payload => <&RawValue>::deserialize(d).map(|raw| Value::Raw(raw.get())),
+        }
+    }
+}
+
+/// Reads one field's value: `null` where the contract allows it, else a value of its kind.
+struct FieldSeed<'c>(KindSeed<'c>, bool);
+
+impl<'de, 'c> DeserializeSeed<'de> for FieldSeed<'c> {
+    type Value = Value<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value<'de>, D::Error> {
+        if self.1 {
+            d.deserialize_option(self)
+        } else {
+            self.0.deserialize(d)
+        }
+    }
+}
+
+impl<'de, 'c> Visitor<'de> for FieldSeed<'c> {
+    type Value = Value<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a value or null")
+    }
+    fn visit_none<E>(self) -> Result<Value<'de>, E> {
+        Ok(Value::Null)
+    }
+    fn visit_unit<E>(self) -> Result<Value<'de>, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value<'de>, D::Error> {
+        self.0.deserialize(d)
+    }
+}
+
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Value<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Value::Checked)
+    }
+}
+
+struct ListVisitor<'c> {
+    item: KindSeed<'c>,
+    min_items: usize,
+    max_items: Option<usize>,
+}
+
+impl<'de, 'c> Visitor<'de> for ListVisitor<'c> {
+    type Value = Value<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value<'de>, A::Error> {
+        let mut count = 0usize;
+        let seed = || KindSeed { kind: self.item.kind, contract: self.item.contract };
+        while seq.next_element_seed(seed())?.is_some() {
+            count += 1;
+            if self.max_items.is_some_and(|max| count > max) {
+                return Err(refuse("too many items"));
+            }
+        }
+        if count < self.min_items {
+            return Err(refuse("too few items"));
+        }
+        Ok(Value::Checked)
+    }
+}
+
+/// Reads one object of `model`: every known key once, each required key present, unknown keys
+/// refused when the model is closed (else skipped). The values go to `values` when given.
+struct ModelSeed<'c, 'v, 'a> {
+    model: &'c Model,
+    contract: &'c Contract,
+    values: Option<&'v mut Vec<Value<'a>>>,
+}
+
+impl<'de: 'a, 'a, 'c, 'v> DeserializeSeed<'de> for ModelSeed<'c, 'v, 'a> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de: 'a, 'a, 'c, 'v> Visitor<'de> for ModelSeed<'c, 'v, 'a> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let fields = &self.model.fields;
+        if let Some(values) = self.values.as_deref_mut() {
+            values.clear();
+            values.resize_with(fields.len(), || Value::Absent);
+        }
+        let (mut seen, mut next) = (0u64, 0usize);
+        while let Some(key) = map.next_key::<Str>()? {
+            // Keys mostly come in the model's order: look from the one after the last first.
+            let at = |i: &usize| fields[*i].name == key.0;
+            let Some(i) = (next..fields.len()).chain(0..next).find(at) else {
+                if self.model.closed {
+                    return Err(refuse("unknown field"));
+                }
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            if seen & (1 << i) != 0 {
+                return Err(refuse("repeated field"));
+            }
+            (seen, next) = (seen | 1 << i, i + 1);
+            let kind = KindSeed { kind: &fields[i].kind, contract: self.contract };
+            let value = map.next_value_seed(FieldSeed(kind, fields[i].nullable))?;
+            if let Some(values) = self.values.as_deref_mut() {
+                values[i] = value;
+            }
+        }
+        if fields.iter().enumerate().any(|(i, f)| f.required && seen & (1 << i) == 0) {
+            return Err(refuse("missing field"));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `text` reads as one object of `model` (its values kept in `values` when given).
+fn read<'a>(
+    contract: &Contract,
+    model: &Model,
+    text: &'a [u8],
+    values: Option<&mut Vec<Value<'a>>>,
+) -> bool {
+    if model.unmirrored.is_some() {
         return false;
     }
-    s.len() <= max || s.chars().count() <= max
-}
-
-fn opt_chars(s: &Option<Str>, max: usize) -> bool {
-    s.as_ref().is_none_or(|s| chars(s, 0, max))
-}
-
-fn given_chars(s: &Given<Str>, max: usize) -> bool {
-    s.0.as_ref().is_none_or(|s| chars(s, 0, max))
-}
-
-fn one_of(s: &Str, allowed: &[&str]) -> bool {
-    allowed.contains(&s.0.as_ref())
-}
-
-/// `^[A-Za-z0-9][A-Za-z0-9<extra>]{0,127}$`: the contract's RefId (extra `_-`) and Ident
-/// (extra `_-@.:+`) patterns.
-fn id_like(s: &str, extra: &[u8]) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 128
-        && b[0].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
-}
-
-fn ref_id(s: &str) -> bool {
-    id_like(s, b"_-")
-}
-
-fn ident(s: &str) -> bool {
-    id_like(s, b"_-@.:+")
-}
-
-fn opt_ref_id(s: &Option<Str>) -> bool {
-    s.as_ref().is_none_or(|s| ref_id(&s.0))
-}
-
-fn relative_path(s: &str) -> bool {
-    !s.starts_with('/') && !s.contains('\\') && s.split('/').all(|p| !matches!(p, "" | "." | ".."))
-}
-
-fn non_negative(n: &Option<i64>) -> bool {
-    n.is_none_or(|n| n >= 0)
-}
-
-fn list_of(items: &Given<Vec<Str>>, max_items: usize, max_chars: usize) -> bool {
-    items
-        .0
-        .as_ref()
-        .is_none_or(|v| v.len() <= max_items && v.iter().all(|s| chars(s, 1, max_chars)))
-}
-
-#[derive(Deserialize)]
-struct TurnStarted<'a> {
-    #[serde(borrow, default)]
-    project: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct TurnClosed<'a> {
-    #[serde(borrow, default)]
-    status: Given<Str<'a>>,
-    #[serde(borrow, default)]
-    #[allow(dead_code)]
-    error_type: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct UserSubmission<'a> {
-    #[serde(borrow)]
-    text: Str<'a>,
-    #[serde(borrow, default)]
-    event_type: Given<Str<'a>>,
-    #[serde(borrow, default)]
-    batch_id: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    arrived_at: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct UserContext<'a> {
-    #[serde(borrow)]
-    kind: Str<'a>,
-    #[serde(borrow, default)]
-    label: Given<Str<'a>>,
-    #[serde(borrow, default, rename = "ref")]
-    reference: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    source: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    batch_id: Option<Str<'a>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    event: Given<AnyObject>,
-}
-
-#[derive(Deserialize)]
-struct AttachmentUploaded<'a> {
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(borrow)]
-    mime: Str<'a>,
-    size: i64,
-    #[serde(borrow)]
-    storage_ref: Str<'a>,
-    #[serde(borrow, default)]
-    extracted_text: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    batch_id: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ProgressStep<'a> {
-    #[serde(borrow)]
-    step: Str<'a>,
-    #[serde(borrow)]
-    phase: Str<'a>,
-    #[serde(borrow, default)]
-    tool: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    status: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    title: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    input: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    output: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct FileHosted<'a> {
-    #[serde(borrow)]
-    path: Str<'a>,
-    #[serde(borrow)]
-    mime: Str<'a>,
-    size: i64,
-    #[serde(borrow)]
-    sha256: Str<'a>,
-}
-
-#[derive(Deserialize)]
-struct AssistantCompletion<'a> {
-    #[serde(borrow, default)]
-    text: Given<Str<'a>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    error: Given<bool>,
-    #[serde(borrow, default)]
-    error_type: Option<Str<'a>>,
-    #[serde(default)]
-    tokens_in: Option<i64>,
-    #[serde(default)]
-    tokens_out: Option<i64>,
-    #[serde(borrow, default)]
-    model: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct WorkingSummary<'a> {
-    #[serde(borrow)]
-    text: Str<'a>,
-    #[serde(borrow, default)]
-    refs: Given<Vec<Str<'a>>>,
-    #[serde(borrow, default)]
-    scope: Given<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct RetrievalAnchors<'a> {
-    #[serde(borrow, default)]
-    phrases: Given<Vec<Str<'a>>>,
-    #[serde(borrow, default)]
-    entities: Given<Vec<Str<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct InternalNote<'a> {
-    #[serde(borrow)]
-    text: Str<'a>,
-}
-
-#[derive(Deserialize)]
-struct RichBlock<'a> {
-    #[serde(borrow)]
-    block_type: Str<'a>,
-    #[serde(borrow, default)]
-    call_id: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    tool: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    text: Given<Str<'a>>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    meta: Given<AnyObject>,
-}
-
-#[derive(Deserialize)]
-struct Feedback<'a> {
-    #[serde(borrow, default)]
-    reaction: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    origin: Given<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct CommunicatorEvent<'a> {
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    data: Given<AnyObject>,
-}
-
-#[derive(Deserialize)]
-struct StreamAggregate<'a> {
-    #[serde(borrow)]
-    marker: Str<'a>,
-    #[serde(borrow)]
-    name: Str<'a>,
-    #[serde(borrow, default)]
-    #[allow(dead_code)]
-    chunks: Option<Vec<Str<'a>>>,
-    #[serde(default)]
-    chunks_num: Option<i64>,
-    #[serde(borrow, default)]
-    text: Option<Str<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ConversationTitle<'a> {
-    #[serde(borrow)]
-    title: Str<'a>,
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let seed = ModelSeed { model, contract, values };
+    seed.deserialize(&mut de).is_ok() && de.end().is_ok()
 }
 
 /// Whether a JSON number token fits the tables: an integer (no `.` or exponent) within i64, or
@@ -336,9 +407,9 @@ fn number_fits(token: &str) -> bool {
 }
 
 /// Whether the payload's JSON text (valid JSON) holds only what the tables hold, unknown keys
-/// included: every number fits (`number_fits`) and nesting is at most `PAYLOAD_MAX_DEPTH`
-/// (the contract's `payload_problem`). One pass over the bytes; strings are skipped whole.
-pub fn storable(payload: &str) -> bool {
+/// included: every number fits (`number_fits`) and nesting is at most `max_depth` (the
+/// contract's `payload_problem`). One pass over the bytes; strings are skipped whole.
+pub fn storable(payload: &str, max_depth: usize) -> bool {
     let b = payload.as_bytes();
     let (mut i, mut depth) = (0usize, 0usize);
     while i < b.len() {
@@ -356,7 +427,7 @@ pub fn storable(payload: &str) -> bool {
             },
             b'{' | b'[' => {
                 depth += 1;
-                if depth > PAYLOAD_MAX_DEPTH {
+                if depth > max_depth {
                     return false;
                 }
                 i += 1;
@@ -381,194 +452,53 @@ pub fn storable(payload: &str) -> bool {
     true
 }
 
-fn decode<'a, T: Deserialize<'a>>(payload: &'a str) -> Option<T> {
-    serde_json::from_str(payload).ok()
-}
-
-/// Whether `payload` (the raw JSON text) is a valid payload of event type `kind`.
-fn payload_ok(kind: &str, payload: &str) -> bool {
-    // serde also reads a struct from a JSON array; the contract wants an object.
-    if !payload.starts_with('{') {
-        return false;
-    }
-    match kind {
-        "turn.started" => decode::<TurnStarted>(payload)
-            .is_some_and(|p| p.project.as_ref().is_none_or(|s| chars(s, 1, 4096))),
-        "turn.closed" => decode::<TurnClosed>(payload).is_some_and(|p| {
-            p.status.0.as_ref().is_none_or(|s| one_of(s, &["ok", "error", "cancelled"]))
-        }),
-        "user.submission" => decode::<UserSubmission>(payload).is_some_and(|p| {
-            chars(&p.text, 0, 100_000)
-                && p.event_type.0.as_ref().is_none_or(|s| one_of(s, &["prompt", "followup", "steer"]))
-                && opt_ref_id(&p.batch_id)
-                && p.arrived_at.as_ref().is_none_or(|s| parse_utc_micros(&s.0).is_some())
-        }),
-        "user.context" => decode::<UserContext>(payload).is_some_and(|p| {
-            chars(&p.kind, 1, 128)
-                && given_chars(&p.label, 1024)
-                && opt_chars(&p.reference, REF_MAX_CHARS)
-                && opt_chars(&p.source, 1024)
-                && opt_ref_id(&p.batch_id)
-        }),
-        "user.attachment" => decode::<AttachmentUploaded>(payload).is_some_and(|p| {
-            chars(&p.name, 1, 255)
-                && !p.name.0.contains('/')
-                && relative_path(&p.name.0)
-                && chars(&p.mime, 1, 255)
-                && p.size >= 0
-                && chars(&p.storage_ref, 1, REF_MAX_CHARS)
-                && opt_chars(&p.extracted_text, 100_000)
-                && opt_ref_id(&p.batch_id)
-        }),
-        "chat.step" => decode::<ProgressStep>(payload).is_some_and(|p| {
-            chars(&p.step, 1, 128)
-                && one_of(&p.phase, &["start", "complete", "error"])
-                && opt_chars(&p.tool, 128)
-                && opt_chars(&p.status, 1024)
-                && opt_chars(&p.title, 1024)
-                && opt_chars(&p.input, 2048)
-                && opt_chars(&p.output, 32_000)
-        }),
-        "file.hosted" => decode::<FileHosted>(payload).is_some_and(|p| {
-            chars(&p.path, 1, 1024)
-                && relative_path(&p.path.0)
-                && chars(&p.mime, 1, 255)
-                && p.size >= 0
-                && p.sha256.0.len() == 64
-                && p.sha256.0.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-        }),
-        "assistant.completion" => decode::<AssistantCompletion>(payload).is_some_and(|p| {
-            given_chars(&p.text, 200_000)
-                && opt_chars(&p.error_type, 256)
-                && non_negative(&p.tokens_in)
-                && non_negative(&p.tokens_out)
-                && opt_chars(&p.model, 256)
-        }),
-        "react.summary" => decode::<WorkingSummary>(payload).is_some_and(|p| {
-            chars(&p.text, 0, SUMMARY_MAX_CHARS)
-                && list_of(&p.refs, SUMMARY_MAX_REFS, REF_MAX_CHARS)
-                && given_chars(&p.scope, 64)
-        }),
-        "react.anchors" => decode::<RetrievalAnchors>(payload).is_some_and(|p| {
-            list_of(&p.phrases, ANCHORS_MAX, ANCHOR_MAX_CHARS)
-                && list_of(&p.entities, ANCHORS_MAX, ANCHOR_MAX_CHARS)
-        }),
-        "react.note" => {
-            decode::<InternalNote>(payload).is_some_and(|p| chars(&p.text, 1, SUMMARY_MAX_CHARS))
-        }
-        "react.block" => decode::<RichBlock>(payload).is_some_and(|p| {
-            one_of(
-                &p.block_type,
-                &["react.tool.call", "react.tool.result", "react.thinking", "stage.suggested_followups"],
-            ) && opt_ref_id(&p.call_id)
-                && opt_chars(&p.tool, 128)
-                && given_chars(&p.text, 100_000)
-        }),
-        "feedback" => decode::<Feedback>(payload).is_some_and(|p| {
-            p.reaction.as_ref().is_none_or(|s| one_of(s, &["up", "down", "neutral"]))
-                && opt_chars(&p.text, 10_000)
-                && given_chars(&p.origin, 64)
-        }),
-        "communicator.event" => decode::<CommunicatorEvent>(payload).is_some_and(|p| {
-            one_of(
-                &p.name,
-                &["chat.step", "chat.citations", "chat.followups", "accounting.usage", "chat.turn.summary"],
-            )
-        }),
-        "stream.aggregate" => decode::<StreamAggregate>(payload).is_some_and(|p| {
-            one_of(&p.marker, &["canvas", "tool", "subsystem"])
-                && chars(&p.name, 1, 256)
-                && non_negative(&p.chunks_num)
-                && opt_chars(&p.text, 100_000)
-        }),
-        "conversation.title" => {
-            decode::<ConversationTitle>(payload).is_some_and(|p| chars(&p.title, 1, 512))
-        }
-        _ => false,
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    event_id: Str<'a>,
-    schema_version: u8,
-    #[serde(borrow, rename = "type")]
-    kind: Str<'a>,
-    #[serde(borrow)]
-    occurred_at: Str<'a>,
-    #[serde(borrow)]
-    tenant: Str<'a>,
-    #[serde(borrow)]
-    app: Str<'a>,
-    #[serde(borrow)]
-    agent: Str<'a>,
-    #[serde(borrow)]
-    adapter: Str<'a>,
-    #[serde(borrow)]
-    user_id: Str<'a>,
-    #[serde(borrow)]
-    conversation_id: Str<'a>,
-    #[serde(borrow)]
-    turn_id: Str<'a>,
-    #[serde(borrow)]
-    payload: &'a RawValue,
-}
-
-/// An accepted event: envelope columns, UTC microseconds and the payload's JSON text.
+/// An accepted event: the envelope's string columns and timestamps (UTC microseconds) in the
+/// contract's field order, and the payload's JSON text; `values` is room for reading a line.
+#[derive(Default)]
 pub struct Accepted<'a> {
-    pub event_id: Cow<'a, str>,
-    pub kind: Cow<'a, str>,
-    pub occurred_at: i64,
-    pub tenant: Cow<'a, str>,
-    pub app: Cow<'a, str>,
-    pub agent: Cow<'a, str>,
-    pub adapter: Cow<'a, str>,
-    pub user_id: Cow<'a, str>,
-    pub conversation_id: Cow<'a, str>,
-    pub turn_id: Cow<'a, str>,
+    pub strings: Vec<Cow<'a, str>>,
+    pub micros: Vec<i64>,
     pub payload: &'a str,
+    values: Vec<Value<'a>>,
 }
 
-/// The event on `line` when the mirror accepts it; None sends the line to the contract.
-pub fn check_line(line: &[u8], max_bytes: usize) -> Option<Accepted<'_>> {
-    if line.len() > max_bytes {
-        return None;
+impl Contract {
+    /// Names of the envelope's string columns and of its payload (the string view columns, the
+    /// payload last), then of its timestamp columns, in field order.
+    pub fn columns(&self) -> (Vec<&str>, Vec<&str>) {
+        let named = |want: fn(&Kind) -> bool| {
+            self.envelope.fields.iter().filter(move |f| want(&f.kind)).map(|f| f.name.as_str())
+        };
+        let payload = named(|k| matches!(k, Kind::Payload));
+        let views = named(|k| matches!(k, Kind::String { .. })).chain(payload).collect();
+        (views, named(|k| matches!(k, Kind::Timestamp)).collect())
     }
-    // serde also reads a struct from a JSON array; the contract wants one object per line.
-    if line.iter().find(|c| !matches!(c, b' ' | b'\t' | b'\r' | b'\n')) != Some(&b'{') {
-        return None;
+
+    /// Whether the contract surely accepts the event on `line`, which is then in `row`; false
+    /// sends the line to the pydantic contract. `row` is reused from line to line.
+    pub fn check_line<'a>(&self, line: &'a [u8], max_bytes: usize, row: &mut Accepted<'a>) -> bool {
+        if line.len() > max_bytes || !read(self, &self.envelope, line, Some(&mut row.values)) {
+            return false;
+        }
+        row.strings.clear();
+        row.micros.clear();
+        let mut kind = None;
+        for (field, value) in self.envelope.fields.iter().zip(row.values.drain(..)) {
+            match value {
+                Value::Str(s) => {
+                    if field.name == self.type_field {
+                        kind = self.payloads.get(s.as_ref());
+                    }
+                    row.strings.push(s);
+                }
+                Value::Micros(at) => row.micros.push(at),
+                Value::Raw(payload) => row.payload = payload,
+                _ => {}
+            }
+        }
+        kind.is_some_and(|model| read(self, model, row.payload.as_bytes(), None))
+            && storable(row.payload, self.payload_max_depth)
     }
-    let env: Envelope = serde_json::from_slice(line).ok()?;
-    let ids_ok = ref_id(&env.event_id.0)
-        && ref_id(&env.conversation_id.0)
-        && ref_id(&env.turn_id.0)
-        && ident(&env.tenant.0)
-        && ident(&env.app.0)
-        && ident(&env.agent.0)
-        && ident(&env.user_id.0);
-    if env.schema_version != 1 || !ids_ok || !one_of(&env.adapter, &ADAPTERS) {
-        return None;
-    }
-    let occurred_at = parse_utc_micros(&env.occurred_at.0)?;
-    let payload = env.payload.get();
-    if !payload_ok(&env.kind.0, payload) || !storable(payload) {
-        return None;
-    }
-    Some(Accepted {
-        event_id: env.event_id.0,
-        kind: env.kind.0,
-        occurred_at,
-        tenant: env.tenant.0,
-        app: env.app.0,
-        agent: env.agent.0,
-        adapter: env.adapter.0,
-        user_id: env.user_id.0,
-        conversation_id: env.conversation_id.0,
-        turn_id: env.turn_id.0,
-        payload,
-    })
 }
 
 #[cfg(test)]
@@ -577,12 +507,22 @@ mod tests {
 
     const LINE: &str = r#"{"event_id":"e1","schema_version":1,"type":"user.submission","occurred_at":"2026-11-30T10:00:00Z","tenant":"t","app":"a","agent":"g","adapter":"minimal","user_id":"u@x.io","conversation_id":"c1","turn_id":"t1","payload":{"text":"hi \"there\"","event_type":"prompt"}}"#;
 
+    fn check(line: &str) -> Option<Accepted<'_>> {
+        let mut row = Accepted::default();
+        contract().unwrap().check_line(line.as_bytes(), 1 << 18, &mut row).then_some(row)
+    }
+
     #[test]
     fn a_valid_line_is_accepted_with_its_raw_payload() {
-        let row = check_line(LINE.as_bytes(), 1 << 18).unwrap();
-        assert_eq!(row.event_id, "e1");
+        let row = check(LINE).unwrap();
+        assert_eq!(row.strings[0], "e1");
+        assert_eq!(row.strings[1], "user.submission");
         assert_eq!(row.payload, r#"{"text":"hi \"there\"","event_type":"prompt"}"#);
-        assert_eq!(row.occurred_at, 1_796_032_800_000_000);
+        assert_eq!(row.micros, vec![1_796_032_800_000_000]);
+        let (views, timestamps) = contract().unwrap().columns();
+        assert_eq!(views[..2], ["event_id", "type"]);
+        assert_eq!(views.last(), Some(&"payload"));
+        assert_eq!(timestamps, ["occurred_at"]);
     }
 
     #[test]
@@ -590,18 +530,32 @@ mod tests {
         for bad in [
             LINE.replace("\"c1\"", "\"c.1\""),
             LINE.replace("\"prompt\"", "\"shout\""),
+            LINE.replace("\"prompt\"", "null"),
             LINE.replace("\"minimal\"", "\"other\""),
             LINE.replace("\"schema_version\":1", "\"schema_version\":2"),
+            LINE.replace("\"schema_version\":1", "\"schema_version\":1.0"),
             LINE.replace("\"turn_id\"", "\"extra\":1,\"turn_id\""),
+            LINE.replace("\"turn_id\"", "\"event_id\":\"e2\",\"turn_id\""),
             LINE.replace("{\"text\"", "{\"event_type\":\"steer\",\"text\""),
+            LINE.replace("{\"text\":\"hi \\\"there\\\"\",", "{"),
             LINE.replace("user.submission", "user.unknown"),
             LINE.replace("10:00:00Z", "10:00:00"),
+            LINE.replace("2026-11-30T10:00:00Z", "2200-01-01T00:00:00Z"),
+            LINE.replace("{\"text\"", "[{\"text\"").replace("}}", "}]}"),
             format!("[{LINE}]"),
+            format!("{LINE} x"),
             "not json".to_string(),
         ] {
-            assert!(check_line(bad.as_bytes(), 1 << 18).is_none(), "{bad}");
+            assert!(check(&bad).is_none(), "{bad}");
         }
-        assert!(check_line(LINE.as_bytes(), 100).is_none());
+        assert!(!contract().unwrap().check_line(LINE.as_bytes(), 100, &mut Accepted::default()));
+    }
+
+    #[test]
+    fn unknown_payload_keys_are_skipped_but_must_be_storable() {
+        let extra = LINE.replace("{\"text\"", "{\"note\":[1,{\"a\":null}],\"text\"");
+        assert!(check(&extra).is_some());
+        assert!(check(&extra.replace("[1,", "[1e400,")).is_none());
     }
 
     #[test]
@@ -610,7 +564,7 @@ mod tests {
             r#"{"n":9223372036854775807,"m":-9223372036854775808,"f":1.5e308,"g":1e-400}"#,
             r#"{"s":"12345678901234567890 \" 1e999 [[[","a":[{"b":[0.5,-0,2E+2]}]}"#,
         ] {
-            assert!(storable(ok), "{ok}");
+            assert!(storable(ok, 64), "{ok}");
         }
         for bad in [
             r#"{"n":9223372036854775808}"#,
@@ -618,13 +572,13 @@ mod tests {
             r#"{"x":{"unknown":1e400}}"#,
             r#"{"n":-1E+309}"#,
         ] {
-            assert!(!storable(bad), "{bad}");
+            assert!(!storable(bad, 64), "{bad}");
         }
         let nested = |levels: usize| {
             format!("{{\"a\":{}{}}}", "[".repeat(levels - 1), "]".repeat(levels - 1))
         };
-        assert!(storable(&nested(PAYLOAD_MAX_DEPTH)));
-        assert!(!storable(&nested(PAYLOAD_MAX_DEPTH + 1)));
+        assert!(storable(&nested(8), 8));
+        assert!(!storable(&nested(9), 8));
     }
 
     #[test]
@@ -632,13 +586,41 @@ mod tests {
         let completion = LINE
             .replace("user.submission", "assistant.completion")
             .replace(r#""hi \"there\"","event_type":"prompt"}"#, r#""x","tokens_out":7}"#);
-        assert!(check_line(completion.as_bytes(), 1 << 18).is_some());
+        assert!(check(&completion).is_some());
         for bad in [
             completion.replace(":7}", &format!(":{}}}", "9".repeat(400))),
             completion.replace(":7}", ":9223372036854775808}"),
+            completion.replace(":7}", ":-1}"),
+            completion.replace(":7}", ":7.0}"),
             completion.replace(":7}", r#":7,"junk":[1e400]}"#),
         ] {
-            assert!(check_line(bad.as_bytes(), 1 << 18).is_none(), "{bad}");
+            assert!(check(&bad).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn lengths_are_counted_in_characters() {
+        assert!(chars_within("éé", 2, Some(2)));
+        assert!(!chars_within("ééé", 0, Some(2)));
+        assert!(!chars_within("é", 2, None));
+        assert!(chars_within("", 0, None));
+    }
+
+    #[test]
+    fn a_type_the_generator_could_not_mirror_is_left_to_the_contract() {
+        let mut generated: serde_json::Value = serde_json::from_str(CONTRACT_JSON).unwrap();
+        generated["payloads"]["user.submission"] = serde_json::json!({"unmirrored": "a test"});
+        let contract: Contract = serde_json::from_value(generated).unwrap();
+        assert!(!contract.check_line(LINE.as_bytes(), 1 << 18, &mut Accepted::default()));
+        assert!(check(LINE).is_some());
+    }
+
+    #[test]
+    fn a_pattern_the_engine_cannot_compile_matches_nothing() {
+        let kind: Kind = serde_json::from_str(
+            r#"{"value_type":"string","min_chars":0,"max_chars":null,"pattern":"^(?=a)a$","one_of":null,"checks":[]}"#,
+        )
+        .unwrap();
+        assert!(!string_ok(&kind, "a"));
     }
 }

@@ -1,41 +1,28 @@
-//! Native landing scanner: validates raw turn event lines against a mirror of the pydantic
-//! contract (`ctxdb/events.py`) and returns the accepted envelopes as Arrow column buffers.
+//! Native landing scanner: validates raw turn event lines against the event contract, as
+//! generated from the pydantic contract (`ctxdb/contract/events.py`) into `contract.json` by
+//! `ctxdb/landing/native_contract.py`, and returns the accepted envelopes as Arrow column buffers.
 //!
 //! Written by hand because no library validates NDJSON against a pydantic contract line by line
 //! at this speed and reports bad lines one by one: pyarrow's and polars' JSON readers fail the
 //! whole block on one bad line, and per-line Python decoding costs ~10x a plain Delta append.
 //!
-//! The mirror accepts a subset of what the contract accepts (strict RFC 3339 timestamps, no type
+//! The scanner accepts a subset of what the contract accepts (strict RFC 3339 timestamps, no type
 //! coercion, no duplicate keys). Every line it rejects is returned to Python, which runs the
 //! pydantic contract on it: that line then lands or is quarantined with its reason. So a line this
 //! module accepts is valid, and a line it wrongly rejects only costs the slow path.
-//! `tests/test_native_scan.py` holds the mirror to the contract.
+//! `tests/test_native_scan.py` and `tests/test_landing_differential.py` hold it to the contract.
 
 mod contract;
 mod timestamp;
 
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyImportError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use rayon::prelude::*;
 
 use std::borrow::Cow;
 
-use crate::contract::{check_line, Accepted};
-
-/// String columns in output order (each becomes a string_view Arrow array).
-const COLUMNS: [&str; 10] = [
-    "event_id",
-    "type",
-    "tenant",
-    "app",
-    "agent",
-    "adapter",
-    "user_id",
-    "conversation_id",
-    "turn_id",
-    "payload",
-];
+use crate::contract::{contract, Accepted, Contract};
 
 /// Bytes addressed by one data buffer. Views hold 32-bit offsets, so the input is exposed as
 /// windows of this size; each window runs `max_bytes` past its end, so a string that starts in a
@@ -50,15 +37,16 @@ struct Line {
     end: usize,
 }
 
-/// Accepted rows of one chunk of lines as Arrow string views, plus the lines it rejected.
+/// Accepted rows of one chunk of lines as Arrow string views (the envelope's string columns,
+/// then the payload) and timestamp columns, plus the lines it rejected.
 ///
 /// A string that appears verbatim in the input is a view into the input itself (no copy); one
 /// that held JSON escapes is unescaped into `extra`, the chunk's own data buffer.
 struct Chunk {
     buffer: u32,
-    views: [Vec<[u8; 16]>; 10],
+    views: Vec<Vec<[u8; 16]>>,
     extra: Vec<u8>,
-    occurred_at: Vec<i64>,
+    micros: Vec<Vec<i64>>,
     line_number: Vec<i64>,
     rejected: Vec<Line>,
 }
@@ -79,31 +67,21 @@ fn view(s: &[u8], buffer: u32, offset: usize) -> [u8; 16] {
 }
 
 impl Chunk {
-    /// An empty chunk with room for `rows` accepted rows (no regrowth while scanning).
-    fn new(buffer: u32, rows: usize) -> Self {
+    /// An empty chunk of `views` string view columns (the payload last) and `timestamps`
+    /// timestamp columns, with room for `rows` accepted rows (no regrowth while scanning).
+    fn new(buffer: u32, rows: usize, views: usize, timestamps: usize) -> Self {
         Chunk {
             buffer,
-            views: std::array::from_fn(|_| Vec::with_capacity(rows)),
+            views: (0..views).map(|_| Vec::with_capacity(rows)).collect(),
             extra: Vec::new(),
-            occurred_at: Vec::with_capacity(rows),
+            micros: (0..timestamps).map(|_| Vec::with_capacity(rows)).collect(),
             line_number: Vec::with_capacity(rows),
             rejected: Vec::new(),
         }
     }
 
     fn push(&mut self, data: &[u8], line: &Line, row: &Accepted) {
-        let fields: [&Cow<str>; 9] = [
-            &row.event_id,
-            &row.kind,
-            &row.tenant,
-            &row.app,
-            &row.agent,
-            &row.adapter,
-            &row.user_id,
-            &row.conversation_id,
-            &row.turn_id,
-        ];
-        for (i, field) in fields.iter().enumerate() {
+        for (column, field) in self.views.iter_mut().zip(&row.strings) {
             let v = match field {
                 Cow::Borrowed(s) => input_view(data, s.as_bytes()),
                 Cow::Owned(s) => {
@@ -112,10 +90,14 @@ impl Chunk {
                     view(s.as_bytes(), self.buffer, offset)
                 }
             };
-            self.views[i].push(v);
+            column.push(v);
         }
-        self.views[9].push(input_view(data, row.payload.as_bytes()));
-        self.occurred_at.push(row.occurred_at);
+        if let Some(payload) = self.views.last_mut() {
+            payload.push(input_view(data, row.payload.as_bytes()));
+        }
+        for (column, at) in self.micros.iter_mut().zip(&row.micros) {
+            column.push(*at);
+        }
         self.line_number.push(line.number as i64);
     }
 }
@@ -152,30 +134,34 @@ fn split_lines(data: &[u8]) -> Vec<Line> {
     lines
 }
 
-fn scan_chunk(data: &[u8], lines: &[Line], max_bytes: usize, buffer: u32) -> Chunk {
-    let mut chunk = Chunk::new(buffer, lines.len());
+fn scan_chunk(c: &Contract, data: &[u8], lines: &[Line], max_bytes: usize, buffer: u32) -> Chunk {
+    let (views, timestamps) = c.columns();
+    let mut chunk = Chunk::new(buffer, lines.len(), views.len(), timestamps.len());
+    let mut row = Accepted::default();
     for line in lines {
         // Every accepted field borrows from the line, which lies inside `data`.
-        match check_line(&data[line.start..line.end], max_bytes) {
-            Some(row) => chunk.push(data, line, &row),
-            None => chunk.rejected.push(*line),
+        if c.check_line(&data[line.start..line.end], max_bytes, &mut row) {
+            chunk.push(data, line, &row);
+        } else {
+            chunk.rejected.push(*line);
         }
     }
     chunk
 }
 
-/// The scan of one input: per column the views of every accepted row, and the data buffers
-/// they point into (input windows first, then each chunk's `extra`).
+/// The scan of one input: per string column the views of every accepted row, and the data
+/// buffers they point into (input windows first, then each chunk's `extra`); per timestamp
+/// column the microseconds of every accepted row.
 struct Scan {
     windows: Vec<(usize, usize)>,
-    views: [Vec<[u8; 16]>; 10],
+    views: Vec<Vec<[u8; 16]>>,
     extras: Vec<Vec<u8>>,
-    occurred_at: Vec<i64>,
+    micros: Vec<Vec<i64>>,
     line_number: Vec<i64>,
     rejected: Vec<Line>,
 }
 
-fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
+fn scan(c: &Contract, data: &[u8], max_bytes: usize) -> Result<Scan, String> {
     let windows: Vec<(usize, usize)> = (0..data.len().div_ceil(WINDOW))
         .map(|k| (k * WINDOW, data.len().min((k + 1) * WINDOW + max_bytes)))
         .collect();
@@ -185,17 +171,18 @@ fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
     let chunks: Vec<Chunk> = lines
         .par_chunks(per_chunk)
         .enumerate()
-        .map(|(i, part)| scan_chunk(data, part, max_bytes, (windows.len() + i) as u32))
+        .map(|(i, part)| scan_chunk(c, data, part, max_bytes, (windows.len() + i) as u32))
         .collect();
     if chunks.iter().any(|c| c.extra.len() > i32::MAX as usize) {
         return Err("unescaped strings of one chunk exceed 2 GiB; split the file".into());
     }
     let rows: usize = chunks.iter().map(|c| c.line_number.len()).sum();
+    let (views, timestamps) = c.columns();
     let mut out = Scan {
         windows,
-        views: std::array::from_fn(|_| Vec::with_capacity(rows)),
+        views: (0..views.len()).map(|_| Vec::with_capacity(rows)).collect(),
         extras: Vec::with_capacity(chunks.len()),
-        occurred_at: Vec::with_capacity(rows),
+        micros: (0..timestamps.len()).map(|_| Vec::with_capacity(rows)).collect(),
         line_number: Vec::with_capacity(rows),
         rejected: Vec::new(),
     };
@@ -203,8 +190,10 @@ fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
         for (all, part) in out.views.iter_mut().zip(chunk.views) {
             all.extend_from_slice(&part);
         }
+        for (all, part) in out.micros.iter_mut().zip(chunk.micros) {
+            all.extend_from_slice(&part);
+        }
         out.extras.push(chunk.extra);
-        out.occurred_at.extend_from_slice(&chunk.occurred_at);
         out.line_number.extend_from_slice(&chunk.line_number);
         out.rejected.extend_from_slice(&chunk.rejected);
     }
@@ -213,16 +202,19 @@ fn scan(data: &[u8], max_bytes: usize) -> Result<Scan, String> {
 
 fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: i64 and [u8; 16] have no padding or invalid bit patterns; read as plain bytes.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }
 
 /// Validate every line of `data` (one JSON event per line).
 ///
-/// Returns a dict: `rows` (accepted count); per string column, `<name>` as the bytes of its
-/// Arrow string views; `windows`, the `(start, end)` slices of `data` that are the views' first
-/// data buffers, and `extra`, the further data buffers (bytes); `occurred_at` (UTC microseconds)
-/// and `line_number` as int64 bytes; and `rejected`, a list of `(line_number, start, end)` byte
-/// ranges of non-blank lines the mirror did not accept. `threads` validates in that many threads
+/// Returns a dict: `rows` (accepted count); per string column (the envelope's string fields and
+/// `payload`), `<name>` as the bytes of its Arrow string views; `windows`, the `(start, end)`
+/// slices of `data` that are the views' first data buffers, and `extra`, the further data buffers
+/// (bytes); per timestamp field (`occurred_at`, UTC microseconds) and `line_number`, int64
+/// bytes; and `rejected`, a list of `(line_number, start, end)` byte ranges of non-blank lines
+/// the scanner did not accept. `threads` validates in that many threads
 /// (0: one per core). The GIL is released throughout.
 #[pyfunction]
 #[pyo3(signature = (data, max_event_bytes, threads = 0))]
@@ -233,21 +225,26 @@ fn scan_events<'py>(
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let buf = data.as_bytes();
+    let c = contract().map_err(PyRuntimeError::new_err)?;
     let out = py.allow_threads(|| {
         if threads == 0 {
-            return scan(buf, max_event_bytes);
+            return scan(c, buf, max_event_bytes);
         }
         rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .map_err(|e| format!("landing thread pool: {e}"))
-            .and_then(|pool| pool.install(|| scan(buf, max_event_bytes)))
+            .and_then(|pool| pool.install(|| scan(c, buf, max_event_bytes)))
     });
     let out = out.map_err(PyRuntimeError::new_err)?;
     let result = PyDict::new(py);
     result.set_item("rows", out.line_number.len())?;
-    for (name, views) in COLUMNS.iter().zip(&out.views) {
+    let (views, timestamps) = c.columns();
+    for (name, views) in views.iter().zip(&out.views) {
         result.set_item(*name, PyBytes::new(py, as_bytes(views)))?;
+    }
+    for (name, micros) in timestamps.iter().zip(&out.micros) {
+        result.set_item(*name, PyBytes::new(py, as_bytes(micros)))?;
     }
     result.set_item("windows", out.windows)?;
     let extra = PyList::empty(py);
@@ -255,7 +252,6 @@ fn scan_events<'py>(
         extra.append(PyBytes::new(py, buffer))?;
     }
     result.set_item("extra", extra)?;
-    result.set_item("occurred_at", PyBytes::new(py, as_bytes(&out.occurred_at)))?;
     result.set_item("line_number", PyBytes::new(py, as_bytes(&out.line_number)))?;
     let rejected = PyList::empty(py);
     for line in &out.rejected {
@@ -268,15 +264,10 @@ fn scan_events<'py>(
 #[pymodule]
 #[pyo3(name = "_native")]
 fn ctxdb_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // A contract it cannot read makes the module unimportable: landing takes the Python scanner.
+    contract().map_err(|e| PyImportError::new_err(format!("native contract.json: {e}")))?;
     m.add_function(wrap_pyfunction!(scan_events, m)?)?;
-    m.add("SUMMARY_MAX_CHARS", contract::SUMMARY_MAX_CHARS)?;
-    m.add("SUMMARY_MAX_REFS", contract::SUMMARY_MAX_REFS)?;
-    m.add("REF_MAX_CHARS", contract::REF_MAX_CHARS)?;
-    m.add("ANCHORS_MAX", contract::ANCHORS_MAX)?;
-    m.add("ANCHOR_MAX_CHARS", contract::ANCHOR_MAX_CHARS)?;
-    m.add("PAYLOAD_MAX_DEPTH", contract::PAYLOAD_MAX_DEPTH)?;
-    m.add("EARLIEST_MICROS", timestamp::EARLIEST_MICROS)?;
-    m.add("LATEST_MICROS", timestamp::LATEST_MICROS)?;
+    m.add("CONTRACT_JSON", contract::CONTRACT_JSON)?;
     Ok(())
 }
 
@@ -287,7 +278,8 @@ mod tests {
     #[test]
     fn lines_are_numbered_from_one_and_blank_lines_skipped() {
         let lines = split_lines(b"a\r\n\n  \nb\nc");
-        let got: Vec<(u64, usize, usize)> = lines.iter().map(|l| (l.number, l.start, l.end)).collect();
+        let got: Vec<(u64, usize, usize)> =
+            lines.iter().map(|l| (l.number, l.start, l.end)).collect();
         assert_eq!(got, vec![(1, 0, 1), (4, 7, 8), (5, 9, 10)]);
     }
 

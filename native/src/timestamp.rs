@@ -1,15 +1,11 @@
-//! Strict RFC 3339 timestamps with a zone: `YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|±HH:MM)`, at an
-//! instant inside the contract's range [`EARLIEST`, `LATEST`) (1970-01-01 to 2200-01-01 UTC).
+//! Strict RFC 3339 timestamps with a zone: `YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|±HH:MM)`, as UTC
+//! microseconds. The contract's range ([`EARLIEST`, `LATEST`)) is applied by `contract.rs`, from
+//! the generated contract.
 //!
 //! Hand-written rather than chrono's parser because the mirror must accept only forms the
 //! pydantic contract accepts with the same value: chrono also takes a space separator, lowercase
 //! letters, leap seconds and nanoseconds, which pydantic treats differently. Anything else is
 //! left to the contract.
-
-/// The contract's `EARLIEST` (1970-01-01T00:00:00Z) in microseconds since the epoch.
-pub const EARLIEST_MICROS: i64 = 0;
-/// The contract's `LATEST` (2200-01-01T00:00:00Z, excluded) in microseconds since the epoch.
-pub const LATEST_MICROS: i64 = 7_258_118_400_000_000;
 
 fn digits(s: &[u8]) -> Option<i64> {
     let mut value = 0i64;
@@ -42,11 +38,15 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Microseconds since the Unix epoch (UTC), or None when `s` is not in the strict form or its
-/// instant lies outside [`EARLIEST_MICROS`, `LATEST_MICROS`).
+/// Microseconds since the Unix epoch (UTC), or None when `s` is not in the strict form.
 pub fn parse_utc_micros(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':'
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
     {
         return None;
     }
@@ -77,19 +77,22 @@ pub fn parse_utc_micros(s: &str) -> Option<i64> {
                 return None;
             }
             let total = hours * 60 + minutes;
-            if *sign == b'-' { -total } else { total }
+            if *sign == b'-' {
+                -total
+            } else {
+                total
+            }
         }
         _ => return None,
     };
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second
         - offset_minutes * 60;
-    let instant = seconds * 1_000_000 + micros;
-    (EARLIEST_MICROS..LATEST_MICROS).contains(&instant).then_some(instant)
+    Some(seconds * 1_000_000 + micros)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_utc_micros, LATEST_MICROS};
+    use super::parse_utc_micros;
 
     #[test]
     fn utc_and_offsets_give_the_same_instant() {
@@ -104,13 +107,10 @@ mod tests {
     }
 
     #[test]
-    fn instants_outside_the_contract_range_are_left_to_the_contract() {
-        assert_eq!(parse_utc_micros("1970-01-01T00:30:00+01:00"), None);
-        assert_eq!(parse_utc_micros("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(parse_utc_micros("2199-12-31T23:59:59.999999Z"), Some(LATEST_MICROS - 1));
-        assert_eq!(parse_utc_micros("2200-01-01T00:00:00Z"), None);
-        assert_eq!(parse_utc_micros("2199-12-31T23:30:00-01:00"), None);
-        assert_eq!(parse_utc_micros("9999-12-31T23:59:59Z"), None);
+    fn offsets_may_cross_the_epoch_and_the_end_of_a_year() {
+        assert_eq!(parse_utc_micros("1970-01-01T00:30:00+01:00"), Some(-1_800_000_000));
+        assert_eq!(parse_utc_micros("2199-12-31T23:30:00-01:00"), Some(7_258_120_200_000_000));
+        assert_eq!(parse_utc_micros("9998-12-31T23:59:59Z"), Some(253_370_764_799_000_000));
     }
 
     #[test]
