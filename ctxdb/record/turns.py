@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from enum import IntEnum
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field
@@ -140,22 +141,28 @@ def _key(type_: str, text: Any, meta: Mapping[str, Any], ts: int, path: str) -> 
     return (type_, text, _ENCODE(meta))
 
 
-_SECTION = {
-    "user.prompt": 0,
-    "user.followup": 0,
-    "user.steer": 0,
-    "context": 1,
-    ATTACHMENT: 2,
-    STEP: 3,
-    "react.tool.call": 3,
-    "react.thinking": 3,
-    "react.tool.result": 3,
-    "hosted.file": 4,
-    NOTE: 5,
-    SUMMARY: 6,
-    COMPLETION: 7,
-    "stage.suggested_followups": 8,
+class Section(IntEnum):
+    """Where a block sits in its TurnLog, in the reference's order (the module docstring)."""
+
+    PROMPTS = 0
+    CONTEXT = 1
+    ATTACHMENTS = 2
+    ACTIVITY = 3
+    """Steps and rich activity: tool calls and results, thinking."""
+    HOSTED_FILES = 4
+    NOTES = 5
+    SUMMARY = 6
+    COMPLETIONS = 7
+    FOLLOWUPS = 8
+
+
+_REACT_SECTION = {
+    "react.tool.call": Section.ACTIVITY,
+    "react.thinking": Section.ACTIVITY,
+    "react.tool.result": Section.ACTIVITY,
+    "stage.suggested_followups": Section.FOLLOWUPS,
 }
+"""The section of each `react.block` block type."""
 
 
 @dataclass(slots=True)
@@ -258,8 +265,17 @@ def _block(
     }
 
 
-Draft = tuple[int, int, int, int, dict[str, Any]]
-"""A block before dedupe and paths: (section, order in its section, seq, time in us, block)."""
+class Draft(NamedTuple):
+    """A block before dedupe and paths; drafts sort by (section, order, seq)."""
+
+    section: Section
+    order: int
+    """Its place within the section: its event's seq, or its arrival time for a prompt."""
+    seq: int
+    """Its event's index among all the turn's events (-1: made up, not from an event)."""
+    ts: int
+    """Its time in epoch microseconds."""
+    block: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -280,10 +296,10 @@ class _Drafting:
         return p.get("batch_id") or f"{self.turn_id}.batch"
 
 
-def _placed(section: int, event: Mapping[str, Any], block: dict[str, Any]) -> Draft:
+def _placed(section: Section, event: Mapping[str, Any], block: dict[str, Any]) -> Draft:
     """The draft of a block that sorts by its event's position within its section."""
     seq = event["seq"]
-    return (section, seq, seq, event["ts"], block)
+    return Draft(section, seq, seq, event["ts"], block)
 
 
 def _submission(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -302,7 +318,7 @@ def _submission(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     }
     type_ = f"user.{sub}" if d.rich and sub != "prompt" else "user.prompt"
     block = _block(type_, "user", d.turn_id, at, "", p["text"], meta, PLAIN)
-    return (0, ts, event["seq"], ts, block)
+    return Draft(Section.PROMPTS, ts, event["seq"], ts, block)
 
 
 def _context(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -318,7 +334,7 @@ def _context(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     path = _path_ok(event["event_id"], "ev", d.tp)
     type_, label = f"user.context.{p['kind']}", p.get("label", "")
     block = _block(type_, "user", d.turn_id, event["iso"], path, label, meta, "application/json")
-    return _placed(1, event, block)
+    return _placed(Section.CONTEXT, event, block)
 
 
 def _attachment(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -334,7 +350,7 @@ def _attachment(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     path = _path_ok(f"user.attachments/{p['name']}", "fi", d.tp)
     text = p.get("extracted_text") or ""
     block = _block(ATTACHMENT, "user", d.turn_id, event["iso"], path, text, meta, p["mime"])
-    return _placed(2, event, block)
+    return _placed(Section.ATTACHMENTS, event, block)
 
 
 def _step(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -349,7 +365,7 @@ def _step(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     title = p.get("title") or f"{p.get('tool') or p['step']}: {p.get('status') or p['phase']}"
     path = _path_ok(event["event_id"], "ev", d.tp)
     block = _block(STEP, "assistant", d.turn_id, event["iso"], path, title, meta, PLAIN)
-    return _placed(3, event, block)
+    return _placed(Section.ACTIVITY, event, block)
 
 
 def _hosted_file(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -366,7 +382,7 @@ def _hosted_file(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     }
     text = f"Hosted file {p['path']} at {artifact}"
     block = _block(HOSTED_FILE, "assistant", d.turn_id, event["iso"], "", text, meta, p["mime"])
-    return _placed(4, event, block)
+    return _placed(Section.HOSTED_FILES, event, block)
 
 
 def _react_path(block_type: str, call: str, seq: int, tp: str) -> str:
@@ -390,14 +406,14 @@ def _react_block(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     meta = {**p.get("meta", {}), "tool": p.get("tool"), "call_id": call}
     text = p.get("text", "")
     block = _block(block_type, "assistant", d.turn_id, event["iso"], path, text, meta, PLAIN)
-    return _placed(_SECTION[block_type], event, block)
+    return _placed(_REACT_SECTION[block_type], event, block)
 
 
 def _note(d: _Drafting, event: Mapping[str, Any]) -> Draft:
     meta = {"visibility": "internal"}
     text = event["payload"]["text"]
     block = _block(NOTE, "assistant", d.turn_id, event["iso"], "", text, meta, PLAIN)
-    return _placed(5, event, block)
+    return _placed(Section.NOTES, event, block)
 
 
 def _completion(d: _Drafting, event: Mapping[str, Any]) -> Draft:
@@ -413,7 +429,7 @@ def _completion(d: _Drafting, event: Mapping[str, Any]) -> Draft:
         meta["error_type"] = p.get("error_type") or "unknown"
     text = p.get("text") or (ERROR_TEXT if error else "")
     block = _block(COMPLETION, "assistant", d.turn_id, event["iso"], "", text, meta, PLAIN)
-    return _placed(7, event, block)
+    return _placed(Section.COMPLETIONS, event, block)
 
 
 def _summary_part(d: _Drafting, event: Mapping[str, Any]) -> None:
@@ -433,7 +449,7 @@ def _summary(d: _Drafting, at: Mapping[str, Any], n: int) -> Draft:
     }
     path = f"conv:ws:{d.tp}working_summary"
     block = _block(SUMMARY, "assistant", d.turn_id, at["iso"], path, s.get("text", ""), meta, PLAIN)
-    return (6, n, n, at["ts"], block)
+    return Draft(Section.SUMMARY, n, n, at["ts"], block)
 
 
 _BUILDERS: dict[str, Callable[[_Drafting, Mapping[str, Any]], Draft | None]] = {
@@ -449,6 +465,8 @@ _BUILDERS: dict[str, Callable[[_Drafting, Mapping[str, Any]], Draft | None]] = {
     "react.anchors": _summary_part,
 }
 """The builder of each block-making event type (other types make no block)."""
+BLOCK_EVENT_TYPES = list(_BUILDERS)
+"""The event types that make (or add to) a TurnLog block."""
 
 
 def _drafts(
@@ -473,8 +491,8 @@ def _dedupe(drafts: Sequence[Draft]) -> list[Draft]:
     seen: set[tuple[Any, ...]] = set()
     kept = []
     for draft in drafts:
-        block = draft[4]
-        key = _key(block["type"], block["text"], block["meta"], draft[3], block["path"])
+        block = draft.block
+        key = _key(block["type"], block["text"], block["meta"], draft.ts, block["path"])
         if key not in seen:
             seen.add(key)
             kept.append(draft)
@@ -530,11 +548,11 @@ def _sources(rows: Sequence[int], payloads: Sequence[Any]) -> list[str]:
 
 def _one_answer(drafts: list[Draft]) -> list[Draft]:
     """A minimal turn answered more than once keeps only its last completion."""
-    completions = [d for d in drafts if d[0] == 7]
+    completions = [d for d in drafts if d.section == Section.COMPLETIONS]
     if len(completions) <= 1:
         return drafts
     last = completions[-1]
-    return [d for d in drafts if d[0] != 7 or d is last]
+    return [d for d in drafts if d.section != Section.COMPLETIONS or d is last]
 
 
 def _missing_completion(
@@ -549,14 +567,14 @@ def _missing_completion(
         meta["cancelled"] = True
     text = "" if cancelled else ERROR_TEXT
     block = _block(COMPLETION, "assistant", turn_id, at, "", text, meta, PLAIN)
-    return (7, n, n, ts, block)
+    return Draft(Section.COMPLETIONS, n, n, ts, block)
 
 
 def _missing_prompt(turn_id: str, at: str, ts: int) -> Draft:
     """An empty prompt for a turn whose prompt was never recorded, first in the turn."""
     meta = {"event_type": "event.user.prompt", "batch_id": f"{turn_id}.batch"}
     block = _block("user.prompt", "user", turn_id, at, "", "", meta, PLAIN)
-    return (0, ts, -1, ts, block)
+    return Draft(Section.PROMPTS, ts, -1, ts, block)
 
 
 def close_status(closing: Mapping[str, Any], final: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -602,13 +620,13 @@ def assemble_turn(
     ts, iso = columns["ts"], columns["iso"]
     drafts, drafted = _drafts(events, rich, turn_id, tp, n)
     drafts = _one_answer(drafts) if not rich else drafts
-    if not any(d[0] == 7 for d in drafts):
+    if not any(d.section == Section.COMPLETIONS for d in drafts):
         drafts.append(_missing_completion(turn_id, payloads[closed], iso[closed], ts[closed], n))
-    if not any(d[0] == 0 for d in drafts):
+    if not any(d.section == Section.PROMPTS for d in drafts):
         drafts.append(_missing_prompt(turn_id, iso[first], ts[first]))
-    drafts.sort(key=lambda d: (d[0], d[1], d[2]))
+    drafts.sort(key=lambda d: (d.section, d.order, d.seq))
     kept = _dedupe(drafts)
-    blocks = [d[4] for d in kept]
+    blocks = [d.block for d in kept]
     _assign_paths(blocks, tp)
     final = [b for b in blocks if b["type"] == COMPLETION][-1]
     status, error_type = close_status(payloads[closed], final)
@@ -633,7 +651,7 @@ def assemble_turn(
         ended_iso=iso[closed],
         source_event_ids=facts["event_ids"],
         blocks=blocks,
-        block_ts=[d[3] for d in kept],
+        block_ts=[d.ts for d in kept],
         sources_used=_sources(facts["communicator"], payloads),
         tokens=_tokens(drafted.tokens_in, drafted.tokens_out),
         feedback=_feedback(facts, iso, payloads),
@@ -641,19 +659,6 @@ def assemble_turn(
 
 
 IDENTITY = ("tenant", "app", "agent", "user_id", "conversation_id", "turn_id")
-BLOCK_EVENT_TYPES = [
-    "user.submission",
-    "user.context",
-    "user.attachment",
-    "chat.step",
-    "file.hosted",
-    "react.block",
-    "react.note",
-    "assistant.completion",
-    "react.summary",
-    "react.anchors",
-]
-"""The event types that make (or add to) a TurnLog block."""
 
 
 def _token_sum(counts: list[int | None]) -> int:
