@@ -227,6 +227,33 @@ def test_the_hooks_answer_empty_when_memory_fails_or_is_late(installed) -> None:
 
 @pytest.mark.es
 @pytest.mark.model
+def test_hostile_payloads_get_a_clear_empty_answer(installed, tmp_path: Path) -> None:
+    """Odd `cwd` values through the hook process (a symlink loop, a deleted folder, undecodable
+    bytes, a 100,000-character path, not a string) and payloads that are not JSON objects: each
+    answer is `{}` and exit 0, for both hooks and Gemini CLI's."""
+    root, project, env = installed
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    gone.rmdir()
+    commands = [context_command(project, e) for e in ("SessionStart", "UserPromptSubmit")]
+    gemini = commands[0].replace("capture claude-code context", "capture gemini context")
+    odd = [str(loop / "sub"), str(gone), "/home/ann/\udcff\udcfe", "/x" * 50_000, 42]
+    for command in [*commands, gemini]:
+        for cwd in odd:
+            for event in ("SessionStart", "UserPromptSubmit"):
+                payload = {"hook_event_name": event, "cwd": cwd, "prompt": "cart total"}
+                assert hook(command, clean_env(), payload) == {}, (command, cwd)
+        for raw in ("not json", "[1, 2]", ""):
+            done = subprocess.run(
+                command, input=raw, env=clean_env(), capture_output=True, text=True, shell=True
+            )
+            assert done.returncode == 0 and json.loads(done.stdout) == {}, raw
+
+
+@pytest.mark.es
+@pytest.mark.model
 def test_a_project_excluded_from_capture_is_told_nothing(installed) -> None:
     """A project opted out of capture (`CTXDB_CLAUDE_CODE_EXCLUDE`, kept in the installed
     hook.json) gets no pack and no lookup, although its memory holds sessions."""
@@ -253,8 +280,9 @@ def test_gemini_install_adds_the_session_start_pack_and_uninstall_removes_it(
     installed, tmp_path: Path
 ) -> None:
     """Gemini CLI: install writes its settings (capture on AfterAgent and SessionEnd, the pack on
-    SessionStart, keeping the user's own hooks); the pack is that of the session folder's
-    project hash; uninstall leaves the user's hooks alone."""
+    SessionStart, the lookup on BeforeAgent, keeping the user's own hooks); the pack and the
+    hits are those of the session folder's project hash; uninstall leaves the user's hooks
+    alone."""
     root, _, env = installed
     folder = tmp_path / "gemini-project"
     settings_path = folder / ".gemini" / "settings.json"
@@ -263,7 +291,7 @@ def test_gemini_install_adds_the_session_start_pack_and_uninstall_removes_it(
     settings_path.write_text(json.dumps({"hooks": {"SessionStart": [{"hooks": [own]}]}}))
     ctxdb(env, "capture", "gemini", "install", "--project", str(folder))
     hooks = json.loads(settings_path.read_text())["hooks"]
-    assert set(hooks) == {"SessionStart", "AfterAgent", "SessionEnd"}
+    assert set(hooks) == {"SessionStart", "AfterAgent", "SessionEnd", "BeforeAgent"}
     command = hooks["SessionStart"][1]["hooks"][0]["command"]
     assert "capture gemini context" in command and hooks["SessionStart"][0]["hooks"] == [own]
     answer = hook(command, clean_env(), {"hook_event_name": "SessionStart", "cwd": NOTES})
@@ -271,6 +299,13 @@ def test_gemini_install_adds_the_session_start_pack_and_uninstall_removes_it(
     assert f"project {project_hash(NOTES)}" in context and "show tools" in context
     assert "src/cart.py" not in context and BOB_WORD not in context
     assert hook(command, clean_env(), {"hook_event_name": "SessionStart", "cwd": SHOP}) == {}
+    lookup = hooks["BeforeAgent"][0]["hooks"][0]["command"]
+    asked = {"hook_event_name": "BeforeAgent", "cwd": NOTES}
+    hits = context_of(
+        hook(lookup, clean_env(), {**asked, "prompt": "create the hello.md file"}), "BeforeAgent"
+    )
+    assert "create hello.md file" in hits and "Recent sessions" not in hits
+    assert hook(lookup, clean_env(), {**asked, "prompt": "the cart total rounding bug"}) == {}
     ctxdb(env, "capture", "gemini", "uninstall", "--project", str(folder))
     assert json.loads(settings_path.read_text()) == {"hooks": {"SessionStart": [{"hooks": [own]}]}}
 

@@ -4,7 +4,8 @@ Gemini CLI `SessionStart`), and the strong hits for each prompt (Claude Code
 
 `ctxdb capture claude-code install` adds them when `CTXDB_CLAUDE_CODE_CONTEXT` (SessionStart,
 matcher `startup|resume|clear|compact`) or `CTXDB_CLAUDE_CODE_LOOKUP` (UserPromptSubmit) is true;
-`ctxdb capture gemini install` adds Gemini CLI's SessionStart one; uninstall removes them with
+`ctxdb capture gemini install` adds Gemini CLI's (SessionStart, and BeforeAgent for the
+lookup); uninstall removes them with
 the other ctxdb hooks. The host runs
 
     ctxdb capture claude-code context --token-file F --config hook.json --budget N --timeout S
@@ -16,8 +17,9 @@ The hook reads the payload on stdin; its `hook_event_name` says what to answer:
 * `SessionStart`: the pack of the payload `cwd`'s project (Claude Code: `project_of`, the value
   capture records, turns recorded before projects counting by the folder's agent id; Gemini CLI:
   the folder's project hash, the `agent` its turns are recorded under);
-* `UserPromptSubmit`: only the earlier turns of that project that match the payload's `prompt`
-  above the relevance floor (the pack's `related` section; nothing when none is strong).
+* `UserPromptSubmit` (Gemini CLI: `BeforeAgent`): only the earlier turns of that project that
+  match the payload's `prompt` above the relevance floor (the pack's `related` section; nothing
+  when none is strong).
 
 It runs as the user of the token file (the capture user's token, the one the MCP server runs
 as) and prints `{"hookSpecificOutput": {"hookEventName": E, "additionalContext": "<text>"}}`
@@ -61,7 +63,8 @@ MAX_CHARS = 9_500
 """Characters of the text (the hosts cut `additionalContext` past 10,000; the rest is JSON)."""
 PROMPT_CHARS = 2_000
 """The lookup searches with the prompt's first characters (a pack query's longest)."""
-HOSTS = ("claude-code", "gemini")
+PROMPT_EVENTS = {"claude-code": PROMPT, "gemini": "BeforeAgent"}
+"""Each host's event for a submitted prompt (the payload's `prompt`), answered by the lookup."""
 
 
 class ServiceDown(RuntimeError):
@@ -143,7 +146,7 @@ def request_params(payload: dict[str, Any], host: str, budget: int) -> dict[str,
         project = project_of(cwd) or agent_for_project(cwd)
     params: dict[str, Any] = {"project": project, "budget": budget, "max_chars": MAX_CHARS}
     event = payload.get("hook_event_name", START)
-    if event == PROMPT and host == "claude-code":
+    if event == PROMPT_EVENTS[host]:
         prompt = payload.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             return None

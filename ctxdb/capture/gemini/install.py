@@ -5,7 +5,8 @@
 <hook.json>`) to `AfterAgent` and `SessionEnd`, and, when `CTXDB_CLAUDE_CODE_CONTEXT` is true, the
 context hook (`ctxdb capture gemini context`, see `ctxdb.capture.claude_code.context_hook`) to
 `SessionStart`: Gemini CLI adds its `hookSpecificOutput.additionalContext` to the session
-(interactive: as the first turn of the history). Gemini CLI's hook settings have the shape of
+(interactive: as the first turn of the history); with `CTXDB_CLAUDE_CODE_LOOKUP`, the same command
+on `BeforeAgent` gives each prompt its strong hits. Gemini CLI's hook settings have the shape of
 Claude Code's (`hooks.<event>` a list of groups holding `hooks` entries), so the same edits apply:
 every other setting is kept, a second install replaces ctxdb's entries with identical ones, and
 uninstall removes exactly the entries whose command runs a ctxdb hook (`install.is_ours`). The
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from ctxdb.settings import Settings
 
 CAPTURE_EVENTS = ("AfterAgent", "SessionEnd")
+LOOKUP_EVENT = "BeforeAgent"
+"""Gemini CLI's prompt event: its `hookSpecificOutput.additionalContext` is appended to the
+prompt of that turn only."""
 CONTEXT_TIMEOUT_MS = 10_000
 """Gemini CLI's own limit on the context hook (milliseconds); the hook's bound is shorter."""
 
@@ -84,6 +88,13 @@ def install(settings: Settings, project: Path | None = None, user: bool = False)
             "type": "command",
             "name": "ctxdb-context",
             "command": context_hook.hook_command(settings, "gemini", context_hook.START),
+            "timeout": CONTEXT_TIMEOUT_MS,
+        }
+    if settings.claude_code.lookup:
+        entries[LOOKUP_EVENT] = {
+            "type": "command",
+            "name": "ctxdb-lookup",
+            "command": context_hook.hook_command(settings, "gemini", context_hook.PROMPT),
             "timeout": CONTEXT_TIMEOUT_MS,
         }
     target = settings_file(project, user)
