@@ -12,14 +12,11 @@ in one `error:` line, without the client's retry warnings and their tracebacks.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +28,7 @@ import pytest
 from conftest import delete_prefix_indices
 from conftest_index import role_rows, turn_tables, write_rows
 from conftest_ports import free_port_pair
+from frozen_listener import FreezingProxy
 
 import ctxdb.index.bulk as bulk_module
 from ctxdb.coordination.lease import KEEP_TIMEOUT_S
@@ -137,48 +135,6 @@ def test_finding_14_frozen_node_fails_the_writer_and_a_rerun_converges(
     sync_live(delta_store, es, settings, model_id=MODEL)
     mismatches = count_mismatches(delta_store, es, "frozen")
     assert mismatches and all(check.ok for check in mismatches), mismatches
-
-
-class FreezingProxy:
-    """A fake standing in for a node that freezes mid-bulk: a TCP proxy to the real session node
-    that forwards every request until the first `/_bulk` one, then answers nothing more (that
-    request, every request on an open connection, every new connection: accepted, never read),
-    as a SIGSTOPped JVM whose kernel still accepts connections. `frozen_at` is when it froze."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.frozen_at: float | None = None
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            self.held.append(client)
-            if self.frozen_at is None:
-                upstream = socket.create_connection(self.upstream)
-                self.held.append(upstream)
-                for args in ((client, upstream, True), (upstream, client, False)):
-                    threading.Thread(target=self._pipe, args=args, daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, request: bool) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                if request and self.frozen_at is None and b"/_bulk" in data:
-                    self.frozen_at = time.monotonic()
-                if self.frozen_at is not None:
-                    continue
-                sink.sendall(data)
-
-    def close(self) -> None:
-        self.server.close()
-        for held in self.held:
-            held.close()
 
 
 def assert_quiet_client(stderr: str) -> None:

@@ -6,6 +6,7 @@ import json
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import polars as pl
 import pytest
@@ -22,7 +23,7 @@ from conftest_ops import (
     write_embeddings,
     write_turn_files,
 )
-from frozen_listener import frozen_listener
+from frozen_listener import FreezingProxy, frozen_listener
 from typer.testing import CliRunner
 
 from ctxdb.cli import _register_all
@@ -226,6 +227,39 @@ def test_issue_41_finding_13_a_sweep_against_a_frozen_node_stops_asking_it(store
     assert frozen.url in (report.error or "")
     assert store.read(ROLE_ROWS).height == 15
     assert not any(p.exists() for p in files[:10])
+
+
+def test_issue_42_a_sweep_whose_bulk_delete_hangs_fails_after_the_bulk_timeout(
+    store, es, ops_settings
+):
+    """The Elasticsearch here is a fake that freezes mid-bulk (a proxy to the session node that
+    answers nothing from the first bulk request on). The sweep's deletes go through
+    `bulk_write`, so that request fails after the bulk timeout setting, with its error; the ids
+    stay pending, and a sweep against the node deletes them."""
+    rows, _ = _seed(store, es, ops_settings)
+    proxy = FreezingProxy(("127.0.0.1", urlsplit(ops_settings.elasticsearch.url).port or 9200))
+    # the frozen sweep cannot release its lease: the rerun waits for it to expire
+    frozen = ops_settings.replace(
+        elasticsearch={
+            "url": f"http://127.0.0.1:{proxy.port}",
+            "bulk_timeout_s": 2,
+            "writer_lease_ttl_s": 3,
+        }
+    )
+    try:
+        report = retention.sweep(store, make_client(frozen), frozen)
+    finally:
+        proxy.close()
+
+    assert proxy.frozen_at is not None
+    assert report.status == "es_pending" and report.es_pending == 10
+    assert "did not answer a bulk request within 2 s" in (report.error or "")
+    prefix = ops_settings.elasticsearch.index_prefix
+    assert es_ids(es, prefix, ROWS) == set(rows["row_id"])
+    thawed = ops_settings.replace(elasticsearch={"writer_lease_wait_s": 60})
+    again = retention.sweep(store, es, thawed)
+    assert again.status == "ok" and again.es_pending == 0
+    assert es_ids(es, prefix, ROWS) == set(store.read(ROLE_ROWS)["row_id"])
 
 
 def test_rederived_live_row_is_not_deleted_from_es(store, es, ops_settings):

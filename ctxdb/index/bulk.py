@@ -165,6 +165,22 @@ def _results(
             yield from in_flight.popleft().result()
 
 
+def _unavailable(
+    exc: ConnectionTimeout | ESConnectionError, timeout_s: float | None
+) -> ElasticsearchUnavailable:
+    """The error a failed bulk write ends with: a timeout (also one a `failing_fast` client
+    reports as an outage) says how long the request waited."""
+    if isinstance(exc, ConnectionTimeout) or isinstance(exc.__cause__, ConnectionTimeout):
+        waited = f"{timeout_s:g} s" if timeout_s is not None else "the request timeout"
+        return ElasticsearchUnavailable(
+            f"Elasticsearch did not answer a bulk request within {waited}; nothing was marked "
+            "indexed, rerun to catch up"
+        )
+    return ElasticsearchUnavailable(
+        f"Elasticsearch is unreachable ({exc}); nothing was marked indexed, rerun to catch up"
+    )
+
+
 def bulk_write(
     es: Elasticsearch,
     actions: Iterable[dict[str, Any]],
@@ -196,16 +212,8 @@ def bulk_write(
                         "reason": _reason(result),
                     }
                 )
-    except ConnectionTimeout as exc:
-        waited = f"{timeout_s:g} s" if timeout_s is not None else "the request timeout"
-        raise ElasticsearchUnavailable(
-            f"Elasticsearch did not answer a bulk request within {waited}; nothing was marked "
-            "indexed, rerun to catch up"
-        ) from exc
-    except ESConnectionError as exc:
-        raise ElasticsearchUnavailable(
-            f"Elasticsearch is unreachable ({exc}); nothing was marked indexed, rerun to catch up"
-        ) from exc
+    except (ConnectionTimeout, ESConnectionError) as exc:
+        raise _unavailable(exc, timeout_s) from exc
     if report.failures:
         for failure in report.failures:
             log.error("document %s rejected: %s", failure["id"], failure["reason"])

@@ -37,6 +37,7 @@ import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.coordination.lease import optional_writer_lease_for
+from ctxdb.index.bulk import bulk_options
 from ctxdb.index.client import failing_fast
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import history, journal, landing_lines
@@ -633,7 +634,9 @@ def _erase_late_docs(
         return {}, f"{type(exc).__name__}: {exc}"
     if not any(ids.values()):
         return {}, None
-    result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
+    result = delete_docs(
+        es, settings.elasticsearch.index_prefix, ids, bulk_options(settings.elasticsearch)
+    )
     return result.deleted, result.error
 
 

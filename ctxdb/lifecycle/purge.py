@@ -3,7 +3,7 @@
 Delta rows are deleted by predicate or by key (MERGE ... WHEN MATCHED DELETE), each commit
 tagged with the deleting run's id so that `deleted_by` can count a run's deletes from the tables'
 history (an interrupted attempt's included); Elasticsearch documents by id through
-`elasticsearch.helpers.streaming_bulk` (the embedded node has no delete_by_query), and
+`ctxdb.index.bulk.bulk_write` (the embedded node has no delete_by_query), and
 conversation files through `pyarrow.fs` (local paths and object stores).
 """
 
@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties
 from elasticsearch import ApiError, Elasticsearch, TransportError
-from elasticsearch.helpers import scan, streaming_bulk
+from elasticsearch.helpers import scan
 from pyarrow import fs as pafs
 
+from ctxdb.index.bulk import BulkOptions, ElasticsearchUnavailable, bulk_write
 from ctxdb.index.documents import ID, delete_actions
 from ctxdb.index.mappings import alias_name
 from ctxdb.index.routing import is_routed, stored_routing
@@ -31,7 +32,6 @@ from ctxdb.storage.delta import DeltaStore, among
 
 log = logging.getLogger(__name__)
 
-BULK_CHUNK = 1000
 LOOKUP_IDS = 100_000
 """Ids pushed into one scan by `present_among`: a scan keeps only the matches of its ids, so
 its memory is bounded by this many ids, whatever the size of the table."""
@@ -189,56 +189,54 @@ def kind_indices(es: Elasticsearch, prefix: str, kind: str) -> list[str]:
 
 
 def delete_docs(
-    es: Elasticsearch, prefix: str, ids: Mapping[str, Sequence[str]]
+    es: Elasticsearch,
+    prefix: str,
+    ids: Mapping[str, Sequence[str]],
+    bulk: BulkOptions,
 ) -> EsDeleteResult:
-    """Bulk-delete documents by id from every index of each kind (`{"rows": [...], ...}`).
+    """Bulk-delete documents by id from every index of each kind (`{"rows": [...], ...}`)
+    through `bulk_write` with the sync's `bulk` options (chunk size, retries of 429s, a timeout
+    per request).
 
-    A 404 (document or index already gone) counts as deleted-before. Connection failures are
-    reported in `error`; the ids that were not confirmed gone are listed in `failed`.
+    A 404 (document or index already gone) counts as deleted-before. The first connection
+    failure or timeout is reported in `error`; the ids that were not confirmed gone are listed
+    in `failed`.
     """
     result = EsDeleteResult()
     for kind, doc_ids in ids.items():
         doc_ids = list(dict.fromkeys(doc_ids))
         result.deleted[kind] = 0
         result.missing[kind] = 0
-        if not doc_ids:
-            result.failed[kind] = []
-            continue
-        try:
-            indices = kind_indices(es, prefix, kind)
-        except (TransportError, ApiError) as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
-            result.failed[kind] = doc_ids
-            continue
-        failed: set[str] = set()
-        try:
-            actions, unplaced = _delete_actions(es, indices, doc_ids)
-            result.missing[kind] += unplaced
-            for ok, item in streaming_bulk(
-                es,
-                actions,
-                chunk_size=BULK_CHUNK,
-                raise_on_error=False,
-                raise_on_exception=False,
-                max_retries=2,
-            ):
-                info = item["delete"]
-                if ok and info.get("result") == "deleted":
-                    result.deleted[kind] += 1
-                elif info.get("status") == 404:
-                    result.missing[kind] += 1
-                else:
-                    failed.add(info["_id"])
-            if indices:
-                es.indices.refresh(index=",".join(indices))
-        except (TransportError, ApiError) as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
-            failed.update(doc_ids)
+        failed = _delete_kind(es, prefix, kind, doc_ids, bulk, result) if doc_ids else set()
         result.failed[kind] = sorted(failed)
         if failed:
             result.error = result.error or f"{len(failed)} {kind} deletes not confirmed"
             log.warning("%d %s documents not deleted from Elasticsearch", len(failed), kind)
     return result
+
+
+def _delete_kind(
+    es: Elasticsearch,
+    prefix: str,
+    kind: str,
+    doc_ids: list[str],
+    bulk: BulkOptions,
+    result: EsDeleteResult,
+) -> set[str]:
+    """Delete `doc_ids` from every index of `kind`, counting into `result`; the ids not
+    confirmed gone (all of them when Elasticsearch failed, with `result.error` saying why)."""
+    try:
+        indices = kind_indices(es, prefix, kind)
+        actions, unplaced = _delete_actions(es, indices, doc_ids)
+        report = bulk_write(es, actions, **bulk, raise_on_failure=False)
+        if indices:
+            es.indices.refresh(index=",".join(indices))
+    except (TransportError, ApiError, ElasticsearchUnavailable) as exc:
+        result.error = result.error or f"{type(exc).__name__}: {exc}"
+        return set(doc_ids)
+    result.deleted[kind] += report.deleted
+    result.missing[kind] += unplaced + report.not_found
+    return {failure["id"] for failure in report.failures}
 
 
 def _delete_actions(

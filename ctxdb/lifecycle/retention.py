@@ -47,6 +47,7 @@ from deltalake import write_deltalake
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ctxdb.coordination.lease import optional_writer_lease_for
+from ctxdb.index.bulk import bulk_options
 from ctxdb.index.client import failing_fast
 from ctxdb.index.mappings import ROWS, TURNS, turn_doc_id
 from ctxdb.lifecycle import journal
@@ -439,7 +440,9 @@ def execute_pending(
     if es is None:
         result = EsDeleteResult(error="no Elasticsearch client", failed=ids)
     else:
-        result = delete_docs(es, settings.elasticsearch.index_prefix, ids)
+        result = delete_docs(
+            es, settings.elasticsearch.index_prefix, ids, bulk_options(settings.elasticsearch)
+        )
     paths = pending.filter(pl.col("kind") == FILES)["doc_id"].to_list()
     files_removed = remove_paths(settings.files, paths, settings.object_store_options)
     failed = pl.DataFrame(
