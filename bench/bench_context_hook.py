@@ -13,10 +13,13 @@ issues the capture user's token and writes the commands Claude Code would run; t
 round after round, each installed hook command as Claude Code runs it (a new
 process through the shell, the payload on stdin): the `SessionStart` pack and the
 `UserPromptSubmit` lookup, both in-process (no server) and through a running `ctxdb serve`
-(`--url`), interleaved so every case sees the same load. Each process is pinned to 2 cores
-(`taskset -c 0,1`, the issue's "cold process on 2 cores"). Printed per case: p50 / p95 / max
-wall time (ms), how many answers were empty (`{}`: past the bound or nothing found), and the
-load average before and after. Targets: SessionStart p95 <= 400 ms, UserPromptSubmit p95 <=
+(`--url`), interleaved so every case sees the same load, with two references measured in the
+same rounds: a bare `python -c pass` (the interpreter's start, through the same shell and pin)
+and the pack's request alone from the warm bench process (the server's share). Each hook process
+is pinned to 2 cores (`taskset -c 0,1`, the issue's "cold process on 2 cores"). Printed per case:
+p50 / p95 / max wall time (ms), how many answers held context (`{}`: past the bound or nothing
+found), p50 as a multiple of the `python -c pass` baseline's, and the load average before and
+after. Targets: SessionStart p95 <= 400 ms, UserPromptSubmit p95 <=
 250 ms.
 """
 
@@ -33,6 +36,8 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -204,6 +209,20 @@ def serve(home: Path, port: int) -> subprocess.Popen:
     raise SystemExit("ctxdb serve did not start")
 
 
+def server_alone(home: Path, port: int) -> float:
+    """Wall seconds of the SessionStart pack's request from this (warm) process: the server's
+    share of the `--url` case."""
+    token = (home / "auth" / "claude-code-mcp.token").read_text().strip()
+    query = urllib.parse.urlencode({"project": project_folder(3), "max_chars": 9500})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/context?{query}", headers={"Authorization": f"Bearer {token}"}
+    )
+    began = time.monotonic()
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        answer.read()
+    return time.monotonic() - began
+
+
 def run_once(command: str, payload: dict) -> tuple[float, bool]:
     """Wall seconds of one hook process and whether it answered with context."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CTXDB_")}
@@ -218,7 +237,7 @@ def run_once(command: str, payload: dict) -> tuple[float, bool]:
     took = time.monotonic() - began
     if done.returncode != 0:
         raise SystemExit(f"hook failed: {done.stderr.strip()[-2000:]}")
-    return took, bool(json.loads(done.stdout))
+    return took, done.stdout.strip() not in ("", "{}")
 
 
 def cases(home: Path, port: int) -> dict[str, tuple[str, dict]]:
@@ -232,7 +251,9 @@ def cases(home: Path, port: int) -> dict[str, tuple[str, dict]]:
         "cwd": project_folder(3),
         "prompt": f"the {problem} in {topic} broke again, what did we do last time?",
     }
+    python = shlex.quote(sys.executable)
     return {
+        "baseline: python -c pass": (f"{python} -c pass", start),
         "SessionStart in-process": (commands["SessionStart"], start),
         "SessionStart via serve": (commands["SessionStart"] + url, start),
         "UserPromptSubmit in-process": (commands["UserPromptSubmit"], prompt),
@@ -249,8 +270,9 @@ def measure(home: Path, rounds: int) -> None:
         for name, (command, payload) in table.items():
             run_once(command, payload)  # warm the page cache and the server
             say(f"{name}: {shlex.split(command)[-8:]}")
-        times: dict[str, list[float]] = {name: [] for name in table}
-        answered: dict[str, int] = dict.fromkeys(table, 0)
+        alone = "server alone: GET /v1/context (pack)"
+        times: dict[str, list[float]] = {name: [] for name in [*table, alone]}
+        answered: dict[str, int] = dict.fromkeys([*table, alone], 0)
         say(f"load before: {os.getloadavg()}")
         for n in range(rounds):
             order = list(table.items())
@@ -259,13 +281,16 @@ def measure(home: Path, rounds: int) -> None:
                 took, context = run_once(command, payload)
                 times[name].append(took)
                 answered[name] += context
+            times[alone].append(server_alone(home, port))
         say(f"load after: {os.getloadavg()}")
+        base = statistics.median(times["baseline: python -c pass"])
         for name, samples in times.items():
             cut = statistics.quantiles(samples, n=20)
             say(
-                f"{name:30s} p50 {statistics.median(samples) * 1000:6.0f} ms  "
+                f"{name:38s} p50 {statistics.median(samples) * 1000:6.0f} ms  "
                 f"p95 {cut[18] * 1000:6.0f} ms  max {max(samples) * 1000:6.0f} ms  "
-                f"answered {answered[name]}/{len(samples)}"
+                f"answered {answered[name]}/{len(samples)}  "
+                f"p50 = {statistics.median(samples) / base:4.1f} x python -c pass"
             )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
