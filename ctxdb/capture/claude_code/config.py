@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from ctxdb.capture.claude_code.turns import Identity
+if TYPE_CHECKING:  # the context hooks read the config without the turn mapper
+    from ctxdb.capture.claude_code.turns import Identity
 
 
 class HookConfig(NamedTuple):
@@ -35,6 +36,8 @@ class HookConfig(NamedTuple):
 
     @property
     def identity(self) -> Identity:
+        from ctxdb.capture.claude_code.turns import Identity
+
         return Identity(self.tenant, self.app, self.user_id)
 
     @property
