@@ -2,12 +2,13 @@
 
 Real multi-session transcripts (tests/data/pack_eval/<project>/, SOURCE.md there: sessions of one
 project each, never used for other fixtures) are imported one session at a time, in the order they
-started, into a fresh memory through the README's own commands (`ctxdb import <host> FILE`,
-`ctxdb land`, `ctxdb derive`, `ctxdb jobs run memory_job`, each a real `ctxdb` process). Before
-each later session starts, `ctxdb context --project P --json --token T` builds the pack the
-SessionStart hook would give it (P the session's project: the git root of its `cwd`, else the
-`cwd`; a Gemini CLI session's projectHash), twice: with the default budget and no query, and with
-the session's first prompt as `--query` (what the UserPromptSubmit lookup sees).
+started, into a fresh memory through real `ctxdb` processes: `ctxdb import <host> FILE`, then
+memory_job's steps as the CLI runs them (`ctxdb land`, `ctxdb derive`, `ctxdb index sync`;
+Dagster's start per run would take minutes per session). Before each later session starts,
+`ctxdb context --project P --json --token T` builds the pack the SessionStart hook would give it
+(P the session's project: the git root of its `cwd`, else the `cwd`; a Gemini CLI session's
+projectHash), twice: with the default budget and no query, and with the session's first prompt as
+`--query` (what the UserPromptSubmit lookup sees).
 
 tests/data/pack_eval/labels.jsonl says, per later session, which earlier turns it went back to (a
 file, an error, a decision, named by the earlier session and the start of its prompt), labelled
@@ -16,7 +17,8 @@ of its labelled turns by ref (`conv:turn:...`); `turn-or-session` also counts th
 conversation ref (`conv:conversation:...`, the pack's "Recent sessions" lines). Sessions without a
 label (nothing earlier was gone back to) are counted apart, never as hits.
 
-Run (the node up, `ctxdb es start`; about a minute per session on 2 cores):
+Run (the node up, `ctxdb es start`; about 30 s per session on 2 cores; `--save FILE` keeps the
+packs, `--load FILE` scores kept ones again):
 
     ELASTICSEARCH_URL=http://127.0.0.1:9200 nice -n 10 .venv/bin/python bench/pack_eval.py
 """
@@ -52,6 +54,9 @@ LABELS = EVAL / "labels.jsonl"
 VARIANTS = ("default", "query")
 PROMPT_CHARS = 2000
 """The most of a first prompt passed as `--query` (ContextRequest.query's limit)."""
+PIPELINE = [["land"], ["derive"], ["index", "sync"]]
+"""What memory_job runs (land, derive, embed and sync the indices), as the three CLI commands:
+the same steps without Dagster's per-run start, which dominates a one-session import."""
 SKIP_PREFIXES = ("<local-command", "<command-", "Caveat:", "<task-notification>")
 
 
@@ -118,7 +123,7 @@ def load_labels(path: Path = LABELS) -> list[dict[str, Any]]:
 def _pipeline(session: Session, env: dict[str, str], cwd: Path) -> None:
     """Import one session file and run the memory's pipeline over it."""
     steps = [["import", session.host, str(session.path), "--settle-s", "0"]]
-    for args in [*steps, *real_sessions.PIPELINE]:
+    for args in [*steps, *PIPELINE]:
         step = real_sessions.run(args, env, cwd)
         if step.returncode != 0:
             raise RuntimeError(f"ctxdb {' '.join(args)} failed:\n{step.output[-3000:]}")
