@@ -30,7 +30,8 @@ Fast start: with `--url` (`CTXDB_CLAUDE_CODE_CONTEXT_URL`) the hook asks that ru
 answers there, or without `--url`, it builds the answer itself (Delta for the pack; Delta,
 Elasticsearch and the query embedder for the lookup). The answer is made in a forked child
 process (POSIX): when it is not done within `--timeout` seconds of the process start, or fails
-(memory unreachable, bad token), the hook kills it, prints `{}` and exits 0 at once: a slow or
+(memory unreachable, bad token), the hook kills it, prints `{}` and exits 0 at once (on Linux
+the seconds count from the process's start, the interpreter's start-up included): a slow or
 failing memory never delays the session or the prompt past the bound. Only the standard library
 is imported at module level.
 """
@@ -55,7 +56,21 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ctxdb.settings import Settings
 
-_STARTED = time.monotonic()
+
+def _process_age() -> float:
+    """Seconds since this process started (Linux `/proc`: the interpreter's own start-up
+    counts against the bound); 0 where `/proc` does not say."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            ticks = int(stat.read().rsplit(b")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as uptime:
+            since_boot = float(uptime.read().split()[0])
+        return max(0.0, since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+_STARTED = time.monotonic() - _process_age()
 START, PROMPT = "SessionStart", "UserPromptSubmit"
 MATCHER = "startup|resume|clear|compact"
 """Claude Code's SessionStart sources the pack is given for (Gemini CLI's hook has none)."""
