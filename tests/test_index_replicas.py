@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.coordination.lease import lease_index
-from ctxdb.coordination.replicas import replica_state
+from ctxdb.elastic.replicas import replica_state
 from ctxdb.embedding.stage import embed_role_rows
 from ctxdb.index.mappings import ROWS, TURNS, alias_name, index_body
 from ctxdb.index.sync import sync_live

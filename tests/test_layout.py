@@ -15,15 +15,17 @@ CORE = ROOT / "ctxdb"
 
 # The data path, bottom to top: a module may import its own stage and any stage below it.
 # `settings`, `text` and `errors` (a failure as one line, for the CLI and the pipelines' logs)
-# are the shared base; lifecycle, sample and capture sit above the serving stack; coordination
-# (lease, fencing) and node (the embedded Elasticsearch node, which the index only reaches over
-# HTTP) sit just above storage, auth and pack (the context pack) between search and serve; the
-# CLI is on top of everything.
+# are the shared base; lifecycle, sample and capture sit above the serving stack; elastic (the
+# administration of every Elasticsearch index: replicas, one-shard creation) sits beside storage,
+# below every stage that keeps an index; coordination (lease, fencing) and node (the embedded
+# Elasticsearch node, which the index only reaches over HTTP) sit just above storage, auth and
+# pack (the context pack) between search and serve; the CLI is on top of everything.
 RANK = {
     "settings": 0,
     "text": 0,
     "errors": 0,
     "storage": 1,
+    "elastic": 1,
     "coordination": 2,
     "node": 2,
     "contract": 3,

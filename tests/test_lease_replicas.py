@@ -13,7 +13,7 @@ from ctxdb.coordination.lease import (
     writer_lease,
     writer_lease_for,
 )
-from ctxdb.coordination.replicas import replica_state
+from ctxdb.elastic.replicas import replica_state
 from ctxdb.settings import Settings
 from ctxdb.storage.shards import Shard
 

@@ -40,7 +40,7 @@ from ctxdb.auth.credentials import (
     split_token,
 )
 from ctxdb.contract.identity import Principal
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
+from ctxdb.elastic.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
 from ctxdb.settings import Settings
 
 _KEYWORD = {"type": "keyword"}

@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 
 from elasticsearch import ApiError, ConflictError, Elasticsearch, NotFoundError, TransportError
 
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
+from ctxdb.elastic.replicas import DEFAULT_REPLICAS, ensure_single_shard_index
 from ctxdb.settings import Settings
 from ctxdb.storage.shards import Shard
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS, replica_settings
+from ctxdb.elastic.replicas import DEFAULT_REPLICAS, replica_settings
 
 ROWS = "rows"
 TURNS = "turns"

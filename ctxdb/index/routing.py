@@ -21,7 +21,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, NotFoundError, helpers
 
-from ctxdb.coordination.replicas import DEFAULT_REPLICAS
+from ctxdb.elastic.replicas import DEFAULT_REPLICAS
 from ctxdb.index.mappings import DEFAULT_VECTOR_INDEX
 from ctxdb.settings import Settings
 
@@ -37,7 +37,7 @@ DEFAULT_LAYOUT: dict[str, Any] = {
 }
 """What an index is built with when no layout is given (tools and tests). `replicas` is the one
 dynamic field: it is not recorded in `_meta`, the live index's settings hold it, and a sync
-applies a changed value in place (`ctxdb.coordination.replicas.apply_replicas`)."""
+applies a changed value in place (`ctxdb.elastic.replicas.apply_replicas`)."""
 
 
 def settings_layout(settings: Settings) -> dict[str, Any]:

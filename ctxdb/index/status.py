@@ -8,7 +8,7 @@ from typing import Any
 from elasticsearch import Elasticsearch
 from pydantic import BaseModel
 
-from ctxdb.coordination.replicas import replica_state
+from ctxdb.elastic.replicas import replica_state
 from ctxdb.embedding.stage import SKIPPED
 from ctxdb.index.mappings import ROWS, alias_name
 from ctxdb.index.routing import index_layout

@@ -17,7 +17,7 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch, NotFoundError
 
-from ctxdb.coordination.replicas import apply_replicas
+from ctxdb.elastic.replicas import apply_replicas
 from ctxdb.index.mappings import (
     ROWS,
     TURNS,

@@ -9,12 +9,15 @@ from typing import Any
 
 from elasticsearch import BadRequestError, Elasticsearch
 
+from ctxdb.settings.elasticsearch import ElasticsearchSettings
+
 log = logging.getLogger(__name__)
 
-DEFAULT_REPLICAS = "0-1"
-"""Replicas of every index (`CTXDB_ELASTICSEARCH_REPLICAS`): `auto_expand_replicas` 0-1, so a single
-node stays green and on two or more nodes each shard has a copy on another node, and the memory
-stays searchable (and the writer lease writable) when one node is lost."""
+DEFAULT_REPLICAS: str = ElasticsearchSettings.model_fields["replicas"].default
+"""Replicas of every index (the default of `CTXDB_ELASTICSEARCH_REPLICAS`, `0-1`):
+`auto_expand_replicas` 0-1, so a single node stays green and on two or more nodes each shard has
+a copy on another node, and the memory stays searchable (and the writer lease writable) when one
+node is lost."""
 
 
 def replica_settings(replicas: str) -> dict[str, Any]:
