@@ -18,7 +18,7 @@ shipped components already hold gives a better order, scored offline on the cach
                fitted on the other sets (the two chitchat sets never train each other) and
                scored on the held-out one
 
-None was adopted (bench/README.md, eighth pass); the script stays so each can be measured again
+None was adopted (bench/HISTORY.md, eighth pass); the script stays so each can be measured again
 on another set. Run: `.venv/bin/python bench/reorder_probes.py --prefix-suffix -ctx`.
 """
 

@@ -1,5 +1,5 @@
 """A benchmark's result as the scripts hand it over: indented JSON on stdout and, when asked, in
-a file (for bench/README.md's tables and later comparisons)."""
+a file (for bench/HISTORY.md's tables and later comparisons)."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ FOUND = {
     "query": {"b92a939b", "617b50c4", "a5a86192"},
 }
 """Per variant, the later sessions (id prefix) among the first FIRST whose pack named one of
-their labelled turns in the eval's run (bench/README.md, 2026-12-07): the overclocking session
+their labelled turns in the eval's run (bench/HISTORY.md, 2026-12-07): the overclocking session
 after the nvidia-smi one, the Secure Boot session after the dual-boot ones, and the session that
 resumes the crashed Secure Boot fix. 340183e6 (a shortcut into CachyOS, asked last) was missed."""
 

@@ -396,7 +396,7 @@ def replies_ahead(
     (`ctxdb.record.role_rows.asked_context`); the reply holds the answer, the asking turn only
     the question. A reply whose question the query does not ask stays where it ranked (after
     "I painted a sunset, what about you?", the reply answers "what about you?", not a search
-    for the painting). Measured on the three quality sets (bench/README.md)."""
+    for the painting). Measured on the three quality sets (bench/HISTORY.md)."""
     terms = QueryTerms.of(query)
     pool = list(ranked_items)
     if not terms.stems:
