@@ -10,13 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
+from mcp import Client
 from test_context_pack import ANN, BOB_WORD, SHOP, build
 
 from ctxdb.auth.credentials import TokenStore
 from ctxdb.search.service import SearchService
 from ctxdb.serve.http import create_app
+from ctxdb.serve.mcp_server import build_server
 from ctxdb.serve.mcp_tools import MemoryTools
 from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings
@@ -86,3 +89,29 @@ def test_the_mcp_tool_is_the_identified_users_pack(home) -> None:
     assert result.structured_content["tokens"] <= 200
     assert result.content[0].text == result.structured_content["text"]
     assert BOB_WORD not in tools.get_context().content[0].text
+
+
+def test_the_mcp_resources_are_the_identified_users_pack(home) -> None:
+    """`ctxdb://context` and `ctxdb://context/{+project}` read through the SDK client (in
+    memory): the pack `get_context` gives at the default budget, never another user's."""
+    root, _ = home
+    settings = Settings(home=root)
+    service = SearchService(settings, client=None)  # type: ignore[arg-type]  # no query: no search
+    tools = MemoryTools(settings, service, Resolver(settings, None), lambda: ANN)  # type: ignore[arg-type]
+    server = build_server(tools)
+
+    async def scenario() -> tuple[set[str], set[str], str, str]:
+        async with Client(server) as client:
+            listed = {str(r.uri) for r in (await client.list_resources()).resources}
+            templates = await client.list_resource_templates()
+            shapes = {t.uri_template for t in templates.resource_templates}
+            whole = (await client.read_resource("ctxdb://context")).contents[0]
+            shop = (await client.read_resource(f"ctxdb://context/{SHOP}")).contents[0]
+        return listed, shapes, whole.text, shop.text  # type: ignore[union-attr]
+
+    listed, shapes, whole, shop = anyio.run(scenario)
+    assert "ctxdb://context" in listed and "ctxdb://context/{+project}" in shapes
+    assert whole == tools.get_context().content[0].text  # type: ignore[union-attr]
+    assert shop == tools.get_context(project_or_agent=SHOP).content[0].text  # type: ignore[union-attr]
+    assert shop.startswith(f"# Memory from ctxdb: project {SHOP}")
+    assert BOB_WORD not in whole and BOB_WORD not in shop

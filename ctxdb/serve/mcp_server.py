@@ -141,7 +141,8 @@ class MemoryServer(MCPServer):
 
 
 def build_server(tools: MemoryTools, verifier: BearerVerifier | None = None) -> MCPServer:
-    """The MCP server with the memory tools and the `conv:fi:` resource template; with a
+    """The MCP server with the memory tools, the `conv:fi:` resource template and the context
+    pack resources (`ctxdb://context`, `ctxdb://context/{+project}`); with a
     verifier, HTTP requests need a bearer token it accepts."""
     auth = None
     if verifier is not None:
@@ -169,6 +170,19 @@ def build_server(tools: MemoryTools, verifier: BearerVerifier | None = None) -> 
         description="A file of one of your turns (attachment or hosted output), by conv:fi: ref.",
         mime_type="application/octet-stream",
     )(tools.read_resource)
+    server.resource(
+        "ctxdb://context",
+        name="context-pack",
+        description="Your memory's context pack: recent sessions, unfinished turns, recent work.",
+        mime_type="text/markdown",
+    )(tools.read_context)
+    server.resource(
+        "ctxdb://context/{+project}",
+        name="project-context-pack",
+        description="The context pack of one project (its folder, the git root counts, or an"
+        " agent id).",
+        mime_type="text/markdown",
+    )(tools.read_project_context)
     return server
 
 

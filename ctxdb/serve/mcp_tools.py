@@ -522,6 +522,35 @@ class MemoryTools:
             )
         return result(pack, pack.text)
 
+    async def read_context(self) -> str:
+        """resources/read of `ctxdb://context`: the caller's pack over all their memory."""
+        return await self._context_text(None)
+
+    async def read_project_context(self, project: str) -> str:
+        """resources/read of `ctxdb://context/<project>`: the caller's pack for one project (its
+        folder, the git root counting, or an agent id)."""
+        return await self._context_text(project)
+
+    async def _context_text(self, project: str | None) -> str:
+        """The markdown pack at the default budget, as `get_context` builds it."""
+        try:
+            principal = self.identify()
+            request = ContextRequest(project=resolve_project(project) if project else None)
+            pack = await anyio.to_thread.run_sync(
+                lambda: build_pack(
+                    principal,
+                    request,
+                    datetime.now(UTC),
+                    DeltaStore.from_settings(self.settings),
+                    self.service.search,
+                )
+            )
+        except AuthError as exc:
+            raise ResourceNotFoundError(str(exc)) from None
+        except ValueError as exc:  # a pydantic ValidationError among them
+            raise ResourceError(f"invalid project: {exc}") from None
+        return pack.text
+
     def tools(self) -> list[Callable[..., CallToolResult]]:
         return [
             self.search_conversations,
