@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from typer.testing import CliRunner
 from claude_code_sessions import (
     Session,
     cli_install,
@@ -33,6 +34,7 @@ from ctxdb.capture.claude_code.install import (
     remove_hooks,
     uninstall,
 )
+from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
 from ctxdb.landing.run import land
 from ctxdb.settings import Settings
@@ -309,6 +311,26 @@ def test_install_refuses_a_settings_file_that_is_not_json(
     with pytest.raises(InstallError, match="not valid JSON"):
         install(capture, project=tmp_path / "p")
     assert target.read_text() == "{ broken"
+
+
+def test_install_refuses_a_remote_storage_root_and_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook writes local files: with the data on an object store, `install` exits 2 with
+    one line that says which variable put it there, and writes nothing."""
+    monkeypatch.setenv("CTXDB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CTXDB_STORAGE_ROOT", "s3://bucket/ctxdb")
+    project = tmp_path / "p"
+    _register_all()
+    result = CliRunner().invoke(
+        app, ["capture", "claude-code", "install", "--project", str(project)]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "error: the hook writes local files; landing is s3://bucket/ctxdb/landing"
+        " (CTXDB_STORAGE_ROOT): unset CTXDB_STORAGE_ROOT or point it at a local folder"
+    ]
+    assert not project.exists()
 
 
 def test_hooks_of_other_tools_sharing_a_group_survive() -> None:

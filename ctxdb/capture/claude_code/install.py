@@ -67,7 +67,10 @@ def hook_config(settings: Settings) -> HookConfig:
     capture = settings.claude_code
     landing = settings.landing_uri
     if "://" in landing:
-        raise InstallError(f"the hook writes local files; landing is {landing} (set CTXDB_HOME)")
+        raise InstallError(
+            f"the hook writes local files; landing is {landing} (CTXDB_STORAGE_ROOT):"
+            " unset CTXDB_STORAGE_ROOT or point it at a local folder"
+        )
     return HookConfig(
         spool=str(Path(landing).absolute() / "claude_code" / "hook"),
         state=str(settings.home.absolute() / "capture" / "claude_code"),
