@@ -10,6 +10,7 @@ the run starts.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -47,9 +48,12 @@ class SettingsResource(ConfigurableResource):
     @classmethod
     def from_settings(cls, settings: Settings) -> SettingsResource:
         """`settings` pinned: its home and every field that differs from its default, secrets and
-        object-store options left to the environment."""
+        object-store options left to the environment. Local paths are pinned absolute, so a
+        worker in another folder reads and writes the same ones."""
         top = set(GROUPS) | _secret_fields(Settings) | UNCOPIED
-        changes = {**_changed(settings, top), "home": str(settings.home)}
+        changes = {**_changed(settings, top), "home": str(settings.home.absolute())}
+        if settings.storage_root and "://" not in settings.storage_root:
+            changes["storage_root"] = str(Path(settings.storage_root).absolute())
         for group, model in GROUPS.items():
             changed = _changed(getattr(settings, group), _secret_fields(model))
             if changed:

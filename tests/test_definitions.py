@@ -115,6 +115,32 @@ def test_resources_are_built_from_the_settings(
     )
 
 
+def test_relative_paths_are_pinned_absolute_and_uris_as_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A relative CTXDB_HOME and CTXDB_STORAGE_ROOT are pinned as the folders the code location
+    meant, so a run in another folder writes there; an object-store URI is pinned as given."""
+    (tmp_path / "loaded").mkdir()
+    (tmp_path / "worker").mkdir()
+    monkeypatch.chdir(tmp_path / "loaded")
+    monkeypatch.setenv("CTXDB_HOME", "rel")
+    monkeypatch.setenv("CTXDB_STORAGE_ROOT", "data")
+    built = build_resources(get_settings())
+    seen: dict[str, Settings] = {}
+
+    @asset
+    def paths(settings: SettingsResource) -> None:
+        seen["settings"] = settings.get()
+
+    monkeypatch.chdir(tmp_path / "worker")
+    assert materialize([paths], resources=built).success
+    run_settings = seen["settings"]
+    assert run_settings.home == tmp_path / "loaded" / "rel"
+    assert run_settings.delta_uri == str(tmp_path / "loaded" / "data" / "delta")
+    remote = SettingsResource.from_settings(Settings(home="rel", storage_root="s3://bucket/x"))
+    assert remote.changes["storage_root"] == "s3://bucket/x"
+
+
 def test_memory_job_runs_over_every_shard_and_refuses_a_run_of_one(tmp_path: Path) -> None:
     """The Dagster UI path (issue 40): memory_job's partitions are the CTXDB_SHARDS shards (the
     UI's "Materialize all..." lists them all), and a run of it over one shard, which the UI's
