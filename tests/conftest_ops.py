@@ -231,6 +231,7 @@ def write_embeddings(
                 "error": None,
                 "attempts": 1,
                 "updated_at": now,
+                "expires_at": rows["expires_at"],
             }
         ),
         schema=ROW_EMBEDDINGS_SCHEMA,

@@ -234,6 +234,7 @@ def test_model_ids_are_read_from_the_data_when_the_log_has_no_statistics(delta_s
             "error": [None, None],
             "attempts": [0, 0],
             "updated_at": [datetime.now(UTC)] * 2,
+            "expires_at": [None, None],
         }
     ).to_arrow()
     write_deltalake(

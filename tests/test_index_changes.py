@@ -84,7 +84,9 @@ def set_feed(store, tables, feed: bool) -> None:
 def statuses(frame: pl.DataFrame, status: str = OK, model: str = MODEL) -> pl.DataFrame:
     """Embedding status rows for the role rows in `frame`, one attempt each, as the embedding
     stage writes them (no model needed for diff tests)."""
-    before = frame.select("row_id", "text_hash", attempts=pl.lit(int(status in (OK, SKIPPED))))
+    before = frame.select(
+        "row_id", "text_hash", "expires_at", attempts=pl.lit(int(status in (OK, SKIPPED)))
+    )
     return status_frame(before, model, status, None, datetime.now(UTC))
 
 

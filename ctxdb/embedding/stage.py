@@ -56,7 +56,7 @@ OK = "ok"
 FAILED = "failed"
 PENDING = "pending"
 SKIPPED = "skipped"  # empty or whitespace-only text: never sent to the model, indexed lexically
-ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id", "context"]
+ROW_COLUMNS = ["row_id", "text", "text_hash", "conversation_id", "context", "expires_at"]
 BLANK = pl.col("text").str.strip_chars().str.len_chars() == 0
 """A row whose embedded text is empty or whitespace: `skipped`, never sent to the model."""
 
@@ -147,7 +147,8 @@ def rows_to_embed(rows: pl.DataFrame, statuses: pl.DataFrame, model_id: str) -> 
 def status_frame(
     row_ids: pl.DataFrame, model_id: str, status: str, error: str | None, now: datetime
 ) -> pl.DataFrame:
-    """`role_row_embeddings` rows for `row_ids` (row_id, text_hash, attempts): one status each."""
+    """`role_row_embeddings` rows for `row_ids` (row_id, text_hash, attempts, expires_at): one
+    status each, carrying its row's expiry (the retention sweep's bound)."""
     return row_ids.select(
         "row_id",
         pl.lit(model_id).alias("model_id"),
@@ -156,6 +157,7 @@ def status_frame(
         pl.lit(error, dtype=pl.String).alias("error"),
         (pl.col("attempts") + (0 if status in (OK, SKIPPED) else 1)).cast(pl.Int32),
         pl.lit(now).alias("updated_at"),
+        pl.col("expires_at").cast(pl.Datetime("us", "UTC")),
     )
 
 
@@ -243,7 +245,9 @@ def _embed_part(
         frames += _embed_misses(
             store, embedder, misses, report, now, batch_size, progress_every_s, progress
         )
-    store.upsert(ROW_EMBEDDINGS, pl.concat(frames), keys=["row_id"], schema=ROW_EMBEDDINGS_SCHEMA)
+    store.upsert(
+        ROW_EMBEDDINGS, pl.concat(frames), ["row_id"], schema=ROW_EMBEDDINGS_SCHEMA, evolve=True
+    )
 
 
 def _embed_misses(

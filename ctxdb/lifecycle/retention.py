@@ -14,7 +14,8 @@ Sweep order (each step idempotent, so a run killed anywhere is finished by the n
    line, and the landing files quarantined as unreadable past the default TTL
    (`landing_retention`);
 4. DELETE the expired rows from Delta (role rows first, then TurnLogs, timelines, catalog, replay
-   artifacts, raw events, quarantine and failure rows, then the embedding statuses of every
+   artifacts, raw events, quarantine and failure rows, then the embedding statuses of the
+   expired rows, reading only the files `status_bound` leaves, and by key those of every other
    pending row id whose role row is gone, so the statuses of rows an interrupted attempt purged go
    too) and prune embedding-cache entries no row references; every delete commit carries the run
    id;
@@ -118,6 +119,7 @@ class Expired:
     turns: pl.DataFrame  # TURN_KEY columns present in turn_logs
     raw_ids: pl.DataFrame | None = None  # event_id of expired raw events
     sources: list[str] = field(default_factory=list)  # landing files holding expired lines
+    derived_until: datetime | None = None  # the latest `derived_at` of an expired role row
 
     def pending(self, stragglers: dict[str, list[str]]) -> dict[str, list[str]]:
         """The Elasticsearch ids and storage paths this sweep must remove."""
@@ -219,12 +221,16 @@ def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Exp
     """
     counts: dict[str, int] = {}
     row_ids: list[str] = []
+    derived_until: datetime | None = None
     turns = pl.DataFrame(schema={k: pl.String for k in TURN_KEY})
     for table in EXPIRING_TABLES:
         columns = columns_of(store, table)
         if "expires_at" not in columns:
             continue
-        wanted = {ROLE_ROWS: ["row_id"], TURN_LOGS: [c for c in TURN_KEY if c in columns]}
+        wanted = {
+            ROLE_ROWS: ["row_id", "derived_at"],
+            TURN_LOGS: [c for c in TURN_KEY if c in columns],
+        }
         expired = (
             store.scan(table)
             .filter(pl.col("expires_at") <= cutoff)
@@ -234,6 +240,7 @@ def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Exp
         counts[table] = expired.height
         if table == ROLE_ROWS:
             row_ids = expired["row_id"].to_list()
+            derived_until = expired.get_column("derived_at").max()  # type: ignore[assignment]
         elif table == TURN_LOGS:
             turns = expired.unique()
     raw = _expired_raw_events(store, cutoff, settings)
@@ -260,6 +267,7 @@ def find_expired(store: DeltaStore, cutoff: datetime, settings: Settings) -> Exp
         turns=turns,
         raw_ids=None if raw is None else raw.select("event_id"),
         sources=sorted(set(sources)),
+        derived_until=derived_until,
     )
 
 
@@ -341,9 +349,7 @@ def purge_expired(
         if table in expired.counts:
             predicate = f"expires_at <= {sql_ts(expired.cutoff)}"
             deleted[table] = delete_where(store, table, predicate, run_id)
-    purged = pl.DataFrame({"row_id": expired.row_ids}, schema={"row_id": pl.String})
-    keys = pl.concat([purged, purged_row_ids(store)]).unique()
-    deleted[ROW_EMBEDDINGS] = delete_keys(store, ROW_EMBEDDINGS, keys, run_id)
+    deleted[ROW_EMBEDDINGS] = purge_statuses(store, expired, run_id)
     if expired.raw_ids is not None:
         within = f"t.occurred_at <= {sql_ts(raw_bound(expired.cutoff, settings))}"
         deleted[RAW_TURN_EVENTS] = delete_keys(
@@ -356,6 +362,36 @@ def purge_expired(
             deleted[table] = delete_where(store, table, predicate, run_id)
     deleted[EMBEDDINGS] = prune_embedding_cache(store, started_at, run_id)
     return deleted
+
+
+STATUS_SKEW = timedelta(hours=1)
+"""How much later than the derivation of its row a status written from the row's earlier version
+may be stamped: the clocks of the derivation and embedding hosts may differ, and the embedding
+stage stamps its statuses shortly after reading the rows."""
+
+
+def purge_statuses(store: DeltaStore, expired: Expired, run_id: str | None = None) -> int:
+    """Delete the embedding statuses of the expired role rows, reading only the files
+    `status_bound` leaves, then, by key alone, those of rows an interrupted sweep or an erasure
+    purged (`purged_row_ids`; none in a sweep that finishes); returns the statuses deleted."""
+    purged = pl.DataFrame({"row_id": expired.row_ids}, schema={"row_id": pl.String})
+    within = status_bound(store, expired)
+    deleted = delete_keys(store, ROW_EMBEDDINGS, purged, run_id, within)
+    leftovers = purged_row_ids(store).join(purged, on="row_id", how="anti")
+    return deleted + delete_keys(store, ROW_EMBEDDINGS, leftovers, run_id)
+
+
+def status_bound(store: DeltaStore, expired: Expired) -> str | None:
+    """A SQL predicate (alias `t`) true of every status of an expired role row: its stored
+    expiry is at or before the cutoff; or null (written before the column existed); or it was
+    written before the latest derivation of an expired row (plus `STATUS_SKEW`), since which that
+    row's expiry may have moved. None when the table has no `expires_at` column yet."""
+    if "expires_at" not in columns_of(store, ROW_EMBEDDINGS):
+        return None
+    bounds = [f"t.expires_at <= {sql_ts(expired.cutoff)}", "t.expires_at IS NULL"]
+    if expired.derived_until is not None:
+        bounds.append(f"t.updated_at <= {sql_ts(expired.derived_until + STATUS_SKEW)}")
+    return " OR ".join(bounds)
 
 
 def purged_row_ids(store: DeltaStore) -> pl.DataFrame:

@@ -197,6 +197,63 @@ class DeltaStore:
         with self.guarded(table):
             return _counts(merger.execute())
 
+    def replace_groups(
+        self,
+        table: str,
+        source: pa.Table,
+        keys: Sequence[str],
+        group: str,
+        groups: Sequence[str],
+        *,
+        update_when: str | None = None,
+        evolve: bool = False,
+    ) -> dict[str, int]:
+        """Make `source` the rows of `groups` (values of the string column `group`, covering
+        every row of `source`): its rows are upserted on `keys` (matched rows replaced when
+        `update_when` holds), then the groups' rows it lacks are deleted by key; returns the
+        inserted, updated and deleted counts.
+
+        The groups' stored keys are read first (one narrow column read, at the snapshot the
+        write commits on): when none are stored, `source` is appended with no MERGE; otherwise
+        the MERGE matches only within the stored groups (`sql_among`), so delta-rs reads the
+        files holding them and not every file whose range spans new groups (a MERGE reads whole
+        files, every column). Either write commits exactly as the next version or reruns, read
+        again (`rerun_on_conflict`), so a row that a concurrent writer stored meanwhile is
+        matched, never stored twice. `evolve` adds the source's columns the table lacks."""
+        stored_keys: list[pl.DataFrame] = []
+
+        def write_once() -> dict[str, int]:
+            dt = self.table(table)
+            dt = self.create(table, source.schema) if dt is None else dt
+            stored = (
+                self.scan(table, dt.version())
+                .filter(among(pl.col(group), pl.Series(groups, dtype=pl.String)))
+                .select(list(dict.fromkeys([*keys, group])))
+                .collect()
+            )
+            stored_keys[:] = [stored]
+            once = CommitProperties(max_commit_retries=0)
+            with self.guarded(table):
+                if stored.is_empty():
+                    schema_mode = "merge" if evolve else None
+                    write_deltalake(
+                        dt, source, mode="append", schema_mode=schema_mode, commit_properties=once
+                    )
+                    return {**_counts({}), "inserted": source.num_rows}
+                within = sql_among(f"t.{group}", stored[group].unique().to_list())
+                merger = _merger(dt, source, keys, once, within=within, evolve=evolve)
+                merger = merger.when_matched_update_all(predicate=update_when)
+                return _counts(merger.when_not_matched_insert_all().execute())
+
+        written = rerun_on_conflict(table, write_once)
+        stored = stored_keys[0]
+        stale = stored.join(
+            frame_of(source.select(keys)), on=list(keys), how="anti", nulls_equal=True
+        )
+        within = sql_among(f"t.{group}", stale[group].unique().to_list()) if stale.height else None
+        written["deleted"] = self.delete_keys(table, stale.select(keys), within=within)
+        return written
+
     def delete_keys(
         self,
         table: str,
@@ -296,12 +353,18 @@ class DeltaStore:
         return rerun_on_conflict(table, attempt)
 
     def upsert(
-        self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
+        self,
+        table: str,
+        data: pl.DataFrame,
+        keys: Sequence[str],
+        schema: pa.Schema | None = None,
+        evolve: bool = False,
     ) -> dict[str, int]:
-        """MERGE rows on `keys`: matched rows are replaced, new rows inserted, in one commit."""
+        """MERGE rows on `keys`: matched rows are replaced, new rows inserted, in one commit
+        (`evolve`: columns of `schema` the table lacks are added, as in `merge`)."""
         if data.is_empty():
             return {"inserted": 0, "updated": 0}
-        counts = self.merge(table, _to_arrow(data, schema), keys)
+        counts = self.merge(table, _to_arrow(data, schema), keys, evolve=evolve)
         return {"inserted": counts["inserted"], "updated": counts["updated"]}
 
     def insert_new(
@@ -389,6 +452,20 @@ def sql_span(column: str, values: Sequence[str]) -> str:
     """A SQL range predicate `column` between the least and greatest of `values` (non-empty):
     what delta-rs can test against file statistics, where an `IN` list is not."""
     return f"{column} >= {_quoted(min(values))} AND {column} <= {_quoted(max(values))}"
+
+
+AMONG_VALUES = 100
+"""Most values `sql_among` tests one by one; more are tested as their span."""
+
+
+def sql_among(column: str, values: Sequence[str]) -> str:
+    """A SQL predicate true where `column` is one of `values` (non-empty), in a form delta-rs
+    tests against file statistics: up to `AMONG_VALUES` values an OR of equalities (each file is
+    kept only when one of the values may be in it), beyond, their span (`sql_span`: values in a
+    narrow range, such as a batch of ids in order, are best told by their range)."""
+    if len(values) > AMONG_VALUES:
+        return sql_span(column, values)
+    return " OR ".join(f"{column} = {_quoted(v)}" for v in values)
 
 
 def _quoted(value: str) -> str:

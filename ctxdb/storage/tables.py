@@ -78,6 +78,10 @@ ROW_EMBEDDINGS_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
         pa.field("attempts", pa.int32(), nullable=False),
         pa.field("updated_at", TS, nullable=False),
+        # the role row's `expires_at` when the status was written (null in statuses written
+        # before the column existed): the retention sweep's delete reads only the files that
+        # may hold expired statuses (`ctxdb.lifecycle.retention.status_bound`)
+        pa.field("expires_at", TS),
     ]
 )
 
