@@ -225,6 +225,45 @@ def test_the_hooks_answer_empty_when_memory_fails_or_is_late(installed) -> None:
     assert time.monotonic() - began < 60  # never a hang (not a latency assertion)
 
 
+def hook_with_stdin_open(command: str, data: str) -> dict:
+    """Run a hook whose host writes `data` and keeps stdin open (never closes the pipe): it
+    must exit 0 by itself; its JSON answer."""
+    process = subprocess.Popen(
+        command,
+        shell=True,
+        env=clean_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write(data)
+        process.stdin.flush()
+        assert process.wait(timeout=120) == 0  # a guard against a hang, not a latency bound
+        return json.loads(process.stdout.read())
+    finally:
+        process.kill()
+        process.stdin.close()
+        process.stdout.close()
+
+
+@pytest.mark.es
+@pytest.mark.model
+def test_a_host_that_keeps_stdin_open_is_answered_within_the_bound(installed) -> None:
+    """The payload is read within the hook's bound: a whole JSON object on a stdin kept open
+    gets the pack; half of one (the rest never comes) gets `{}` once the bound is over."""
+    root, project, env = installed
+    command = context_command(project, "SessionStart")
+    whole = hook_with_stdin_open(command, json.dumps(PAYLOAD))
+    assert "src/cart.py" in context_of(whole, "SessionStart")
+    short = command.replace("--timeout 10.0", "--timeout 2")
+    assert short != command
+    assert hook_with_stdin_open(short, json.dumps(PAYLOAD)[:20]) == {}
+    assert hook_with_stdin_open(short, "") == {}
+
+
 @pytest.mark.es
 @pytest.mark.model
 def test_hostile_payloads_get_a_clear_empty_answer(installed, tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ the other ctxdb hooks. The host runs
                                       [--url URL]
 
 (`ctxdb capture gemini context` for Gemini CLI) with the memory's settings in its environment.
-The hook reads the payload on stdin; its `hook_event_name` says what to answer:
+The hook reads the payload on stdin (within its time bound: up to the end of stdin or of the JSON
+object, so a host that keeps stdin open is answered all the same); its `hook_event_name` says
+what to answer:
 
 * `SessionStart`: the pack of the payload `cwd`'s project (Claude Code: `project_of`, the value
   capture records, turns recorded before projects counting by the folder's agent id; Gemini CLI:
@@ -259,10 +261,37 @@ def _arguments(argv: list[str], host: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _payload(stdin: IO[str]) -> dict[str, Any]:
+def _read_within(stdin: IO[str], seconds: float) -> str:
+    """What `stdin` holds, read until it ends or holds a whole JSON object; "" when that is not
+    so within `seconds` (a host that keeps stdin open never holds the hook past its bound)."""
     try:
-        payload = json.loads(stdin.read() or "{}")
+        fd = stdin.fileno()
+    except (OSError, ValueError):  # not a file (io.UnsupportedOperation is an OSError)
+        return stdin.read()
+    deadline = time.monotonic() + seconds
+    data = b""
+    while select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return data.decode(stdin.encoding or "utf-8")
+        data += chunk
+        if data.rstrip().endswith(b"}") and _whole_object(data):
+            return data.decode(stdin.encoding or "utf-8")
+    return ""
+
+
+def _whole_object(data: bytes) -> bool:
+    try:
+        return isinstance(json.loads(data), dict)
     except ValueError:
+        return False
+
+
+def _payload(stdin: IO[str], seconds: float) -> dict[str, Any]:
+    """The payload on stdin, read within `seconds` ({} when it is not a JSON object)."""
+    try:
+        payload = json.loads(_read_within(stdin, seconds) or "{}")
+    except ValueError:  # not JSON, or not text (UnicodeDecodeError)
         return {}
     return payload if isinstance(payload, dict) else {}
 
@@ -312,7 +341,7 @@ def run(
 ) -> int:
     """Answer one hook payload (see the module doc); always exit 0 once arguments parse."""
     args = _arguments(argv, host)
-    payload = _payload(stdin)
+    payload = _payload(stdin, args.timeout - _elapsed())
     text = within(args.timeout - _elapsed(), lambda: answer_text(payload, args, host))
     event = payload.get("hook_event_name", START)
     answer = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}
