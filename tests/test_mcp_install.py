@@ -133,3 +133,27 @@ def test_cli_install_registers_and_uninstall_removes(
     gone = runner.invoke(app, ["capture", "claude-code", "uninstall", "--project", str(project)])
     assert gone.exit_code == 0 and "removed the ctxdb MCP server" in gone.output
     assert not (project / ".mcp.json").exists()
+
+
+def test_the_entry_points_the_server_at_the_memory_the_hooks_land_into(
+    capture: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With CTXDB_STORAGE_ROOT apart from the home, the registered server's environment names
+    it, so the server reads the Delta tables and files the capture hook writes."""
+    stored = capture.replace(storage_root=str(tmp_path / "data"))
+    project = tmp_path / "shop"
+    project.mkdir()
+    registration.register(stored, project)
+    env = json.loads((project / ".mcp.json").read_text())["mcpServers"]["ctxdb"]["env"]
+    for name in [n for n in os.environ if n.startswith("CTXDB_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    served = Settings()
+    assert (served.delta_uri, served.landing_uri) == (stored.delta_uri, stored.landing_uri)
+    assert "CTXDB_STORAGE_ROOT" not in registration_env(capture, project)
+
+
+def registration_env(settings: Settings, project: Path) -> dict[str, str]:
+    registration.register(settings, project)
+    return json.loads((project / ".mcp.json").read_text())["mcpServers"]["ctxdb"]["env"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import certifi
@@ -23,8 +26,11 @@ from ctxdb.settings import (
     environment_names,
     get_settings,
 )
+from ctxdb.settings.removed import REMOVED, RemovedVariable
 from ctxdb.settings.search import SearchKnobs
 from pipelines.celery_settings import CelerySettings
+
+CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 
 EXTERNAL = "https://search.example.com:9243"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -249,6 +255,34 @@ def test_bad_values_are_rejected(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("CTXDB_ES_PORT", "not-a-port")
     with pytest.raises(ValueError, match="NodeSettings\nport"):
         get_settings()
+
+
+def test_a_removed_variable_is_an_error_naming_its_replacement(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A variable this version no longer reads is refused, on the CLI as one line, never
+    silently left at its default (the memory would seem to vanish, a knob to revert)."""
+    clean_env.setenv("CTXDB_DELTA_ROOT", str(tmp_path / "old"))
+    clean_env.setenv("CTXDB_SEARCH_RRF_K", "42")
+    with pytest.raises(RemovedVariable) as refused:
+        get_settings()
+    assert str(refused.value) == (
+        "CTXDB_DELTA_ROOT is no longer read: set CTXDB_STORAGE_ROOT instead: delta/ lives under"
+        " it; CTXDB_SEARCH_RRF_K is no longer read: set CTXDB_SEARCH_KNOBS__RRF_K instead"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in REMOVED}
+    env.update(CTXDB_HOME=str(tmp_path), CTXDB_LANDING_URI=str(tmp_path))
+    done = subprocess.run([CTXDB, "tables"], env=env, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: CTXDB_LANDING_URI is no longer read: set CTXDB_STORAGE_ROOT instead: landing/"
+        " lives under it"
+    ]
+
+
+def test_no_removed_variable_is_read_today() -> None:
+    assert not set(REMOVED) & set(environment_names())
+    assert len(REMOVED) >= 20 + len(SearchKnobs.model_fields)
 
 
 def test_per_test_settings_fixture(settings: Settings, tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ COMMANDS: dict[str, Entry] = {
     ),
     "search": Entry(
         "search",
-        "Hybrid conversation search (or a catalog lookup with --first/--last/--nth/--since).",
+        "Hybrid conversation search (or a catalog lookup with --nth or a blank query and "
+        "--window). `--knob weight_semantic=0` searches without the model.",
     ),
     "conversations": Entry(
         "search", "Your conversations, most recent activity first, with titles."

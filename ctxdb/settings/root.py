@@ -21,6 +21,7 @@ from ctxdb.settings.http import HttpSettings
 from ctxdb.settings.landing import LandingSettings
 from ctxdb.settings.mcp import McpSettings
 from ctxdb.settings.node import NodeSettings
+from ctxdb.settings.removed import refuse_removed
 from ctxdb.settings.retention import RetentionSettings
 from ctxdb.settings.search import SearchSettings
 
@@ -227,6 +228,7 @@ def _environment() -> tuple[tuple[str, str], ...]:
 
 @functools.lru_cache(maxsize=1)
 def _settings_for(environment: tuple[tuple[str, str], ...], cwd: str) -> Settings:
+    refuse_removed(name for name, _ in environment)
     return Settings()
 
 

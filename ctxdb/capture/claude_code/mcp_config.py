@@ -70,16 +70,19 @@ def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
         command, head = str(script), []
     else:
         command, head = sys.executable, ["-c", "import sys; from ctxdb.cli import main; main()"]
+    env = {
+        "CTXDB_HOME": str(settings.home.absolute()),
+        "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
+        "ELASTICSEARCH_URL": settings.elasticsearch.url,
+        "CTXDB_AUTH_TOKEN_STORE": settings.auth.token_store,
+    }
+    if settings.storage_root:  # the memory the hooks land into (object-store options stay in
+        env["CTXDB_STORAGE_ROOT"] = settings.storage_root  # the environment: credentials)
     return {
         "type": "stdio",
         "command": command,
         "args": [*head, "mcp", "--token-file", str(token)],
-        "env": {
-            "CTXDB_HOME": str(settings.home.absolute()),
-            "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,
-            "ELASTICSEARCH_URL": settings.elasticsearch.url,
-            "CTXDB_AUTH_TOKEN_STORE": settings.auth.token_store,
-        },
+        "env": env,
     }
 
 
