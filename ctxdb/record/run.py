@@ -3,10 +3,10 @@
 1. `derive_state` holds the highest `landed_version` of `raw_turn_events` already derived.
 2. New rows (`landed_version` above it, read at one pinned table version) name the touched
    conversations; every event of those conversations is read back and derived from scratch.
-3. Each derived table is written with a MERGE keyed on its natural key: matched rows are updated
-   (TurnLogs only when the incoming recording state is not lower), new rows inserted; then rows
-   of the touched conversations that the recompute no longer produces are deleted by key
-   (`write_table`).
+3. Each derived table is written keyed on its natural key: matched rows are updated (TurnLogs
+   only when the incoming recording state is not lower), new rows inserted (appended when the
+   table holds none of the batch's conversations yet); then rows of the touched conversations
+   that the recompute no longer produces are deleted by key (`write_table`).
 4. Only then does `derive_state` advance. A run that dies before step 4 leaves the state behind,
    so the next run recomputes the same conversations and converges to the same tables.
 
@@ -33,7 +33,7 @@ from ctxdb.record.derive_failures import clear_failures, record_failures
 from ctxdb.record.expiry import late_landed
 from ctxdb.settings import Settings
 from ctxdb.storage.arrow import frame_of
-from ctxdb.storage.delta import DeltaStore, among, sql_in, sql_span
+from ctxdb.storage.delta import DeltaStore, sql_in
 from ctxdb.storage.tables import (
     CONVERSATION_TIMELINES,
     DERIVE_STATE,
@@ -103,34 +103,29 @@ def write_table(
     data: pl.DataFrame,
     conversations: Sequence[str],
 ) -> dict[str, int]:
-    """Write `data`, the recomputed rows of `conversations`: a MERGE on the table's natural key
-    upserts them, then the conversations' rows it no longer holds are deleted by key (a second
-    MERGE, only when there are any). Both MERGEs and the scan for the rows to delete carry the
-    conversations' id range, so each reads only the files whose statistics overlap it: batches
-    are derived in conversation order, so a batch's rows sit in few files, and the cost of a
-    batch does not grow with the table (a MERGE deleting unmatched rows would read the whole
-    table). Keyed MERGEs also for conversations new to the table: a concurrent derivation's
-    commit makes one rerun (`DeltaStore.merge`), so no TurnLog or role row is ever stored twice,
-    whatever runs beside it; a run stopped between the two leaves `derive_state` behind, and
-    the next run recomputes the same conversations."""
+    """Write `data`, the recomputed rows of `conversations`: they become the conversations' rows
+    in the table (`DeltaStore.replace_groups`: rows upserted on the table's natural key, then the
+    conversations' rows the recompute no longer produces deleted by key). Conversations the table
+    does not hold yet (every conversation of a first build, the new ones of an increment) are
+    appended; a MERGE reads only the files holding the conversations already stored, so the cost
+    of a batch follows its conversations, not the table. Keyed also for conversations new to the
+    table: the write commits on the snapshot it read or reruns, so no TurnLog or role row is ever
+    stored twice, whatever runs beside it; a run stopped between tables leaves `derive_state`
+    behind, and the next run recomputes the same conversations."""
     if not conversations:
         return dict(WRITTEN)
-    # the span covers every row written too, so no row of `data` can miss its match
-    span = sql_span("t.conversation_id", [*conversations, *data["conversation_id"].unique()])
+    # every row written is in the groups too, so no row of `data` can miss its match
+    groups = pl.Series([*conversations, *data["conversation_id"].unique()]).unique().to_list()
     source = data.to_arrow().select(target.schema.names).cast(target.schema)
-    written = store.merge(
-        target.table, source, target.keys, update_when=target.update_when, within=span, evolve=True
+    return store.replace_groups(
+        target.table,
+        source,
+        target.keys,
+        "conversation_id",
+        groups,
+        update_when=target.update_when,
+        evolve=True,
     )
-    keys = list(target.keys)
-    stale = (
-        store.scan(target.table)
-        .filter(among(pl.col("conversation_id"), pl.Series(conversations)))
-        .select(keys)
-        .collect()
-        .join(data.select(keys), on=keys, how="anti", nulls_equal=True)
-    )
-    written["deleted"] = store.delete_keys(target.table, stale, within=span)
-    return written
 
 
 def derive(

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import polars as pl
 import pyarrow as pa
@@ -220,39 +220,49 @@ class DeltaStore:
         files, every column). Either write commits exactly as the next version or reruns, read
         again (`rerun_on_conflict`), so a row that a concurrent writer stored meanwhile is
         matched, never stored twice. `evolve` adds the source's columns the table lacks."""
-        stored_keys: list[pl.DataFrame] = []
-
-        def write_once() -> dict[str, int]:
-            dt = self.table(table)
-            dt = self.create(table, source.schema) if dt is None else dt
-            stored = (
-                self.scan(table, dt.version())
-                .filter(among(pl.col(group), pl.Series(groups, dtype=pl.String)))
-                .select(list(dict.fromkeys([*keys, group])))
-                .collect()
-            )
-            stored_keys[:] = [stored]
-            once = CommitProperties(max_commit_retries=0)
-            with self.guarded(table):
-                if stored.is_empty():
-                    schema_mode = "merge" if evolve else None
-                    write_deltalake(
-                        dt, source, mode="append", schema_mode=schema_mode, commit_properties=once
-                    )
-                    return {**_counts({}), "inserted": source.num_rows}
-                within = sql_among(f"t.{group}", stored[group].unique().to_list())
-                merger = _merger(dt, source, keys, once, within=within, evolve=evolve)
-                merger = merger.when_matched_update_all(predicate=update_when)
-                return _counts(merger.when_not_matched_insert_all().execute())
-
-        written = rerun_on_conflict(table, write_once)
-        stored = stored_keys[0]
+        written, stored = rerun_on_conflict(
+            table,
+            lambda: self._replace_once(table, source, keys, group, groups, update_when, evolve),
+        )
         stale = stored.join(
             frame_of(source.select(keys)), on=list(keys), how="anti", nulls_equal=True
         )
         within = sql_among(f"t.{group}", stale[group].unique().to_list()) if stale.height else None
         written["deleted"] = self.delete_keys(table, stale.select(keys), within=within)
         return written
+
+    def _replace_once(
+        self,
+        table: str,
+        source: pa.Table,
+        keys: Sequence[str],
+        group: str,
+        groups: Sequence[str],
+        update_when: str | None,
+        evolve: bool,
+    ) -> tuple[dict[str, int], pl.DataFrame]:
+        """One attempt of `replace_groups`' upsert, committed as exactly the version after the
+        snapshot it read; returns its counts and the groups' stored keys it read."""
+        dt = self.table(table)
+        dt = self.create(table, source.schema) if dt is None else dt
+        stored = (
+            self.scan(table, dt.version())
+            .filter(among(pl.col(group), pl.Series(groups, dtype=pl.String)))
+            .select(list(dict.fromkeys([*keys, group])))
+            .collect()
+        )
+        if not source.num_rows:
+            return _counts({}), stored
+        once = CommitProperties(max_commit_retries=0)
+        with self.guarded(table):
+            if stored.is_empty():
+                mode: Literal["merge"] | None = "merge" if evolve else None
+                write_deltalake(dt, source, mode="append", schema_mode=mode, commit_properties=once)
+                return {**_counts({}), "inserted": source.num_rows}, stored
+            within = sql_among(f"t.{group}", stored[group].unique().to_list())
+            merger = _merger(dt, source, keys, once, within=within, evolve=evolve)
+            merger = merger.when_matched_update_all(predicate=update_when)
+            return _counts(merger.when_not_matched_insert_all().execute()), stored
 
     def delete_keys(
         self,
