@@ -25,6 +25,8 @@ from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
+NEITHER = "not a folder (a path with / or \\) nor an agent id"
+"""How a project that is neither a folder nor an agent id is refused, on every face."""
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,10 @@ def test_the_cli_refuses_bad_arguments_and_other_users_conversations(home) -> No
     assert both.returncode == 2 and "not both" in both.stderr
     small = cli(root, "--budget", "3", "--token", tokens["ann"])
     assert small.returncode == 2 and "budget" in small.stderr
+    spaced = cli(root, "--project", "my project", "--query", "cart", "--token", tokens["ann"])
+    assert spaced.returncode == 2 and spaced.stdout == ""
+    [line] = spaced.stderr.splitlines()
+    assert line.startswith(f"error: project: {NEITHER}")
     assert cli(root).returncode == 1  # no token
 
 
@@ -73,6 +79,9 @@ def test_http_context_is_the_callers_pack(home) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.json()["tokens"] <= 300 and "src/cart.py" in answer.json()["text"]
     assert client.get("/v1/context", params={"user_id": "bob"}, headers=auth).status_code == 422
+    spaced = {"project": "my project", "query": "cart"}
+    refused = client.get("/v1/context", params=spaced, headers=auth)
+    assert refused.status_code == 422 and NEITHER in refused.json()["detail"]
     bob = {"Authorization": f"Bearer {tokens['bob']}"}
     missing = client.get("/v1/context", params={"conversation_id": "long-1"}, headers=bob)
     assert missing.status_code == 404

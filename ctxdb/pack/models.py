@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from ctxdb.contract.events import RefId
-from ctxdb.contract.projects import PROJECT_MAX_CHARS
+from ctxdb.contract.events import Ident, RefId
+from ctxdb.contract.projects import PROJECT_MAX_CHARS, looks_like_folder
 
 PackScope = Literal["conversation", "project", "user"]
 Section = Literal["header", "related", "unfinished", "sessions", "work", "turns"]
@@ -19,6 +27,7 @@ DEFAULT_BUDGET = 1500
 """Tokens a pack may hold when the request does not say (all-MiniLM-L6-v2 tokenizer)."""
 MIN_BUDGET = 32
 MAX_BUDGET = 32_000
+_AGENT: TypeAdapter[str] = TypeAdapter(Ident)
 
 
 class ContextRequest(BaseModel):
@@ -55,6 +64,21 @@ class ContextRequest(BaseModel):
         description="Only these sections (default: every one). `related` alone (the prompt"
         " lookup) reads no TurnLogs.",
     )
+
+    @field_validator("project")
+    @classmethod
+    def _folder_or_agent(cls, project: str | None) -> str | None:
+        """A project is a folder (a path, with `/` or `\\`) or an agent id: anything else could
+        match no turn."""
+        if project is None or looks_like_folder(project):
+            return project
+        try:
+            return _AGENT.validate_python(project)
+        except ValidationError:
+            raise ValueError(
+                "not a folder (a path with / or \\) nor an agent id (letters, digits and _-@.:+,"
+                " no spaces)"
+            ) from None
 
     @model_validator(mode="after")
     def _one_scope(self) -> ContextRequest:
