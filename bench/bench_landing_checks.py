@@ -87,9 +87,7 @@ def measure(root: str, layout: str, variant: str, events: int) -> dict:
     )
     clock = time.perf_counter()
     with pl.Config(verbose=True), PeakRss() as rss:
-        known = (
-            store.scan(RAW_TURN_EVENTS, before).filter(test).select("event_id").collect().height
-        )
+        known = store.scan(RAW_TURN_EVENTS, before).filter(test).select("event_id").collect().height
     seconds = time.perf_counter() - clock
     os.dup2(saved, 2)
     err.seek(0)

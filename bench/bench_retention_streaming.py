@@ -86,9 +86,7 @@ def whole_live(store: DeltaStore, waiting: pl.DataFrame) -> pl.DataFrame:
         .select(pl.concat_str("conversation_id", pl.lit(":"), "turn_id").alias("doc_id"))
         .collect()
     )
-    live = pl.concat(
-        [rows.with_columns(kind=pl.lit(ROWS)), turns.with_columns(kind=pl.lit(TURNS))]
-    )
+    live = pl.concat([rows.with_columns(kind=pl.lit(ROWS)), turns.with_columns(kind=pl.lit(TURNS))])
     return waiting.join(live, on=["kind", "doc_id"], how="anti")
 
 

@@ -436,9 +436,10 @@ def knn_recall(
         own = np.asarray(matrix[mine])
         principal = Principal(user_id=user, tenant=TENANT)
         for query in queries:
-            vector = service.embedder.embed_query(query)
+            embedded = service.embedder.embed(query)
+            vector = embedded.values
             body = service.arm_bodies(
-                principal, SearchRequest(query=query, top_k=10), query, vector, now
+                principal, SearchRequest(query=query, top_k=10), query, vector, now, embedded.model
             )["semantic"]
             got = service.run_arms({"semantic": body})["semantic"][:10]
             exact = set(ids[mine[np.argsort(-(own @ np.asarray(vector, dtype=np.float32)))[:10]]])

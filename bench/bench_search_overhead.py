@@ -30,6 +30,7 @@ from search_quality_sets import LabeledQuery, QuerySet, build_memory
 
 from ctxdb.contract.identity import Principal
 from ctxdb.embedding.backends import make_embedder
+from ctxdb.embedding.ids import parse_model_id
 from ctxdb.index.client import make_client
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, SearchService, resolved
@@ -51,7 +52,8 @@ def raw_search(service: SearchService, query: LabeledQuery) -> Callable[[], obje
         embedder = resolved(service.embedder.embedder)  # type: ignore[attr-defined]
         vector = [float(x) for x in embedder.encode([request.query])[0]]
         now = datetime.now(UTC)
-        bodies = service.arm_bodies(principal, request, request.query, vector, now)
+        model = parse_model_id(embedder.model_id)[0]
+        bodies = service.arm_bodies(principal, request, request.query, vector, now, model)
         return service.run_arms(bodies)
 
     return run

@@ -89,7 +89,7 @@ from ctxdb.search.arms import RowHit
 from ctxdb.search.coverage import with_coverage
 from ctxdb.search.fusion import Candidates, asked_of, candidates, dedup_turns, ranked, scores
 from ctxdb.search.models import ARMS, Arm, SearchRequest
-from ctxdb.search.service import ModelQueryEmbedder, SearchService
+from ctxdb.search.service import ModelQueryEmbedder, QueryVector, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
 from ctxdb.settings.search import BRIEF_WORDS_MAX, KnobOverrides, SearchKnobs, knob_names
@@ -186,17 +186,20 @@ def cache_key(qs: QuerySet) -> str:
 def collect(service: SearchService, qs: QuerySet) -> list[Collected]:
     """Every query's per-arm rows, fetched as deep as a capped request fetches (so one
     collection serves the cap on and off)."""
-    vectors: dict[str, list[float] | None] = {}
+    vectors: dict[str, QueryVector | None] = {}
     out = []
     for q in qs.queries:
         principal = Principal(user_id=q.user_id, tenant=q.tenant)
         text = service.focused_query(principal, q.request, q.request.query.strip(), qs.now)
         if text not in vectors:
-            vectors[text] = service.embedder.embed_query(text) if service.embedder else None
+            vectors[text] = service.embedder.embed(text) if service.embedder else None
         deep = q.request.model_copy(update={"knobs": KnobOverrides(cap_user_scope=True)})
         rows = service.run_arms(service.arm_bodies(principal, deep, text, None, qs.now))
-        if vectors[text] is not None:
-            rows |= service.semantic_arm(principal, deep, text, vectors[text], qs.now)
+        embedded = vectors[text]
+        if embedded is not None:
+            rows |= service.semantic_arm(
+                principal, deep, text, embedded.values, qs.now, model=embedded.model
+            )
         out.append(Collected(q, rows, text))
     return out
 

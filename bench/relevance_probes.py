@@ -46,8 +46,11 @@ def probe_relevance(service: SearchService, qs: QuerySet, now: datetime) -> list
             request = SearchRequest(query=text)
             rows = service.run_arms(service.arm_bodies(principal, request, text, None, now))
             if service.embedder is not None:
-                vector = service.embedder.embed_query(text)
-                rows |= service.semantic_arm(principal, request, text, vector, now)
+                embedded = service.embedder.embed(text)
+                if embedded is not None:
+                    rows |= service.semantic_arm(
+                        principal, request, text, embedded.values, now, model=embedded.model
+                    )
             signals = (
                 arm_signal(arm, row)
                 for arm, hits in with_coverage(rows, text).items()

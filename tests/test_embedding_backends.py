@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +20,12 @@ from conftest_index import role_rows, turn_tables, write_rows
 from deltalake import write_deltalake
 
 from ctxdb.embedding import export
-from ctxdb.embedding.backends import make_embedder, memory_embedder, resolve_backend
+from ctxdb.embedding.backends import (
+    MatchedEmbedder,
+    make_embedder,
+    memory_embedder,
+    resolve_backend,
+)
 from ctxdb.embedding.ids import backend_model_id
 from ctxdb.embedding.model import (
     DEFAULT_MODEL,
@@ -297,3 +303,38 @@ def test_a_switch_back_takes_every_row_back(delta_store, embedder, fp32: OnnxEmb
     assert statuses.get_column("model_id").unique().to_list() == [DEFAULT_MODEL]
     assert stored_model_ids(delta_store) == {DEFAULT_MODEL}
     assert embed_role_rows(delta_store, embedder, batch_size=8).to_process == 0
+
+
+def test_a_recheck_neither_holds_queries_nor_drops_the_loaded_model(cache_dir: Path) -> None:
+    """The stored ids are read by one thread while the others keep embedding with the loaded
+    model; a failed read keeps that model. The `stored_ids` callables stand in for the index on
+    purpose: this test is about reading the index's model id being slow, then failing."""
+    onnx_id = backend_model_id(DEFAULT_MODEL, "onnx")
+    settings = EmbeddingSettings(cache_dir=cache_dir.parent)
+    matched = MatchedEmbedder(settings, lambda: {onnx_id}, recheck_s=0.0)
+    loaded = matched.resolved()
+    assert loaded.model_id == onnx_id
+
+    looking, release = threading.Event(), threading.Event()
+
+    def slow() -> set[str]:
+        looking.set()
+        assert release.wait(30)
+        return {onnx_id}
+
+    matched.stored_ids = slow
+    checker = threading.Thread(target=matched.resolved)
+    checker.start()
+    try:
+        assert looking.wait(30)
+        assert matched.resolved() is loaded  # not held by the look in flight
+    finally:
+        release.set()
+        checker.join()
+
+    def failing() -> set[str]:
+        raise EmbedderUnavailable("the node is down")
+
+    matched.stored_ids = failing
+    assert matched.resolved() is loaded
+    assert ModelQueryEmbedder(matched).embed("where is the cabin") is not None

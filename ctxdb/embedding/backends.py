@@ -4,6 +4,7 @@ pinned jars (`registry.py`) run on ONNX Runtime only."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -11,13 +12,15 @@ from collections.abc import Callable, Collection, Sequence
 import numpy as np
 
 from ctxdb.embedding.ids import BACKENDS, backend_model_id, parse_model_id
-from ctxdb.embedding.model import Embedder, SentenceTransformerEmbedder
+from ctxdb.embedding.model import Embedder, EmbedderUnavailable, SentenceTransformerEmbedder
 from ctxdb.embedding.pinned import PinnedOnnxEmbedder
 from ctxdb.embedding.registry import model_spec
 from ctxdb.embedding.runtime import OnnxEmbedder
 from ctxdb.embedding.stage import stored_model_ids
 from ctxdb.settings import EmbeddingSettings
 from ctxdb.storage.delta import DeltaStore
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 AUTO_PREFERENCE = ("onnx", "onnx-int8", "torch")  # when a memory holds vectors of several
@@ -116,7 +119,7 @@ class MatchedEmbedder:
         self._current: Embedder | None = None
         self._choice: tuple[str, str] | None = None
         self._checked_at: float | None = None
-        self._lock = threading.Lock()
+        self._checking = threading.Lock()
 
     @property
     def inner(self) -> Embedder:
@@ -150,20 +153,43 @@ class MatchedEmbedder:
     def resolved(self) -> Embedder:
         """The embedder of the stored vectors, loaded: one object for a query's model id, its
         instruction and its vector, even while a recheck swaps the model for the next query."""
-        with self._lock:
-            if self._recheck_due():
-                stored = self.stored_ids()
-                choice = self.choice(stored)
-                if choice != self._choice:
-                    model, backend = choice
-                    chosen = self.settings.model_copy(update={"model": model, "backend": backend})
-                    self._current = make_embedder(chosen, batch_size=self.batch_size)
-                    self._choice = choice
-                self._checked_at = time.monotonic() if stored else None
-            current = self._current
-        assert current is not None
+        current = self._current
+        if current is None or self._recheck_due():
+            current = self._recheck(wait=current is None)
         current.load()
         return current
+
+    def _recheck(self, wait: bool) -> Embedder:
+        """Look at the stored ids again and switch when they name another model. One thread
+        looks at a time; once a model is loaded the others do not wait for that look (or for the
+        next model's load) but keep the current model. A failed look keeps the current model
+        until the next one; with none yet, it raises."""
+        if not self._checking.acquire(blocking=wait):
+            assert self._current is not None
+            return self._current
+        try:
+            current = self._current
+            if current is not None and not self._recheck_due():
+                return current  # another thread just looked
+            try:
+                stored = self.stored_ids()
+            except EmbedderUnavailable as exc:
+                if current is None:
+                    raise
+                log.warning("keeping %s: cannot read the index's model id: %s", self._choice, exc)
+                self._checked_at = time.monotonic()
+                return current
+            choice = self.choice(stored)
+            if current is None or choice != self._choice:
+                model, backend = choice
+                chosen = self.settings.model_copy(update={"model": model, "backend": backend})
+                current = make_embedder(chosen, batch_size=self.batch_size)
+                current.load()
+                self._current, self._choice = current, choice
+            self._checked_at = time.monotonic() if stored else None
+            return current
+        finally:
+            self._checking.release()
 
     def _recheck_due(self) -> bool:
         checked = self._checked_at
