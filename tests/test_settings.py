@@ -11,7 +11,7 @@ from pathlib import Path
 
 import certifi
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from ctxdb.index.client import make_client
 from ctxdb.settings import (
@@ -366,6 +366,17 @@ def test_replace_changes_only_the_named_fields(clean_env: pytest.MonkeyPatch) ->
     assert (copy.search.snippet_chars, copy.search.knn_k, copy.node.heap) == (30, 9, "2g")
     assert copy.delta_uri == "/srv/delta"
     assert (base.search.knn_k, base.home) == (50, Settings().home)
+
+
+def test_replace_changes_only_the_named_knobs(clean_env: pytest.MonkeyPatch) -> None:
+    """A group's nested model (the search knobs) takes the named fields alone, validated: the
+    knobs not named keep this object's values, not their defaults."""
+    base = Settings(search={"knn_k": 9, "knobs": {"rrf_k": 10, "coverage_power": 3.0}})
+    copy = base.replace(search={"knobs": {"rrf_k": 20}})
+    assert (copy.search.knobs.rrf_k, copy.search.knobs.coverage_power) == (20, 3.0)
+    assert copy.search.knn_k == 9 and base.search.knobs.rrf_k == 10
+    with pytest.raises(ValidationError, match="rrf_k"):
+        base.replace(search={"knobs": {"rrf_k": 0}})
 
 
 # The names other tools define, the only variables outside their group's prefix.

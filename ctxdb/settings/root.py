@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ctxdb.settings.auth import AuthSettings
@@ -196,12 +196,17 @@ class Settings(BaseSettings):
         """A validated copy with `changes`: top-level fields, or a dict of fields per group.
 
         E.g. `settings.replace(home=tmp, elasticsearch={"index_prefix": "t1"})`; fields not named
-        keep this object's values.
+        keep this object's values, down to a group's nested model (`search={"knobs": {"rrf_k":
+        10}}` changes that knob alone).
         """
         values = self.model_dump()
         for name, value in changes.items():
             if name in GROUPS and isinstance(value, dict):
-                values[name] = {**values[name], **value}
+                group, dumped = getattr(self, name), values[name]
+                for field, given in value.items():
+                    nested = isinstance(getattr(group, field, None), BaseModel)
+                    merge = nested and isinstance(given, dict)
+                    dumped[field] = {**dumped[field], **given} if merge else given
             else:
                 values[name] = value
         return Settings(**values)
