@@ -1,4 +1,4 @@
-"""The capture group (`CTXDB_CAPTURE_*`): the recorder SDK's switch, checks, queue and spool."""
+"""The capture group (`CTXDB_CAPTURE_*`): the recorder SDK's switch and what it does on errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from ctxdb.settings.base import GroupSettings, group_config
 
 
 class CaptureSettings(GroupSettings):
-    """The recorder SDK (`ctxdb.capture`): on or off, its checks, queue and spool files."""
+    """The recorder SDK (`ctxdb.capture`): on or off (per project), and what it does with an
+    event the contract refuses and with a failed spool write."""
 
     model_config = group_config("CTXDB_CAPTURE_")
 

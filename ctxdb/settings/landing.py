@@ -1,4 +1,5 @@
-"""The landing group (`CTXDB_LANDING_*`): where raw event files land and how they are scanned."""
+"""The landing group (`CTXDB_LANDING_*`): how raw event files are scanned (where they land is
+`Settings.landing_uri`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ctxdb.settings.base import GroupSettings, group_config
 
 
 class LandingSettings(GroupSettings):
-    """Where raw event files land and how many threads validate them."""
+    """Which line scanner validates raw event files (one thread per core either way)."""
 
     model_config = group_config("CTXDB_LANDING_")
 
