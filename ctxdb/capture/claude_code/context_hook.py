@@ -53,7 +53,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from ctxdb.settings import Settings
@@ -261,7 +261,7 @@ def _arguments(argv: list[str], host: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _read_within(stdin: IO[str], seconds: float) -> str:
+def _read_within(stdin: TextIO, seconds: float) -> str:
     """What `stdin` holds, read until it ends or holds a whole JSON object; "" when that is not
     so within `seconds` (a host that keeps stdin open never holds the hook past its bound)."""
     try:
@@ -287,7 +287,7 @@ def _whole_object(data: bytes) -> bool:
         return False
 
 
-def _payload(stdin: IO[str], seconds: float) -> dict[str, Any]:
+def _payload(stdin: TextIO, seconds: float) -> dict[str, Any]:
     """The payload on stdin, read within `seconds` ({} when it is not a JSON object)."""
     try:
         payload = json.loads(_read_within(stdin, seconds) or "{}")
@@ -335,7 +335,7 @@ def within(seconds: float, work: Callable[[], str]) -> str:
 
 def run(
     argv: list[str],
-    stdin: IO[str] = sys.stdin,
+    stdin: TextIO = sys.stdin,
     stdout: IO[str] = sys.stdout,
     host: str = "claude-code",
 ) -> int:
