@@ -210,7 +210,12 @@ def install(settings: Settings, project: Path | None = None, user: bool = False)
 
 def uninstall(project: Path | None = None, user: bool = False) -> Change:
     """Remove the ctxdb hooks from the chosen Claude Code settings file."""
-    target = settings_file(project, user)
+    return uninstall_from(settings_file(project, user))
+
+
+def uninstall_from(target: Path) -> Change:
+    """Remove exactly the ctxdb hook entries from the host settings file `target` (Claude
+    Code's or Gemini CLI's: the same shape), writing it only when one was there."""
     before = read_settings(target)
     after, removed = remove_hooks(before)
     if removed:

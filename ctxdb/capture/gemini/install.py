@@ -28,6 +28,7 @@ from ctxdb.capture.claude_code.install import (
     hook_config,
     read_settings,
     remove_hooks,
+    uninstall_from,
     write_settings,
 )
 
@@ -110,9 +111,4 @@ def install(settings: Settings, project: Path | None = None, user: bool = False)
 
 def uninstall(project: Path | None = None, user: bool = False) -> Change:
     """Remove ctxdb's hooks from the chosen Gemini CLI settings file."""
-    target = settings_file(project, user)
-    before = read_settings(target)
-    after, removed = remove_hooks(before)
-    if removed:
-        write_settings(target, after)
-    return Change(target, bool(removed), removed)
+    return uninstall_from(settings_file(project, user))
