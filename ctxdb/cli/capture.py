@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -52,6 +52,7 @@ ProjectOption = Annotated[
     Path | None,
     typer.Option("--project", help="Project folder: edits DIR/.claude/settings.local.json."),
 ]
+T = TypeVar("T")
 UserOption = Annotated[
     bool, typer.Option("--user", help="Every project: edits ~/.claude/settings.json.")
 ]
@@ -62,6 +63,15 @@ def _where(project: Path | None, user: bool) -> tuple[Path | None, bool]:
         typer.echo("error: give --project DIR or --user, not both", err=True)
         raise typer.Exit(2)
     return project, user
+
+
+def _refused(call: Callable[[], T]) -> T:
+    """`call()`; an InstallError it raises (nothing was changed) is one line on stderr, exit 2."""
+    try:
+        return call()
+    except InstallError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @claude_app.command("hook")
@@ -113,21 +123,13 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
 
     project, user = _where(project, user)
     settings = get_settings()
-    try:
-        change = install(settings, project, user)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    change = _refused(lambda: install(settings, project, user))
     config = hook_config(settings)
     state = "added to" if change.changed else "already in"
     typer.echo(f"ctxdb hooks {state} {change.path}")
     from ctxdb.capture.claude_code import context_hook
 
-    try:
-        added = context_hook.add(settings, project, user)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    added = _refused(lambda: context_hook.add(settings, project, user))
     if context_hook.START in added:
         typer.echo(f"SessionStart context pack hook added ({context_hook.MATCHER})")
     if context_hook.PROMPT in added:
@@ -140,11 +142,7 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
             f"{mcp_config.add_command(settings)}"
         )
         return
-    try:
-        server = mcp_config.register(settings, project)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    server = _refused(lambda: mcp_config.register(settings, project))
     state = "added to" if server.changed else "already in"
     typer.echo(f"ctxdb MCP server {state} {server.path} (runs as {config.user_id!r})")
 
@@ -155,11 +153,7 @@ def uninstall_command(project: ProjectOption = None, user: UserOption = False) -
     from ctxdb.capture.claude_code import mcp_config
 
     project, user = _where(project, user)
-    try:
-        change = uninstall(project, user)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    change = _refused(lambda: uninstall(project, user))
     if change.changed:
         typer.echo(f"removed {change.entries} ctxdb hooks from {change.path}")
     else:
@@ -167,11 +161,7 @@ def uninstall_command(project: ProjectOption = None, user: UserOption = False) -
     if user:
         typer.echo("MCP server: `claude mcp remove --scope user ctxdb` removes it")
         return
-    try:
-        server = mcp_config.unregister(project)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    server = _refused(lambda: mcp_config.unregister(project))
     if server.changed:
         typer.echo(f"removed the ctxdb MCP server from {server.path}")
 
@@ -201,11 +191,7 @@ def import_claude_code(
         typer.echo(f"error: {source} does not exist", err=True)
         raise typer.Exit(2)
     settings = get_settings()
-    try:
-        config = hook_config(settings)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    config = _refused(lambda: hook_config(settings))
     spool_dir = Path(config.spool).parent
     transcripts = find_transcripts(source)
     total = sum(p.stat().st_size for p in transcripts)
@@ -260,11 +246,7 @@ SettleOption = Annotated[
 
 def _host(adapter: str, app_name: str) -> tuple[Path, Identity, HookConfig]:
     """Where a host's events go (`<landing>/<adapter>`), whose they are, and the opt-outs."""
-    try:
-        return hooks.host_target(adapter, app_name)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    return _refused(lambda: hooks.host_target(adapter, app_name))
 
 
 def _import_host(
@@ -376,11 +358,7 @@ def gemini_install_command(project: ProjectOption = None, user: UserOption = Fal
 
     project, user = _where(project, user)
     settings = get_settings()
-    try:
-        change = gemini_install.install(settings, project, user)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    change = _refused(lambda: gemini_install.install(settings, project, user))
     state = "added to" if change.changed else "already in"
     typer.echo(f"ctxdb Gemini CLI hooks ({change.entries} events) {state} {change.path}")
 
@@ -391,11 +369,7 @@ def gemini_uninstall_command(project: ProjectOption = None, user: UserOption = F
     from ctxdb.capture.gemini import install as gemini_install
 
     project, user = _where(project, user)
-    try:
-        change = gemini_install.uninstall(project, user)
-    except InstallError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    change = _refused(lambda: gemini_install.uninstall(project, user))
     if change.changed:
         typer.echo(f"removed {change.entries} ctxdb hooks from {change.path}")
     else:
