@@ -92,23 +92,18 @@ from ctxdb.search.models import ARMS, Arm, SearchRequest
 from ctxdb.search.service import ModelQueryEmbedder, QueryVector, SearchService
 from ctxdb.search.temporal import split_time_hint
 from ctxdb.settings import Settings, get_settings
-from ctxdb.settings.search import BRIEF_WORDS_MAX, KnobOverrides, SearchKnobs, knob_names
+from ctxdb.settings.search import (
+    BRIEF_WORDS_MAX,
+    PLAIN_RRF,
+    KnobOverrides,
+    SearchKnobs,
+    knob_names,
+)
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS
 
 Key = tuple[str, str]
 CACHE = Path(__file__).parent / "results" / "cache"
-PLAIN_RRF = SearchKnobs(
-    rrf_k=60,
-    weight_recency=0.0,
-    recency_half_life_days=7,
-    weight_time=0.0,
-    coverage_power=0.0,
-    brief_power=0.0,
-    min_score=0.0,
-    answers_first=False,
-)
-"""Plain RRF: k 60, equal weights, nothing else (the base of the sweep's grid)."""
 SHIPPED = PLAIN_RRF.model_copy(
     update={
         "weight_lexical": 0.5,

@@ -16,25 +16,14 @@ from ctxdb.search.fusion import (
     rank_turns,
 )
 from ctxdb.search.models import SearchRequest
-from ctxdb.settings.search import SearchKnobs
+from ctxdb.settings.search import PLAIN_RRF, SearchKnobs
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-PLAIN = SearchKnobs(
-    rrf_k=60,
-    weight_recency=0,
-    recency_half_life_days=7,
-    weight_time=0,
-    coverage_power=0,
-    brief_power=0,
-    min_score=0,
-    answers_first=False,
-)
-"""Plain RRF (k 60, equal weights): no lift, no coverage, no brevity, no floor, no reorder."""
 
 
 def knobs(**changes: object) -> SearchKnobs:
-    """PLAIN with `changes`, validated as a request's overrides are."""
-    return PLAIN.with_overrides(changes)
+    """PLAIN_RRF with `changes`, validated as a request's overrides are."""
+    return PLAIN_RRF.with_overrides(changes)
 
 
 def keys(turns: list) -> list[tuple[str, str]]:
@@ -80,7 +69,7 @@ def test_recency_lift_uses_half_life_in_days() -> None:
 
 
 def test_zero_recency_weight_keeps_pure_rrf_order() -> None:
-    fused = fuse({"lexical": [row("old", "t", 300), row("new", "t", 0)]}, PLAIN, NOW)
+    fused = fuse({"lexical": [row("old", "t", 300), row("new", "t", 0)]}, PLAIN_RRF, NOW)
     assert [f.conversation_id for f in fused] == ["old", "new"]
     assert fused[0].final == pytest.approx(1 / 61)
 
@@ -113,7 +102,7 @@ def test_weights_are_clamped_to_0_2() -> None:
 def test_dedup_inside_an_arm_keeps_best_row_so_ranks_count_turns() -> None:
     rows = [row("c1", "t1", target="user"), row("c1", "t1", target="assistant"), row("c2", "t1")]
     assert [r.target for r in dedup_turns(rows)] == ["user", "user"]
-    fused = fuse({"lexical": rows}, PLAIN, NOW)
+    fused = fuse({"lexical": rows}, PLAIN_RRF, NOW)
     assert {(f.conversation_id, f.rrf) for f in fused} == {("c1", 1 / 61), ("c2", 1 / 62)}
 
 
@@ -123,7 +112,7 @@ def test_matched_targets_and_best_row_across_arms() -> None:
             "semantic": [row("c0", "t0"), row("c1", "t1", target="summary")],
             "lexical": [row("c1", "t1", target="assistant")],
         },
-        PLAIN,
+        PLAIN_RRF,
         NOW,
     )
     turn = next(f for f in fused if f.conversation_id == "c1")
@@ -134,7 +123,7 @@ def test_matched_targets_and_best_row_across_arms() -> None:
 def test_cap_per_conversation_and_top_k() -> None:
     fused = fuse(
         {"lexical": [row("a", "1"), row("a", "2"), row("a", "3"), row("b", "1"), row("c", "1")]},
-        PLAIN,
+        PLAIN_RRF,
         NOW,
     )
     kept = cap_per_conversation(fused, 2, 3, lambda turn: turn.conversation_id)
@@ -152,7 +141,7 @@ def test_trigram_weight_is_its_own() -> None:
 
 def test_the_cap_applies_as_its_knobs_and_the_scope_say() -> None:
     rows = {"lexical": [row("a", "1"), row("a", "2"), row("a", "3"), row("b", "1")]}
-    kept = rank_turns(rows, PLAIN, NOW, top_k=3)
+    kept = rank_turns(rows, PLAIN_RRF, NOW, top_k=3)
     assert keys(kept) == [("a", "1"), ("a", "2"), ("a", "3")]
     cap = knobs(cap_user_scope=True, max_per_conversation=1, rrf_k=5)
     capped = rank_turns(rows, cap, NOW, top_k=3)
@@ -176,7 +165,7 @@ def test_window_lift_multiplies_turns_inside_the_named_span() -> None:
 
 
 def test_ties_break_by_newer_then_identity() -> None:
-    fused = fuse({"semantic": [row("x", "1", 2)], "lexical": [row("y", "1", 1)]}, PLAIN, NOW)
+    fused = fuse({"semantic": [row("x", "1", 2)], "lexical": [row("y", "1", 1)]}, PLAIN_RRF, NOW)
     assert [f.conversation_id for f in fused] == ["y", "x"]
 
 
@@ -198,7 +187,7 @@ def test_diversity_scales_each_further_turn_of_a_conversation() -> None:
     without diversity the fused order stands."""
     a1, a2, a3, b1 = row("c1", "t1"), row("c1", "t2"), row("c1", "t3"), row("c2", "t1")
     ranked = {"semantic": [a1, a2, b1, a3]}
-    assert keys(rank_turns(ranked, PLAIN, NOW, 4)) == [
+    assert keys(rank_turns(ranked, PLAIN_RRF, NOW, 4)) == [
         ("c1", "t1"),
         ("c1", "t2"),
         ("c2", "t1"),
@@ -211,8 +200,8 @@ def test_diversity_scales_each_further_turn_of_a_conversation() -> None:
         ("c1", "t3"),
     ]
     slight = knobs(diversity=0.01)
-    assert keys(rank_turns(ranked, slight, NOW, 4)) == keys(rank_turns(ranked, PLAIN, NOW, 4))
-    fused = fuse(ranked, PLAIN, NOW)
+    assert keys(rank_turns(ranked, slight, NOW, 4)) == keys(rank_turns(ranked, PLAIN_RRF, NOW, 4))
+    fused = fuse(ranked, PLAIN_RRF, NOW)
 
     def conversation(turn: object) -> str:
         return turn.conversation_id  # type: ignore[attr-defined]
@@ -241,7 +230,7 @@ def test_a_reply_moves_just_ahead_of_the_turn_that_asked_what_the_query_asks() -
     first = knobs(answers_first=True)
     fused_order = [("c2", "t1"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9"), ("c1", "t2")]
     asks = "what am I majoring in?"
-    assert keys(rank_turns(ranked, PLAIN, NOW, 5, query=asks)) == fused_order
+    assert keys(rank_turns(ranked, PLAIN_RRF, NOW, 5, query=asks)) == fused_order
     lifted = rank_turns(ranked, first, NOW, 5, query=asks)
     assert keys(lifted) == [("c2", "t1"), ("c1", "t2"), ("c1", "t1"), ("c3", "t2"), ("c1", "t9")]
     assert lifted[1].final < lifted[2].final  # reordered, scores as fused
@@ -274,12 +263,12 @@ def test_knobs_take_the_settings_then_the_request_and_name_the_valid_ones() -> N
     """A request's knobs override the configured ones by name, each checked by the one model
     (bounds, types, the weights' clamp); an unknown name is refused with the valid names."""
     request = SearchRequest(query="q", knobs={"rrf_k": "7", "weight_lexical": 5})
-    ranked = request.ranking_knobs(PLAIN)
+    ranked = request.ranking_knobs(PLAIN_RRF)
     assert (ranked.rrf_k, ranked.weight_lexical, ranked.diversity) == (7, 2.0, 0.0)
-    assert SearchRequest(query="q").ranking_knobs(PLAIN) is PLAIN
+    assert SearchRequest(query="q").ranking_knobs(PLAIN_RRF) is PLAIN_RRF
     with pytest.raises(ValueError, match="unknown knob.*rrf.*valid knobs: rrf_k, weight_"):
         SearchRequest(query="q", knobs={"rrf": 3})
     with pytest.raises(ValueError, match="diversity"):
         SearchRequest(query="q", knobs={"diversity": 1.0})
     with pytest.raises(ValueError, match="unknown knob.*valid knobs"):
-        PLAIN.with_overrides({"nope": 1})
+        PLAIN_RRF.with_overrides({"nope": 1})

@@ -136,6 +136,21 @@ class SearchKnobs(BaseModel):
             raise ValueError(_knob_errors(exc)) from None
 
 
+PLAIN_RRF = SearchKnobs(
+    rrf_k=60,
+    weight_recency=0.0,
+    recency_half_life_days=7,
+    weight_time=0.0,
+    coverage_power=0.0,
+    brief_power=0.0,
+    min_score=0.0,
+    answers_first=False,
+)
+"""Plain reciprocal-rank fusion: k 60, equal weights; no recency or time lift, no coverage or
+brevity scaling, no relevance floor, no answers-first reorder (the base of the quality bench's
+grid, and what the fusion tests compute by hand)."""
+
+
 def knob_names() -> list[str]:
     """The names of every knob, in the model's order."""
     return list(SearchKnobs.model_fields)
