@@ -93,7 +93,7 @@ def hook_command(settings: Settings, host: str, event: str) -> str:
     the capture user's token file (issued if needed), the hook config, and the budget and time
     bound of `event` (SessionStart or UserPromptSubmit)."""
     from ctxdb.capture.claude_code.install import config_path
-    from ctxdb.capture.claude_code.mcp_config import ensure_token, server_entry
+    from ctxdb.capture.claude_code.mcp_config import ctxdb_command, ensure_token, server_entry
 
     token = ensure_token(settings)
     entry = server_entry(settings, token)
@@ -104,12 +104,12 @@ def hook_command(settings: Settings, host: str, event: str) -> str:
         if event == START
         else (config.lookup_budget, config.lookup_timeout_s)
     )
-    args = [*entry.get("args", [])[:-3], "capture", host, "context"]
+    args = [*ctxdb_command(), "capture", host, "context"]
     args += ["--token-file", str(token), "--config", str(config_path(settings))]
     args += ["--budget", str(budget), "--timeout", str(timeout)]
     if config.context_url:
         args += ["--url", config.context_url]
-    return f"env {env} {shlex.quote(entry['command'])} " + " ".join(shlex.quote(a) for a in args)
+    return f"env {env} " + " ".join(shlex.quote(a) for a in args)
 
 
 def add(settings: Settings, project: Path | None, user: bool) -> list[str]:

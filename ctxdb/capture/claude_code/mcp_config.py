@@ -63,13 +63,18 @@ def ensure_token(settings: Settings) -> Path:
     return path
 
 
-def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
-    """The stdio server entry: this installation's `ctxdb mcp` reading this memory."""
+def ctxdb_command() -> list[str]:
+    """This installation's `ctxdb`, as the head of an argv: its script, else its Python running
+    the CLI (the MCP server's and the context hooks' commands start with it)."""
     script = Path(sys.executable).parent / "ctxdb"
     if script.exists():
-        command, head = str(script), []
-    else:
-        command, head = sys.executable, ["-c", "import sys; from ctxdb.cli import main; main()"]
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from ctxdb.cli import main; main()"]
+
+
+def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
+    """The stdio server entry: this installation's `ctxdb mcp` reading this memory."""
+    command, *head = ctxdb_command()
     env = {
         "CTXDB_HOME": str(settings.home.absolute()),
         "CTXDB_ELASTICSEARCH_INDEX_PREFIX": settings.elasticsearch.index_prefix,

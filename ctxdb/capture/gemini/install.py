@@ -17,7 +17,6 @@ writes, shared by both hosts.
 from __future__ import annotations
 
 import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,13 +51,10 @@ def settings_file(project: Path | None, user: bool) -> Path:
 
 def capture_command(config: Path) -> str:
     """The capture hook's command: this installation's `ctxdb` with the hook config."""
-    script = Path(sys.executable).parent / "ctxdb"
-    if script.exists():
-        head = shlex.quote(str(script))
-    else:
-        code = "import sys; from ctxdb.cli import main; main()"
-        head = f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
-    return f"{head} capture gemini hook --config {shlex.quote(str(config))}"
+    from ctxdb.capture.claude_code.mcp_config import ctxdb_command
+
+    args = [*ctxdb_command(), "capture", "gemini", "hook", "--config", str(config)]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def with_hooks(data: dict[str, Any], entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
