@@ -126,7 +126,8 @@ def _serialized(event: dict) -> str:
 def insert_quarantine(store: DeltaStore, rows: pl.DataFrame) -> int:
     """Insert quarantine rows whose (source_file, line_number) is not there yet, in one keyed
     MERGE: a run re-reading a file after a crash, or a concurrent landing of the same file, adds
-    nothing twice."""
+    nothing twice (the MERGE reads only the files that may hold rows of the same source files:
+    `DeltaStore.insert_new`)."""
     return store.insert_new(QUARANTINED_EVENTS, rows, QUARANTINE_KEY, QUARANTINE_SCHEMA)
 
 

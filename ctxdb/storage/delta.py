@@ -380,10 +380,18 @@ class DeltaStore:
     def insert_new(
         self, table: str, data: pl.DataFrame, keys: Sequence[str], schema: pa.Schema | None = None
     ) -> int:
-        """MERGE-insert rows whose `keys` are not present yet; existing rows are left untouched."""
+        """MERGE-insert rows whose `keys` are not present yet; existing rows are left untouched.
+        A first key of strings narrows the MERGE to the files whose statistics may hold the
+        rows' values of it (`sql_among`: a wave's source files, say), where the keys alone may
+        make delta-rs read every file."""
         if data.is_empty():
             return 0
-        return self.merge(table, _to_arrow(data, schema), keys, update=False)["inserted"]
+        first = data[keys[0]]
+        values = first.drop_nulls().unique().to_list() if first.dtype == pl.String else []
+        within = sql_among(f"t.{keys[0]}", values) if values else None
+        return self.merge(table, _to_arrow(data, schema), keys, update=False, within=within)[
+            "inserted"
+        ]
 
     def delete(self, table: str, predicate: str) -> int:
         """DELETE rows matching a SQL predicate; returns the number of rows deleted (rerun on a
