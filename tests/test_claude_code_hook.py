@@ -12,7 +12,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 from claude_code_sessions import (
     Session,
     cli_install,
@@ -22,6 +21,7 @@ from claude_code_sessions import (
     play,
     run_hook,
 )
+from typer.testing import CliRunner
 
 from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.importer import find_transcripts, import_transcripts
