@@ -81,8 +81,9 @@ def server_entry(settings: Settings, token: Path) -> dict[str, Any]:
         "ELASTICSEARCH_URL": settings.elasticsearch.url,
         "CTXDB_AUTH_TOKEN_STORE": settings.auth.token_store,
     }
-    if settings.storage_root:  # the memory the hooks land into (object-store options stay in
-        env["CTXDB_STORAGE_ROOT"] = settings.storage_root  # the environment: credentials)
+    root = settings.storage_root  # the memory the hooks land into, wherever the server starts
+    if root:  # (object-store options stay in the environment: they may hold credentials)
+        env["CTXDB_STORAGE_ROOT"] = root if "://" in root else str(Path(root).absolute())
     return {
         "type": "stdio",
         "command": command,
