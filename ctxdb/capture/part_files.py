@@ -89,13 +89,16 @@ def _fsync_dir(path: Path) -> None:
         _fsync(path)
 
 
-def seal(part: Path) -> Path:
-    """fsync `part` and rename it to its `.jsonl` name, replacing nothing but a file of the same
-    writer (its name is unique per writer)."""
+def seal(part: Path, into: Path | None = None) -> Path:
+    """fsync `part` and rename it to its `.jsonl` name (in the folder `into`, made when missing,
+    on the same file system; default: its own), replacing nothing but a file of the same writer
+    (its name is unique per writer)."""
     _fsync(part)
-    final = part.with_name(part.name.removesuffix(".part"))
+    folder = part.parent if into is None else into
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / part.name.removesuffix(".part")
     os.replace(part, final)
-    _fsync_dir(part.parent)
+    _fsync_dir(folder)
     return final
 
 

@@ -7,7 +7,9 @@ Layout under a spool root (the landing folder's `capture/` for a local landing):
     <dir>/<writer>.lock             held (flock) while the writer's process lives
     <dir>/<writer>.open             journal of the writer's open turns (JSON lines)
     <dir>/<writer>-<n>.jsonl.part   events being written (landing never lists `.part` files)
-    <dir>/<writer>-<n>.jsonl        a published file (fsync'd, then renamed)
+    <dir>/dt=YYYY-MM-DD/<writer>-<n>.jsonl
+                                    a published file (fsync'd, then renamed into the date
+                                    partition of the day it is published: `landing.partitions`)
 
 A part file is published when it reaches `rotate_bytes` or `rotate_age_s`, and when the writer
 closes. For an object-store landing the spool is local and each published file is uploaded, then
@@ -33,6 +35,7 @@ from typing import Any
 
 from ctxdb.capture.part_files import DONE, PART, append_whole_lines, seal
 from ctxdb.contract.events import SCHEMA_VERSION, parse_event
+from ctxdb.landing import partitions
 from ctxdb.storage.faults import reached
 
 try:
@@ -162,7 +165,7 @@ class Spool:
         if self._part_size == 0:
             part.unlink()
             return None
-        final = seal(part)
+        final = seal(part, partitions.folder(self.directory))
         self._compact_journal()
         if self.publish is not None:
             self.publish(final)
@@ -270,7 +273,7 @@ def _recover_writer(directory: Path, name: str, done: Recovered) -> None:
     with contextlib.suppress(FileNotFoundError):
         (directory / f"{name}.open").unlink()
     for part in parts:
-        done.published.append(seal(part))
+        done.published.append(seal(part, partitions.folder(directory)))
         reached("capture:sealed")
     done.cancelled += still_open
     if cancels:

@@ -13,12 +13,13 @@ import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import polars as pl
 import pyarrow.fs as pafs
 from zlib_ng import gzip_ng, zlib_ng
 
+from ctxdb.landing import partitions
 from ctxdb.storage.object_store import StorageOptions, filesystem
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,20 @@ class LandingFile:
     mtime: datetime | None
 
 
-def list_files(uri: str, storage_options: StorageOptions | None = None) -> list[LandingFile]:
+def list_files(
+    uri: str, storage_options: StorageOptions | None = None, since: datetime | None = None
+) -> list[LandingFile]:
     """Every JSONL file (plain or gzip) under `uri`, recursively, sorted by path (`filesystem`
-    for `storage_options`)."""
+    for `storage_options`). With `since` (the landing cursor), date partitions older than its
+    day less `partitions.OVERLAP` are not listed: a run lists the files outside partitions and
+    the recent partitions, not every file ever landed (`ctxdb.landing.partitions`)."""
     fs, base = filesystem(uri, storage_options)
     if fs.get_file_info(base).type == pafs.FileType.NotFound:
         return []
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    if since is None:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    else:
+        infos = _walk(fs, base, partitions.first_listed(since))
     files = [
         LandingFile(
             path=_display(uri, base, info.path),
@@ -60,6 +68,24 @@ def list_files(uri: str, storage_options: StorageOptions | None = None) -> list[
         if info.type == pafs.FileType.File and info.path.endswith(SUFFIXES)
     ]
     return sorted(files, key=lambda f: f.path)
+
+
+def _walk(fs: pafs.FileSystem, base: str, first: date) -> list[pafs.FileInfo]:
+    """What is under `base`, folder by folder, but for partitions older than `first`: a
+    partition from `first` on is listed whole, any other folder is walked into."""
+    infos: list[pafs.FileInfo] = []
+    folders = [base]
+    while folders:
+        for entry in fs.get_file_info(pafs.FileSelector(folders.pop(), recursive=False)):
+            if entry.type != pafs.FileType.Directory:
+                infos.append(entry)
+                continue
+            day = partitions.day_of(entry.base_name)
+            if day is None:
+                folders.append(entry.path)
+            elif day >= first:
+                infos += fs.get_file_info(pafs.FileSelector(entry.path, recursive=True))
+    return infos
 
 
 def _display(uri: str, base: str, path: str) -> str:

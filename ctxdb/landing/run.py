@@ -3,8 +3,9 @@
 Parsing is pure (`parse_bytes`): each line becomes either a validated event row or a quarantine
 row with its reason; a scanner (the native one when built, else the pure-Python mirror) checks
 every line and only the lines it does not accept go through the pydantic contract. `land` adds
-the I/O: it lists the landing directory or object-store prefix, skips files already landed (same
-path, size and mtime; only files from the landing cursor on are compared, see `cursor`), and
+the I/O: it lists the landing directory or object-store prefix (date partitions only from the
+landing cursor's day on, see `partitions`), skips files already landed (same path, size and
+mtime; only files from the landing cursor on are compared, see `cursor`), and
 lands the rest in waves. A file that cannot be read (a truncated gzip,
 an I/O error) is quarantined as a file and the others land. A UTF-8 byte order mark at the start
 of a file is dropped. For each wave it drops event ids already present (counted as duplicates;
@@ -90,7 +91,6 @@ def land(
         return _land(store, uri, now or datetime.now(UTC), max_files, threads, scanner, fence, full)
 
 
-
 def _land(
     store: DeltaStore,
     uri: str,
@@ -101,7 +101,8 @@ def _land(
     fence: Callable[[], None],
     full: bool,
 ) -> LandingStats:
-    files = list_files(uri, store.storage_options)
+    floor = None if full else landing_floor(store)
+    files = list_files(uri, store.storage_options, since=floor)
     todo = files_to_land(store, files, full)
     stats = LandingStats(skipped_files=len(files) - len(todo))
     todo = _oldest(todo, max_files) if max_files else todo
