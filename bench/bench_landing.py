@@ -2,7 +2,7 @@
 append with each line scanner (native and pure Python, same files), and the cost of an
 incremental run that adds 1% new events. Not a test: run it by hand.
 
-    .venv/bin/python bench/bench_landing.py --events 1000000 --out /tmp/ctxdb-bench
+    .venv/bin/python bench/bench_landing.py --events 1000000 --out /tmp/ctxdb-bench [--stages]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import stage_cpu
 from deltalake import write_deltalake
 from reports import write_report
 
@@ -81,6 +82,7 @@ def derive_and_increment(
     conversations: int,
     t_land: float,
     cpu_land: float,
+    stages_land: dict,
 ) -> dict:
     """Derivation of the landed events (in `settings.derive_processes` processes, and again in
     one process on a copy of the landed table, side by side), then 1% more events landed and
@@ -88,11 +90,14 @@ def derive_and_increment(
     single = DeltaStore(str(args.out / "delta-one-process"))
     shutil.copytree(store.uri(RAW_TURN_EVENTS), single.uri(RAW_TURN_EVENTS))
     one_process = settings.model_copy(update={"derive_processes": 1})
+    stage_cpu.taken()
     derived_one, t_derive_one = timed(derive, single, one_process, now=now)
     cpu_derive_one = CPU.pop("derive")
+    stages_derive_one = stage_cpu.taken()
     shutil.rmtree(single.root)
     derived, t_derive = timed(derive, store, settings, now=now)
     cpu_derive = CPU["derive"]
+    stages_derive = stage_cpu.taken()
     landing = args.out / "landing"
     extra = generate_events(
         users=max(1, conversations // 20),
@@ -104,10 +109,19 @@ def derive_and_increment(
     extra_landed, t_land_inc = timed(
         land, store, str(landing), now=now + timedelta(hours=1), threads=args.threads
     )
+    stages_land_inc = stage_cpu.taken()
     extra_derived, t_derive_inc = timed(derive, store, settings, now=now + timedelta(hours=1))
+    stages_derive_inc = stage_cpu.taken()
     full = t_land + t_derive
     incremental = t_land_inc + t_derive_inc
-    return {
+    stages = {}
+    if args.stages:
+        stages["increment_stages"] = {
+            "land": stage_cpu.compared(stages_land, stages_land_inc),
+            "derive": stage_cpu.compared(stages_derive, stages_derive_inc),
+            "derive_one_process": stage_cpu.compared(stages_derive_one, stages_derive_inc),
+        }
+    return stages | {
         "derive_s": round(t_derive, 2),
         "derive_events_per_s": round(derived.events / t_derive),
         "derive_cpu_s": round(cpu_derive, 2),
@@ -145,8 +159,13 @@ def main() -> None:
         help="Line scanners to land with, each into its own table (the first one is derived).",
     )
     parser.add_argument("--no-derive", action="store_true", help="Measure landing only.")
+    parser.add_argument(
+        "--stages", action="store_true", help="Also time each stage (bench/stage_cpu.py)."
+    )
     parser.add_argument("--json", type=Path, help="Also write the report here.")
     args = parser.parse_args()
+    if args.stages:
+        stage_cpu.install()
     shutil.rmtree(args.out, ignore_errors=True)
     now = datetime(2026, 12, 1, tzinfo=UTC)
     conversations = max(1, round(args.events / EVENTS_PER_CONVERSATION))
@@ -176,11 +195,12 @@ def main() -> None:
     landings = {}
     for scanner in scanners:
         store = DeltaStore(str(args.out / f"delta-{scanner}"))
+        stage_cpu.taken()
         landed, t_land = timed(
             land, store, str(landing), now=now, threads=args.threads, scanner=scanner
         )
-        landings[scanner] = (store, landed, t_land, CPU.pop("land"))
-    store, landed, t_land, cpu_land = landings[scanners[0]]
+        landings[scanner] = (store, landed, t_land, CPU.pop("land"), stage_cpu.taken())
+    store, landed, t_land, cpu_land, stages_land = landings[scanners[0]]
     rows = store.table(RAW_TURN_EVENTS).to_pyarrow_table().cast(RAW_EVENTS_SCHEMA)
     plain_runs = [
         timed(write_deltalake, str(args.out / f"plain_append_{n}"), rows, mode="append")[1]
@@ -194,7 +214,7 @@ def main() -> None:
         "plain_append_rows_per_s": round(rows.num_rows / t_plain),
         "plain_append_cpu_s": round(cpu_plain, 2),
     }
-    for scanner, (_, stats, seconds, cpu) in landings.items():
+    for scanner, (_, stats, seconds, cpu, _) in landings.items():
         report[f"landing_{scanner}"] = {
             "landed": stats.landed,
             "duplicates": stats.duplicates,
@@ -214,7 +234,9 @@ def main() -> None:
         )
     report |= landing_floors([f.path for f in list_files(str(landing))], args.threads, scanners)
     if not args.no_derive:
-        report |= derive_and_increment(args, store, settings, now, conversations, t_land, cpu_land)
+        report |= derive_and_increment(
+            args, store, settings, now, conversations, t_land, cpu_land, stages_land
+        )
     write_report(report, args.json)
 
 
