@@ -98,7 +98,7 @@ def test_hooks_and_import_write_identical_events_on_real_transcripts(
     transcript = replay(source, tmp_path / "projects", lambda p: handle(p, config))
     spool_dir = Path(config.spool)
     assert not list(spool_dir.glob("*.part"))
-    hooked = lines_by_id(sorted(spool_dir.glob("*.jsonl")))
+    hooked = lines_by_id(sorted(spool_dir.rglob("*.jsonl")))
     imported = import_lines(transcript, config)
     assert hooked == imported  # byte for byte, every event
 
@@ -207,10 +207,10 @@ def test_a_stop_before_its_answer_is_written_leaves_the_turn_to_the_transcript(
     late = handle({**base, "hook_event_name": "Stop", "last_assistant_message": answer}, config)
     assert 0.9 < time.monotonic() - start < 3
     assert "turn.closed" not in {e["type"] for e in late}
-    assert not list(Path(config.spool).glob("*.jsonl"))  # nothing published yet
+    assert not list(Path(config.spool).rglob("*.jsonl"))  # nothing published yet
     target.write_bytes(b"".join(raw))
     handle({**base, "hook_event_name": "SessionEnd"}, config)
-    hooked = lines_by_id(sorted(Path(config.spool).glob("*.jsonl")))
+    hooked = lines_by_id(sorted(Path(config.spool).rglob("*.jsonl")))
     assert hooked == import_lines(target, config)
 
 
@@ -230,7 +230,7 @@ def test_a_local_command_makes_no_turn_even_when_stop_follows(tmp_path: Path) ->
     assert handle({**base, "hook_event_name": "Stop", "last_assistant_message": ""}, config) == []
     target.write_bytes(b"".join(raw))
     handle({**base, "hook_event_name": "SessionEnd"}, config)
-    hooked = lines_by_id(sorted(Path(config.spool).glob("*.jsonl")))
+    hooked = lines_by_id(sorted(Path(config.spool).rglob("*.jsonl")))
     assert hooked == import_lines(target, config)
     prompts = [json.loads(x)["payload"].get("text") for x in hooked.values()]
     assert "/mcp" not in prompts
@@ -249,7 +249,7 @@ def test_a_hook_killed_between_publish_and_state_save_loses_nothing(tmp_path: Pa
             state.write_bytes(before)
 
     transcript = replay(COMPACT, tmp_path / "projects", killed_after_publish)
-    files = sorted(Path(config.spool).glob("*.jsonl"))
+    files = sorted(Path(config.spool).rglob("*.jsonl"))
     assert len(files) > 5 and len({f.name for f in files}) == len(files)
     assert lines_by_id(files) == import_lines(transcript, config)
     store = DeltaStore(str(tmp_path / "delta"))
@@ -327,7 +327,8 @@ def test_the_hook_reads_only_bounded_regular_transcripts_of_its_session(
             assert seconds < 3 and megabytes < 200, (name, seconds, megabytes)
         if reason:
             assert reason in log.read_text(), name
-    spooled = b"".join(p.read_bytes() for p in Path(hook_config(settings).spool).glob("*"))
+    spool = Path(hook_config(settings).spool)
+    spooled = b"".join(p.read_bytes() for p in spool.rglob("*") if p.is_file())
     assert b"phoenix" not in spooled.lower()  # no other session's transcript was copied
 
 
@@ -348,7 +349,7 @@ def test_a_held_session_lock_times_out_and_nothing_is_lost(
     assert LOCK_TIMEOUT_S <= waited < LOCK_TIMEOUT_S + 3
     assert "stayed locked" in (Path(config.state) / "hook.log").read_text()
     run_hook(command, {**payload, "hook_event_name": "SessionEnd"})
-    hooked = lines_by_id(sorted(Path(config.spool).glob("*.jsonl")))
+    hooked = lines_by_id(sorted(Path(config.spool).rglob("*.jsonl")))
     assert hooked == import_lines(transcript, config)
 
 

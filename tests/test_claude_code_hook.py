@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
@@ -36,6 +37,7 @@ from ctxdb.capture.claude_code.install import (
 )
 from ctxdb.cli import _register_all
 from ctxdb.cli.app import app
+from ctxdb.landing import partitions
 from ctxdb.landing.run import land
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -62,12 +64,15 @@ def test_hooks_then_import_land_each_turn_once(capture: Settings, tmp_path: Path
     command = installed_command(capture, project)
     transcripts = tmp_path / "claude" / "projects" / "-tmp-shop"
     session, turn_ids = coding_session(transcripts / "s1.jsonl", str(project))
+    started = partitions.name(datetime.now(UTC))
     play(session, command, final_answers(session))
 
     config = hook_config(capture)
     assert not list(Path(config.spool).glob("*.part"))
-    published = sorted(Path(config.spool).glob("*.jsonl"))
+    published = sorted(Path(config.spool).rglob("*.jsonl"))
     assert len(published) == 2  # one file per closed turn
+    days = {started, partitions.name(datetime.now(UTC))}  # the day the turns were published
+    assert {p.parent for p in published} <= {Path(config.spool) / day for day in days}
     store = DeltaStore(capture.delta_uri)
     first = land(store, capture.landing_uri)
     assert first.quarantined == 0 and first.landed > 0
@@ -130,7 +135,7 @@ def test_parallel_tool_hooks_of_one_session_record_each_step_once(
     land(DeltaStore(capture.delta_uri), capture.landing_uri)
     steps = landed_events(capture).filter(pl.col("type") == "chat.step")
     assert sorted(steps["event_id"]) == sorted(f"cc-{t}" for t in tools)
-    raw = b"".join(p.read_bytes() for p in Path(hook_config(capture).spool).glob("*.jsonl"))
+    raw = b"".join(p.read_bytes() for p in Path(hook_config(capture).spool).rglob("*.jsonl"))
     assert raw.count(b'"type":"chat.step"') == 6  # written once each, not only deduplicated
 
 

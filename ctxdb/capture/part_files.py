@@ -102,15 +102,18 @@ def seal(part: Path, into: Path | None = None) -> Path:
     return final
 
 
-def publish(part: Path) -> Path | None:
-    """fsync `part` and move it to a fresh `<name>-<random>.jsonl`; None when there is no
-    such file. The new name is created exclusively: an existing file is never replaced."""
+def publish(part: Path, into: Path | None = None) -> Path | None:
+    """fsync `part` and move it to a fresh `<name>-<random>.jsonl` (in the folder `into`, made
+    when missing, on the same file system; default: its own); None when there is no such file.
+    The new name is created exclusively: an existing file is never replaced."""
     if not part.exists():
         return None
     _fsync(part)
     stem = part.name.removesuffix(".part").removesuffix(DONE)
+    folder = part.parent if into is None else into
+    folder.mkdir(parents=True, exist_ok=True)
     while True:
-        final = part.with_name(f"{stem}-{os.urandom(6).hex()}{DONE}")
+        final = folder / f"{stem}-{os.urandom(6).hex()}{DONE}"
         try:
             os.link(part, final)
         except FileExistsError:

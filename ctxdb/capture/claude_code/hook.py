@@ -44,6 +44,7 @@ from ctxdb.capture.claude_code.config import HookConfig
 from ctxdb.capture.claude_code.transcript import read_file, tool_input_summary, tool_title
 from ctxdb.capture.claude_code.turns import TurnMapper, safe_id, utc_now
 from ctxdb.capture.reading import MAX_PAYLOAD_BYTES, Unreadable, open_regular
+from ctxdb.landing import partitions
 
 try:
     import fcntl
@@ -249,7 +250,8 @@ def handle(payload: dict[str, Any], config: HookConfig, now: str | None = None) 
         part = Path(config.spool) / f"{key}-{state['seq']:06d}.jsonl.part"
         part_files.append(part, events)
         if any(e["type"] == "turn.closed" for e in events) or event == "SessionEnd":
-            if part_files.publish(part) is not None:
+            published = part_files.publish(part, into=partitions.folder(Path(config.spool)))
+            if published is not None:
                 state["seq"] += 1
             state["prompt"] = None
         save_state(sessions / f"{key}.json", state)
