@@ -245,8 +245,8 @@ class DeltaStore:
         snapshot it read; returns its counts and the groups' stored keys it read."""
         dt = self.table(table)
         dt = self.create(table, source.schema) if dt is None else dt
-        stored = (
-            self.scan(table, dt.version())
+        stored = (  # the snapshot just opened: no second log replay
+            pl.scan_delta(dt)
             .filter(among(pl.col(group), pl.Series(groups, dtype=pl.String)))
             .select(list(dict.fromkeys([*keys, group])))
             .collect()
