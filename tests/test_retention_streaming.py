@@ -166,8 +166,11 @@ def test_a_sweep_in_small_parts_purges_what_a_whole_table_sweep_purges(
         (ROW_EMBEDDINGS, "row_id"),
     ):
         columns = ["conversation_id", key] if table == TURN_LOGS else [key]
-        assert second.read(table).select(columns).sort(columns).equals(
-            first.read(table).select(columns).sort(columns)
+        assert (
+            second.read(table)
+            .select(columns)
+            .sort(columns)
+            .equals(first.read(table).select(columns).sort(columns))
         ), table
     pending = [
         s.read(RETENTION_PENDING).select("kind", "doc_id").sort("kind", "doc_id")
