@@ -51,6 +51,7 @@ def statuses(rows: pl.DataFrame, status: str, model: str = "m") -> pl.DataFrame:
             pl.lit(None, pl.String).alias("error"),
             pl.lit(0, pl.Int32).alias("attempts"),
             pl.lit(now).alias("updated_at"),
+            "expires_at",
         )
     )
 
