@@ -339,10 +339,10 @@ HOST = textwrap.dedent(
     with rec.turn(user_id="u1", conversation_id="c1", turn_id="t-done") as done:
         done.submission("a turn that finished")
         done.completion("done")
-    rec.flush()  # over 1000 bytes: published, t-open's turn.started with it
+    assert rec.flush(None)  # over 1000 bytes: published, t-open's turn.started with it
     turn.submission("a question the host never answered")
     turn.step("s1", "start", tool="search", title="searching")
-    rec.flush()
+    assert rec.flush(None)  # no timeout: under load both batches must stay apart
     print("written", flush=True)
     time.sleep(120)
     """

@@ -29,6 +29,7 @@ from pipelines.ops_jobs import (
     retention_job,
     retention_pending_sensor,
 )
+from pipelines.resources import build_resources
 
 
 def _output_metadata(result) -> dict:
@@ -121,7 +122,7 @@ def test_compaction_job_reports_table_metadata(store, ops_settings, resources):
     assert len(store.table(ROLE_ROWS).file_uris()) == 1
 
 
-def test_pending_sensor_retries_while_ids_are_pending(store, resources, monkeypatch):
+def test_pending_sensor_retries_while_ids_are_pending(store, resources, ops_settings):
     with build_sensor_context(resources=resources) as context:
         assert isinstance(retention_pending_sensor(context), SkipReason)
 
@@ -133,8 +134,8 @@ def test_pending_sensor_retries_while_ids_are_pending(store, resources, monkeypa
     assert request.run_key.startswith(f"retention-pending-v{version}-")
     assert request.run_config == {"ops": {"retention_sweep": {"config": {"dry_run": False}}}}
 
-    monkeypatch.setenv("ELASTICSEARCH_URL", "http://127.0.0.1:9")
-    with build_sensor_context(resources=resources) as context:
+    down = build_resources(ops_settings.replace(elasticsearch={"url": "http://127.0.0.1:9"}))
+    with build_sensor_context(resources=down) as context:
         skipped = retention_pending_sensor(context)
     assert isinstance(skipped, SkipReason)
     assert "Elasticsearch unreachable" in skipped.skip_message
