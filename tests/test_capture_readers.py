@@ -181,7 +181,7 @@ def test_claude_code_hook_skips_a_deep_line_and_captures_the_answer_after_it(
     replay(source, tmp_path / "projects", lambda p: run_hook(command, p))
 
     spool = settings.home / "landing" / "claude_code" / "hook"
-    events = [json.loads(x) for p in spool.glob("*.jsonl") for x in p.read_text().splitlines()]
+    events = [json.loads(x) for p in spool.rglob("*.jsonl") for x in p.read_text().splitlines()]
     closed = [e for e in events if e["type"] == "turn.closed"]
     answers = [e for e in events if e["type"] == "assistant.completion"]
     assert len(closed) == 2 and len(answers) == 2
@@ -217,7 +217,8 @@ def test_claude_code_hook_state_never_holds_private_text(tmp_path: Path) -> None
     assert seen[0]["prompt"] and any(s["mapper"]["turn"] for s in seen)
     assert not [s for s in seen if secret in json.dumps(s) or "<private>" in json.dumps(s)]
     spool = settings.home / "landing" / "claude_code" / "hook"
-    assert secret not in "".join(p.read_text() for p in spool.glob("*.jsonl"))
+    published = "".join(p.read_text() for p in spool.rglob("*.jsonl"))  # day partitions
+    assert published and secret not in published
 
 
 def test_folder_import_refuses_symlinks_out_of_the_folder(tmp_path: Path) -> None:
