@@ -67,7 +67,10 @@ def check_import_searchable_and_idempotent(
     assert store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height == case.turns
     again = import_sessions(case.sessions, spool_dir, case.identity, case.events, settle_s=0)
     assert (again.written, again.unchanged) == (0, len(case.sessions))
-    (spool_dir / "import" / f"{case.deleted.stem}.jsonl").unlink()
+    deleted = list((spool_dir / "import").rglob(f"{case.deleted.stem}.*jsonl"))
+    assert deleted
+    for path in deleted:
+        path.unlink()
     import_sessions(case.sessions, spool_dir, case.identity, case.events, settle_s=0)
     relanded = land(store, settings.landing_uri)
     assert (relanded.landed, relanded.quarantined) == (0, 0)

@@ -131,4 +131,4 @@ def test_a_rollout_from_before_session_meta_fails_with_its_reason(tmp_path: Path
     stats = import_sessions([old, RESUMED], tmp_path / "spool", ANN, rollout_events, settle_s=0)
     assert (stats.files, stats.failed) == (1, 1)  # RESUMED imported, the old one not
     assert stats.problems == [f"{old}: {OLD_FORMAT}"]
-    assert not (tmp_path / "spool" / "import" / f"{old.stem}.jsonl").exists()
+    assert not list((tmp_path / "spool" / "import").rglob(f"{old.stem}.*"))

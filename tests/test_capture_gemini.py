@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ctxdb.capture.gemini.importer import ADAPTER, session_events
 from ctxdb.capture.gemini.session import project_hash
 from ctxdb.contract.events import parse_event
 from ctxdb.contract.private import strip_private
+from ctxdb.landing import partitions
 from ctxdb.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "gemini"
@@ -87,7 +89,13 @@ def test_hook_imports_the_session_it_is_called_for(tmp_path: Path, capsys) -> No
     payload = {"hook_event_name": "AfterAgent", "session_id": "s", "transcript_path": str(session)}
     assert hook.run(tmp_path / "spool", ANN, root, io.StringIO(json.dumps(payload))) == 0
     assert capsys.readouterr().out == "{}\n"
-    written = (tmp_path / "spool" / "import" / f"{FILE_OPS.stem}.jsonl").read_text().splitlines()
+    day = partitions.name(datetime.now(UTC))
+    [file] = (tmp_path / "spool" / "import").rglob("*.jsonl")
+    assert (
+        file.relative_to(tmp_path / "spool" / "import").as_posix()
+        == f"{day}/{FILE_OPS.stem}.0.jsonl"
+    )
+    written = file.read_text().splitlines()
     assert len(written) == len(session_events(FILE_OPS, ANN, True, strip_private).events)
     outside = {**payload, "transcript_path": str(FILE_OPS)}
     with pytest.raises(ValueError, match="not a session file under"):

@@ -11,11 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from claude_code_sessions import FIXTURES, installed_command, replay, run_hook
 
+from ctxdb.landing import partitions
 from ctxdb.settings import Settings
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
@@ -56,9 +58,10 @@ def ctxdb(args: list[str], home: Path, stdin: str = "") -> subprocess.CompletedP
 
 
 def written(home: Path, adapter: str) -> list[str]:
-    """Names of the events files an import wrote for `adapter`."""
-    folder = home / "ctxdb" / "landing" / adapter / "import"
-    return sorted(p.name for p in folder.rglob("*.jsonl"))
+    """Names of the events files an import wrote for `adapter`, each in today's partition."""
+    files = list((home / "ctxdb" / "landing" / adapter / "import").rglob("*.jsonl"))
+    assert all(p.parent.name == partitions.name(datetime.now(UTC)) for p in files), files
+    return sorted(p.name for p in files)
 
 
 def insert_after(lines: list[bytes], index: int, *extra: bytes) -> bytes:
@@ -83,7 +86,7 @@ def test_gemini_hook_refuses_fifo(tmp_path: Path) -> None:
     payload["transcript_path"] = str(session)
     done = ctxdb(["capture", "gemini", "hook"], tmp_path, json.dumps(payload))
     assert (done.returncode, done.stdout) == (0, "{}\n")
-    assert written(tmp_path, "gemini_cli") == [f"{GEMINI.stem}.jsonl"]
+    assert written(tmp_path, "gemini_cli") == [f"{GEMINI.stem}.0.jsonl"]
 
 
 def test_codex_import_skips_a_line_nested_thousands_deep(tmp_path: Path) -> None:
@@ -108,7 +111,7 @@ def test_codex_import_skips_a_line_nested_thousands_deep(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert f"{len(CODEX)} sessions" in done.stdout and unreadable(done.stdout) >= 1
     assert "RecursionError" not in done.stdout + done.stderr
-    assert written(tmp_path, "codex") == sorted(f"{p.stem}.jsonl" for p in CODEX)
+    assert written(tmp_path, "codex") == sorted(f"{p.stem}.0.jsonl" for p in CODEX)
     turns = clean.stdout.split(" turns")[0].rsplit(" ", 1)[1]
     first = ctxdb(["capture", "codex", "import", str(damaged), *SETTLED], tmp_path / "again")
     assert f" {turns} turns" in first.stdout
@@ -237,4 +240,4 @@ def test_folder_import_refuses_symlinks_out_of_the_folder(tmp_path: Path) -> Non
     done = ctxdb(["capture", "codex", "import", str(folder), *SETTLED], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "1 sessions" in done.stdout
-    assert written(tmp_path, "codex") == [f"{CODEX[2].stem}.jsonl"]
+    assert written(tmp_path, "codex") == [f"{CODEX[2].stem}.0.jsonl"]

@@ -10,9 +10,11 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxdb.cli.registry import COMMANDS
+from ctxdb.landing import partitions
 
 ROOT = Path(__file__).resolve().parents[1]
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
@@ -127,7 +129,10 @@ def test_help_a_light_command_and_the_gemini_hook_load_nothing_heavy(tmp_path: P
     stdout, stderr = run(["capture", "gemini", "hook"], tmp_path, json.dumps(payload), wrap=True)
     assert stdout == "{}\n"
     written = list((tmp_path / "ctxdb" / "landing" / "gemini_cli").rglob("*.jsonl"))
-    assert [p.name for p in written] == [f"{SESSION.stem}.jsonl"]
+    day = partitions.name(datetime.now(UTC))
+    assert [p.relative_to(p.parents[1]).as_posix() for p in written] == [
+        f"{day}/{SESSION.stem}.0.jsonl"
+    ]
     assert loaded(stderr).isdisjoint([*HEAVY, "typer"]), loaded(stderr) & {*HEAVY, "typer"}
 
 
@@ -149,7 +154,7 @@ def test_the_gemini_hook_with_a_hook_config_never_loads_the_settings(tmp_path: P
     assert stdout == "{}\n"
     written = list((tmp_path / "ctxdb" / "landing" / "gemini_cli").rglob("*.jsonl"))
     assert [p.relative_to(tmp_path).parts[3:] for p in written] == [
-        ("import", f"{SESSION.stem}.jsonl")
+        ("import", partitions.name(datetime.now(UTC)), f"{SESSION.stem}.0.jsonl")
     ]
     assert loaded(stderr).isdisjoint([*HEAVY, "typer", "pydantic"])
     _, stderr = run(

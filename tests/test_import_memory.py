@@ -15,10 +15,12 @@ import re
 import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ctxdb.capture.gemini.hook import MAX_SESSION_BYTES
 from ctxdb.capture.reading import MAX_PAYLOAD_BYTES
+from ctxdb.landing import partitions
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 DATA = Path(__file__).parent / "data"
@@ -97,12 +99,20 @@ def test_a_100_mb_rollout_imports_in_bounded_memory(tmp_path: Path) -> None:
     path.unlink()
     assert code == 0, output
     assert turns(output) == rounds * turns(small)
-    written = home / "ctxdb" / "landing" / "codex" / "import" / f"{CODEX.stem}.jsonl"
+    [written] = published(home / "ctxdb" / "landing" / "codex" / "import")
+    assert written.name == f"{CODEX.stem}.0.jsonl"
     with written.open("rb") as file:
         closed = sum(b'"type":"turn.closed"' in line for line in file)
     assert closed == turns(output)
     grown = f"peak RSS {peak:.0f} MB importing {ROLLOUT_BYTES >> 20} MB, {base:.0f} MB for 300 KB"
     assert peak - base < GROWTH_MB, grown
+
+
+def published(folder: Path) -> list[Path]:
+    """The events files an import published under `folder`, each in today's day partition."""
+    files = sorted(folder.rglob("*.jsonl"))
+    assert all(p.parent.name == partitions.name(datetime.now(UTC)) for p in files), files
+    return files
 
 
 def gemini_home(tmp_path: Path) -> Path:
@@ -129,7 +139,7 @@ def test_gemini_hook_leaves_a_session_over_its_bound_to_the_importer(tmp_path: P
     code, _, output = ctxdb(["capture", "gemini", "import", str(session), "--settle-s", "0"], home)
     assert code == 0, output
     assert turns(output) > 0
-    assert [p.name for p in imported.iterdir()] == [f"{GEMINI.stem}.jsonl"]
+    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.0.jsonl"]
 
 
 def test_gemini_hook_refuses_a_payload_over_its_bound(tmp_path: Path) -> None:
@@ -147,32 +157,42 @@ def test_gemini_hook_refuses_a_payload_over_its_bound(tmp_path: Path) -> None:
     assert not imported.exists()
     code, _, output = ctxdb(["capture", "gemini", "hook"], home, json.dumps(payload).encode())
     assert code == 0
-    assert [p.name for p in imported.iterdir()] == [f"{GEMINI.stem}.jsonl"]
+    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.0.jsonl"]
 
 
-def test_a_reimport_rewrites_the_events_file_only_when_its_bytes_change(tmp_path: Path) -> None:
-    """The events file is streamed and compared with the one in place: an unchanged rollout
-    writes nothing (same file, no part file left), a shortened one replaces it with exactly what
-    a fresh import of the shortened rollout writes."""
+def test_a_reimport_publishes_only_the_events_no_earlier_file_holds(tmp_path: Path) -> None:
+    """An import publishes a session's events into today's partition; a re-import of the same
+    rollout writes nothing (same file, no part file left); a grown rollout publishes a second
+    file holding only the events the first lacks, and the two hold the events a fresh import of
+    the whole rollout writes."""
     rollout = tmp_path / CODEX.name
-    rollout.write_bytes(CODEX.read_bytes())
+    lines = CODEX.read_bytes().splitlines(keepends=True)
+    rollout.write_bytes(b"".join(lines[: len(lines) // 2]))
     args = ["capture", "codex", "import", str(rollout), "--settle-s", "0"]
     folder = tmp_path / "ctxdb" / "landing" / "codex" / "import"
-    written = folder / f"{CODEX.stem}.jsonl"
     assert ctxdb(args, tmp_path)[0] == 0
-    first = written.stat()
+    [first] = published(folder)
+    before = first.stat()
     code, _, output = ctxdb(args, tmp_path)
     assert code == 0, output
     assert "0 files written, 1 unchanged" in output
-    assert (written.stat().st_ino, written.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
-    lines = CODEX.read_bytes().splitlines(keepends=True)
-    rollout.write_bytes(b"".join(lines[: len(lines) // 2]))
+    assert published(folder) == [first]
+    assert (first.stat().st_ino, first.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no part file left
+
+    rollout.write_bytes(CODEX.read_bytes())
     code, _, output = ctxdb(args, tmp_path)
     assert code == 0, output
     assert "1 files written, 0 unchanged" in output
+    files = published(folder)
+    assert [p.name for p in files] == [first.name, f"{CODEX.stem}.{len(event_lines(first))}.jsonl"]
+    ids = [{json.loads(x)["event_id"] for x in event_lines(p)} for p in files]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
     fresh = tmp_path / "fresh"
     assert ctxdb(args, fresh)[0] == 0
-    expected = (fresh / "ctxdb" / "landing" / "codex" / "import" / written.name).read_bytes()
-    assert 0 < len(written.read_bytes()) < first.st_size
-    assert written.read_bytes() == expected
-    assert sorted(p.name for p in folder.iterdir()) == [written.name]
+    [whole] = published(fresh / "ctxdb" / "landing" / "codex" / "import")
+    assert ids[0] | ids[1] == {json.loads(x)["event_id"] for x in event_lines(whole)}
+
+
+def event_lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines()

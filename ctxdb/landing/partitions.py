@@ -2,7 +2,7 @@
 folder named by the UTC day it publishes it (`folder`), so that a landing lists the partitions
 from its cursor's day on (less `OVERLAP`) instead of every file ever landed
 (`ctxdb.landing.listing.list_files`). Files outside any partition (the flat layout written before
-partitions, imports, files dropped in by hand) are still listed every run.
+partitions, files dropped in by hand) are still listed every run.
 
 Standard library only: the capture writers import it."""
 

@@ -1,11 +1,12 @@
 """`ctxdb import claude-code [PATH]`: backfill Claude Code transcripts as landing files.
 
 Each transcript (`<project>/<session>.jsonl`; sub-agent files `agent-*.jsonl` are skipped, their
-lines are sidechains) goes through the same `TurnMapper` as the hook and becomes one events file,
-`<spool>/import/<project>/<session>.jsonl`, written atomically and only when its bytes changed: a
-re-import of unchanged transcripts writes nothing, a grown one rewrites its file and landing keeps
-only the new event ids. The last turn of a transcript written to within `settle_s` seconds is left
-open (the hook, or a later import, closes it).
+lines are sidechains) goes through the same `TurnMapper` as the hook; the events no earlier import
+of that session published become one file in the day partition of the import,
+`<spool>/import/<project>/dt=YYYY-MM-DD/<session>.<n>.jsonl` (`part_files.Additions`): a re-import
+of unchanged transcripts writes nothing, a grown one publishes only its new events. The last
+turn of a transcript written to within `settle_s` seconds is left open (the hook, or a later
+import, closes it).
 
 Transcripts are read through `ctxdb.capture.reading` (regular files only, never blocking; in a
 folder, files whose real path leaves it are skipped) 32 MiB at a time. An unreadable line (not
@@ -28,6 +29,7 @@ from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.transcript import read_batches
 from ctxdb.capture.claude_code.turns import Identity, TurnMapper, safe_id
 from ctxdb.capture.reading import MAX_LINE_BYTES, open_regular, under_root
+from ctxdb.landing import partitions
 
 SETTLE_S = 300.0
 """A transcript untouched this long is finished: its last turn is closed."""
@@ -137,7 +139,8 @@ def _transcript_stream(
 
 
 def output_path(spool_dir: Path, transcript: Path) -> Path:
-    """Where the events of `transcript` land: `<spool>/import/<project>/<session>.jsonl`."""
+    """The events file that names the session of `transcript`, `<spool>/import/<project>/
+    <session>.jsonl`: its events are published beside it, in day partitions (`write_sessions`)."""
     project = safe_id(transcript.parent.name.lstrip("-") or "transcripts")
     return spool_dir / "import" / project / f"{safe_id(transcript.stem)}.jsonl"
 
@@ -173,14 +176,15 @@ def write_sessions(
     progress: Callable[[int], None] | None = None,
     errors: tuple[type[Exception], ...] = (OSError,),
 ) -> ImportStats:
-    """Write the events `read` maps from each session file in `paths` to its `target` (atomically,
-    only when its bytes changed), except those of `excluded` projects; `progress` gets the bytes
-    of each file done. A file whose reading raises one of `errors` is counted in `failed` with a
-    one-line reason, and the others are still imported."""
+    """Publish the events `read` maps from each session file in `paths` that no earlier file of
+    its `target` holds (`_write_session`), except those of `excluded` projects; `progress` gets
+    the bytes of each file done. A file whose reading raises one of `errors` is counted in
+    `failed` with a one-line reason, and the others are still imported."""
     stats = ImportStats()
+    published = part_files.Published()
     for path in paths:
         try:
-            done = _write_session(read(path), target(path), excluded)
+            done = _write_session(read(path), target(path), published, excluded)
         except errors as exc:
             stats.failed += 1
             stats.problems.append(f"{path}: {exc}")
@@ -210,8 +214,8 @@ def write_sessions(
 
 @dataclass
 class Written:
-    """What one session's events file got: its event count, when each turn ended, and whether
-    its bytes changed."""
+    """What one session's import found: its event count, when each turn ended, and whether a
+    file of new events was published."""
 
     events: int = 0
     ended: list[str] = field(default_factory=list)
@@ -219,20 +223,28 @@ class Written:
 
 
 def _write_session(
-    mapped: Mapped, target: Path, excluded: Callable[[str | None], bool] | None
+    mapped: Mapped,
+    target: Path,
+    published: part_files.Published,
+    excluded: Callable[[str | None], bool] | None,
 ) -> tuple[Summary, Written] | None:
-    """Stream the events of `mapped` into `target` (`part_files.Replacement`: one line held at a
-    time, renamed into place only when the bytes changed); None, nothing written, when the
-    session's project is `excluded`. A session without events writes no file."""
+    """Stream the events of `mapped` that no file published for `target` holds into a new file
+    in today's partition beside it (`part_files.Additions`: one line held at a time); None,
+    nothing written, when the session's project is `excluded`. A session without new events
+    writes no file."""
     written = Written()
-    with part_files.Replacement(target) as out:
+    known = published.ids(target)
+    with part_files.Additions(partitions.folder(target.parent), target.stem, known) as out:
         for event in mapped:
-            out.write(part_files.encode([event]))
+            out.write(event)
             written.events += 1
             if event["type"] == "turn.closed":
                 written.ended.append(event["occurred_at"])
         assert mapped.summary is not None
         if excluded is not None and excluded(mapped.summary.project):
             return None
-        written.changed = written.events > 0 and out.commit()
+        new = out.commit()
+    if new is not None:
+        published.add(target, new)
+    written.changed = new is not None
     return mapped.summary, written
