@@ -149,6 +149,32 @@ def test_install_adds_a_session_start_hook_that_prints_the_projects_pack(install
 
 @pytest.mark.es
 @pytest.mark.model
+def test_session_start_in_the_hook_tells_the_projects_snapshot_while_it_is_current(
+    installed,
+) -> None:
+    """Built in the hook, the pack writes the project's snapshot; the next session is told from
+    it (an item changed in the file shows), and once a table it read moved on (its recorded
+    version no longer the table's) it is rebuilt from Delta."""
+    root, project, env = installed
+    command = context_command(project, "SessionStart")
+    first = context_of(hook(command, clean_env()), "SessionStart")
+    [path] = (root / "packs").glob("*/*.json")
+    data = json.loads(path.read_text())
+    assert data["project"] == SHOP and data["user_id"] == "ann"
+    marked = [{**c, "text": c["text"] + " SNAPSHOT-MARK"} for c in data["candidates"]]
+    path.write_text(json.dumps({**data, "candidates": marked}))
+    told = context_of(hook(command, clean_env()), "SessionStart")
+    assert "SNAPSHOT-MARK" in told
+    stale = {**data, "candidates": marked, "versions": {**data["versions"], "turn_logs": -1}}
+    path.write_text(json.dumps(stale))
+    again = context_of(hook(command, clean_env()), "SessionStart")
+    assert "SNAPSHOT-MARK" not in again
+    assert again.split("\n", 1)[1] == first.split("\n", 1)[1]  # the header holds the time
+    assert json.loads(path.read_text())["versions"] == data["versions"]
+
+
+@pytest.mark.es
+@pytest.mark.model
 def test_the_prompt_lookup_adds_only_strong_hits_of_the_project(installed) -> None:
     """UserPromptSubmit: a prompt about an earlier turn gets that turn (with its ref) and no
     session list; a prompt nothing in memory matches, or an empty one, gets `{}`."""

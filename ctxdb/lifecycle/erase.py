@@ -32,6 +32,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 from elasticsearch import ApiError, Elasticsearch, TransportError
@@ -63,6 +64,7 @@ from ctxdb.lifecycle.retention import (
     write_report,
 )
 from ctxdb.lifecycle.scope import OWNER, AmbiguousScope, Scope, resolve
+from ctxdb.pack.snapshot import remove_user, user_snapshots
 from ctxdb.settings import Settings
 from ctxdb.storage import tombstones
 from ctxdb.storage.conversation_files import conversation_file_path
@@ -103,6 +105,7 @@ DELETED_TABLES = (*CONTENT_TABLES, ROW_EMBEDDINGS, EMBEDDINGS)
 ERASED_TABLES = (*DELETED_TABLES, RETENTION_PENDING)
 QUARANTINE_KEY = ["source_file", "line_number"]
 HISTORY = "history_files"
+PACKS = "pack_snapshots"
 ES_UNREACHABLE = "es_unreachable"
 
 
@@ -297,6 +300,8 @@ def _remove(
     tombstones.record(store, plan.identities["conversation_id"], plan.started_at)
     removed_lines = landing_lines.scrub(settings, plan.sources, plan.scope)
     _delete_delta(store, plan)
+    for packs, tenant, user_id in _snapshot_owners(settings, plan):
+        remove_user(packs, tenant, user_id)  # a pack snapshot of the user may tell erased turns
     es_error, report.error = report.error, None  # the pending deletes' own error comes first
     finish_pending(store, es, settings, report)
     late, late_error = _erase_late_docs(es, settings, plan.scope)
@@ -363,6 +368,8 @@ def survey(
     files = plan.pending.get(FILES, [])
     counts["files"] = len(existing_paths(settings.files, files, settings.object_store_options))
     counts["landing_lines"] = sum(landing_lines.count(settings, plan.sources, plan.scope).values())
+    owners = _snapshot_owners(settings, plan)
+    counts[PACKS] = sum(user_snapshots(packs, tenant, user) for packs, tenant, user in owners)
     if es is None:
         counts[ES_UNREACHABLE] = 1
         return counts
@@ -388,6 +395,15 @@ def verify(
         for table, predicate in _history_predicates(store, plan).items()
     )
     return remaining
+
+
+def _snapshot_owners(settings: Settings, plan: Plan) -> list[tuple[Path, str | None, str]]:
+    """Where each user of `plan` may have pack snapshots (none off a local folder)."""
+    packs = settings.packs_path
+    if packs is None:
+        return []
+    owners = plan.identities.select("tenant", "user_id").unique().sort("tenant", "user_id")
+    return [(packs, tenant, user_id) for tenant, user_id in owners.iter_rows()]
 
 
 def storage_paths(plan: Plan) -> list[str]:

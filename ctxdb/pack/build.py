@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.projects import agent_for_project, looks_like_folder
 from ctxdb.errors import SearchUnavailable
-from ctxdb.pack.fit import Candidate, candidate, fit, render
+from ctxdb.pack.fit import Candidate, candidate, fit, header, render
 from ctxdb.pack.items import STEPS_TURNS, related, sessions, timeline, unfinished, work
 from ctxdb.pack.memory import read_steps, read_turns
 from ctxdb.pack.models import ContextPack, ContextRequest
-from ctxdb.pack.tokens import count_tokens, cut_to_tokens
+from ctxdb.pack.tokens import count_tokens
 from ctxdb.storage.delta import DeltaStore
 
 if TYPE_CHECKING:  # the search models load only when a pack searches (the hooks start fast)
@@ -29,15 +29,13 @@ Search = Callable[[Principal, "SearchRequest", datetime], "SearchResponse"]
 RELATED = 5
 
 
-def _header(request: ContextRequest, now: datetime) -> Candidate:
-    where = {
+def where(request: ContextRequest) -> str:
+    """What a pack covers, as its header says it."""
+    return {
         "conversation": f"conversation {request.conversation_id}",
         "project": f"project {request.project}",
         "user": "all your projects",
     }[request.scope]
-    text = f"# Memory from ctxdb: {where}, as of {now:%Y-%m-%d %H:%M} UTC"
-    text = cut_to_tokens(text, request.budget - 1)
-    return candidate("header", (-1,), (0,), text)
 
 
 def _search_requests(request: ContextRequest) -> list[SearchRequest]:
@@ -92,19 +90,30 @@ def _related(
     return []
 
 
-def _memory(
+class Memory(NamedTuple):
+    """The sections a pack reads from Delta, and the earliest expiry among the rows they were
+    made from (None: no row), after which they may tell what the memory no longer holds."""
+
+    candidates: list[Candidate]
+    expires: datetime | None
+
+
+def read_memory(
     principal: Principal, request: ContextRequest, now: datetime, store: DeltaStore
-) -> list[Candidate]:
+) -> Memory:
     """The sections read from Delta (all but `related`); none when only `related` is asked
     for, outside a conversation (whose turns are read to know it exists)."""
     wanted = set(request.sections) if request.sections is not None else None
     if wanted == {"related"} and request.conversation_id is None:
-        return []
+        return Memory([], None)
     turns = read_turns(store, principal, request, now)
     if request.conversation_id is not None and turns.is_empty():
         from ctxdb.search.models import NotFound
 
         raise NotFound(f"conversation {request.conversation_id!r} not found")
+    expiries: list[datetime | None] = []
+    if not turns.is_empty():
+        expiries.append(turns["expires_at"].min())  # type: ignore[arg-type]
     if request.conversation_id is not None:
         found = timeline(turns, request.budget, now)
     elif turns.is_empty():
@@ -112,9 +121,11 @@ def _memory(
     else:
         recent = turns.tail(STEPS_TURNS)
         keys = list(zip(recent["conversation_id"], recent["turn_id"], strict=True))
-        steps = read_steps(store, principal, request, now, keys)
+        steps, steps_expire = read_steps(store, principal, request, now, keys)
+        expiries.append(steps_expire)
         found = sessions(turns, now) + unfinished(turns, now) + work(turns, steps, now)
-    return [c for c in found if wanted is None or c.section in wanted]
+    kept = [c for c in found if wanted is None or c.section in wanted]
+    return Memory(kept, min((e for e in expiries if e is not None), default=None))
 
 
 def build_pack(
@@ -127,7 +138,8 @@ def build_pack(
     """The context pack of `request` for `principal` at `now` (see the module doc); NotFound
     for a conversation the principal has no live turn in."""
     warnings: list[str] = []
-    candidates = [_header(request, now), *_memory(principal, request, now, store)]
+    candidates = [header(where(request), request.budget, now)]
+    candidates += read_memory(principal, request, now, store).candidates
     if request.sections is None or "related" in request.sections:
         candidates += _related(principal, request, now, search, warnings)
     kept = fit(candidates, request.budget, request.max_chars)

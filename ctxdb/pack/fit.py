@@ -4,12 +4,15 @@ lowest-priority item dropped until it fits)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ctxdb.contract.private import strip_private
-from ctxdb.pack.models import PackItem, Section
-from ctxdb.pack.tokens import count_tokens
+from ctxdb.pack.tokens import count_tokens, cut_to_tokens
+
+if TYPE_CHECKING:  # the models load only where a pack is returned whole (the hooks start fast)
+    from ctxdb.pack.models import PackItem, Section
 
 HEADINGS: dict[Section, str] = {
     "header": "",
@@ -35,11 +38,41 @@ class Candidate:
     ts: datetime | None = None
     age: str | None = None
     tokens: int = field(default=0, compare=False)
+    age_at: int = -1
+    """Where `age` stands in `text` (-1: nowhere it can be told apart, e.g. inside a private
+    span), so that the item can be told again at a later time (`at`)."""
 
     def item(self) -> PackItem:
+        from ctxdb.pack.models import PackItem
+
         return PackItem(
             section=self.section, text=self.text, ref=self.ref, ts=self.ts, age=self.age
         )
+
+    def at(self, now: datetime) -> Candidate | None:
+        """This item as it reads at `now` (its age told from `now`, tokens recounted); None when
+        its age cannot be found in its text."""
+        if self.ts is None or self.age is None:
+            return self
+        if self.age_at < 0:
+            return None
+        told = age(self.ts, now)
+        if told == self.age:
+            return self
+        text = self.text[: self.age_at] + told + self.text[self.age_at + len(self.age) :]
+        return replace(self, text=text, age=told, tokens=count_tokens(text))
+
+
+def age(ts: datetime | None, now: datetime) -> str:
+    """How long before `now` `ts` was: "just now", "5 minutes ago", "3 days ago"."""
+    if ts is None:
+        return "at an unknown time"
+    seconds = max(0.0, (now - ts).total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
 
 
 def candidate(
@@ -50,10 +83,24 @@ def candidate(
     ref: str | None = None,
     ts: datetime | None = None,
     age: str | None = None,
+    age_at: int = -1,
 ) -> Candidate:
-    """A candidate whose text is stripped of `<private>` spans and counted."""
+    """A candidate whose text is stripped of `<private>` spans and counted; `age_at`, where
+    `age` starts in `text`, is kept (moved past what the stripping removed before it) when the
+    stripped text still holds the age there."""
     clean = strip_private(text).strip()
-    return Candidate(section, priority, order, clean, ref, ts, age, count_tokens(clean))
+    at = -1
+    if age is not None and age_at >= 0:
+        before = strip_private(text[:age_at]).lstrip()
+        found = clean.startswith(before) and clean[len(before) :].startswith(age)
+        at = len(before) if found else -1
+    return Candidate(section, priority, order, clean, ref, ts, age, count_tokens(clean), at)
+
+
+def header(where: str, budget: int, now: datetime) -> Candidate:
+    """The pack's first line: what it covers (`where`) and when it was told."""
+    text = f"# Memory from ctxdb: {where}, as of {now:%Y-%m-%d %H:%M} UTC"
+    return candidate("header", (-1,), (0,), cut_to_tokens(text, budget - 1), None)
 
 
 def render(kept: list[Candidate]) -> str:

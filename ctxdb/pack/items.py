@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from ctxdb.contract.refs import Ref, format_ref
-from ctxdb.pack.fit import Candidate, candidate
+from ctxdb.pack.fit import Candidate, age, candidate
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
 
 if TYPE_CHECKING:
@@ -35,18 +35,6 @@ EDIT_TOOLS = frozenset(
 _PATH_KEYS = ("file_path", "notebook_path", "path", "absolute_path")
 _STEP = re.compile(r"^\[step\.\d+\] (?P<tool>[^|]*) \| (?P<title>.*?) \| (?P<input>.*)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s")
-
-
-def age(ts: datetime | None, now: datetime) -> str:
-    """How long before `now` `ts` was: "just now", "5 minutes ago", "3 days ago"."""
-    if ts is None:
-        return "at an unknown time"
-    seconds = max(0.0, (now - ts).total_seconds())
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''} ago"
-    return "just now"
 
 
 def one_line(text: str | None, chars: int) -> str:
@@ -90,9 +78,12 @@ def sessions(turns: pl.DataFrame, now: datetime) -> list[Candidate]:
         count = f"{len(rows)} turn{'s' if len(rows) != 1 else ''}"
         ref = f"conv:conversation:{conversation_id}"
         ended = outcome(last["status"], last["error_type"])
-        text = f"- {title} ({when}; {count}; last turn {ended}) {ref}"
+        before = f"- {title} ("
+        text = f"{before}{when}; {count}; last turn {ended}) {ref}"
         out.append(
-            candidate("sessions", (rank, 1), (rank,), text, ref=ref, ts=last["ended_at"], age=when)
+            candidate(
+                "sessions", (rank, 1), (rank,), text, ref, last["ended_at"], when, len(before)
+            )
         )
     return out
 
@@ -117,10 +108,11 @@ def unfinished(turns: pl.DataFrame, now: datetime) -> list[Candidate]:
         ref = turn_ref(turn["conversation_id"], turn["turn_id"])
         when = age(turn["started_at"], now)
         prompt = one_line(turn.get("first_user_text") or turn_title(turn), LINE_CHARS)
-        text = f"- [{outcome(turn['status'], turn['error_type'])}] {prompt} ({when}) {ref}"
+        before = f"- [{outcome(turn['status'], turn['error_type'])}] {prompt} ("
+        text = f"{before}{when}) {ref}"
         out.append(
             candidate(
-                "unfinished", (rank, 0), (rank,), text, ref=ref, ts=turn["started_at"], age=when
+                "unfinished", (rank, 0), (rank,), text, ref, turn["started_at"], when, len(before)
             )
         )
     return out
@@ -186,9 +178,7 @@ def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) 
         ref = turn_ref(turn["conversation_id"], turn["turn_id"])
         when = age(turn["started_at"], now)
         text = f"- {when}: " + " | ".join(parts) + f" {ref}"
-        out.append(
-            candidate("work", (rank, 2), (rank,), text, ref=ref, ts=turn["started_at"], age=when)
-        )
+        out.append(candidate("work", (rank, 2), (rank,), text, ref, turn["started_at"], when, 2))
     return out
 
 

@@ -33,6 +33,7 @@ TURN_COLUMNS = [
     "first_user_text",
     "last_assistant_text",
     "conversation_title",
+    "expires_at",
 ]
 
 
@@ -89,7 +90,7 @@ def read_turns(
         store,
         TURN_LOGS,
         scoped,
-        [*KEY, "turn_id", "started_at", "ended_at", "status", "error_type", "title"],
+        [*KEY, "turn_id", "started_at", "ended_at", "status", "error_type", "title", "expires_at"],
     )
     if logs.is_empty():
         return pl.DataFrame(schema={c: pl.String for c in TURN_COLUMNS})
@@ -117,10 +118,11 @@ def read_steps(
     request: ContextRequest,
     now: datetime,
     turns: Sequence[tuple[str, str]],
-) -> dict[tuple[str, str], str]:
-    """The steps-row text of each of `turns` (conversation id, turn id) in scope."""
+) -> tuple[dict[tuple[str, str], str], datetime | None]:
+    """The steps-row text of each of `turns` (conversation id, turn id) in scope, and the
+    earliest expiry among the rows read (None: none read)."""
     if not turns:
-        return {}
+        return {}, None
     wanted = set(turns)
     where = (
         _mine(principal, request, now)
@@ -128,14 +130,14 @@ def read_steps(
         & pl.col("conversation_id").is_in(sorted({c for c, _ in wanted}))
         & pl.col("turn_id").is_in(sorted({t for _, t in wanted}))
     )
-    rows = _scan(
-        store, ROLE_ROWS, where, ["conversation_id", "turn_id", "text", "ordinal"], "derived_at"
-    )
+    columns = ["conversation_id", "turn_id", "text", "ordinal", "expires_at"]
+    rows = _scan(store, ROLE_ROWS, where, columns, "derived_at")
     if rows.is_empty():
-        return {}
+        return {}, None
     rows = rows.sort(["conversation_id", "turn_id", "ordinal", "updated_at"])
-    return {
+    texts = {
         key: text
         for *key_parts, text in rows.select("conversation_id", "turn_id", "text").iter_rows()
         if (key := (key_parts[0], key_parts[1])) in wanted
     }
+    return texts, rows["expires_at"].min()  # type: ignore[return-value]

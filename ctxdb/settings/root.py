@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         return f"{self.storage}/landing-archive"
 
     @property
+    def packs_path(self) -> Path | None:
+        """Context pack snapshots (`ctxdb.pack.snapshot`): <storage>/packs when the data is in
+        a local folder; None on an object store (the hooks then read Delta)."""
+        return None if "://" in self.storage else Path(self.storage) / "packs"
+
+    @property
     def spool_dir(self) -> Path:
         """The local spool of a recorder whose landing is an object store."""
         return self.home / "capture" / "spool"

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
+    from ctxdb.contract.identity import Principal
     from ctxdb.settings import Settings
 
 
@@ -204,14 +205,11 @@ def from_service(url: str, token: str, params: dict[str, Any], timeout: float) -
 
 
 def in_process(token: str, params: dict[str, Any]) -> str:
-    """The same pack built here: Delta (and the search service for a lookup)."""
-    from datetime import UTC, datetime
-
+    """The same pack built here: a SessionStart's from the project's current snapshot when
+    there is one (`ctxdb.pack.snapshot`; else its snapshot is written first and told), anything
+    else from Delta (and the search service for a lookup)."""
     from ctxdb.auth.authenticate import Authenticator
-    from ctxdb.pack.build import build_pack
-    from ctxdb.pack.models import ContextRequest
     from ctxdb.settings import get_settings
-    from ctxdb.storage.delta import DeltaStore
 
     def connect(settings: Settings) -> Any:  # only a token store in Elasticsearch needs it
         from ctxdb.index.client import make_client
@@ -220,6 +218,45 @@ def in_process(token: str, params: dict[str, Any]) -> str:
 
     settings = get_settings()
     principal = Authenticator(settings, connect).authenticate(token)
+    if settings.packs_path is not None and not params.get("sections") and not params.get("query"):
+        text = from_snapshot(settings, principal, params)
+        if text is not None:
+            return text
+    return built(settings, principal, params, connect)
+
+
+def from_snapshot(settings: Settings, principal: Principal, params: dict[str, Any]) -> str | None:
+    """A project's pack from its snapshot, written here first when it is missing or stale;
+    None when the memory changed meanwhile (the pack is then built from Delta)."""
+    from datetime import UTC, datetime
+
+    from ctxdb.pack.snapshot import told
+
+    assert settings.packs_path is not None
+    owner = (principal.tenant, principal.user_id, params["project"])
+    delta_root = Path(settings.delta_uri)
+    budget, max_chars = params["budget"], params.get("max_chars")
+    text = told(settings.packs_path, delta_root, owner, budget, max_chars, datetime.now(UTC))
+    if text is not None:
+        return text
+    from ctxdb.pack.refresh import snapshot_project
+    from ctxdb.storage.delta import DeltaStore
+
+    now = datetime.now(UTC)
+    snapshot_project(settings, DeltaStore.from_settings(settings), principal, owner[2], now)
+    return told(settings.packs_path, delta_root, owner, budget, max_chars, now)
+
+
+def built(
+    settings: Settings, principal: Principal, params: dict[str, Any], connect: Callable[..., Any]
+) -> str:
+    """The pack of `params` built from Delta ("" when it names no turn)."""
+    from datetime import UTC, datetime
+
+    from ctxdb.pack.build import build_pack
+    from ctxdb.pack.models import ContextRequest
+    from ctxdb.storage.delta import DeltaStore
+
     sections = params.get("sections")
     request = ContextRequest(**{**params, "sections": [sections] if sections else None})
     search = None
