@@ -13,7 +13,8 @@ issues the capture user's token and writes the commands Claude Code would run; t
 round after round, each installed hook command as Claude Code runs it (a new
 process through the shell, the payload on stdin): the `SessionStart` pack and the
 `UserPromptSubmit` lookup, both in-process (no server) and through a running `ctxdb serve`
-(`--url`), interleaved so every case sees the same load, with two references measured in the
+(`--url`), the in-process SessionStart both from the project's pack snapshot (written by the run
+before) and from Delta (the snapshots removed before each such run, untimed), interleaved so every case sees the same load, with two references measured in the
 same rounds: a bare `python -c pass` (the interpreter's start, through the same shell and pin)
 and the pack's request alone from the warm bench process (the server's share). Each hook process
 is pinned to 2 cores (`taskset -c 0,1`, the issue's "cold process on 2 cores"). Printed per case:
@@ -30,6 +31,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -240,8 +242,14 @@ def run_once(command: str, payload: dict) -> tuple[float, bool]:
     return took, done.stdout.strip() not in ("", "{}")
 
 
+def forget_snapshots(home: Path) -> None:
+    """Remove the pack snapshots (untimed), so the next SessionStart reads Delta."""
+    shutil.rmtree(home / "packs", ignore_errors=True)
+
+
 def cases(home: Path, port: int) -> dict[str, tuple[str, dict]]:
-    """Each measured case: the command and its payload."""
+    """Each measured case: the command and its payload (a case named "from Delta" runs with
+    the snapshots removed first)."""
     commands = hook_commands(home)
     url = f" --url http://127.0.0.1:{port}"
     start = {"hook_event_name": "SessionStart", "source": "startup", "cwd": project_folder(3)}
@@ -254,7 +262,8 @@ def cases(home: Path, port: int) -> dict[str, tuple[str, dict]]:
     python = shlex.quote(sys.executable)
     return {
         "baseline: python -c pass": (f"{python} -c pass", start),
-        "SessionStart in-process": (commands["SessionStart"], start),
+        "SessionStart in-process (snapshot)": (commands["SessionStart"], start),
+        "SessionStart in-process from Delta": (commands["SessionStart"], start),
         "SessionStart via serve": (commands["SessionStart"] + url, start),
         "UserPromptSubmit in-process": (commands["UserPromptSubmit"], prompt),
         "UserPromptSubmit via serve": (commands["UserPromptSubmit"] + url, prompt),
@@ -278,6 +287,8 @@ def measure(home: Path, rounds: int) -> None:
             order = list(table.items())
             random.Random(n).shuffle(order)
             for name, (command, payload) in order:
+                if "from Delta" in name:
+                    forget_snapshots(home)
                 took, context = run_once(command, payload)
                 times[name].append(took)
                 answered[name] += context

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import jwt
-
 from ctxdb.auth.credentials import AuthError, TokenStore, TokenStoreProtocol
 from ctxdb.contract.identity import Principal
 from ctxdb.settings import Settings
@@ -46,6 +44,8 @@ class Authenticator:
         self.store = open_token_store(settings, connect)
 
     def _verify_jwt(self, token: str, key: str) -> Principal:
+        import jwt  # with cryptography, 40 ms of every start that checks no JWT (the hooks)
+
         s = self.settings
         try:
             claims = jwt.decode(

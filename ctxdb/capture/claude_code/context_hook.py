@@ -48,9 +48,6 @@ import shlex
 import signal
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TextIO
@@ -190,6 +187,10 @@ def excluded(config_file: str | None, cwd: Any) -> bool:
 def from_service(url: str, token: str, params: dict[str, Any], timeout: float) -> str:
     """The pack text `ctxdb serve` at `url` answers ("" when it names no turn); ServiceDown
     when nothing answers there."""
+    import urllib.error  # here: http.client and email are 20 ms of a start without `--url`
+    import urllib.parse
+    import urllib.request
+
     query = urllib.parse.urlencode(params)
     request = urllib.request.Request(
         f"{url.rstrip('/')}/v1/context?{query}", headers={"Authorization": f"Bearer {token}"}
