@@ -8,11 +8,15 @@ requested: that run lands whatever is pending when it starts.
 
 Only files from the landing floor on (`ctxdb.landing.cursor`) are compared with `landed_files`,
 so a tick reads the landed rows of recent files only. The cursor keeps the floor of the last tick
-and the digest of the listed files below it. A tick compares the files from the lower of the kept
-and the current floor on; when the part of the listing below the kept floor changed (a file
-appeared late with an old mtime), it compares every file instead, and a pending file below the
-current floor makes the run land with `full`. A new floor and digest are kept only while no
-pending file lies below them, so such a file is compared on every tick until it has landed.
+and the digest of the listed files below it. A tick lists and compares the files from the lower
+of the kept and the current floor on: the listing is the landing's own
+(`ctxdb.landing.listing.list_files` from that floor: files outside date partitions and the recent
+partitions), and the digest covers the files below the kept floor that such a listing holds
+(`within`), so old partitions are never listed. When the part of the listing below the kept floor
+changed (a file appeared late with an old mtime), it compares every listed file instead, and a
+pending file below the current floor makes the run land with `full`. A new floor and digest are
+kept only while no pending file lies below them, so such a file is compared on every tick until
+it has landed.
 
 `landing_sensor` starts `memory_job`; `landing_fanout_sensor` (off by default) starts
 `records_job` instead, after which the shards embed and index in parallel (pipelines/fanout.py).
@@ -37,7 +41,7 @@ from dagster import (
 
 from assets.shards import all_shards_tags
 from ctxdb.landing.cursor import landed_since, landing_floor, split
-from ctxdb.landing.listing import LandingFile, list_files, pending_files
+from ctxdb.landing.listing import LandingFile, list_files, pending_files, within
 from ctxdb.landing.quarantine import bad_bytes_files
 from pipelines.fanout import records_job
 from pipelines.jobs import memory_job
@@ -134,16 +138,17 @@ def request_landing(
     uri = settings.get().landing_uri
     store = delta.store()
     floor = landing_floor(store)
-    files = list_files(uri, store.storage_options)
     cursor = Cursor.parse(context.cursor)
     since = compared_from(cursor, floor)
+    files = list_files(uri, store.storage_options, since=since)
     recent, older = split(files, since)
     if since is not None and digest(older) != cursor.older:
         since, recent = None, files
     pending = pending_files(recent, landed_since(store, since), bad_bytes_files(store))
     full = floor is not None and any(f.mtime is not None and f.mtime < floor for f in pending)
     if floor is not None and not full:
-        kept = replace(cursor, floor=floor.isoformat(), older=digest(split(files, floor)[1]))
+        below = within(uri, split(files, floor)[1], floor)
+        kept = replace(cursor, floor=floor.isoformat(), older=digest(below))
         if kept != cursor:
             cursor = kept
             context.update_cursor(cursor.dumps())

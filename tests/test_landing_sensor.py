@@ -1,13 +1,14 @@
 """Issue 12, finding 9: the landing sensor through `build_sensor_context` on a real Dagster
 instance, real landing files and the real `landed_files` table: new files are requested once, a
 failed run is requested again under a new run key, and nothing is requested while a run is in
-flight."""
+flight. Issue 44 item 3: a tick lists the recent date partitions only."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,10 @@ from dagster import (
     build_sensor_context,
 )
 
+import pipelines.landing_sensor as landing_sensor_module
+from ctxdb.landing import partitions
+from ctxdb.landing.cursor import landed_since, landing_floor
+from ctxdb.landing.listing import list_files
 from ctxdb.landing.run import land
 from ctxdb.sample.generate import generate_events, write_sample
 from ctxdb.storage.delta import DeltaStore
@@ -131,3 +136,67 @@ def test_finding_9_an_old_cursor_starts_over(sensor: Sensor, landing: Path) -> N
     sensor.cursor = "0123456789abcdef"  # the former cursor format: a bare digest
     add_file(landing, "a", seed=1)
     assert isinstance(sensor.tick(), RunRequest)
+
+
+def add_dated(folder: Path, seed: int, mtime: datetime) -> set[str]:
+    """One conversation's events as JSONL parts in `folder`, all with `mtime`; their paths."""
+    generated = generate_events(users=1, conversations=1, seed=seed, now=NOW, days=2)
+    written = write_sample(generated, folder, per_file=500)
+    for part in written:
+        os.utime(part, (mtime.timestamp(), mtime.timestamp()))
+    return {str(part) for part in written}
+
+
+def test_a_tick_lists_the_recent_partitions_only(
+    sensor: Sensor, landing: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thirty days of landed partitions: once a tick has kept the landing floor, a tick lists
+    (with the landing's own `list_files`) the files outside partitions and the partitions from
+    the floor's day less a day on, never the older ones. A new file in today's partition is
+    requested; once it has landed, quiet ticks compare from the floor (the kept digest of older
+    files covers what the bounded listing holds); a file published there late, with an old mtime,
+    is requested with `full`."""
+    listed: list[set[str]] = []
+
+    def listing(*args, **kwargs):
+        files = list_files(*args, **kwargs)
+        listed.append({f.path for f in files})
+        return files
+
+    monkeypatch.setattr(landing_sensor_module, "list_files", listing)
+    days = [NOW - timedelta(days=d) for d in range(30, 0, -1)]
+    old = {
+        day: add_dated(partitions.folder(landing / "chat", day) / "s", n, day)
+        for n, day in enumerate(days)
+    }
+    flat = add_dated(landing / "imported", 99, days[0])
+    store = DeltaStore(str(tmp_path / "delta"))
+    every = flat.union(*old.values())
+    assert land(store, str(landing)).files == len(every)
+    assert isinstance(sensor.tick(), SkipReason)
+    assert listed[-1] == every  # no floor kept yet: everything
+    assert isinstance(sensor.tick(), SkipReason)
+    floor = landing_floor(store)
+    assert floor is not None
+    recent = [paths for day, paths in old.items() if day.date() >= partitions.first_listed(floor)]
+    assert listed[-1] == flat.union(*recent) and len(recent) == 3
+
+    new = add_dated(partitions.folder(landing / "chat", NOW) / "s", 100, NOW)
+    request = sensor.tick()
+    assert isinstance(request, RunRequest) and request.tags["ctxdb/landing_files"] == str(len(new))
+    assert listed[-1] == flat.union(*recent, new)
+    land(store, str(landing))
+    compared: list[datetime | None] = []
+
+    def landed(store: DeltaStore, since: datetime | None):
+        compared.append(since)
+        return landed_since(store, since)
+
+    monkeypatch.setattr(landing_sensor_module, "landed_since", landed)
+    assert isinstance(sensor.tick(), SkipReason) and isinstance(sensor.tick(), SkipReason)
+    assert compared and None not in compared  # the floor moved a day on: no full comparison
+    late = add_dated(partitions.folder(landing / "chat", NOW) / "late", 101, days[0])
+    request = sensor.tick()
+    assert isinstance(request, RunRequest)
+    assert request.run_config["ops"]["raw_turn_events"]["config"]["full"] is True
+    assert late <= listed[-1] and not listed[-1] & old[days[0]]

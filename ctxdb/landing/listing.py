@@ -88,6 +88,23 @@ def _walk(fs: pafs.FileSystem, base: str, first: date) -> list[pafs.FileInfo]:
     return infos
 
 
+def within(uri: str, files: Sequence[LandingFile], since: datetime) -> list[LandingFile]:
+    """The files among `files` (listed under `uri`) that `list_files(uri, since=since)` lists:
+    those outside partitions and those in a partition from `partitions.first_listed(since)` on
+    (the first `dt=` folder below `uri` decides, as in the listing)."""
+    first = partitions.first_listed(since)
+    prefix = uri.rstrip("/") + "/"
+    return [f for f in files if _listed(f.path.removeprefix(prefix), first)]
+
+
+def _listed(relative: str, first: date) -> bool:
+    for folder in relative.split("/")[:-1]:
+        day = partitions.day_of(folder)
+        if day is not None:
+            return day >= first
+    return True
+
+
 def _display(uri: str, base: str, path: str) -> str:
     if "://" not in uri:
         return path
