@@ -85,7 +85,14 @@ def installed(
     # the installed bounds at their most, so a loaded machine's cold start never decides what
     # these tests see; the bound itself is tested with --timeout 0.001 below
     env |= {"CTXDB_CLAUDE_CODE_CONTEXT_TIMEOUT_S": "10", "CTXDB_CLAUDE_CODE_LOOKUP_TIMEOUT_S": "10"}
-    ctxdb(env, "capture", "claude-code", "install", "--project", str(project))
+    done = subprocess.run(
+        [CTXDB, "capture", "claude-code", "install", "--project", str(project)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "set the URL" in done.stderr  # the lookup without a server is slow: install says so
     yield root, project, env
     with make_client(settings) as client:
         delete_prefix_indices(client, prefix)
@@ -385,7 +392,13 @@ def test_uninstall_removes_both_context_hooks_and_install_adds_them_only_when_as
     ctxdb(env, "capture", "claude-code", "uninstall", "--project", str(project))
     assert not path.exists() or "capture claude-code context" not in path.read_text()
     off = {k: v for k, v in env.items() if not k.startswith("CTXDB_CLAUDE_CODE_LOOKUP")}
-    ctxdb(off, "capture", "claude-code", "install", "--project", str(project))
+    done = subprocess.run(
+        [CTXDB, "capture", "claude-code", "install", "--project", str(project)],
+        env=off,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and "CTXDB_CLAUDE_CODE_CONTEXT_URL" not in done.stderr
     assert "SessionStart" in json.loads(path.read_text())["hooks"]
     assert "capture claude-code context" not in json.dumps(groups(project, "UserPromptSubmit"))
     ctxdb(env, "capture", "claude-code", "uninstall", "--project", str(project))

@@ -134,6 +134,14 @@ def install_command(project: ProjectOption = None, user: UserOption = False) -> 
         typer.echo(f"SessionStart context pack hook added ({context_hook.MATCHER})")
     if context_hook.PROMPT in added:
         typer.echo("UserPromptSubmit lookup hook added (strong hits for each prompt)")
+        if not settings.claude_code.context_url:
+            typer.echo(
+                "note: without CTXDB_CLAUDE_CODE_CONTEXT_URL (a running `ctxdb serve`) each"
+                " lookup loads the search stack in a cold process and often reaches its"
+                f" {settings.claude_code.lookup_timeout_s:g} s bound with nothing to add;"
+                " run `ctxdb serve` and set the URL",
+                err=True,
+            )
     typer.echo(f"turns are recorded as user {config.user_id!r} (tenant {config.tenant!r})")
     typer.echo(f"events: {config.spool}; hook config: {config_path(settings)}")
     if user:
