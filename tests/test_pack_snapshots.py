@@ -115,14 +115,23 @@ def test_a_commit_makes_snapshots_stale_until_the_refresh_rebuilds_them(tmp_path
     assert "coupon field" not in (tell(settings, ANN, GARDEN, NOW) or "-")
 
 
-def test_an_unreadable_snapshot_is_removed_and_never_told(tmp_path: Path) -> None:
+def test_a_broken_snapshot_is_never_told_and_is_removed_or_rebuilt(tmp_path: Path) -> None:
     settings, store = memory(tmp_path)
     assert snapshot_project(settings, store, ANN, SHOP, NOW)
     assert settings.packs_path is not None
     path = snapshot_path(settings.packs_path, ANN.tenant, ANN.user_id, SHOP)
-    path.write_text("{not json")
+    data = json.loads(path.read_text())
+    for broken in ("{not json", json.dumps({**data, "versions": None})):
+        path.write_text(broken)
+        assert tell(settings, ANN, SHOP, NOW) is None
+        assert refresh(settings, store, NOW).removed == 1 and not path.exists()
+    # items that are not a snapshot's: never told, and rebuilt by the refresh
+    path.write_text(json.dumps({**data, "candidates": [{"text": "x"}]}))
     assert tell(settings, ANN, SHOP, NOW) is None
-    assert refresh(settings, store, NOW).removed == 1 and not path.exists()
+    assert refresh(settings, store, NOW).current == 1  # its tables did not move: kept as it is
+    stale = {**data["versions"], "turn_logs": -1}
+    path.write_text(json.dumps({**data, "candidates": [{"text": "x"}], "versions": stale}))
+    assert refresh(settings, store, NOW).rebuilt == 1 and tell(settings, ANN, SHOP, NOW)
 
 
 def test_erasure_removes_the_users_snapshots(tmp_path: Path) -> None:

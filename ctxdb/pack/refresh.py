@@ -69,8 +69,8 @@ def refresh(settings: Settings, store: DeltaStore, now: datetime) -> RefreshStat
         if is_current(data, delta_root, now):
             stats.current += 1
             continue
-        principal = Principal(user_id=data["user_id"], tenant=data["tenant"])
         try:
+            principal = Principal(user_id=data["user_id"], tenant=data["tenant"])
             kept = snapshot_project(settings, store, principal, data["project"], now)
         except Exception:  # noqa: BLE001 - one user's snapshot never stops the others'
             log.exception("pack snapshot %s could not be rebuilt; left stale (unused)", path)

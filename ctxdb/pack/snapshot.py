@@ -139,22 +139,41 @@ def remove_user(packs: Path, tenant: str | None, user_id: str) -> None:
     shutil.rmtree(user_folder(packs, tenant, user_id), ignore_errors=True)
 
 
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "tenant": (str, type(None)),
+    "user_id": str,
+    "project": str,
+    "where": str,
+    "versions": dict,
+    "expires": (str, type(None)),
+    "candidates": list,
+}
+
+
 def load(path: Path) -> dict[str, Any] | None:
-    """A snapshot file's content; None when it is missing, unreadable or of another format."""
+    """A snapshot file's content; None when it is missing, unreadable, of another format or
+    not of a snapshot's shape."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    if not all(isinstance(data.get(k), kinds) for k, kinds in _FIELDS.items()):
+        return None
+    return data
 
 
 def is_current(data: Mapping[str, Any], delta_root: Path, now: datetime) -> bool:
     """Whether a snapshot still tells what the memory holds at `now`: every table it read at
     the same version, and none of its rows expired."""
     read_at: dict[str, int | None] = data["versions"]
-    if versions(delta_root, list(read_at)) != read_at:
+    if not read_at or versions(delta_root, list(read_at)) != read_at:
         return False
-    return data["expires"] is None or now < datetime.fromisoformat(data["expires"])
+    try:
+        return data["expires"] is None or now < datetime.fromisoformat(data["expires"])
+    except ValueError:  # not a time: never current
+        return False
 
 
 def told(
@@ -174,7 +193,10 @@ def told(
         return None
     if not is_current(data, delta_root, now):
         return None
-    candidates = [_decode(item).at(now) for item in data["candidates"]]
+    try:
+        candidates = [_decode(item).at(now) for item in data["candidates"]]
+    except (KeyError, TypeError, ValueError):  # not items of a snapshot: built again instead
+        return None
     if any(c is None for c in candidates):
         return None
     kept = fit([header(data["where"], budget, now), *filter(None, candidates)], budget, max_chars)
