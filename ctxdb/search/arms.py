@@ -23,12 +23,11 @@ ANCHOR_BOOST = 2.0
 STEM_BOOST = 0.5
 FUZZY_BOOST = 0.5
 MAX_PHRASE_PAIRS = 8
+KEY_FIELDS = ["conversation_id", "turn_id", "target", "ts"]
+"""What `parse_hits` needs of a row: enough for a search whose rows only steer (session rows)."""
 # `context` (the question a reply answers) is read by fusion.answers_first from every arm's rows
 SOURCE_FIELDS = [
-    "conversation_id",
-    "turn_id",
-    "target",
-    "ts",
+    *KEY_FIELDS,
     "text",
     "context",
     "path",

@@ -430,9 +430,7 @@ class SearchService:
         """
         s = self.settings
         text_query, _ = split_time_hint(query)
-        cap = cap_of(self.knobs(request), request.scope)
-        wanted_turns = max(3 * request.top_k, request.top_k + 10) * (cap or 1)
-        rows = wanted_turns * s.search.overfetch_rows
+        rows = self._arm_rows(request)
         filt = row_filter(principal, request, now)
         bodies: dict[Arm, dict[str, Any]] = {
             "lexical": lexical_body(
@@ -454,16 +452,35 @@ class SearchService:
         if trigram is not None:
             bodies["trigram"] = trigram
         if vector is not None:
-            k = max(rows, s.search.knn_k)
-            bodies["semantic"] = semantic_body(
-                vector,
-                filt,
-                k=k,
-                num_candidates=max(s.search.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * k)),
-                oversample=s.search.knn_oversample,
-                model=model,
-            )
+            bodies["semantic"] = self._semantic_body(principal, request, vector, now, model)
         return bodies
+
+    def _arm_rows(self, request: SearchRequest) -> int:
+        """Rows each arm fetches: enough for the turns wanted (more when capped), times
+        `overfetch_rows` (a turn has several rows)."""
+        cap = cap_of(self.knobs(request), request.scope)
+        wanted_turns = max(3 * request.top_k, request.top_k + 10) * (cap or 1)
+        return wanted_turns * self.settings.search.overfetch_rows
+
+    def _semantic_body(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        vector: list[float],
+        now: datetime,
+        model: str | None,
+    ) -> dict[str, Any]:
+        """The kNN arm's body (`semantic_body`) under the request's row filter."""
+        s = self.settings.search
+        k = max(self._arm_rows(request), s.knn_k)
+        return semantic_body(
+            vector,
+            row_filter(principal, request, now),
+            k=k,
+            num_candidates=max(s.num_candidates, math.ceil(KNN_CANDIDATES_PER_K * k)),
+            oversample=s.knn_oversample,
+            model=model,
+        )
 
     def knobs(self, request: SearchRequest) -> SearchKnobs:
         """The ranking knobs of `request`: the configured ones with the request's overrides."""
@@ -503,14 +520,13 @@ class SearchService:
         semantic: bool,
         warnings: list[str],
     ) -> dict[Arm, list[RowHit]]:
-        """Every arm's hits. The text arms need no query vector, so they run (one _msearch, on
-        a pool thread) while the query is embedded; the kNN arm follows as soon as its vector is
-        ready. A search then waits for the longer of the text arms and embedding plus kNN,
+        """Every arm's hits, the text arms' rows with their query coverage. The text arms need
+        no query vector, so they run (one _msearch, on a pool thread, which then scores their
+        rows' coverage) while the query is embedded; the kNN arm follows as soon as its vector
+        is ready. A search then waits for the longer of the text arms and embedding plus kNN,
         instead of their sum."""
         routing = self.routing_for(principal, self.rows_alias)
-        text = _ARMS_POOL.submit(
-            self.run_arms, self.arm_bodies(principal, request, query, None, now), routing
-        )
+        text = _ARMS_POOL.submit(self._text_arms, principal, request, query, now, routing)
         vector = self._embed(query, warnings) if semantic else None
         knn = {}
         if vector is not None:
@@ -518,6 +534,19 @@ class SearchService:
                 principal, request, query, vector.values, now, routing, model=vector.model
             )
         return text.result() | knn
+
+    def _text_arms(
+        self,
+        principal: Principal,
+        request: SearchRequest,
+        query: str,
+        now: datetime,
+        routing: str | None,
+    ) -> dict[Arm, list[RowHit]]:
+        """The text arms' rows (one _msearch), each with its coverage of the query's words
+        without their time expression (`with_coverage`)."""
+        rows = self.run_arms(self.arm_bodies(principal, request, query, None, now), routing)
+        return with_coverage(rows, split_time_hint(query)[0])
 
     def semantic_arm(
         self,
@@ -543,7 +572,7 @@ class SearchService:
         s = self.settings.search
         weight = self.knobs(request).session_weight
         try:
-            body = self.arm_bodies(principal, request, query, vector, now, model)["semantic"]
+            body = self._semantic_body(principal, request, vector, now, model)
             if weight <= 0 or request.scope == "conversation":
                 rows = self.run_arms({"semantic": body}, routing)["semantic"]
             else:
@@ -631,7 +660,6 @@ class SearchService:
             principal, request, searched, now, knobs.weight_semantic > 0, warnings
         )
         text_query, hint = split_time_hint(searched)
-        ranked = with_coverage(ranked, text_query)
         window = hint.window(now) if hint else None
         kept = rank_turns(ranked, knobs, now, request.top_k, window, text_query, request.scope)
         docs = fetch_turns(

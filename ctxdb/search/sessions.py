@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ctxdb.contract.identity import Principal
-from ctxdb.search.arms import RowHit, semantic_body
+from ctxdb.search.arms import KEY_FIELDS, RowHit, semantic_body
 from ctxdb.search.filters import identity_filter, live_filter, scope_filter
 from ctxdb.search.models import SearchRequest
 from ctxdb.search.relevance import cosine_of
@@ -92,7 +92,7 @@ def lifted_semantic(
         k=SESSIONS_FETCHED,
         num_candidates=max(spec["num_candidates"], SESSIONS_FETCHED),
         model=model,
-    )
+    ) | {"_source": KEY_FIELDS}  # a session row's text is never read: it only steers the order
     found = run({"semantic": knn, SESSION: sessions})
     scores = session_scores(found[SESSION])
     best = sorted(scores, key=lambda conv: -scores[conv])[:expand]
