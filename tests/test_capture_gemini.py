@@ -92,8 +92,7 @@ def test_hook_imports_the_session_it_is_called_for(tmp_path: Path, capsys) -> No
     day = partitions.name(datetime.now(UTC))
     [file] = (tmp_path / "spool" / "import").rglob("*.jsonl")
     assert (
-        file.relative_to(tmp_path / "spool" / "import").as_posix()
-        == f"{day}/{FILE_OPS.stem}.0.jsonl"
+        file.relative_to(tmp_path / "spool" / "import").as_posix() == f"{day}/{FILE_OPS.stem}.jsonl"
     )
     written = file.read_text().splitlines()
     assert len(written) == len(session_events(FILE_OPS, ANN, True, strip_private).events)

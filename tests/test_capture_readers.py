@@ -86,7 +86,7 @@ def test_gemini_hook_refuses_fifo(tmp_path: Path) -> None:
     payload["transcript_path"] = str(session)
     done = ctxdb(["capture", "gemini", "hook"], tmp_path, json.dumps(payload))
     assert (done.returncode, done.stdout) == (0, "{}\n")
-    assert written(tmp_path, "gemini_cli") == [f"{GEMINI.stem}.0.jsonl"]
+    assert written(tmp_path, "gemini_cli") == [f"{GEMINI.stem}.jsonl"]
 
 
 def test_codex_import_skips_a_line_nested_thousands_deep(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_codex_import_skips_a_line_nested_thousands_deep(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert f"{len(CODEX)} sessions" in done.stdout and unreadable(done.stdout) >= 1
     assert "RecursionError" not in done.stdout + done.stderr
-    assert written(tmp_path, "codex") == sorted(f"{p.stem}.0.jsonl" for p in CODEX)
+    assert written(tmp_path, "codex") == sorted(f"{p.stem}.jsonl" for p in CODEX)
     turns = clean.stdout.split(" turns")[0].rsplit(" ", 1)[1]
     first = ctxdb(["capture", "codex", "import", str(damaged), *SETTLED], tmp_path / "again")
     assert f" {turns} turns" in first.stdout
@@ -240,4 +240,4 @@ def test_folder_import_refuses_symlinks_out_of_the_folder(tmp_path: Path) -> Non
     done = ctxdb(["capture", "codex", "import", str(folder), *SETTLED], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "1 sessions" in done.stdout
-    assert written(tmp_path, "codex") == [f"{CODEX[2].stem}.0.jsonl"]
+    assert written(tmp_path, "codex") == [f"{CODEX[2].stem}.jsonl"]

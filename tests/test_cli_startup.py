@@ -131,7 +131,7 @@ def test_help_a_light_command_and_the_gemini_hook_load_nothing_heavy(tmp_path: P
     written = list((tmp_path / "ctxdb" / "landing" / "gemini_cli").rglob("*.jsonl"))
     day = partitions.name(datetime.now(UTC))
     assert [p.relative_to(p.parents[1]).as_posix() for p in written] == [
-        f"{day}/{SESSION.stem}.0.jsonl"
+        f"{day}/{SESSION.stem}.jsonl"
     ]
     assert loaded(stderr).isdisjoint([*HEAVY, "typer"]), loaded(stderr) & {*HEAVY, "typer"}
 
@@ -154,7 +154,7 @@ def test_the_gemini_hook_with_a_hook_config_never_loads_the_settings(tmp_path: P
     assert stdout == "{}\n"
     written = list((tmp_path / "ctxdb" / "landing" / "gemini_cli").rglob("*.jsonl"))
     assert [p.relative_to(tmp_path).parts[3:] for p in written] == [
-        ("import", partitions.name(datetime.now(UTC)), f"{SESSION.stem}.0.jsonl")
+        ("import", partitions.name(datetime.now(UTC)), f"{SESSION.stem}.jsonl")
     ]
     assert loaded(stderr).isdisjoint([*HEAVY, "typer", "pydantic"])
     _, stderr = run(

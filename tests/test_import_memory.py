@@ -100,7 +100,7 @@ def test_a_100_mb_rollout_imports_in_bounded_memory(tmp_path: Path) -> None:
     assert code == 0, output
     assert turns(output) == rounds * turns(small)
     [written] = published(home / "ctxdb" / "landing" / "codex" / "import")
-    assert written.name == f"{CODEX.stem}.0.jsonl"
+    assert written.name == f"{CODEX.stem}.jsonl"
     with written.open("rb") as file:
         closed = sum(b'"type":"turn.closed"' in line for line in file)
     assert closed == turns(output)
@@ -139,7 +139,7 @@ def test_gemini_hook_leaves_a_session_over_its_bound_to_the_importer(tmp_path: P
     code, _, output = ctxdb(["capture", "gemini", "import", str(session), "--settle-s", "0"], home)
     assert code == 0, output
     assert turns(output) > 0
-    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.0.jsonl"]
+    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.jsonl"]
 
 
 def test_gemini_hook_refuses_a_payload_over_its_bound(tmp_path: Path) -> None:
@@ -157,42 +157,34 @@ def test_gemini_hook_refuses_a_payload_over_its_bound(tmp_path: Path) -> None:
     assert not imported.exists()
     code, _, output = ctxdb(["capture", "gemini", "hook"], home, json.dumps(payload).encode())
     assert code == 0
-    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.0.jsonl"]
+    assert [p.name for p in published(imported)] == [f"{GEMINI.stem}.jsonl"]
 
 
-def test_a_reimport_publishes_only_the_events_no_earlier_file_holds(tmp_path: Path) -> None:
-    """An import publishes a session's events into today's partition; a re-import of the same
-    rollout writes nothing (same file, no part file left); a grown rollout publishes a second
-    file holding only the events the first lacks, and the two hold the events a fresh import of
-    the whole rollout writes."""
+def test_a_reimport_rewrites_the_events_file_only_when_its_bytes_change(tmp_path: Path) -> None:
+    """The day's events file is streamed and compared with the one in place: an unchanged rollout
+    writes nothing (same file, no part file left), a shortened one replaces it with exactly what
+    a fresh import of the shortened rollout writes."""
     rollout = tmp_path / CODEX.name
-    lines = CODEX.read_bytes().splitlines(keepends=True)
-    rollout.write_bytes(b"".join(lines[: len(lines) // 2]))
+    rollout.write_bytes(CODEX.read_bytes())
     args = ["capture", "codex", "import", str(rollout), "--settle-s", "0"]
     folder = tmp_path / "ctxdb" / "landing" / "codex" / "import"
     assert ctxdb(args, tmp_path)[0] == 0
-    [first] = published(folder)
-    before = first.stat()
+    [written] = published(folder)
+    assert written.relative_to(folder).parts == (written.parent.name, f"{CODEX.stem}.jsonl")
+    first = written.stat()
     code, _, output = ctxdb(args, tmp_path)
     assert code == 0, output
     assert "0 files written, 1 unchanged" in output
-    assert published(folder) == [first]
-    assert (first.stat().st_ino, first.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no part file left
-
-    rollout.write_bytes(CODEX.read_bytes())
+    assert (written.stat().st_ino, written.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    lines = CODEX.read_bytes().splitlines(keepends=True)
+    rollout.write_bytes(b"".join(lines[: len(lines) // 2]))
     code, _, output = ctxdb(args, tmp_path)
     assert code == 0, output
     assert "1 files written, 0 unchanged" in output
-    files = published(folder)
-    assert [p.name for p in files] == [first.name, f"{CODEX.stem}.{len(event_lines(first))}.jsonl"]
-    ids = [{json.loads(x)["event_id"] for x in event_lines(p)} for p in files]
-    assert ids[0] and ids[1] and not ids[0] & ids[1]
     fresh = tmp_path / "fresh"
     assert ctxdb(args, fresh)[0] == 0
-    [whole] = published(fresh / "ctxdb" / "landing" / "codex" / "import")
-    assert ids[0] | ids[1] == {json.loads(x)["event_id"] for x in event_lines(whole)}
-
-
-def event_lines(path: Path) -> list[bytes]:
-    return path.read_bytes().splitlines()
+    [expected] = published(fresh / "ctxdb" / "landing" / "codex" / "import")
+    assert 0 < len(written.read_bytes()) < first.st_size
+    assert written.read_bytes() == expected.read_bytes()
+    assert published(folder) == [written]
+    assert sorted(p.name for p in written.parent.iterdir()) == [written.name]

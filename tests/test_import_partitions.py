@@ -1,23 +1,25 @@
 """Issue 44 item 3: the importers and the Gemini CLI hook publish into the day partition of the
-landing (`dt=YYYY-MM-DD`, `ctxdb.landing.partitions`), each import only the events no earlier file
-of the session holds (`ctxdb.capture.part_files.Additions`). Real session fixtures
-(tests/data/*/SOURCE.md), real landing files and the real landing into Delta."""
+landing (`dt=YYYY-MM-DD`, `ctxdb.landing.partitions`): the session's file of the day holds the
+events no file of an earlier day holds (`ctxdb.capture.part_files.Published`). Real session
+fixtures (tests/data/*/SOURCE.md), real landing files and the real landing into Delta. A file
+"published yesterday" is today's file moved into yesterday's partition before anything lands it,
+which is all that publishing on another day leaves behind."""
 
 from __future__ import annotations
 
 import io
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import polars as pl
 
-from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.turns import Identity
 from ctxdb.capture.codex.importer import rollout_events
 from ctxdb.capture.gemini import hook
 from ctxdb.capture.gemini.importer import session_events
 from ctxdb.capture.hosts import import_sessions
+from ctxdb.contract.private import strip_private
 from ctxdb.landing import partitions
 from ctxdb.landing.cursor import landing_floor
 from ctxdb.landing.listing import list_files
@@ -35,13 +37,17 @@ def today() -> str:
     return partitions.name(datetime.now(UTC))
 
 
+def yesterday() -> str:
+    return partitions.name(datetime.now(UTC) - timedelta(days=1))
+
+
 def ids_of(path: Path) -> set[str]:
     return {json.loads(line)["event_id"] for line in path.read_text().splitlines()}
 
 
 def published(folder: Path) -> list[Path]:
-    """Every events file under `folder`, oldest name first."""
-    return sorted(folder.rglob("*.jsonl"), key=lambda p: (p.parent.name, int(p.suffixes[-2][1:])))
+    """Every events file under `folder`, oldest partition first."""
+    return sorted(folder.rglob("*.jsonl"), key=lambda p: (p.parent.name, p.name))
 
 
 def run_hook(session: Path, spool: Path, root: Path) -> None:
@@ -52,10 +58,11 @@ def run_hook(session: Path, spool: Path, root: Path) -> None:
 def test_the_gemini_hook_and_an_import_publish_into_the_day_partition_and_land_once(
     tmp_path: Path, capsys
 ) -> None:
-    """The hook publishes a session's events into today's partition; they land. Running it
-    again, or importing the same session, publishes nothing; once the session grows, a second
-    file holds only the new events, which land with no duplicate. Every event's landed
-    `source_file` is the one file that holds it, and the landing from its cursor lists them."""
+    """The hook writes a session's events into the day's partition; published yesterday, they
+    land. Running the hook again, or importing the same session, writes nothing; once the session
+    grows, today's file holds only the new events, which land with no duplicate. Every event's
+    landed `source_file` is the one file that holds it, and the landing from its cursor lists
+    both files."""
     landing, store = tmp_path / "landing", DeltaStore(str(tmp_path / "delta"))
     spool, root = landing / "gemini_cli", tmp_path / ".gemini" / "tmp"
     session = root / "p" / "chats" / GEMINI.name
@@ -63,8 +70,10 @@ def test_the_gemini_hook_and_an_import_publish_into_the_day_partition_and_land_o
     data = json.loads(GEMINI.read_text())
     session.write_text(json.dumps({**data, "messages": data["messages"][:6]}))
     run_hook(session, spool, root)
+    [written] = published(spool / "import")
+    assert written.relative_to(spool).as_posix() == f"import/{today()}/{GEMINI.stem}.jsonl"
+    (spool / "import" / today()).rename(spool / "import" / yesterday())
     [first] = published(spool / "import")
-    assert first.relative_to(spool).as_posix() == f"import/{today()}/{GEMINI.stem}.0.jsonl"
     assert land(store, str(landing)).landed == len(ids_of(first)) > 0
 
     run_hook(session, spool, root)
@@ -75,15 +84,18 @@ def test_the_gemini_hook_and_an_import_publish_into_the_day_partition_and_land_o
 
     session.write_text(json.dumps(data))
     run_hook(session, spool, root)
+    run_hook(session, spool, root)
     files = published(spool / "import")
-    assert [p.name for p in files] == [first.name, f"{GEMINI.stem}.{len(ids_of(first))}.jsonl"]
-    assert all(p.parent.name == today() for p in files)
+    assert [p.relative_to(spool / "import").parent.name for p in files] == [yesterday(), today()]
     added = ids_of(files[1])
     assert added and not added & ids_of(first)
+    assert added | ids_of(first) == {
+        e["event_id"] for e in session_events(session, ANN, True, strip_private)
+    }
     grown = land(store, str(landing))
     assert (grown.files, grown.landed, grown.duplicates) == (1, len(added), 0)
     assert land(store, str(landing)).files == 0
-    assert capsys.readouterr().out == "{}\n" * 3
+    assert capsys.readouterr().out == "{}\n" * 4
 
     raw = store.read(RAW_TURN_EVENTS).select("event_id", "source_file")
     assert raw.height == raw.get_column("event_id").n_unique() == len(ids_of(first) | added)
@@ -105,7 +117,7 @@ def test_a_codex_import_run_twice_lands_once(tmp_path: Path) -> None:
     again = import_sessions([CODEX], landing / "codex", ANN, rollout_events, settle_s=0)
     assert (first.written, again.written, again.unchanged) == (1, 0, 1)
     [file] = published(landing)
-    assert file.relative_to(landing).as_posix() == f"codex/import/{today()}/{CODEX.stem}.0.jsonl"
+    assert file.relative_to(landing).as_posix() == f"codex/import/{today()}/{CODEX.stem}.jsonl"
     assert land(store, str(landing)).landed == first.events == len(ids_of(file))
     assert land(store, str(landing)).files == 0
 
@@ -122,22 +134,3 @@ def test_a_session_imported_before_partitions_is_not_published_again(tmp_path: P
     again = import_sessions([CODEX], tmp_path / "spool", ANN, rollout_events, settle_s=0)
     assert (again.files, again.written, again.unchanged) == (1, 0, 1)
     assert sorted((tmp_path / "spool").rglob("*.jsonl")) == [flat]
-
-
-def event(event_id: str) -> dict[str, str]:
-    return {"event_id": event_id, "type": "chat.step"}
-
-
-def test_two_imports_of_one_session_at_once_publish_each_event_once(tmp_path: Path) -> None:
-    """Two writers that saw the same published files: the first takes the name; the second
-    leaves out the events the first published and takes the next name, or writes nothing when
-    the first holds all of its events. No part file is left."""
-    folder = tmp_path / "import" / today()
-    first, second, third = (part_files.Additions(folder, "s", {"a"}) for _ in range(3))
-    for writer, ids in ((first, "abc"), (second, "abcde"), (third, "bc")):
-        for event_id in ids:
-            writer.write(event(event_id))
-    done = [first.commit(), second.commit(), third.commit()]
-    assert done == [folder / "s.1.jsonl", folder / "s.3.jsonl", None]
-    assert [ids_of(p) for p in sorted(folder.iterdir())] == [{"b", "c"}, {"d", "e"}]
-    assert part_files.Published().ids(tmp_path / "import" / "s.jsonl") == set("bcde")

@@ -5,7 +5,7 @@ into the same `Record`s the Claude Code mapper understands (`ctxdb.capture.claud
 and feed them through `HostMapper`, the Claude Code `TurnMapper` with the host's own `adapter`
 and event-id prefix, plus `Tokens` records: the tokens a turn used are summed into its
 `assistant.completion` (`tokens_in`, `tokens_out`). Ids come from the session file, so importing a
-file twice publishes nothing the second time (`ctxdb.capture.part_files.Additions`).
+file twice writes nothing the second time (`ctxdb.capture.part_files`).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def import_sessions(
     excluded: Callable[[str | None], bool] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> ImportStats:
-    """Publish the events of every session file in `paths` that no earlier import of it published,
-    as `<spool_dir>/import/dt=YYYY-MM-DD/<session>.<n>.jsonl` (the day of the import), except those
-    of `excluded` projects. `read` maps
+    """Write the events of every session file in `paths` that no file of an earlier day holds to
+    `<spool_dir>/import/dt=YYYY-MM-DD/<session>.jsonl` (the day of the import; atomically, only
+    when its bytes changed), except those of `excluded` projects. `read` maps
     one file: (path, identity, settled, clean) -> `Mapped`; a file untouched for `settle_s`
     seconds is settled (its last turn is closed). A file that cannot be read or is not a session
     is counted in `failed` with a one-line reason, and the others are still imported."""

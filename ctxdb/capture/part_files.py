@@ -9,11 +9,12 @@ created by a hard link that fails rather than replace a file, so a hook killed a
 can never have its file overwritten by the next one). The hook's files are private to the account
 (0600, folders 0700).
 
-The importers map a whole session on every import; `Additions` publishes only the events no
-earlier file of that session holds (`Published`: found by name in the importer's folder and its
-day partitions), into the partition of the day it publishes them, so a landing lists recent
-partitions only and every event lies in the one file it was first landed from (the file erasure
-rewrites). A re-import of an unchanged session writes nothing. Standard library only (and
+The importers map a whole session on every import and write, with `Replacement` (streamed line by
+line, compared with the file in place, renamed only when it changed), the events no file of an
+earlier day holds (`Published`) into the session's file in the partition of the day,
+`<folder>/dt=YYYY-MM-DD/<session>.jsonl` (`ctxdb.landing.partitions`): a landing lists recent
+partitions only, every event lies in the one file it was landed from (the file erasure rewrites),
+and a re-import of an unchanged session writes nothing. Standard library only (and
 `ctxdb.landing.partitions`, which is): the hook starts once per event.
 """
 
@@ -109,22 +110,6 @@ def seal(part: Path, into: Path | None = None) -> Path:
     return final
 
 
-def _claim(part: Path, final: Path) -> bool:
-    """Give `part` the name `final` if no file has it (a hard link, which fails rather than
-    replace a file; a rename where the file system has no hard links); False when one has."""
-    try:
-        os.link(part, final)
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links on this file system: a rename to a name nobody has
-        if final.exists():
-            return False
-        os.rename(part, final)
-        return True
-    os.unlink(part)
-    return True
-
-
 def publish(part: Path, into: Path | None = None) -> Path | None:
     """fsync `part` and move it to a fresh `<name>-<random>.jsonl` (in the folder `into`, made
     when missing, on the same file system; default: its own); None when there is no such file.
@@ -137,8 +122,103 @@ def publish(part: Path, into: Path | None = None) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True)
     while True:
         final = folder / f"{stem}-{os.urandom(6).hex()}{DONE}"
-        if _claim(part, final):
+        try:
+            os.link(part, final)
+        except FileExistsError:
+            continue
+        except OSError:  # no hard links on this file system: a rename to a name nobody has
+            if final.exists():
+                continue
+            os.rename(part, final)
             return final
+        os.unlink(part)
+        return final
+
+
+class Replacement:
+    """A new version of `path` written line by line and put in place atomically (0600) by
+    `commit`, only when its bytes differ from the file there: while they are the same nothing is
+    written; at the first difference the part file `<name>.<random>.part` is made from the equal
+    prefix and takes the rest. Memory holds one line at a time. Leaving the `with` block without
+    `commit` removes the part, and the folders its creation made, and leaves `path` as it was."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = 0
+        self.part: Path | None = None
+        self._made: Path | None = None
+        """The topmost folder the part file's creation made (removed again with it)."""
+        self._out: BinaryIO | None = None
+        try:
+            self._old: BinaryIO | None = open(path, "rb")  # noqa: SIM115 - closed by discard
+        except FileNotFoundError:
+            self._old = None
+
+    def __enter__(self) -> Replacement:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.discard()
+
+    def write(self, data: bytes) -> None:
+        """Add `data` to the new version."""
+        if self._out is None and self._old is not None and self._old.read(len(data)) == data:
+            self.size += len(data)
+            return
+        out = self._out or self._start()
+        out.write(data)
+        self.size += len(data)
+
+    def _start(self) -> BinaryIO:
+        """Open the part file and copy into it the prefix the old version shares."""
+        folder = self.path.parent
+        while not folder.exists():
+            self._made, folder = folder, folder.parent
+        private_dir(self.path.parent)
+        self.part = self.path.with_name(f"{self.path.name}.{os.urandom(4).hex()}.part")
+        self._out = open(os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb")
+        if self._old is not None:
+            self._old.seek(0)
+            left = self.size
+            while left:
+                chunk = self._old.read(min(left, COPY_CHUNK))
+                if not chunk:
+                    raise OSError(f"{self.path} shrank while it was replaced")
+                self._out.write(chunk)
+                left -= len(chunk)
+            self._old.close()
+            self._old = None
+        return self._out
+
+    def commit(self) -> bool:
+        """Put the new version in place (fsync'd); False (nothing written) when `path` already
+        held exactly these bytes."""
+        if self._out is None and self._old is not None and not self._old.read(1):
+            self.discard()
+            return False
+        out = self._out or self._start()  # new, or a shorter version of the old file
+        out.flush()
+        os.fsync(out.fileno())
+        out.close()
+        assert self.part is not None
+        os.replace(self.part, self.path)
+        self._out, self.part = None, None
+        return True
+
+    def discard(self) -> None:
+        """Close the files and remove the part file, if any (no-op after `commit`)."""
+        for file in (self._old, self._out):
+            if file is not None:
+                file.close()
+        self._old = self._out = None
+        if self.part is not None:
+            self.part.unlink(missing_ok=True)
+            self.part = None
+            folder = self.path.parent
+            while self._made is not None and folder.is_relative_to(self._made):
+                with contextlib.suppress(OSError):  # not empty: another writer's
+                    folder.rmdir()
+                folder = folder.parent
 
 
 def event_ids(path: Path) -> Iterator[str]:
@@ -159,137 +239,42 @@ def event_ids(path: Path) -> Iterator[str]:
 
 
 class Published:
-    """The events files the importers published so far, per session: `<folder>/<stem>.jsonl`
-    (one whole file, the layout before partitions) and `<folder>/dt=YYYY-MM-DD/<stem>.<n>.jsonl`
-    (`Additions`). Each folder is listed once (its partitions included) and remembered."""
+    """The events files the importers published, per session: `<folder>/<session>.jsonl` (the
+    layout before partitions) and `<folder>/dt=YYYY-MM-DD/<session>.jsonl`, one for each day the
+    session had new events. A folder's partitions are listed once and remembered; a session's
+    files are then looked up by name, one partition after another (never a listing of files)."""
 
     def __init__(self) -> None:
-        self._listed: dict[Path, dict[str, list[Path]]] = {}
+        self._days: dict[Path, set[Path]] = {}
 
-    def files(self, target: Path) -> list[Path]:
-        """The files published for the session whose events file is named `target`."""
-        if target.parent not in self._listed:
-            self._listed[target.parent] = _sessions(target.parent)
-        return self._listed[target.parent].get(target.name.removesuffix(DONE), [])
+    def earlier(self, target: Path, today: Path) -> list[Path]:
+        """The files published for the session `target` (`<folder>/<session>.jsonl`) outside
+        the partition `today`."""
+        days = sorted(self._listed(target.parent) - {today})
+        return [p for p in [target, *(day / target.name for day in days)] if p.is_file()]
 
-    def ids(self, target: Path) -> set[str]:
-        """The event ids the files published for the session `target` hold."""
-        return {event_id for path in self.files(target) for event_id in event_ids(path)}
+    def ids(self, target: Path, today: Path) -> set[str]:
+        """The event ids the files of `earlier` hold."""
+        return {i for path in self.earlier(target, today) for i in event_ids(path)}
 
-    def add(self, target: Path, published: Path) -> None:
-        """Remember `published`, a new file of the session `target`."""
-        self.files(target)  # the folder listed first
-        self._listed[target.parent].setdefault(target.name.removesuffix(DONE), []).append(published)
+    def add(self, target: Path, day: Path) -> None:
+        """Remember the partition `day`, where a file of `target` was just written."""
+        self._listed(target.parent).add(day)
 
-
-def _sessions(folder: Path) -> dict[str, list[Path]]:
-    """The events files in `folder` and in its day partitions, by session (the name up to its
-    first dot: session names have none)."""
-    found: dict[str, list[Path]] = {}
-    folders = [folder]
-    while folders:
-        try:
-            entries = list(os.scandir(folders.pop()))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and partitions.day_of(entry.name):
-                folders.append(Path(entry.path))
-            elif entry.name.endswith(DONE) and not entry.name.startswith("."):
-                found.setdefault(entry.name.split(".", 1)[0], []).append(Path(entry.path))
-    return found
+    def _listed(self, folder: Path) -> set[Path]:
+        if folder not in self._days:
+            self._days[folder] = _partitions(folder)
+        return self._days[folder]
 
 
-class Additions:
-    """The events of one session that no published file holds yet (`known`, their ids), written
-    line by line to a part file in `folder` and published by `commit` as `<stem>.<n>.jsonl` (`n`:
-    how many events were published before), a name created exclusively. Memory holds one line
-    at a time besides `known`. Leaving the `with` block without `commit` removes the part, and
-    the folders its creation made."""
-
-    def __init__(self, folder: Path, stem: str, known: set[str]) -> None:
-        self.folder = folder
-        self.stem = stem
-        self.known = known
-        self.part: Path | None = None
-        self._made: Path | None = None
-        """The topmost folder the part file's creation made (removed again with it)."""
-        self._out: BinaryIO | None = None
-
-    def __enter__(self) -> Additions:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.discard()
-
-    def write(self, event: dict[str, Any]) -> bool:
-        """Add `event` unless its id is known; True when it was added."""
-        if event.get("event_id") in self.known:
-            return False
-        (self._out or self._start()).write(encode([event]))
-        return True
-
-    def _start(self) -> BinaryIO:
-        folder = self.folder
-        while not folder.exists():
-            self._made, folder = folder, folder.parent
-        private_dir(self.folder)
-        self.part = self.folder / f".{self.stem}.{os.urandom(4).hex()}.part"
-        self._out = open(os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb")
-        return self._out
-
-    def commit(self) -> Path | None:
-        """Publish the events added (fsync'd); None, nothing written, when there are none. When
-        another writer took the name first (the same session imported twice at once), the
-        events its file holds are left out of this one, which takes the next name."""
-        if self._out is None or self.part is None:
-            return None
-        self._out.flush()
-        os.fsync(self._out.fileno())
-        self._out.close()
-        self._out = None
-        count = len(self.known)
-        while True:
-            final = self.folder / f"{self.stem}.{count}{DONE}"
-            if _claim(self.part, final):
-                self.part = None
-                _fsync_dir(self.folder)
-                return final
-            self.known.update(event_ids(final))
-            if not _keep_unknown(self.part, self.known):
-                self.discard()
-                return None
-            count = max(count + 1, len(self.known))
-
-    def discard(self) -> None:
-        """Close and remove the part file, if any (no-op after `commit`), and the folders its
-        creation made."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
-        if self.part is not None:
-            self.part.unlink(missing_ok=True)
-            self.part = None
-            folder = self.folder
-            while self._made is not None and folder.is_relative_to(self._made):
-                with contextlib.suppress(OSError):  # not empty: another writer's
-                    folder.rmdir()
-                folder = folder.parent
-
-
-def _keep_unknown(part: Path, known: set[str]) -> int:
-    """Rewrite `part` (fsync'd) without the lines whose event id is `known`; the lines kept."""
-    kept = 0
-    fresh = part.with_name(f"{part.name}.{os.urandom(4).hex()}")
-    with (
-        open(part, "rb") as lines,
-        open(os.open(fresh, os.O_WRONLY | os.O_CREAT, FILE_MODE), "wb") as out,
-    ):
-        for line in lines:
-            if json.loads(line).get("event_id") not in known:
-                out.write(line)
-                kept += 1
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(fresh, part)
-    return kept
+def _partitions(folder: Path) -> set[Path]:
+    """The day partitions directly under `folder` (none when it is missing)."""
+    try:
+        with os.scandir(folder) as entries:
+            return {
+                Path(e.path)
+                for e in entries
+                if partitions.day_of(e.name) is not None and e.is_dir(follow_symlinks=False)
+            }
+    except FileNotFoundError:
+        return set()

@@ -1,10 +1,11 @@
 """`ctxdb import claude-code [PATH]`: backfill Claude Code transcripts as landing files.
 
 Each transcript (`<project>/<session>.jsonl`; sub-agent files `agent-*.jsonl` are skipped, their
-lines are sidechains) goes through the same `TurnMapper` as the hook; the events no earlier import
-of that session published become one file in the day partition of the import,
-`<spool>/import/<project>/dt=YYYY-MM-DD/<session>.<n>.jsonl` (`part_files.Additions`): a re-import
-of unchanged transcripts writes nothing, a grown one publishes only its new events. The last
+lines are sidechains) goes through the same `TurnMapper` as the hook; the events no file of an
+earlier day holds go to the session's file in the day partition of the import,
+`<spool>/import/<project>/dt=YYYY-MM-DD/<session>.jsonl`, written atomically and only when its
+bytes changed (`part_files.Published`, `Replacement`): a re-import of unchanged transcripts writes
+nothing, a grown one writes only its new events and landing reads that day's file alone. The last
 turn of a transcript written to within `settle_s` seconds is left open (the hook, or a later
 import, closes it).
 
@@ -228,23 +229,24 @@ def _write_session(
     published: part_files.Published,
     excluded: Callable[[str | None], bool] | None,
 ) -> tuple[Summary, Written] | None:
-    """Stream the events of `mapped` that no file published for `target` holds into a new file
-    in today's partition beside it (`part_files.Additions`: one line held at a time); None,
-    nothing written, when the session's project is `excluded`. A session without new events
-    writes no file."""
+    """Stream the events of `mapped` that no file of an earlier day holds into the session's
+    file in today's partition beside `target` (`part_files.Replacement`: one line held at a
+    time, renamed into place only when the bytes changed); None, nothing written, when the
+    session's project is `excluded`. A session without new events writes no file."""
     written = Written()
-    known = published.ids(target)
-    with part_files.Additions(partitions.folder(target.parent), target.stem, known) as out:
+    today = partitions.folder(target.parent)
+    known = published.ids(target, today)
+    with part_files.Replacement(today / target.name) as out:
         for event in mapped:
-            out.write(event)
             written.events += 1
             if event["type"] == "turn.closed":
                 written.ended.append(event["occurred_at"])
+            if event["event_id"] not in known:
+                out.write(part_files.encode([event]))
         assert mapped.summary is not None
         if excluded is not None and excluded(mapped.summary.project):
             return None
-        new = out.commit()
-    if new is not None:
-        published.add(target, new)
-    written.changed = new is not None
+        written.changed = out.size > 0 and out.commit()
+    if written.changed:
+        published.add(target, today)
     return mapped.summary, written

@@ -1,8 +1,8 @@
 """`ctxdb capture codex import [PATH]`: Codex CLI rollouts as landing files.
 
-Each rollout goes through `RolloutReader` and `HostMapper`; the events no earlier import of it
-published become one file, `<landing>/codex/import/dt=YYYY-MM-DD/<rollout>.<n>.jsonl` (the day of
-the import; see `ctxdb.capture.hosts.import_sessions`). Event ids are
+Each rollout goes through `RolloutReader` and `HostMapper`; the events no file of an earlier day
+holds go to `<landing>/codex/import/dt=YYYY-MM-DD/<rollout>.jsonl` (the day of the import),
+rewritten only when its bytes change (see `ctxdb.capture.hosts.import_sessions`). Event ids are
 `cx-<turn>-start|prompt|answer|close` and `cx-<call_id>`; the turn is Codex's own `turn_id` where
 the rollout has one, else `<session>-L<line of the prompt>`.
 """

@@ -1,10 +1,10 @@
 """`ctxdb capture gemini import [PATH]`: Gemini CLI chat sessions as landing files.
 
-Each session file goes through `records` and `HostMapper`; the events no earlier import of it
-published become one file, `<landing>/gemini_cli/import/dt=YYYY-MM-DD/<session file>.<n>.jsonl`
-(the day of the import; see `ctxdb.capture.hosts.import_sessions`). Event ids are `gm-<user
-message id>-start|prompt|answer|close` and `gm-<tool call id>`; the project (`agent`) is the
-session's `projectHash`.
+Each session file goes through `records` and `HostMapper`; the events no file of an earlier day
+holds go to `<landing>/gemini_cli/import/dt=YYYY-MM-DD/<session file>.jsonl` (the day of the
+import), rewritten only when its bytes change (see `ctxdb.capture.hosts.import_sessions`). Event
+ids are `gm-<user message id>-start|prompt|answer|close` and `gm-<tool call id>`; the project
+(`agent`) is the session's `projectHash`.
 """
 
 from __future__ import annotations
