@@ -13,7 +13,9 @@ Transcripts are read through `ctxdb.capture.reading` (regular files only, never 
 folder, files whose real path leaves it are skipped) 32 MiB at a time. An unreadable line (not
 JSON, nested too deep, over 32 MiB) is counted, reported and skipped, never fatal; a cut-off last
 line is ignored. Events are written as they are made (`write_sessions`, shared by every host's
-importer): memory holds the lines being read and the open turn, never a whole session.
+importer): memory holds the lines being read and the open turn, never a whole session; an import
+on a later day also holds the ids of the session's events in earlier days' files (about 130
+bytes each: some 8 MB for a 100 MB Codex rollout, 58,000 events).
 """
 
 from __future__ import annotations
