@@ -16,7 +16,7 @@ from ctxdb.auth.credentials import Principal
 from ctxdb.index.client import make_client
 from ctxdb.search import names
 from ctxdb.search.models import SearchRequest
-from ctxdb.search.service import SearchService
+from ctxdb.search.service import SearchService, default_embedder
 from ctxdb.settings import Settings
 
 ALICE = Principal(user_id="alice", tenant=TENANT)
@@ -148,3 +148,26 @@ def test_unreadable_counts_leave_the_query_as_given(settings: Settings) -> None:
     with make_client(dead) as client:
         service = SearchService(dead, client, None)
         assert focused(service, "what is Alex majoring in?") == "what is Alex majoring in?"
+
+
+def test_the_knn_arm_embeds_the_text_the_arms_search(settings: Settings) -> None:
+    """A query's embedding starts while its names are counted; whether a name is left out
+    ("Alex", in none) or stays ("Osaka", in four), the kNN arm searches with the vector of the
+    text the arms search, as a search of that text as given does."""
+    build_memory(settings, corpus())
+    with make_client(settings) as client:
+        service = SearchService(settings, client, default_embedder(settings, client))
+
+        def semantic(query: str, **knobs: object) -> dict[tuple[str, str], float | None]:
+            request = SearchRequest(
+                query=query, top_k=10, explain=True, knobs={"min_score": 0, **knobs}
+            )
+            hits = service.search(ALICE, request, NOW).hits
+            return {(h.conversation_id, h.turn_id): h.explain.arms["semantic"].score for h in hits}
+
+        left_out = semantic("what is Alex majoring in?")
+        assert left_out == semantic("what is majoring in?")
+        assert left_out != semantic("what is Alex majoring in?", focus_names=False)
+        kept = semantic("when did I visit Osaka?")
+        assert kept == semantic("when did I visit Osaka?", focus_names=False)
+        assert any(score is not None for score in kept.values())

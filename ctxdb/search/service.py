@@ -13,7 +13,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
@@ -76,6 +76,13 @@ class QueryVector(NamedTuple):
 
     model: str
     values: list[float]
+
+
+class Embedding(NamedTuple):
+    """A query's vector (None when it could not be made) and the warnings its making gave."""
+
+    vector: QueryVector | None
+    warnings: list[str]
 
 
 class QueryEmbedder(Protocol):
@@ -396,9 +403,7 @@ class SearchService:
         in the rows the arms search. The query as given in conversation scope, when
         `focus_names` (the request's, else the settings') is off, and when the counts cannot be
         read in full (the arms then report what is wrong)."""
-        on = self.knobs(request).focus_names
-        topic, _ = split_time_hint(query)
-        found = names.query_names(topic) if on and request.scope != "conversation" else {}
+        found = self._names_to_count(request, query)
         if not found:
             return query
         filt = row_filter(principal, request, now)
@@ -413,6 +418,27 @@ class SearchService:
         if response.get("timed_out") or response.get("_shards", {}).get("failed"):
             return query
         return names.without_names(query, names.left_out(found, response["aggregations"]))
+
+    def _names_to_count(self, request: SearchRequest, query: str) -> dict[str, str]:
+        """The names of `query` whose counts `focused_query` reads (none when it reads none)."""
+        on = self.knobs(request).focus_names
+        topic, _ = split_time_hint(query)
+        return names.query_names(topic) if on and request.scope != "conversation" else {}
+
+    def _early_embedding(
+        self, request: SearchRequest, query: str, semantic: bool
+    ) -> Future[Embedding] | None:
+        """The query's embedding, started on a pool thread when `focused_query` counts its
+        names first: the count and the embedding overlap, and the vector serves whenever no
+        name is left out (most queries that name someone). None otherwise."""
+        if not semantic or not self._names_to_count(request, query):
+            return None
+
+        def embed() -> Embedding:
+            said: list[str] = []
+            return Embedding(self._embed(query, said), said)
+
+        return _ARMS_POOL.submit(embed)
 
     def arm_bodies(
         self,
@@ -519,15 +545,21 @@ class SearchService:
         now: datetime,
         semantic: bool,
         warnings: list[str],
+        early: Future[Embedding] | None = None,
     ) -> dict[Arm, list[RowHit]]:
         """Every arm's hits, the text arms' rows with their query coverage. The text arms need
         no query vector, so they run (one _msearch, on a pool thread, which then scores their
-        rows' coverage) while the query is embedded; the kNN arm follows as soon as its vector
-        is ready. A search then waits for the longer of the text arms and embedding plus kNN,
-        instead of their sum."""
+        rows' coverage) while the query is embedded (or `early` ends: the query's embedding,
+        started before); the kNN arm follows as soon as its vector is ready. A search then
+        waits for the longer of the text arms and embedding plus kNN, instead of their sum."""
         routing = self.routing_for(principal, self.rows_alias)
         text = _ARMS_POOL.submit(self._text_arms, principal, request, query, now, routing)
-        vector = self._embed(query, warnings) if semantic else None
+        vector = None
+        if early is not None:
+            vector, said = early.result()
+            warnings += said
+        elif semantic:
+            vector = self._embed(query, warnings)
         knn = {}
         if vector is not None:
             knn = self.semantic_arm(
@@ -652,12 +684,20 @@ class SearchService:
             )
         query, warnings = self._cut(request.query.strip())
         warnings += window_warnings(request, query, now)
+        knobs = self.knobs(request)
+        semantic = knobs.weight_semantic > 0
+        early = self._early_embedding(request, query, semantic)
         searched = self.focused_query(principal, request, query, now)
         if request.explain and searched != query:
             warnings.append(f"names_left_out: the arms searched for {searched!r}")
-        knobs = self.knobs(request)
         ranked = self._ranked_arms(
-            principal, request, searched, now, knobs.weight_semantic > 0, warnings
+            principal,
+            request,
+            searched,
+            now,
+            semantic,
+            warnings,
+            early if searched == query else None,
         )
         text_query, hint = split_time_hint(searched)
         window = hint.window(now) if hint else None
