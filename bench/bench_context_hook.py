@@ -8,20 +8,19 @@ each turn edits a file and runs a command, 1 in 40 is cancelled) as landing JSON
 real pipeline through the CLI: `ctxdb land`, `ctxdb derive`, `ctxdb index sync` (embedding every
 role row). Built once, reused.
 
-`measure` first runs `ctxdb capture claude-code install` with both context hooks on, which
-issues the capture user's token and writes the commands Claude Code would run; then it runs,
-round after round, each installed hook command as Claude Code runs it (a new
-process through the shell, the payload on stdin): the `SessionStart` pack and the
-`UserPromptSubmit` lookup, both in-process (no server) and through a running `ctxdb serve`
-(`--url`), the in-process SessionStart both from the project's pack snapshot (written by the run
-before) and from Delta (the snapshots removed before each such run, untimed), interleaved so every case sees the same load, with two references measured in the
-same rounds: a bare `python -c pass` (the interpreter's start, through the same shell and pin)
-and the pack's request alone from the warm bench process (the server's share). Each hook process
-is pinned to 2 cores (`taskset -c 0,1`, the issue's "cold process on 2 cores"). Printed per case:
-p50 / p95 / max wall time (ms), how many answers held context (`{}`: past the bound or nothing
-found), p50 as a multiple of the `python -c pass` baseline's, and the load average before and
-after. Targets: SessionStart p95 <= 400 ms, UserPromptSubmit p95 <=
-250 ms.
+`measure` first runs `ctxdb capture claude-code install` with both context hooks on, which issues
+the capture user's token and writes the commands Claude Code would run; then it runs, round after
+round, each installed hook command as Claude Code runs it (a new process through the shell, the
+payload on stdin): the `SessionStart` pack and the `UserPromptSubmit` lookup, both in-process (no
+server) and through a running `ctxdb serve` (`--url`), the in-process SessionStart both from the
+project's pack snapshot (written by the run before) and from Delta (the snapshots removed before
+each such run, untimed), interleaved so every case sees the same load, with two references measured
+in the same rounds: a bare `python -c pass` (the interpreter's start, through the same shell and
+pin) and the pack's request alone from the warm bench process (the server's share). Each hook
+process is pinned to 2 cores (`taskset -c 0,1`, the issue's "cold process on 2 cores"). Printed per
+case: p50 / p95 / max wall time (ms), how many answers held context (`{}`: past the bound or nothing
+found), p50 as a multiple of the `python -c pass` baseline's, and the load average before and after.
+Targets: SessionStart p95 <= 400 ms, UserPromptSubmit p95 <= 250 ms.
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def raw_search(service: SearchService, query: LabeledQuery) -> Callable[[], obje
 
     def run() -> object:
         embedder = resolved(service.embedder.embedder)  # type: ignore[attr-defined]
-        vector = [float(x) for x in embedder.encode([request.query])[0]]
+        instruction = getattr(embedder, "query_instruction", "")  # as the service embeds
+        vector = [float(x) for x in embedder.encode([instruction + request.query])[0]]
         now = datetime.now(UTC)
         model = parse_model_id(embedder.model_id)[0]
         bodies = service.arm_bodies(principal, request, request.query, vector, now, model)
