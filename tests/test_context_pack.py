@@ -144,3 +144,36 @@ def test_a_conversation_reloads_newest_turns_whole_and_older_as_titles(store) ->
     assert "- Turn 1 (" in text and "conv:turn:conv_long-1.l0" in text  # the oldest, a title
     assert "Answer 0." not in text
     assert result.tokens <= 600 and result.dropped >= 0
+
+
+def test_thousands_of_sessions_and_a_huge_turn_give_a_bounded_pack(tmp_path: Path) -> None:
+    """2,000 sessions of one project and a turn at the contract's largest prompt and answer: the
+    pack and the reload stay within budget and characters and name the newest sessions."""
+    turns = [
+        Turn(
+            f"many-{n:04d}", "t", start=T0 + timedelta(minutes=n), agent=SHOP, user_id="ann"
+        ).basic(f"Session {n} asks about the ledger", f"Ledger answer {n}.")
+        for n in range(2000)
+    ]
+    huge = Turn("huge-1", "h", start=T0 + timedelta(days=3), agent=SHOP, user_id="ann")
+    huge.add("turn.started")
+    huge.add("user.submission", {"text": "paste " * 16_666, "event_type": "prompt"})
+    _step(huge, "s1", "Bash", {"command": "cat " + "x" * 50_000})
+    huge.add("assistant.completion", {"text": "long answer " * 16_666})
+    huge.add("turn.closed")
+    events = [e | {"tenant": "acme"} for t in [*turns, huge] for e in t.events]
+    write_jsonl(tmp_path / "landing" / "events.jsonl", events)
+    store = DeltaStore(str(tmp_path / "delta"))
+    land_and_derive(store, tmp_path / "landing", settings_for(tmp_path))
+
+    project = pack(store, project=SHOP, budget=1500, max_chars=10_000)
+    assert project.tokens == count_tokens(project.text) <= 1500
+    assert len(project.text) <= 10_000
+    assert "conv:turn:conv_huge-1.h" in project.text  # the newest turn, cut to fit
+    assert "Session 1999 asks about the ledger" in project.text  # the newest sessions are named
+    assert "Session 0 asks" not in project.text
+    reload = pack(store, conversation_id="huge-1", budget=800)
+    assert reload.tokens == count_tokens(reload.text) <= 800
+    prompt, answer = reload.text.split("\nAssistant: ")
+    assert "paste paste" in prompt and answer.startswith("long answer long answer")
+    assert count_tokens(prompt) < count_tokens(answer)  # a pasted prompt never crowds it out

@@ -29,6 +29,9 @@ LINE_CHARS = 200
 WHOLE_SHARE = 0.7
 """Of a reload's budget, the most its whole newest turns take (titles of older turns share the
 rest)."""
+PROMPT_SHARE = 0.4
+"""Of a newest turn cut to fit, the most its prompt takes: the answer is what an agent goes on
+from, so a pasted prompt never crowds it out."""
 EDIT_TOOLS = frozenset(
     {"Edit", "MultiEdit", "Write", "NotebookEdit", "write_file", "replace", "apply_patch"}
 )
@@ -182,14 +185,19 @@ def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) 
     return out
 
 
-def _whole(turn: dict[str, Any], ordinal: int, now: datetime) -> str:
+def _whole(turn: dict[str, Any], ordinal: int, now: datetime, limit: int | None = None) -> str:
+    """The turn's heading, prompt and answer; with `limit`, within that many tokens, the prompt
+    cut to its PROMPT_SHARE first and the answer to what is left."""
     marker = "" if turn["status"] == "ok" else f" [{outcome(turn['status'], turn['error_type'])}]"
     ref = turn_ref(turn["conversation_id"], turn["turn_id"])
     head = f"### Turn {ordinal} ({age(turn['started_at'], now)}){marker} {ref}"
-    answer = turn.get("last_assistant_text") or "(no answer)"
-    return (
-        f"{head}\nUser: {(turn.get('first_user_text') or '').strip()}\nAssistant: {answer.strip()}"
-    )
+    user = (turn.get("first_user_text") or "").strip()
+    answer = (turn.get("last_assistant_text") or "(no answer)").strip()
+    if limit is None:
+        return f"{head}\nUser: {user}\nAssistant: {answer}"
+    user = cut_to_tokens(user, int(limit * PROMPT_SHARE))
+    rest = limit - count_tokens(f"{head}\nUser: {user}\nAssistant:")
+    return cut_to_tokens(f"{head}\nUser: {user}\nAssistant: {cut_to_tokens(answer, rest)}", limit)
 
 
 def timeline(turns: pl.DataFrame, budget: int, now: datetime) -> list[Candidate]:
@@ -206,7 +214,7 @@ def timeline(turns: pl.DataFrame, budget: int, now: datetime) -> list[Candidate]
         text = _whole(turn, ordinal, now)
         tokens = count_tokens(text)
         if whole and (used + tokens <= share or back == 0):
-            text = cut_to_tokens(text, share) if back == 0 else text
+            text = _whole(turn, ordinal, now, share) if tokens > share else text
             used += count_tokens(text)
             out.append(
                 candidate(
