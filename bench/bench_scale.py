@@ -19,8 +19,9 @@ afterwards), every stage in a process of its own (`stages.py`):
   stage's peak still holds the loaded model;
 - no change: land, derive, embed, index and checks again with nothing new (`memory_job` when the
   landing sensor fires on a quiet memory);
-- increment: `--increment` (1%) more events in new conversations of the same users, an hour
-  later, landed and derived (issue 44 item 1: its land and derive CPU against the full build's);
+- increment: `--increment` (1%) more events in new conversations of the same users, over the
+  day up to an hour after the build, landed and derived (issue 44 item 1: its land and derive
+  CPU against the full build's);
 - sweep: the retention sweep at the clock where the oldest `--expire` share of raw events is past
   its TTL (found by a setup process), in every store (landing files, Delta, Elasticsearch).
 
@@ -99,9 +100,10 @@ def generate(landing: Path, events: int, days: float, window_days: float) -> dic
     return {"events": written, "conversations": conversations, "users": users, "chunks": chunks}
 
 
-def increment(events: int, share: float) -> dict:
-    """`share` of `events` more, in new conversations of the generator's users an hour after the
-    build, landed and derived; the CPU seconds of each (the generation's are not counted)."""
+def increment(events: int, share: float, seed: int = 999_999) -> dict:
+    """`share` of `events` more, in new conversations of the generator's users over the day up
+    to an hour after the build (folder `increment-<seed>`), landed and derived; the CPU seconds
+    of each (the generation's are not counted)."""
     from ctxdb.landing.run import land
     from ctxdb.record.run import derive
     from ctxdb.sample.generate import generate_events, write_sample
@@ -115,11 +117,12 @@ def increment(events: int, share: float) -> dict:
     generated = generate_events(
         users=users,
         conversations=max(1, round(events * share / FIRST_EVENTS_PER_CONVERSATION)),
-        seed=999_999,
+        seed=seed,
         now=later,
-        days=1 / 24,
+        days=1.0,
     )
-    write_sample(generated, Path(settings.landing_uri) / "increment", per_file=CHUNK_EVENTS)
+    folder = Path(settings.landing_uri) / f"increment-{seed}"
+    write_sample(generated, folder, per_file=CHUNK_EVENTS)
     start = cpu_seconds()
     landed = land(store, settings.landing_uri, now=later).landed
     landed_at = cpu_seconds()
