@@ -182,6 +182,25 @@ def test_session_start_in_the_hook_tells_the_projects_snapshot_while_it_is_curre
 
 @pytest.mark.es
 @pytest.mark.model
+def test_session_start_builds_the_pack_where_snapshots_cannot_be_written(installed) -> None:
+    """A hook that can read the memory but not write `<storage>/packs` (here not a folder)
+    answers with the pack built from Delta, not with nothing."""
+    root, project, env = installed
+    command = context_command(project, "SessionStart")
+    packs = root / "packs"
+    kept = root / "packs-kept"
+    packs.rename(kept)
+    try:
+        packs.write_text("not a folder")
+        context = context_of(hook(command, clean_env()), "SessionStart")
+        assert "[interrupted] Migrate the orders table" in context
+    finally:
+        packs.unlink()
+        kept.rename(packs)
+
+
+@pytest.mark.es
+@pytest.mark.model
 def test_the_prompt_lookup_adds_only_strong_hits_of_the_project(installed) -> None:
     """UserPromptSubmit: a prompt about an earlier turn gets that turn (with its ref) and no
     session list; a prompt nothing in memory matches, or an empty one, gets `{}`."""

@@ -132,6 +132,20 @@ def test_a_broken_snapshot_is_never_told_and_is_removed_or_rebuilt(tmp_path: Pat
     stale = {**data["versions"], "turn_logs": -1}
     path.write_text(json.dumps({**data, "candidates": [{"text": "x"}], "versions": stale}))
     assert refresh(settings, store, NOW).rebuilt == 1 and tell(settings, ANN, SHOP, NOW)
+    # a time without a zone, items whose order or priority are not integers: never told, and
+    # the refresh goes on to rebuild them (they raised TypeError past both before)
+    first = data["candidates"][0]
+    odd = [
+        {**data, "expires": "2099-01-01T00:00:00"},
+        {**data, "candidates": [first, {**first, "priority": ["a", 1]}]},
+        {**data, "candidates": [{**first, "order": [None]}, first]},
+        {**data, "candidates": [{**first, "ts": "2026-11-30T10:00:00"}]},
+    ]
+    for broken_data in odd:
+        path.write_text(json.dumps(broken_data))
+        assert tell(settings, ANN, SHOP, NOW) is None
+        path.write_text(json.dumps({**broken_data, "versions": stale}))
+        assert refresh(settings, store, NOW).rebuilt == 1 and tell(settings, ANN, SHOP, NOW)
 
 
 def test_erasure_removes_the_users_snapshots(tmp_path: Path) -> None:
@@ -143,8 +157,17 @@ def test_erasure_removes_the_users_snapshots(tmp_path: Path) -> None:
     assert (
         erasure.erase(store, None, settings, scope, dry_run=True).found_counts[erasure.PACKS] == 1
     )
+    # a principal without a tenant (tenants optional) keeps its snapshots under no tenant
+    untenanted = Principal(user_id=ANN.user_id, tenant=None)
+    untenanted_path = snapshot_path(settings.packs_path, None, ANN.user_id, SHOP)
+    shutil.copytree(
+        snapshot_path(settings.packs_path, ANN.tenant, ANN.user_id, SHOP).parent,
+        untenanted_path.parent,
+    )
+    assert untenanted != ANN and untenanted_path.exists()
     erasure.erase(store, None, settings, scope)
     assert not snapshot_path(settings.packs_path, ANN.tenant, ANN.user_id, SHOP).exists()
+    assert not untenanted_path.exists()
     # another user's snapshot stays, unused until rebuilt (the erasure moved its tables on)
     assert snapshot_path(settings.packs_path, BOB.tenant, BOB.user_id, SHOP).exists()
     assert tell(settings, BOB, SHOP, NOW) is None

@@ -300,8 +300,7 @@ def _remove(
     tombstones.record(store, plan.identities["conversation_id"], plan.started_at)
     removed_lines = landing_lines.scrub(settings, plan.sources, plan.scope)
     _delete_delta(store, plan)
-    for packs, tenant, user_id in _snapshot_owners(settings, plan):
-        remove_user(packs, tenant, user_id)  # a pack snapshot of the user may tell erased turns
+    _remove_snapshots(settings, plan)  # a pack snapshot of the user may tell erased turns
     es_error, report.error = report.error, None  # the pending deletes' own error comes first
     finish_pending(store, es, settings, report)
     late, late_error = _erase_late_docs(es, settings, plan.scope)
@@ -317,6 +316,7 @@ def _remove(
     planned_lines = plan.planned.get("landing_lines", 0)
     report.landing_lines_removed = max(removed_lines, planned_lines - sum(left.values()))
     report.files_removed = max(report.files_removed, plan.planned.get("files", 0))
+    _remove_snapshots(settings, plan)  # again: one written from a read before the deletes
 
 
 def _plan(
@@ -398,12 +398,21 @@ def verify(
 
 
 def _snapshot_owners(settings: Settings, plan: Plan) -> list[tuple[Path, str | None, str]]:
-    """Where each user of `plan` may have pack snapshots (none off a local folder)."""
+    """Where each user of `plan` may have pack snapshots (none off a local folder): under the
+    rows' tenant, and under no tenant (a principal without one, where tenants are optional)."""
     packs = settings.packs_path
     if packs is None:
         return []
     owners = plan.identities.select("tenant", "user_id").unique().sort("tenant", "user_id")
-    return [(packs, tenant, user_id) for tenant, user_id in owners.iter_rows()]
+    users = sorted(set(plan.identities["user_id"]))
+    return [(packs, tenant, user_id) for tenant, user_id in owners.iter_rows()] + [
+        (packs, None, user_id) for user_id in users
+    ]
+
+
+def _remove_snapshots(settings: Settings, plan: Plan) -> None:
+    for packs, tenant, user_id in _snapshot_owners(settings, plan):
+        remove_user(packs, tenant, user_id)
 
 
 def storage_paths(plan: Plan) -> list[str]:

@@ -66,10 +66,10 @@ def refresh(settings: Settings, store: DeltaStore, now: datetime) -> RefreshStat
             path.unlink(missing_ok=True)
             stats.removed += 1
             continue
-        if is_current(data, delta_root, now):
-            stats.current += 1
-            continue
         try:
+            if is_current(data, delta_root, now):
+                stats.current += 1
+                continue
             principal = Principal(user_id=data["user_id"], tenant=data["tenant"])
             kept = snapshot_project(settings, store, principal, data["project"], now)
         except Exception:  # noqa: BLE001 - one user's snapshot never stops the others'

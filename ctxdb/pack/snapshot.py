@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ctxdb.pack.fit import Candidate, fit, header, render
+from ctxdb.pack.fit import HEADINGS, Candidate, fit, header, render
 
 FORMAT = 1
 """The snapshot file's format; a file of another format is not used (and rewritten)."""
@@ -82,12 +82,33 @@ def _encode(c: Candidate) -> dict[str, Any]:
     }
 
 
+def _instant(value: str) -> datetime:
+    """An aware time written by `write` (ValueError for anything else)."""
+    at = datetime.fromisoformat(value)
+    if at.tzinfo is None:
+        raise ValueError(f"no time zone: {value!r}")
+    return at
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        raise ValueError(f"not a list of integers: {value!r}")
+    return tuple(value)
+
+
 def _decode(item: Mapping[str, Any]) -> Candidate:
-    ts = datetime.fromisoformat(item["ts"]) if item["ts"] is not None else None
+    """An item as `_encode` wrote it (ValueError, KeyError or TypeError for anything else)."""
+    if item["section"] not in HEADINGS or not isinstance(item["text"], str):
+        raise ValueError("not a section, or text not a string")
+    if not (isinstance(item["age"], str | None) and isinstance(item["ref"], str | None)):
+        raise ValueError("age and ref must be strings or null")
+    if type(item["tokens"]) is not int or type(item["age_at"]) is not int:
+        raise ValueError("tokens and age_at must be integers")
+    ts = _instant(item["ts"]) if item["ts"] is not None else None
     return Candidate(
         item["section"],
-        tuple(item["priority"]),
-        tuple(item["order"]),
+        _ints(item["priority"]),
+        _ints(item["order"]),
         item["text"],
         item["ref"],
         ts,
@@ -118,7 +139,8 @@ def write(
         "expires": expires.isoformat() if expires is not None else None,
         "candidates": [_encode(c) for c in candidates if c.section != "header"],
     }
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.mkdir(exist_ok=True, mode=0o700)
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".snapshot-", suffix=".tmp")
     try:
         with open(fd, "w") as file:  # mkstemp makes it 0600
@@ -171,8 +193,8 @@ def is_current(data: Mapping[str, Any], delta_root: Path, now: datetime) -> bool
     if not read_at or versions(delta_root, list(read_at)) != read_at:
         return False
     try:
-        return data["expires"] is None or now < datetime.fromisoformat(data["expires"])
-    except ValueError:  # not a time: never current
+        return data["expires"] is None or now < _instant(data["expires"])
+    except ValueError:  # not an aware time: never current
         return False
 
 
