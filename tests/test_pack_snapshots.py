@@ -8,8 +8,9 @@ only and never holds private text; an erasure removes the user's snapshots; the
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from ctxdb.contract.identity import Principal
 from ctxdb.lifecycle import erase as erasure
 from ctxdb.pack.build import build_pack
 from ctxdb.pack.models import ContextRequest
-from ctxdb.pack.refresh import refresh, snapshot_project
+from ctxdb.pack.refresh import IDLE, refresh, snapshot_project
 from ctxdb.pack.snapshot import load, snapshot_path, told
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
@@ -146,6 +147,32 @@ def test_a_broken_snapshot_is_never_told_and_is_removed_or_rebuilt(tmp_path: Pat
         assert tell(settings, ANN, SHOP, NOW) is None
         path.write_text(json.dumps({**broken_data, "versions": stale}))
         assert refresh(settings, store, NOW).rebuilt == 1 and tell(settings, ANN, SHOP, NOW)
+
+
+def test_the_refresh_lets_go_of_snapshots_nobody_used_for_a_month(tmp_path: Path) -> None:
+    """A snapshot's modification time is when a hook last told or built it: a rebuild keeps
+    it, telling moves it on, and one unused for IDLE is removed, not rebuilt."""
+    settings, store = memory(tmp_path)
+    assert snapshot_project(settings, store, ANN, SHOP, NOW)
+    assert snapshot_project(settings, store, ANN, GARDEN, NOW)
+    assert settings.packs_path is not None
+    shop = snapshot_path(settings.packs_path, ANN.tenant, ANN.user_id, SHOP)
+    garden = snapshot_path(settings.packs_path, ANN.tenant, ANN.user_id, GARDEN)
+    now = datetime.fromtimestamp(shop.stat().st_mtime, UTC)
+    month_ago = (now - IDLE - timedelta(hours=1)).timestamp()
+    week_ago = (now - timedelta(days=7)).timestamp()
+    os.utime(shop, (month_ago, month_ago))
+    for path in (shop, garden):
+        data = json.loads(path.read_text())
+        stale = {**data["versions"], "turn_logs": -1}
+        path.write_text(json.dumps({**data, "versions": stale}))
+    os.utime(shop, (month_ago, month_ago))
+    os.utime(garden, (week_ago, week_ago))
+    stats = refresh(settings, store, now)
+    assert (stats.removed, stats.rebuilt) == (1, 1) and not shop.exists()
+    assert garden.stat().st_mtime == week_ago  # rebuilt: its last use kept
+    assert tell(settings, ANN, GARDEN, now)
+    assert garden.stat().st_mtime > week_ago  # told: used now
 
 
 def test_erasure_removes_the_users_snapshots(tmp_path: Path) -> None:

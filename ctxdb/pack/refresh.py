@@ -5,14 +5,15 @@ project's pack itself, and every stale one rebuilt by the main job after its der
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from ctxdb.contract.identity import Principal
 from ctxdb.pack.build import read_memory, where
 from ctxdb.pack.models import ContextRequest
-from ctxdb.pack.snapshot import is_current, load, snapshot_path, versions, write
+from ctxdb.pack.snapshot import is_current, last_used, load, snapshot_path, versions, write
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import CONVERSATION_TIMELINES, ROLE_ROWS, TURN_CATALOG, TURN_LOGS
@@ -20,6 +21,10 @@ from ctxdb.storage.tables import CONVERSATION_TIMELINES, ROLE_ROWS, TURN_CATALOG
 log = logging.getLogger(__name__)
 TABLES = (TURN_LOGS, TURN_CATALOG, CONVERSATION_TIMELINES, ROLE_ROWS)
 """The tables a project's pack reads (`ctxdb.pack.memory`)."""
+IDLE = timedelta(days=30)
+"""A snapshot no hook told or built for this long is removed by the refresh, not rebuilt (its
+project's next session builds it again), so a refresh costs the projects people open, not every
+project ever opened."""
 
 
 @dataclass
@@ -53,8 +58,9 @@ def snapshot_project(
 
 def refresh(settings: Settings, store: DeltaStore, now: datetime) -> RefreshStats:
     """Rebuild every snapshot that is no longer current (remove those of projects without live
-    turns, and unreadable ones); one failing snapshot is logged and left stale, never stops the
-    others (a stale snapshot is not used)."""
+    turns, those unused for IDLE, and unreadable ones), keeping when each was last used; one
+    failing snapshot is logged and left stale, never stops the others (a stale snapshot is not
+    used)."""
     stats = RefreshStats()
     packs = settings.packs_path
     if packs is None or not packs.is_dir():
@@ -66,12 +72,19 @@ def refresh(settings: Settings, store: DeltaStore, now: datetime) -> RefreshStat
             path.unlink(missing_ok=True)
             stats.removed += 1
             continue
+        used = last_used(path)
+        if used < (now - IDLE).timestamp():
+            path.unlink(missing_ok=True)
+            stats.removed += 1
+            continue
         try:
             if is_current(data, delta_root, now):
                 stats.current += 1
                 continue
             principal = Principal(user_id=data["user_id"], tenant=data["tenant"])
             kept = snapshot_project(settings, store, principal, data["project"], now)
+            if kept:
+                os.utime(path, (used, used))  # rebuilt, not used: its last use stays
         except Exception:  # noqa: BLE001 - one user's snapshot never stops the others'
             log.exception("pack snapshot %s could not be rebuilt; left stale (unused)", path)
             stats.failed += 1

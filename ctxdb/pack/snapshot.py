@@ -20,6 +20,7 @@ it without the settings' heavy stages, polars or deltalake.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -222,4 +223,20 @@ def told(
     if any(c is None for c in candidates):
         return None
     kept = fit([header(data["where"], budget, now), *filter(None, candidates)], budget, max_chars)
+    mark_used(snapshot_path(packs, tenant, user_id, project))
     return render(kept) if any(c.ref for c in kept) else ""
+
+
+def mark_used(path: Path) -> None:
+    """Note that a hook told `path` now: its modification time is when it was last used (a
+    refresh keeps that time), so the refresh lets go of projects nobody opens."""
+    with contextlib.suppress(OSError):  # a read-only folder still tells it
+        os.utime(path)
+
+
+def last_used(path: Path) -> float:
+    """When a hook last told or built `path` (epoch seconds; 0 when it is gone)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
