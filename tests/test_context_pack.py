@@ -10,6 +10,7 @@ import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest_turn_record import NOW, T0, Turn, land_and_derive, settings_for, write_jsonl
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 
 from ctxdb.contract.identity import Principal
 from ctxdb.pack.build import build_pack
+from ctxdb.pack.fit import fit, header, render
+from ctxdb.pack.items import timeline
 from ctxdb.pack.models import ContextRequest
 from ctxdb.pack.tokens import count_tokens
 from ctxdb.search.models import NotFound
@@ -177,3 +180,33 @@ def test_thousands_of_sessions_and_a_huge_turn_give_a_bounded_pack(tmp_path: Pat
     prompt, answer = reload.text.split("\nAssistant: ")
     assert "paste paste" in prompt and answer.startswith("long answer long answer")
     assert count_tokens(prompt) < count_tokens(answer)  # a pasted prompt never crowds it out
+
+
+@pytest.mark.parametrize("budget", [60, 80, 100, 120])
+def test_a_newest_turn_cut_to_a_small_budget_never_cuts_its_ref(budget: int) -> None:
+    """A conversation id long enough that the newest turn's heading (with its ref) is most of
+    the whole-turn share: the reload holds whole refs only."""
+    conversation = "".join(f"{n % 10}-q" for n in range(40))  # many tokens
+    turns = pl.DataFrame(
+        [
+            {
+                "conversation_id": conversation,
+                "turn_id": f"t{n}",
+                "started_at": NOW - timedelta(hours=n),
+                "status": "ok",
+                "error_type": None,
+                "title": None,
+                "first_user_text": "word " * 200,
+                "last_assistant_text": "answer " * 200,
+            }
+            for n in (1, 0)
+        ]
+    )
+    ref = f"conv:turn:conv_{conversation}.t"
+    kept = fit(
+        [header("the conversation", budget, NOW), *timeline(turns, budget, NOW)], budget, None
+    )
+    text = render(kept)
+    assert count_tokens(text) <= budget
+    for word in text.split():
+        assert not word.startswith("conv:turn:") or (word.startswith(ref) and word[-1].isdigit())

@@ -195,6 +195,8 @@ def _whole(turn: dict[str, Any], ordinal: int, now: datetime, limit: int | None 
     answer = (turn.get("last_assistant_text") or "(no answer)").strip()
     if limit is None:
         return f"{head}\nUser: {user}\nAssistant: {answer}"
+    if count_tokens(head) >= limit:  # never a cut ref: the heading alone, for `fit` to judge
+        return head
     user = cut_to_tokens(user, int(limit * PROMPT_SHARE))
     rest = limit - count_tokens(f"{head}\nUser: {user}\nAssistant:")
     return cut_to_tokens(f"{head}\nUser: {user}\nAssistant: {cut_to_tokens(answer, rest)}", limit)
