@@ -82,10 +82,14 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def wait_for(predicate, timeout: float = 15.0):
-    """Poll until the predicate holds (the page renders asynchronously)."""
+    """Poll until the predicate holds (the page renders asynchronously: an element found in one
+    poll may be replaced before it is read, which only means polling again)."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(None, timeout, poll_frequency=0.1).until(lambda _: predicate())
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    wait = WebDriverWait(None, timeout, poll_frequency=0.1, ignored_exceptions=ignored)
+    return wait.until(lambda _: predicate())
 
 
 def screenshot(driver, shots: Path, name: str) -> None:
