@@ -120,6 +120,14 @@ def test_conversations_and_turn(http: TestClient, search_env: SearchEnv) -> None
     headers = auth(search_env, "alice")
     listing = http.get("/v1/conversations", params={"limit": 2}, headers=headers).json()
     assert [c["conversation_id"] for c in listing["conversations"]] == ["c-k8s", "c-zebra-new"]
+    assert listing["next_offset"] == 2
+    following = http.get("/v1/conversations", params={"limit": 2, "offset": 2}, headers=headers)
+    assert [c["conversation_id"] for c in following.json()["conversations"]] == [
+        "c-cook",
+        "c-sheets",
+    ]
+    for bad in ({"offset": -1}, {"offset": 10_000}):
+        assert http.get("/v1/conversations", params=bad, headers=headers).status_code == 422
     turn = http.get("/v1/conversations/c-sheets/turns/t2", headers=headers).json()
     assert turn["files"][0]["ref"] == "conv:fi:conv_c-sheets.turn_t2.files/fixed.xlsx"
     assert http.get("/v1/conversations", params={"limit": 0}, headers=headers).status_code == 422

@@ -389,6 +389,22 @@ def test_conversation_list_by_last_activity_with_titles(search_env: SearchEnv) -
     ] == ["c-sheets-bob", "c-bob"]
 
 
+def test_conversation_pages_follow_next_offset_through_the_whole_list(
+    search_env: SearchEnv,
+) -> None:
+    whole = search_env.service.conversations(search_env.alice)
+    assert whole.next_offset is None
+    paged: list[str] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = search_env.service.conversations(search_env.alice, limit=2, offset=offset)
+        assert len(page.conversations) <= 2
+        paged += [c.conversation_id for c in page.conversations]
+        offset = page.next_offset
+    assert paged == [c.conversation_id for c in whole.conversations]
+    assert search_env.service.conversations(search_env.alice, offset=5).conversations == []
+
+
 def test_known_turn_rebuilds_messages_cards_files_and_citations(search_env: SearchEnv) -> None:
     t1 = search_env.service.turn(search_env.alice, "c-sheets", "t1")
     assert [m.role for m in t1.messages] == ["user", "user", "assistant"]

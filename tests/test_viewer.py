@@ -390,10 +390,15 @@ def cancelled_events(conversation: str, turn: str, prompt: str) -> list[dict]:
     ]
 
 
+FRANK_CONVERSATIONS = 205
+"""Frank's conversations: the viewer lists 200 at a time."""
+
+
 @pytest.fixture(scope="module")
 def erin_url(tmp_path_factory: pytest.TempPathFactory, es_base_settings: Settings):
     """A memory of its own for erin: a 57-turn conversation whose first answer holds the
-    markdown that once froze the page, and a Gemini conversation whose turn was cancelled."""
+    markdown that once froze the page, and a Gemini conversation whose turn was cancelled; and
+    frank's FRANK_CONVERSATIONS one-turn conversations (more than one page of the list)."""
     prefix = f"t-viewer-{uuid.uuid4().hex[:10]}"
     settings = es_base_settings.replace(
         home=tmp_path_factory.mktemp("viewer-home"), elasticsearch={"index_prefix": prefix}
@@ -408,6 +413,10 @@ def erin_url(tmp_path_factory: pytest.TempPathFactory, es_base_settings: Setting
             RENDERED_ANSWER if n == 1 else f"Done with step {n}.",
         )
         for n in range(1, LONG_TURNS + 1)
+    ]
+    corpus += [
+        Turn("frank", f"c-frank-{n:03d}", "t1", 2.0 - n / 1000, f"Frank question {n}", "Yes.")
+        for n in range(FRANK_CONVERSATIONS)
     ]
     landing = Path(settings.landing_uri)
     landing.mkdir(parents=True, exist_ok=True)
@@ -491,6 +500,28 @@ def test_issue_40_item_8_every_turn_interrupted_turns_and_markdown_in_chromium(
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#timeline .turn-row .badge"))
     assert browser.find_element(By.CSS_SELECTOR, "#timeline .badge").text == "interrupted"
     screenshot(browser, shots, "viewer-interrupted")
+
+
+def test_more_conversations_than_a_page_are_listed_a_page_at_a_time(browser, erin_url) -> None:
+    """Frank's 205 conversations: the list shows the 200 most recently active, "More
+    conversations" adds the other 5 (oldest last) and then hides."""
+    from selenium.webdriver.common.by import By
+
+    url, _, frank = erin_url
+    sign_in(browser, url, frank)
+    wait_for(lambda: browser.find_element(By.ID, "app").is_displayed())
+
+    def listed() -> list[str]:
+        return [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#conversations li a")]
+
+    wait_for(lambda: len(listed()) == 200)
+    more = browser.find_element(By.ID, "more-conversations")
+    assert more.is_displayed() and listed()[0] == "Frank question 204"
+    more.click()
+    wait_for(lambda: len(listed()) == FRANK_CONVERSATIONS)
+    expected = [f"Frank question {n}" for n in reversed(range(FRANK_CONVERSATIONS))]
+    assert listed() == expected
+    assert not more.is_displayed()
 
 
 def test_a_conversations_turns_come_a_page_at_a_time(erin_url) -> None:

@@ -275,6 +275,7 @@ def search(
 @app.command()
 def conversations(
     limit: Annotated[int, typer.Option(min=1, max=200)] = 50,
+    offset: Annotated[int, typer.Option(min=0, max=9_999, help="Skip the newest N.")] = 0,
     agent: Annotated[str | None, typer.Option()] = None,
     token: TokenOpt = None,
     as_json: JsonOpt = False,
@@ -283,7 +284,9 @@ def conversations(
     settings = get_settings()
     caller = _principal(settings, token)
     listing = _run(
-        lambda: _service(settings, False).conversations(caller, limit=limit, agent=agent)
+        lambda: _service(settings, False).conversations(
+            caller, limit=limit, offset=offset, agent=agent
+        )
     )
     if as_json:
         typer.echo(listing.model_dump_json(indent=2))
@@ -291,6 +294,8 @@ def conversations(
     for c in listing.conversations:
         when = c.last_activity_at.strftime("%Y-%m-%d %H:%M") if c.last_activity_at else "?"
         typer.echo(f"{when}  {c.conversation_id}  {c.turns} turn(s)  {c.title or ''}")
+    if listing.next_offset is not None:
+        typer.echo(f"(more: --offset {listing.next_offset})")
 
 
 @app.command()

@@ -25,6 +25,9 @@ from ctxdb.search.models import (
 TURN_ORDER_ASC = [{"started_at": "asc"}, {"turn_id": "asc"}]
 TURN_ORDER_DESC = [{"started_at": "desc"}, {"turn_id": "desc"}]
 MAX_CONVERSATIONS = 200
+"""The most conversations one page of a listing holds."""
+MAX_LISTED = 10_000
+"""How far back a listing pages: the most recently active conversations it reaches."""
 
 
 def count_turns(
@@ -165,15 +168,20 @@ def list_conversations(
     now: datetime,
     *,
     limit: int = 50,
+    offset: int = 0,
     agent: str | None = None,
     routing: str | None = None,
 ) -> ConversationList:
-    """The principal's conversations, most recent activity first, with titles and turn counts."""
+    """A page of the principal's conversations, most recent activity first, with titles and
+    turn counts: `limit` of them after the first `offset` (of the MAX_LISTED most recent)."""
     if not 1 <= limit <= MAX_CONVERSATIONS:
         raise ValueError(f"limit must be between 1 and {MAX_CONVERSATIONS}")
+    if not 0 <= offset < MAX_LISTED:
+        raise ValueError(f"offset must be between 0 and {MAX_LISTED - 1}")
     filters = turn_filter(principal, now)
     if agent:
         filters.append({"term": {"agent": agent}})
+    reach = min(offset + limit + 1, MAX_LISTED)
     newest = {
         "top_hits": {
             "size": 1,
@@ -183,7 +191,7 @@ def list_conversations(
     }
     aggs = {
         "conversations": {
-            "terms": {"field": "conversation_id", "size": limit, "order": {"last": "desc"}},
+            "terms": {"field": "conversation_id", "size": reach, "order": {"last": "desc"}},
             "aggs": {
                 "last": {"max": {"field": "last_activity_at"}},
                 "first": {"min": {"field": "started_at"}},
@@ -196,7 +204,10 @@ def list_conversations(
         index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0, routing=routing
     )
     out = []
-    for bucket in response["aggregations"]["conversations"]["buckets"]:
+    # the page and one more, to tell whether another follows (sliced here: bucket_sort is in a
+    # module the embedded node lacks)
+    buckets = response["aggregations"]["conversations"]["buckets"][offset : offset + limit + 1]
+    for bucket in buckets[:limit]:
         doc = bucket["newest"]["hits"]["hits"][0]["_source"]
         titled = bucket["titled"]["newest"]["hits"]["hits"]
         out.append(
@@ -209,7 +220,8 @@ def list_conversations(
                 last_activity_at=bucket["last"].get("value_as_string"),
             )
         )
-    return ConversationList(conversations=out)
+    more = len(buckets) > limit and offset + limit < MAX_LISTED
+    return ConversationList(conversations=out, next_offset=offset + limit if more else None)
 
 
 def _before(sort_key: list[Any]) -> dict[str, Any]:

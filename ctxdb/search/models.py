@@ -273,6 +273,8 @@ class ConversationSummary(BaseModel):
 
 class ConversationList(BaseModel):
     conversations: list[ConversationSummary]
+    next_offset: int | None = None
+    """Pass as `offset` for the next page; null on the last page."""
 
 
 class TimelineTurn(BaseModel):

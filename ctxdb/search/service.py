@@ -246,8 +246,9 @@ class SearchService:
             return self._hybrid(principal, request, now)
 
     def conversations(
-        self, principal: Principal, *, limit: int = 50, agent: str | None = None
+        self, principal: Principal, *, limit: int = 50, offset: int = 0, agent: str | None = None
     ) -> ConversationList:
+        """A page of the principal's conversations, most recent activity first."""
         now = datetime.now(UTC)
         with elasticsearch_errors(self.settings.elasticsearch.url):
             return lookups.list_conversations(
@@ -256,6 +257,7 @@ class SearchService:
                 principal,
                 now,
                 limit=limit,
+                offset=offset,
                 agent=agent,
                 routing=self.routing_for(principal, self.turns_alias),
             )

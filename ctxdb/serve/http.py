@@ -23,7 +23,7 @@ from ctxdb.errors import SearchUnavailable
 from ctxdb.index.client import make_client
 from ctxdb.pack.build import build_pack
 from ctxdb.pack.models import ContextPack, ContextRequest
-from ctxdb.search.lookups import MAX_RESULT_WINDOW
+from ctxdb.search.lookups import MAX_CONVERSATIONS, MAX_LISTED, MAX_RESULT_WINDOW
 from ctxdb.search.models import (
     ConversationList,
     ConversationTurns,
@@ -107,11 +107,13 @@ def me(caller: Caller) -> Identity:
 def conversations(
     caller: Caller,
     service: Service,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_CONVERSATIONS)] = 50,
+    offset: Annotated[int, Query(ge=0, lt=MAX_LISTED)] = 0,
     agent: Annotated[Ident | None, Query()] = None,
 ) -> ConversationList:
-    """The caller's conversations, most recent activity first."""
-    return service.conversations(caller, limit=limit, agent=agent)
+    """A page of the caller's conversations, most recent activity first (`next_offset` gives
+    the next page, through the 10,000 most recently active)."""
+    return service.conversations(caller, limit=limit, offset=offset, agent=agent)
 
 
 TIMELINE_PAGE = 200

@@ -68,7 +68,6 @@ ProjectAgent = Callable[[str], str]
 
 MAX_CITATIONS = 20
 MAX_WINDOW = 10
-CONVERSATION_WINDOW = lookups.MAX_CONVERSATIONS
 
 
 # search_conversations' arguments that take a paragraph to describe to the model.
@@ -268,24 +267,17 @@ class MemoryTools:
         ] = None,
     ) -> Annotated[CallToolResult, ConversationsOut]:
         """Your conversations, most recent activity first, with title, agent and turn count
-        (pages through the 200 most recently active)."""
-        if cursor is not None and not cursor.isdigit():
+        (pages through the 10,000 most recently active)."""
+        if cursor is not None and not (cursor.isdigit() and int(cursor) < lookups.MAX_LISTED):
             raise ToolError("cursor: pass the next_cursor of the previous page")
         offset = int(cursor or 0)
         with tool_errors():
             principal = self.identify()
             agent = self._agent(project_or_agent)
-            wanted = min(offset + limit + 1, CONVERSATION_WINDOW)
-            listing = (
-                self.service.conversations(principal, limit=wanted, agent=agent).conversations
-                if offset < CONVERSATION_WINDOW
-                else []
-            )
-        page = listing[offset : offset + limit]
-        more = len(listing) > offset + limit
+            page = self.service.conversations(principal, limit=limit, offset=offset, agent=agent)
         out = ConversationsOut(
-            conversations=page,
-            next_cursor=str(offset + limit) if more else None,
+            conversations=page.conversations,
+            next_cursor=str(page.next_offset) if page.next_offset is not None else None,
         )
         return result(out, render_conversations(out))
 

@@ -101,11 +101,21 @@ function signedOut(message) {
   $("signin").hidden = false; $("signin-error").textContent = message || "";
 }
 
-async function loadConversations() {
-  const list = await (await api("/v1/conversations?limit=200")).json();
-  const ol = $("conversations"); ol.replaceChildren();
+// The conversation list, a page at a time (newest activity first); "More conversations" adds
+// the next page (GET /v1/conversations's next_offset).
+const CONVERSATION_PAGE = 200;
+
+async function loadConversations(offset = 0) {
+  const list = await (await api(`/v1/conversations?limit=${CONVERSATION_PAGE}&offset=${offset}`)).json();
+  const ol = $("conversations");
   const select = $("f-conversation");
-  select.replaceChildren(el("option", { value: "", text: "all" }));
+  if (offset === 0) {
+    ol.replaceChildren();
+    select.replaceChildren(el("option", { value: "", text: "all" }));
+  }
+  const more = $("more-conversations");
+  more.hidden = list.next_offset === null || list.next_offset === undefined;
+  more.dataset.offset = more.hidden ? "" : String(list.next_offset);
   for (const c of list.conversations) {
     const label = shortTitle(c.title || c.conversation_id);
     ol.append(el("li", {}, el("a", { href: conversationHref(c.conversation_id), text: label, title: c.title || c.conversation_id }),
@@ -358,6 +368,8 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("signout").addEventListener("click", () => signedOut(""));
+  $("more-conversations").addEventListener("click", () =>
+    loadConversations(Number($("more-conversations").dataset.offset)).catch((e) => alert(e.message)));
   $("search-form").addEventListener("submit", runSearch);
   $("pack-form").addEventListener("submit", showPack);
   $("pack-panel").addEventListener("toggle", () => { if ($("pack-panel").open) loadPackProjects().catch(() => {}); });
