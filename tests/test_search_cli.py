@@ -77,6 +77,10 @@ def test_catalog_options(search_env: SearchEnv) -> None:
     assert [h["turn_id"] for h in json.loads(last.stdout)["hits"]] == ["t3"]
     listing = cli(search_env, "conversations", "--json", token=alice)
     assert json.loads(listing.stdout)["conversations"][0]["conversation_id"] == "c-k8s"
+    first = cli(search_env, "conversations", "--limit", "2", token=alice).stdout.splitlines()
+    assert "c-k8s" in first[0] and first[-1] == "(more: --offset 2)"
+    rest = cli(search_env, "conversations", "--limit", "2", "--offset", "2", token=alice)
+    assert "c-cook" in rest.stdout.splitlines()[0]
     turn = cli(search_env, "turn", "c-sheets", "t1", token=alice)
     assert (
         "attachment: budget.xlsx conv:fi:conv_c-sheets.turn_t1.user.attachments/budget.xlsx"
