@@ -181,7 +181,22 @@ def list_conversations(
     filters = turn_filter(principal, now)
     if agent:
         filters.append({"term": {"agent": agent}})
-    reach = min(offset + limit + 1, MAX_LISTED)
+    aggs = _conversation_aggs(min(offset + limit + 1, MAX_LISTED))
+    response = client.search(
+        index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0, routing=routing
+    )
+    # the page and one more, to tell whether another follows (sliced here: bucket_sort is in a
+    # module the embedded node lacks)
+    buckets = response["aggregations"]["conversations"]["buckets"][offset : offset + limit + 1]
+    more = len(buckets) > limit and offset + limit < MAX_LISTED
+    return ConversationList(
+        conversations=[_summary(bucket) for bucket in buckets[:limit]],
+        next_offset=offset + limit if more else None,
+    )
+
+
+def _conversation_aggs(reach: int) -> dict[str, Any]:
+    """The `reach` most recently active conversations, each with its span and newest titles."""
     newest = {
         "top_hits": {
             "size": 1,
@@ -189,7 +204,7 @@ def list_conversations(
             "_source": ["title", "agent"],
         }
     }
-    aggs = {
+    return {
         "conversations": {
             "terms": {"field": "conversation_id", "size": reach, "order": {"last": "desc"}},
             "aggs": {
@@ -200,28 +215,21 @@ def list_conversations(
             },
         }
     }
-    response = client.search(
-        index=alias, query={"bool": {"filter": filters}}, aggs=aggs, size=0, routing=routing
+
+
+def _summary(bucket: dict[str, Any]) -> ConversationSummary:
+    """One conversation of `_conversation_aggs`: the newest turn's title, else the newest
+    non-empty one."""
+    doc = bucket["newest"]["hits"]["hits"][0]["_source"]
+    titled = bucket["titled"]["newest"]["hits"]["hits"]
+    return ConversationSummary(
+        conversation_id=bucket["key"],
+        title=doc.get("title") or (titled[0]["_source"].get("title") if titled else None),
+        agent=doc.get("agent"),
+        turns=bucket["doc_count"],
+        started_at=bucket["first"].get("value_as_string"),
+        last_activity_at=bucket["last"].get("value_as_string"),
     )
-    out = []
-    # the page and one more, to tell whether another follows (sliced here: bucket_sort is in a
-    # module the embedded node lacks)
-    buckets = response["aggregations"]["conversations"]["buckets"][offset : offset + limit + 1]
-    for bucket in buckets[:limit]:
-        doc = bucket["newest"]["hits"]["hits"][0]["_source"]
-        titled = bucket["titled"]["newest"]["hits"]["hits"]
-        out.append(
-            ConversationSummary(
-                conversation_id=bucket["key"],
-                title=doc.get("title") or (titled[0]["_source"].get("title") if titled else None),
-                agent=doc.get("agent"),
-                turns=bucket["doc_count"],
-                started_at=bucket["first"].get("value_as_string"),
-                last_activity_at=bucket["last"].get("value_as_string"),
-            )
-        )
-    more = len(buckets) > limit and offset + limit < MAX_LISTED
-    return ConversationList(conversations=out, next_offset=offset + limit if more else None)
 
 
 def _before(sort_key: list[Any]) -> dict[str, Any]:
