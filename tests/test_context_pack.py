@@ -45,7 +45,10 @@ def ann_turns(start: datetime = T0) -> list[Turn]:
     one.add("user.submission", {"text": "Fix the cart total rounding bug", "event_type": "prompt"})
     _step(one, "s1", "Edit", {"file_path": "src/cart.py", "old_string": "x"})
     _step(one, "s2", "Bash", {"command": "pytest -q tests/test_cart.py"})
-    one.add("assistant.completion", {"text": "Rounding now uses Decimal. Tests pass."})
+    one.add(
+        "assistant.completion",
+        {"text": "### 2. Fixed\n```diff\n- float\n```\nRounding now uses Decimal. Tests pass."},
+    )
     one.add("turn.closed")
     two = Turn("shop-1", "t2", start=start + timedelta(hours=1), agent=SHOP, user_id="ann")
     two.add("turn.started")

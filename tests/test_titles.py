@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ctxdb.record.titles import TITLE_CHARS, clean_title, title_from_prompts
+from ctxdb.record.titles import TITLE_CHARS, clean_title, lead_sentence, title_from_prompts
 
 IDE_OPENED = (
     "<ide_opened_file>The user opened the file e:\\AI\\TestProject-v2\\.claude\\hooks\\"
@@ -104,3 +104,20 @@ def test_the_first_prompt_that_makes_a_title_wins() -> None:
     assert title_from_prompts(["1"]) == "1"
     assert title_from_prompts(["```", "?!"]) == "```"
     assert title_from_prompts(["<system-reminder>x</system-reminder>", "   "]) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "lead"),
+    [
+        (
+            "### 7. Verify\n\nThe router forwards port 22 now. Then it restarted.",
+            "The router forwards port 22 now.",
+        ),
+        ("```bash\nls -la\n```\nDone: **all** tests pass. More.", "Done: all tests pass."),
+        ("```bash\nls -la\n", "ls -la"),  # all code: its first line
+        ("## Summary", "Summary"),
+        ("", ""),
+    ],
+)
+def test_an_answers_lead_is_its_first_prose_sentence_outside_code(answer: str, lead: str) -> None:
+    assert lead_sentence(answer) == lead

@@ -15,6 +15,7 @@ import polars as pl
 from ctxdb.contract.refs import Ref, format_ref
 from ctxdb.pack.fit import Candidate, age, candidate
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
+from ctxdb.record.titles import lead_sentence
 
 if TYPE_CHECKING:
     from ctxdb.search.models import SearchHit
@@ -37,7 +38,6 @@ EDIT_TOOLS = frozenset(
 )
 _PATH_KEYS = ("file_path", "notebook_path", "path", "absolute_path")
 _STEP = re.compile(r"^\[step\.\d+\] (?P<tool>[^|]*) \| (?P<title>.*?) \| (?P<input>.*)$")
-_SENTENCE = re.compile(r"(?<=[.!?])\s")
 
 
 def one_line(text: str | None, chars: int) -> str:
@@ -150,8 +150,7 @@ def step_facts(steps_text: str) -> tuple[list[str], list[str]]:
 
 
 def first_sentence(text: str | None) -> str:
-    flat = " ".join((text or "").split())
-    return one_line(_SENTENCE.split(flat, maxsplit=1)[0], LINE_CHARS)
+    return one_line(lead_sentence(text or ""), LINE_CHARS)
 
 
 def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) -> list[Candidate]:

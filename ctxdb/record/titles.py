@@ -127,10 +127,35 @@ def clean_title(prompt: str, later: Sequence[str] = ()) -> str:
     one of the `later` prompts of the same conversation repeats is skipped."""
     lines = _candidate_lines(_template_input(_unwrapped(prompt)))
     others = [_candidate_lines(_template_input(_unwrapped(p))) for p in later]
-    lines = lines[_shared_header(lines, others) :]
+    return _cut(_lead(lines[_shared_header(lines, others) :]))
+
+
+def _lead(lines: list[str]) -> str:
+    """The first sentence of the first prose line (of the first heading when there is none)."""
     prose = [line for line in lines if not line.startswith(_HEADING_MARK)]
     chosen = prose[0] if prose else (lines[0].lstrip(_HEADING_MARK) if lines else "")
-    return _cut(_first_sentence(chosen))
+    return _first_sentence(chosen)
+
+
+def lead_sentence(text: str) -> str:
+    """What a markdown text says first, as plain words: its first prose line's first sentence
+    outside code blocks (a heading, code or a rule is not what an answer concludes); the text's
+    first line when it is all code."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return _lead(_candidate_lines("\n".join(_outside_fences(lines)))) or _lead(
+        _candidate_lines("\n".join(lines))
+    )
+
+
+def _outside_fences(lines: list[str]) -> list[str]:
+    """`lines` less fenced code blocks (an unclosed fence runs to the end)."""
+    out, fenced = [], False
+    for line in lines:
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            out.append(line)
+    return out
 
 
 def title_from_prompts(prompts: Sequence[str]) -> str | None:
