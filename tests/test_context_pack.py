@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from ctxdb.contract.identity import Principal
 from ctxdb.pack.build import build_pack
 from ctxdb.pack.fit import fit, header, render
-from ctxdb.pack.items import timeline
+from ctxdb.pack.items import timeline, work
 from ctxdb.pack.models import ContextRequest
 from ctxdb.pack.tokens import count_tokens
 from ctxdb.search.models import NotFound
@@ -213,3 +213,31 @@ def test_a_newest_turn_cut_to_a_small_budget_never_cuts_its_ref(budget: int) -> 
     assert count_tokens(text) <= budget
     for word in text.split():
         assert not word.startswith("conv:turn:") or (word.startswith(ref) and word[-1].isdigit())
+
+
+def test_a_long_last_session_leaves_the_sessions_before_it_in_recent_work() -> None:
+    """Eight turns of the last session ran commands, as did one of each session before it:
+    recent work keeps the newest turn of every session, newest first, and fills the rest with
+    the last session's."""
+    rows = []
+    for conversation, turns, hours in (("old", 1, 0), ("mid", 1, 1), ("last", 8, 2)):
+        for n in range(turns):
+            rows.append(
+                {
+                    "conversation_id": conversation,
+                    "turn_id": f"t{n}",
+                    "first_user_text": f"{conversation} prompt {n}",
+                    "status": "ok",
+                    "error_type": None,
+                    "last_assistant_text": "Done.",
+                    "started_at": T0 + timedelta(hours=hours, minutes=n),
+                }
+            )
+    steps = {
+        (r["conversation_id"], r["turn_id"]): f'[step.1] Bash | run | {{"command":"make {n}"}}'
+        for n, r in enumerate(rows)
+    }
+    shown = work(pl.DataFrame(rows), steps, NOW)
+    kept = fit(shown, 10_000, None)
+    asked = [line.split("asked: ")[1].split(" |")[0] for line in render(kept).splitlines()[1:]]
+    assert asked == [f"last prompt {n}" for n in (7, 6, 5, 4)] + ["mid prompt 0", "old prompt 0"]

@@ -155,8 +155,9 @@ def first_sentence(text: str | None) -> str:
 
 def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) -> list[Candidate]:
     """The newest turns that edited files or ran commands (of the last `STEPS_TURNS`, whose
-    steps `steps` holds; the newest turns when none did): what was asked, edited and run, and
-    the answer's first sentence."""
+    steps `steps` holds; the newest turns when none did), spread over their sessions
+    (`by_session`), newest first: what was asked, edited and run, and the answer's first
+    sentence."""
     recent = list(turns.tail(STEPS_TURNS).iter_rows(named=True))[::-1]
     facts = {
         (t["conversation_id"], t["turn_id"]): step_facts(
@@ -165,8 +166,10 @@ def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) 
         for t in recent
     }
     busy = [t for t in recent if any(facts[(t["conversation_id"], t["turn_id"])])]
+    shown = busy or recent
     out = []
-    for rank, turn in enumerate((busy or recent)[:WORK_TURNS]):
+    for rank, at in enumerate(by_session(shown)[:WORK_TURNS]):
+        turn = shown[at]
         files, commands = facts[(turn["conversation_id"], turn["turn_id"])]
         parts = [f"asked: {one_line(turn.get('first_user_text'), TITLE_CHARS)}"]
         if files:
@@ -180,8 +183,21 @@ def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) 
         ref = turn_ref(turn["conversation_id"], turn["turn_id"])
         when = age(turn["started_at"], now)
         text = f"- {when}: " + " | ".join(parts) + f" {ref}"
-        out.append(candidate("work", (rank, 2), (rank,), text, ref, turn["started_at"], when, 2))
+        out.append(candidate("work", (rank, 2), (at,), text, ref, turn["started_at"], when, 2))
     return out
+
+
+def by_session(turns: list[dict[str, Any]]) -> list[int]:
+    """The positions of `turns` (newest first) taken each conversation's newest first, then
+    each one's second newest, and so on: the sessions before the last one keep a place in
+    recent work however many turns the last one had."""
+    depth: dict[str, int] = {}
+    keys = []
+    for at, turn in enumerate(turns):
+        n = depth.get(turn["conversation_id"], 0)
+        depth[turn["conversation_id"]] = n + 1
+        keys.append((n, at))
+    return [at for _, at in sorted(keys)]
 
 
 def _whole(turn: dict[str, Any], ordinal: int, now: datetime, limit: int | None = None) -> str:
