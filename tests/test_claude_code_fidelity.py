@@ -41,6 +41,11 @@ NOTICE_AFTER_INTERRUPT = (
 )
 SHORT = FIXTURES / "-home-marco-projects-spotter" / "55604662-cf2a-4331-851a-ec234028f8ca.jsonl"
 COMPACT = FIXTURES / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
+COMPACTED_MID_TURN = (
+    FIXTURES
+    / "-Users-alex-workspace-cli--worktrees-1"
+    / "0c275b1b-9732-433e-9e70-9b7bfdb578a3.jsonl"
+)
 EXPECTED_TURNS = {
     "4d5611e5-241a-462a-8d15-5122611a9569": ["ok", "ok"],
     "258c7280-ae70-4798-800f-63464d01a85d": ["cancelled", "ok"],
@@ -54,6 +59,8 @@ EXPECTED_TURNS = {
     # /orchestrator prompts; the sub-agents' prompts (isSidechain) are the tool's, not turns
     "5c0375b4-57a5-4f26-b12d-d022ee4e51b7": ["ok"],
     "fe5e1c67-53e7-4862-81ae-d0e013e3270b": ["ok", "ok"],
+    # a turn compacted in its middle and finished (Stop hooks ran), a message queued during it
+    "0c275b1b-9732-433e-9e70-9b7bfdb578a3": ["ok", "ok", "ok"],
 }
 """Per fixture session, the status of each turn (a person reading the transcript counts these:
 one turn per real prompt; notices and local commands are none)."""
@@ -129,6 +136,36 @@ def test_a_notice_after_an_interrupt_never_starts_a_turn(tmp_path: Path) -> None
     assert sum(e["type"] == "chat.step" for e in first) == 185
     assert follow_up[1]["payload"]["text"] == "did you push?"
     assert "stale background task" not in json.dumps(events.events)
+
+
+def test_a_turn_compacted_midway_and_finished_is_answered_with_its_queued_message(
+    tmp_path: Path,
+) -> None:
+    """0c275b1b (Claude Code 2.1.33): the context is compacted while a `Read` of the turn "yes"
+    waits for its result, which no line ever holds; the turn goes on and ends with its Stop
+    hooks and an answer: answered, that step `unknown` (not interrupted). A message the user
+    typed meanwhile is `remove`d from the queue into the running turn and has no user line of
+    its own: it is that turn's steer, a user row of its own."""
+    events = transcript_events(COMPACTED_MID_TURN, hook_conf(tmp_path).identity, settle_s=0)
+    by_turn: dict[str, list[dict]] = {}
+    for event in events.events:
+        event = {**event, "occurred_at": datetime.fromisoformat(event["occurred_at"])}
+        by_turn.setdefault(event["turn_id"], []).append(event)
+    compacted = next(g for g in by_turn.values() if g[1]["payload"]["text"] == "yes")
+    assert compacted[-1]["payload"] == {"status": "ok"}
+    steps = {
+        e["payload"]["step"]: e["payload"]["status"]
+        for e in compacted[2:]
+        if e["type"] == "chat.step"
+    }
+    assert steps.pop("toolu_015zkzYfNNibwzt9v8r41e1k") == "unknown"
+    assert set(steps.values()) == {"ok", "error"}  # the rest returned (one Edit failed)
+    steer = [e["payload"] for e in compacted if e["payload"].get("event_type") == "steer"]
+    assert [s["text"][:40] for s in steer] == ["cheeky scope creep item - is it possible"]
+    turns = [build_turn(group) for group in by_turn.values()]
+    rows = role_rows_frame(turns, Settings(home=tmp_path / "home"), datetime.now(UTC))
+    users = rows.filter((pl.col("role") == "user") & (pl.col("turn_id") == compacted[0]["turn_id"]))
+    assert any("wire up the state machine" in text for text in users["text"])
 
 
 def test_an_interrupted_turn_shows_cancelled_with_no_invented_answer(tmp_path: Path) -> None:

@@ -56,9 +56,11 @@ class HostMapper(TurnMapper):
                 events += super().feed([record])
         return events
 
-    def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
+    def close(
+        self, ts: str | None = None, text: str | None = None, finished: bool = False
+    ) -> list[dict[str, Any]]:
         used = self.turn.get("tokens") if self.turn is not None else None
-        events = super().close(ts, text)
+        events = super().close(ts, text, finished)
         for event in events:
             if event["type"] == "assistant.completion" and used:
                 event["payload"].update(tokens_in=used[0], tokens_out=used[1])

@@ -177,7 +177,7 @@ def _stop(
         time.sleep(0.05)
         more, _, done = catch_up(state, mapper, payload.get("transcript_path"), projects)
         events += more
-    return events + mapper.close()
+    return events + mapper.close(finished=True)  # Stop: Claude Code finished the answer itself
 
 
 def _fallback(
@@ -206,7 +206,8 @@ def _fallback(
         title, summary = tool_title(name, tool_input), tool_input_summary(tool_input)
         return events + mapper.hook_step(tool_use_id, name, title, now, summary=summary)
     answer = payload.get("last_assistant_message") if event == "Stop" else None
-    return events + mapper.close(now, answer if isinstance(answer, str) else None)
+    text = answer if isinstance(answer, str) else None
+    return events + mapper.close(now, text, finished=event == "Stop")
 
 
 def _is_prompt(text: Any) -> bool:

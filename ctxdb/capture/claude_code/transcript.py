@@ -5,10 +5,13 @@ A transcript is JSONL. Lines of `type` user | assistant carry `uuid`, `parentUui
 assistant message is written as one line per content block (`text`, `thinking`, `tool_use`)
 sharing `message.id`; tool results come back as user lines holding `tool_result` blocks. Of the
 `system` lines, `stop_hook_summary` (written after the Stop hooks ran: the answer ended) and
-`local_command` (a local command such as `/mcp` ran) mark where turns end; the other types
-(summary, file-history-snapshot, queue-operation, progress, attachment, ...) carry nothing a turn
-needs and are skipped. A background-task notice (`<task-notification>...` injected as a user line)
-is not a prompt: it is skipped.
+`local_command` (a local command such as `/mcp` ran) mark where turns end, `compact_boundary`
+where the context was compacted (a tool use before it gets no result line); the other types
+(summary, file-history-snapshot, progress, attachment, ...) carry nothing a turn needs and are
+skipped. A `queue-operation` line tracks a message typed while Claude Code was busy: one it
+`remove`s from the queue went into the running turn (a steer) and has no user line of its own.
+A background-task notice (`<task-notification>...` injected as a user line) is not a prompt: it
+is skipped.
 
 `classify` turns one decoded line into a small `Record` the turn mapper understands; `read_from`
 reads the complete lines after a byte offset (a truncated last line is left for later, a line that
@@ -32,6 +35,10 @@ TOOL_RESULT = "tool_result"
 INTERRUPT = "interrupt"
 STOP = "stop"
 LOCAL = "local"
+COMPACT = "compact"
+QUEUED = "queued"
+UNQUEUED = "unqueued"
+DELIVERED = "delivered"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
 _COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOTALL)
@@ -41,7 +48,7 @@ _INTERRUPTED = "[Request interrupted by user"
 SYNTHETIC = "<synthetic>"
 """The `message.model` of assistant lines Claude Code writes itself (placeholders, API errors)."""
 TITLE_CHARS = 200
-_SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL}
+_SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL, "compact_boundary": COMPACT}
 
 
 INPUT_CHARS = 500
@@ -87,8 +94,11 @@ class Record:
     kind: `prompt` (a real user prompt: not a tool result, not meta, not a command's output, not a
     task notice), `assistant` (text blocks and tool uses of one line), `tool_result` (results of
     earlier tool uses: `(tool_use_id, is_error, output)`), `interrupt` (the user stopped the
-    answer), `stop` (the Stop hooks ran: the answer ended) or `local` (a local command ran and
-    printed its output: the command before it gets no answer). An `assistant` record may name
+    answer), `stop` (the Stop hooks ran: the answer ended), `local` (a local command ran and
+    printed its output: the command before it gets no answer), `compact` (the context was
+    compacted: tool uses before it get no result), or a message typed while Claude Code was busy:
+    `queued` (its text), `unqueued` (it becomes the next prompt) or `delivered` (it went into the
+    running turn as a steer). An `assistant` record may name
     the `model` that wrote it and its message's token `usage` (prompt, output).
     """
 
@@ -257,6 +267,22 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     return Record(PROMPT, text=text, **common)
 
 
+def _queue_record(line: dict[str, Any]) -> Record | None:
+    """A message typed while Claude Code was busy: `enqueue` (its text; "" for a task notice or
+    a slash command, which are never steers), `dequeue` (it comes back as the next prompt's user
+    line) or `remove` (it went into the running turn with no user line of its own)."""
+    ts = line.get("timestamp") if isinstance(line.get("timestamp"), str) else None
+    operation = line.get("operation")
+    if operation == "enqueue":
+        content = line.get("content")
+        text = content.strip() if isinstance(content, str) else ""
+        steer = text and not text.startswith((*_NOT_PROMPTS, *_LOCAL_OUTPUT, "/"))
+        return Record(QUEUED, ts=ts, text=text if steer else "")
+    if operation in ("dequeue", "remove"):
+        return Record(UNQUEUED if operation == "dequeue" else DELIVERED, ts=ts)
+    return None
+
+
 def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     """The record of an assistant line; None for a synthetic placeholder (`SYNTHETIC` model,
     e.g. "No response requested."), which Claude Code writes without the model answering.
@@ -317,14 +343,16 @@ def classify(line: Any) -> Record | None:
     """The record of one decoded transcript line, or None when the line carries no turn data.
 
     Skipped: non-objects, types other than user/assistant/system, system lines other than
-    `stop_hook_summary` and `local_command`, meta lines (`isMeta`), sidechains (sub-agents,
-    `isSidechain`), compaction summaries (`isCompactSummary`), task notices, synthetic
-    placeholder answers (`"model": "<synthetic>"` without `isApiErrorMessage`), thinking blocks
-    and empty messages.
+    `stop_hook_summary`, `local_command` and `compact_boundary`, meta lines (`isMeta`),
+    sidechains (sub-agents, `isSidechain`), compaction summaries (`isCompactSummary`), task
+    notices, synthetic placeholder answers (`"model": "<synthetic>"` without
+    `isApiErrorMessage`), thinking blocks and empty messages.
     """
     if not isinstance(line, dict):
         return None
     kind = line.get("type")
+    if kind == "queue-operation":
+        return _queue_record(line)
     if kind not in ("user", "assistant", "system"):
         return None
     if line.get("isMeta") or line.get("isSidechain") or line.get("isCompactSummary"):

@@ -39,11 +39,15 @@ from typing import Any, NamedTuple
 
 from ctxdb.capture.claude_code.transcript import (
     ASSISTANT,
+    COMPACT,
+    DELIVERED,
     INTERRUPT,
     LOCAL,
     PROMPT,
+    QUEUED,
     STOP,
     TOOL_RESULT,
+    UNQUEUED,
     Record,
 )
 from ctxdb.contract.private import strip_private, strip_private_open
@@ -163,6 +167,7 @@ class TurnMapper:
         self.state.setdefault("project", None)
         self.state.setdefault("candidate", None)
         self.state.setdefault("turn", None)
+        self.state.setdefault("queued", [])
         self.clean = clean
         self.output_chars = min(max(output_chars, 0), OUTPUT_MAX_CHARS)
 
@@ -195,10 +200,18 @@ class TurnMapper:
                     self.turn["interrupted"] = True
                     self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
             elif record.kind in (STOP, LOCAL):
-                events += self.close()
+                events += self.close(finished=record.kind == STOP)
                 self.state["candidate"] = None
             elif record.kind == TOOL_RESULT and self.turn is not None:
                 events += self._results(record)
+            elif record.kind == COMPACT and self.turn is not None:
+                events += self._unanswered("unknown")  # their results went with the compaction
+            elif record.kind == QUEUED:
+                self.state["queued"].append([record.text, timestamp(record.ts)])
+            elif record.kind in (UNQUEUED, DELIVERED) and self.state["queued"]:
+                text, ts = self.state["queued"].pop(0)
+                if record.kind == DELIVERED and text and self.turn is not None:
+                    events += self._steer(text, ts)
             elif record.kind == ASSISTANT:
                 events += self._answer(record)
         return events
@@ -286,6 +299,16 @@ class TurnMapper:
             fit(self._event("user.submission", "prompt", ts, prompt), "text"),
         ]
 
+    def _steer(self, text: str, ts: str) -> list[dict[str, Any]]:
+        """A message the user typed while the open turn ran, delivered into it: a
+        `user.submission` of `event_type` steer (ids `...-steer-<n>`, in transcript order)."""
+        turn = self.turn
+        assert turn is not None
+        n = turn["steers"] = turn.get("steers", 0) + 1
+        steer = {"text": _cut(self.clean(text), SUBMISSION_CHARS), "event_type": "steer"}
+        steer["arrived_at"] = ts
+        return [fit(self._event("user.submission", f"steer-{n}", ts, steer), "text")]
+
     def hook_step(
         self, tool_use_id: str, name: str, title: str, ts: str, ok: bool = True, summary: str = ""
     ) -> list[dict[str, Any]]:
@@ -325,19 +348,20 @@ class TurnMapper:
         event = self._event("chat.step", safe_id(tool_use_id), ts, payload, step=True)
         return [fit(event, "output") if "output" in payload else event]
 
-    def close(self, ts: str | None = None, text: str | None = None) -> list[dict[str, Any]]:
-        """Close the open turn: steps of tool uses that never returned (`interrupted`), the
-        completion (`text` when given, e.g. the Stop hook's `last_assistant_message`, else the
-        last assistant text read) and `turn.closed` (ok; cancelled after an interrupt or with a tool
-        call still unanswered, e.g. Claude Code was killed; error)."""
+    def close(
+        self, ts: str | None = None, text: str | None = None, finished: bool = False
+    ) -> list[dict[str, Any]]:
+        """Close the open turn: steps of tool uses that never returned, the completion (`text`
+        when given, e.g. the Stop hook's `last_assistant_message`, else the last assistant text
+        read) and `turn.closed` (ok; cancelled after an interrupt or with a tool call still
+        unanswered, e.g. Claude Code was killed; error). A turn Claude Code `finished` itself
+        (its Stop hooks ran) was not cut off: a tool use whose result the transcript lacks, as
+        after a compaction in the middle of the turn, is a step of status `unknown`."""
         turn = self.turn
         if turn is None:
             return []
-        events: list[dict[str, Any]] = []
-        cut_off = bool(turn["pending"])
-        for tool_use_id, (name, title, tool_ts, *summary) in list(turn["pending"].items()):
-            events += self._step(tool_use_id, name, title, tool_ts, "interrupted", *summary)
-        turn["pending"] = {}
+        cut_off = bool(turn["pending"]) and not finished
+        events = self._unanswered("unknown" if finished else "interrupted")
         answer = text or turn["text"]
         error = bool(turn["error"]) and not text
         close_ts = timestamp(ts, turn["last_ts"]) if ts else turn["last_ts"]
@@ -356,6 +380,16 @@ class TurnMapper:
             closed = {"status": "error", "error_type": "api_error" if error else "no_answer"}
         events.append(self._event("turn.closed", "close", close_ts, closed))
         self.state["turn"] = None
+        return events
+
+    def _unanswered(self, status: str) -> list[dict[str, Any]]:
+        """Steps of `status` for the open turn's tool uses that never returned."""
+        turn = self.turn
+        assert turn is not None
+        events: list[dict[str, Any]] = []
+        for tool_use_id, (name, title, tool_ts, *summary) in list(turn["pending"].items()):
+            events += self._step(tool_use_id, name, title, tool_ts, status, *summary)
+        turn["pending"] = {}
         return events
 
     def finish(self, settled: bool) -> list[dict[str, Any]]:
