@@ -22,6 +22,7 @@ from ctxdb.settings import Settings
 DATA = Path(__file__).parent / "data" / "codex"
 COMPACTION = DATA / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
 RESUMED = DATA / "rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-95445d84846a.jsonl"
+STEERED = DATA / "rollout-2026-06-22T12-11-14-019eef3d-abd1-72e1-ab99-dcdb259027c5.jsonl"
 ANN = Identity("local", "codex", "ann")
 SECOND_TURN = "019e162b-0011-7240-abbc-f7b732e49728"
 ABORTED = (
@@ -75,6 +76,35 @@ def test_a_turn_codex_never_finished_is_cancelled() -> None:
     assert unanswered["turn_id"] not in answered
     unsettled = rollout_events(RESUMED, ANN, False, strip_private).events  # the last turn open
     assert unsettled == [e for e in events if e["turn_id"] != unanswered["turn_id"]]
+
+
+def test_a_message_typed_into_a_running_task_is_its_steer_and_an_abort_ends_that_task() -> None:
+    """019eef3d (Codex CLI 0.141.0): in two of four tasks the user types again while the task
+    runs (`user_message` under the same `turn_id`). Each task stays one turn with that message as
+    its steer; the second of them is aborted (`turn_aborted` of its `turn_id`): that turn is
+    cancelled, and the one that completed keeps the answer written at its `task_complete`."""
+    events = rollout_events(STEERED, ANN, True, strip_private).events
+    for event in events:
+        parse_event(json.dumps(event))
+    closed = by_type(events, "turn.closed")
+    assert [(e["turn_id"][-12:], e["payload"]["status"]) for e in closed] == [
+        ("9cfd50475c13", "ok"),
+        ("c0b2162ae493", "ok"),
+        ("ca03815d689a", "cancelled"),
+        ("91a94e3d7a3d", "ok"),
+    ]
+    assert closed[0]["occurred_at"].startswith("2026-06-22T12:34:")  # not at the steer (12:15)
+    submissions = by_type(events, "user.submission")
+    steers = [
+        (e["turn_id"][-12:], e["payload"]["text"][:30])
+        for e in submissions
+        if e["payload"]["event_type"] == "steer"
+    ]
+    assert steers == [
+        ("9cfd50475c13", "i believe we recently did rese"),
+        ("ca03815d689a", "do we currently plan to suppor"),
+    ]
+    assert len(submissions) == 6
 
 
 def test_turn_aborted_closes_the_turn_cancelled_with_no_invented_answer(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ COMPACT = "compact"
 QUEUED = "queued"
 UNQUEUED = "unqueued"
 DELIVERED = "delivered"
+STEER = "steer"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
 _COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOTALL)
@@ -98,7 +99,8 @@ class Record:
     printed its output: the command before it gets no answer), `compact` (the context was
     compacted: tool uses before it get no result), or a message typed while Claude Code was busy:
     `queued` (its text), `unqueued` (it becomes the next prompt) or `delivered` (it went into the
-    running turn as a steer). An `assistant` record may name
+    running turn as a steer). Other hosts' readers also give `steer` (a message with its `text`
+    the user sent into the running turn). An `assistant` record may name
     the `model` that wrote it and its message's token `usage` (prompt, output).
     """
 

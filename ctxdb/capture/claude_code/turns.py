@@ -45,6 +45,7 @@ from ctxdb.capture.claude_code.transcript import (
     LOCAL,
     PROMPT,
     QUEUED,
+    STEER,
     STOP,
     TOOL_RESULT,
     UNQUEUED,
@@ -212,6 +213,10 @@ class TurnMapper:
                 text, ts = self.state["queued"].pop(0)
                 if record.kind == DELIVERED and text and self.turn is not None:
                     events += self._steer(text, ts)
+            elif record.kind == STEER:
+                events += self.start()  # a message into a turn not yet answered opens it
+                if self.turn is not None:
+                    events += self._steer(record.text, timestamp(record.ts, self.turn["last_ts"]))
             elif record.kind == ASSISTANT:
                 events += self._answer(record)
         return events

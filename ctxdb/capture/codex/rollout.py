@@ -13,11 +13,12 @@ folder (`cwd`, whose git root is the turn's project); `compacted`
 and the other `event_msg` types carry nothing a turn needs.
 
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
-`user_message` (so injected context never becomes a prompt), the answer is the last assistant
-message of the turn, each call is a step, `task_complete` ends the turn, `turn_aborted` ends it
-as cancelled, and a turn that was started but neither completed nor aborted before the next one
-(Codex exited mid-turn) is cancelled too. Token counts become per-call deltas of the totals, so a
-`token_count` line written twice adds nothing.
+`user_message` (so injected context never becomes a prompt; one typed while the task with that
+`turn_id` still runs is a steer of that turn, not a turn of its own), the answer is the last
+assistant message of the turn, each call is a step, `task_complete` ends the turn,
+`turn_aborted` ends it as cancelled, and a turn that was started but neither completed nor
+aborted before the next one (Codex exited mid-turn) is cancelled too. Token counts become
+per-call deltas of the totals, so a `token_count` line written twice adds nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ctxdb.capture.claude_code.transcript import (
     ASSISTANT,
     INTERRUPT,
     PROMPT,
+    STEER,
     STOP,
     TOOL_RESULT,
     Record,
@@ -149,6 +151,9 @@ class RolloutReader:
         elif kind == "user_message":
             text = payload.get("message")
             if not isinstance(text, str) or not text.strip() or text.lstrip().startswith(INJECTED):
+                return
+            if self.open_task and self.turn_id and self.prompted == self.turn_id:
+                yield Record(STEER, text=text.strip(), **self._common(ts))  # into the running task
                 return
             uuid = f"{self.session_id}-L{number}"
             if self.turn_id and self.prompted != self.turn_id:
