@@ -135,6 +135,8 @@ def test_a_notice_after_an_interrupt_never_starts_a_turn(tmp_path: Path) -> None
     assert first[-2]["payload"]["text"].startswith("All done. The **spotter-gqc** epic")
     assert sum(e["type"] == "chat.step" for e in first) == 185
     assert follow_up[1]["payload"]["text"] == "did you push?"
+    steers = [e["payload"]["text"] for e in first if e["payload"].get("event_type") == "steer"]
+    assert steers == ["check again", "new beads for the epic were added. tackle them"]
     assert "stale background task" not in json.dumps(events.events)
 
 

@@ -195,3 +195,52 @@ def test_a_turn_cut_off_in_a_tool_call_is_cancelled(tmp_path: Path) -> None:
     turns = by_turn(mapped(session))
     assert turns[cut][-1]["payload"] == {"status": "cancelled", "error_type": "interrupted"}
     assert turns[cut][-2]["payload"]["text"] == "Running it now."
+
+
+def _queue(session: Session, operation: str, content: str | None = None, ts: bool = True) -> None:
+    """A `queue-operation` line as Claude Code writes it (`content` on enqueue; newer versions
+    also name the message on remove/dequeue/popAll)."""
+    line: dict = {
+        "type": "queue-operation",
+        "operation": operation,
+        "sessionId": session.session_id,
+    }
+    if ts:
+        line["timestamp"] = session._ts()
+    if content is not None:
+        line["content"] = content
+    session.lines.append(line)
+
+
+def test_messages_typed_during_a_turn_are_its_steers_and_nothing_else(tmp_path: Path) -> None:
+    """Typed while the turn runs: a draft taken back to edit (`popAll`) is never a steer; a
+    queued notice reaches the model by a user line the queue never hears of; the message then
+    removed into the turn is its steer, named by its text, with its `<private>` span gone from
+    the event and from the state the hook keeps; a line without a time is timed by the turn's,
+    never by the clock; one removed by name goes out whatever is queued before it."""
+    session = Session(tmp_path / "s.jsonl", CWD)
+    turn = session.prompt("refactor the cart")
+    msg = session.new_message()
+    session.tool_use("Bash", {"command": "pytest"}, msg)
+    _queue(session, "enqueue", "OLD draft")
+    _queue(session, "popAll")
+    _queue(session, "enqueue", "<task-notification>build done</task-notification>")
+    session._line(
+        "user", {"role": "user", "content": "<task-notification>build done</task-notification>"}
+    )
+    _queue(session, "enqueue", "also fix totals <private>key-42</private> please", ts=False)
+    _queue(session, "enqueue", "and the docs")
+    _queue(session, "remove")
+    _queue(session, "remove", "and the docs")
+    session.text("Done.")
+    session.write()
+    mapper = TurnMapper(ANN, session.session_id)
+    events = mapper.feed(read_from(session.path, final=True).records)
+    assert "key-42" not in json.dumps(mapper.state)
+    events += mapper.finish(True)
+    steers = [e for e in by_turn(events)[turn] if e["payload"].get("event_type") == "steer"]
+    assert [e["payload"]["text"] for e in steers] == ["also fix totals  please", "and the docs"]
+    again = TurnMapper(ANN, session.session_id)
+    replayed = again.feed(read_from(session.path, final=True).records) + again.finish(True)
+    assert replayed == events  # deterministic: no time comes from the clock
+    assert mapper.state["queued"] == []

@@ -39,6 +39,8 @@ COMPACT = "compact"
 QUEUED = "queued"
 UNQUEUED = "unqueued"
 DELIVERED = "delivered"
+CLEARED = "cleared"
+NOTICE = "notice"
 STEER = "steer"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
@@ -46,6 +48,7 @@ _COMMAND_ARGS = re.compile(r"<command-args>(?P<args>.*?)</command-args>", re.DOT
 _LOCAL_OUTPUT = ("<local-command-stdout>", "<local-command-stderr>")
 _NOT_PROMPTS = ("<local-command-caveat>", "<task-notification>")
 _INTERRUPTED = "[Request interrupted by user"
+_SLASH_COMMAND = re.compile(r"/[\w:.-]+(\s|$)")
 SYNTHETIC = "<synthetic>"
 """The `message.model` of assistant lines Claude Code writes itself (placeholders, API errors)."""
 TITLE_CHARS = 200
@@ -97,11 +100,13 @@ class Record:
     earlier tool uses: `(tool_use_id, is_error, output)`), `interrupt` (the user stopped the
     answer), `stop` (the Stop hooks ran: the answer ended), `local` (a local command ran and
     printed its output: the command before it gets no answer), `compact` (the context was
-    compacted: tool uses before it get no result), or a message typed while Claude Code was busy:
-    `queued` (its text), `unqueued` (it becomes the next prompt) or `delivered` (it went into the
-    running turn as a steer). Other hosts' readers also give `steer` (a message with its `text`
-    the user sent into the running turn). An `assistant` record may name
-    the `model` that wrote it and its message's token `usage` (prompt, output).
+    compacted: tool uses before it get no result), `notice` (a task notice or local-command
+    caveat written as a user line: never a prompt), or a message typed while Claude Code was
+    busy: `queued` (its text), `unqueued` (it becomes the next prompt), `delivered` (it went into
+    the running turn as a steer) or `cleared` (every queued message taken back). Other hosts'
+    readers also give `steer` (a message with its `text` the user sent into the running turn).
+    An `assistant` record may name the `model` that wrote it and its message's token `usage`
+    (prompt, output).
     """
 
     __slots__ = (
@@ -259,8 +264,8 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
         return Record(INTERRUPT, **common)
     if text.startswith(_LOCAL_OUTPUT):
         return Record(LOCAL, **common)
-    if text.startswith(_NOT_PROMPTS):
-        return None
+    if text.startswith(_NOT_PROMPTS):  # a notice may have been queued: the queue drops it
+        return Record(NOTICE, text=text, **common)
     if "<command-name>" in text:
         command = _command_prompt(text)
         if not command:
@@ -270,19 +275,25 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
 
 
 def _queue_record(line: dict[str, Any]) -> Record | None:
-    """A message typed while Claude Code was busy: `enqueue` (its text; "" for a task notice or
-    a slash command, which are never steers), `dequeue` (it comes back as the next prompt's user
-    line) or `remove` (it went into the running turn with no user line of its own)."""
+    """A message typed while Claude Code was busy: `enqueue` (its text), `dequeue` (it comes
+    back as the next prompt's user line), `remove` (it went into the running turn with no user
+    line of its own) or `popAll` (the user took every queued message back to edit); newer
+    versions name the message (`content`) on the last three too."""
     ts = line.get("timestamp") if isinstance(line.get("timestamp"), str) else None
-    operation = line.get("operation")
-    if operation == "enqueue":
-        content = line.get("content")
-        text = content.strip() if isinstance(content, str) else ""
-        steer = text and not text.startswith((*_NOT_PROMPTS, *_LOCAL_OUTPUT, "/"))
-        return Record(QUEUED, ts=ts, text=text if steer else "")
-    if operation in ("dequeue", "remove"):
-        return Record(UNQUEUED if operation == "dequeue" else DELIVERED, ts=ts)
-    return None
+    content = line.get("content")
+    text = content.strip() if isinstance(content, str) else ""
+    kind = {"enqueue": QUEUED, "dequeue": UNQUEUED, "remove": DELIVERED, "popAll": CLEARED}.get(
+        str(line.get("operation"))
+    )
+    return Record(kind, ts=ts, text=text) if kind else None
+
+
+def is_steer(text: str) -> bool:
+    """Whether a queued message delivered into a running turn is the user's words: not a task
+    notice, a local command's output or a slash command (`/name`, `/name args`)."""
+    return bool(text) and not (
+        text.startswith((*_NOT_PROMPTS, *_LOCAL_OUTPUT)) or _SLASH_COMMAND.match(text)
+    )
 
 
 def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:

@@ -39,10 +39,12 @@ from typing import Any, NamedTuple
 
 from ctxdb.capture.claude_code.transcript import (
     ASSISTANT,
+    CLEARED,
     COMPACT,
     DELIVERED,
     INTERRUPT,
     LOCAL,
+    NOTICE,
     PROMPT,
     QUEUED,
     STEER,
@@ -50,6 +52,7 @@ from ctxdb.capture.claude_code.transcript import (
     TOOL_RESULT,
     UNQUEUED,
     Record,
+    is_steer,
 )
 from ctxdb.contract.private import strip_private, strip_private_open
 from ctxdb.contract.projects import agent_for_project, project_of
@@ -186,6 +189,8 @@ class TurnMapper:
         for record in records:
             if self.state["project"] is None and record.cwd:
                 self.state["project"] = record.cwd
+            if record.kind in (QUEUED, UNQUEUED, DELIVERED, CLEARED, NOTICE, PROMPT):
+                events += self._queue(record)
             if record.kind == PROMPT:
                 events += self.close()
                 self.state["candidate"] = {
@@ -207,16 +212,8 @@ class TurnMapper:
                 events += self._results(record)
             elif record.kind == COMPACT and self.turn is not None:
                 events += self._unanswered("unknown")  # their results went with the compaction
-            elif record.kind == QUEUED:
-                self.state["queued"].append([record.text, timestamp(record.ts)])
-            elif record.kind in (UNQUEUED, DELIVERED) and self.state["queued"]:
-                text, ts = self.state["queued"].pop(0)
-                if record.kind == DELIVERED and text and self.turn is not None:
-                    events += self._steer(text, ts)
             elif record.kind == STEER:
-                events += self.start()  # a message into a turn not yet answered opens it
-                if self.turn is not None:
-                    events += self._steer(record.text, timestamp(record.ts, self.turn["last_ts"]))
+                events += self._steer(record.text, record.ts)
             elif record.kind == ASSISTANT:
                 events += self._answer(record)
         return events
@@ -304,15 +301,47 @@ class TurnMapper:
             fit(self._event("user.submission", "prompt", ts, prompt), "text"),
         ]
 
-    def _steer(self, text: str, ts: str) -> list[dict[str, Any]]:
-        """A message the user typed while the open turn ran, delivered into it: a
-        `user.submission` of `event_type` steer (ids `...-steer-<n>`, in transcript order)."""
+    def _queue(self, record: Record) -> list[dict[str, Any]]:
+        """Track messages typed while Claude Code was busy (`state["queued"]`: text without
+        `<private>` spans, time typed). A message leaves the queue by the text it is named with
+        (a `remove`, `dequeue`, the prompt or notice line it came back as), else the oldest
+        first; one `delivered` into the running turn is its steer, and `cleared` (the user took
+        them back to edit) empties the queue."""
+        queued: list[list[Any]] = self.state["queued"]
+        text = self.clean(record.text)
+        if record.kind == QUEUED:
+            queued.append([text, record.ts])
+            return []
+        if record.kind == CLEARED:
+            queued.clear()
+            return []
+        at = next((i for i, (t, _) in enumerate(queued) if t == text), None)
+        if at is None and not text and queued and record.kind in (UNQUEUED, DELIVERED):
+            # unnamed: the oldest; into a running turn, the oldest the user typed (a queued
+            # notice can reach the model by a line the queue never hears of)
+            steers = (i for i, (t, _) in enumerate(queued) if is_steer(t))
+            at = next(steers, 0) if record.kind == DELIVERED else 0
+        typed, typed_at = queued.pop(at) if at is not None else (text, None)
+        if record.kind != DELIVERED or not is_steer(typed):
+            return []
+        return self._steer(typed, typed_at or record.ts)
+
+    def _steer(self, text: str, ts: str | None) -> list[dict[str, Any]]:
+        """A message the user typed while the turn ran, delivered into it (the turn of a prompt
+        not yet answered opens): a `user.submission` of `event_type` steer, its id from its
+        text and time (the same however the queue was read), timed when it was typed (else at
+        the turn's last line)."""
+        events = self.start()
         turn = self.turn
-        assert turn is not None
-        n = turn["steers"] = turn.get("steers", 0) + 1
+        if turn is None:
+            return events
+        at = timestamp(ts, turn["last_ts"])
+        if datetime.fromisoformat(at) > datetime.fromisoformat(turn["last_ts"]):
+            turn["last_ts"] = at
         steer = {"text": _cut(self.clean(text), SUBMISSION_CHARS), "event_type": "steer"}
-        steer["arrived_at"] = ts
-        return [fit(self._event("user.submission", f"steer-{n}", ts, steer), "text")]
+        steer["arrived_at"] = at
+        suffix = f"steer-{_digest(steer['text'], at)[:16]}"
+        return [*events, fit(self._event("user.submission", suffix, at, steer), "text")]
 
     def hook_step(
         self, tool_use_id: str, name: str, title: str, ts: str, ok: bool = True, summary: str = ""
@@ -341,7 +370,7 @@ class TurnMapper:
         turn["steps"].append(tool_use_id)
         payload = {
             "step": tool_use_id[:NAME_CHARS],
-            "phase": "complete" if status == "ok" else "error",
+            "phase": "error" if status in ("error", "interrupted") else "complete",
             "tool": name[:NAME_CHARS],
             "status": status,
             "title": _cut(self.clean(title), TITLE_CHARS),
@@ -366,7 +395,9 @@ class TurnMapper:
         if turn is None:
             return []
         cut_off = bool(turn["pending"]) and not finished
-        events = self._unanswered("unknown" if finished else "interrupted")
+        events = self._unanswered(
+            "unknown" if finished and not turn["interrupted"] else "interrupted"
+        )
         answer = text or turn["text"]
         error = bool(turn["error"]) and not text
         close_ts = timestamp(ts, turn["last_ts"]) if ts else turn["last_ts"]
