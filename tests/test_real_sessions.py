@@ -7,6 +7,7 @@ exactly the files that are there."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import uuid
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import anyio
 import polars as pl
 import pytest
 from conftest_components import BROWSER, without
@@ -156,4 +158,69 @@ def test_every_hosts_interrupted_turn_shows_as_interrupted_in_chromium(
                 assert badge == "interrupted", (turn["adapter"], badge)
     finally:
         driver.quit()
+        client.close()
+
+
+STEERS = {
+    "0c275b1b-9732-433e-9e70-9b7bfdb578a3": "wire up the state machine to print a readable diagram",
+    "019eef3d-abd1-72e1-ab99-dcdb259027c5": "support displaying runs in subfolders",
+}
+"""Real messages typed into a running turn (Claude Code's queue, a Codex task), by session."""
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_message_typed_into_a_running_turn_is_found_through_every_face(
+    real_memory: RealMemory, query_embedder
+) -> None:
+    """After the main job, what a user typed while a real turn ran (a steer, with no prompt of
+    its own) is found by its owner through the CLI, HTTP and MCP, in the turn it went into."""
+    from fastapi.testclient import TestClient
+    from mcp import Client, StdioServerParameters, stdio_client
+
+    settings = real_memory.settings
+    assert all(step.returncode == 0 for step in real_memory.steps)
+    rows = DeltaStore(settings.delta_uri).read(ROLE_ROWS, ROLE_ROWS_SCHEMA)
+    env = real_sessions.environment(
+        settings.home, settings.elasticsearch.index_prefix, settings.elasticsearch.url
+    )
+    client = make_client(settings)
+    http = TestClient(create_app(settings, client, query_embedder))
+    try:
+        for conversation, query in STEERS.items():
+            steer = rows.filter(
+                (pl.col("conversation_id") == conversation)
+                & (pl.col("event_type") == "event.user.steer")
+                & pl.col("text").str.contains(query.split()[-1])
+            ).row(0, named=True)
+            where = (conversation, steer["turn_id"])
+            token = TokenStore(settings.tokens_path).issue(steer["user_id"], tenant=steer["tenant"])
+            cli = real_sessions.run(
+                ["search", query, "--json", "--token", token], env, settings.home
+            )
+            assert cli.returncode == 0, cli.output[-2000:]
+            hits = json.loads(cli.output[cli.output.index("{") :])["hits"]
+            assert where in [(h["conversation_id"], h["turn_id"]) for h in hits], "CLI"
+            answer = http.post(
+                "/v1/search", json={"query": query}, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert answer.status_code == 200, answer.text
+            hits = answer.json()["hits"]
+            assert where in [(h["conversation_id"], h["turn_id"]) for h in hits], "HTTP"
+            server = StdioServerParameters(
+                command=str(real_sessions.CTXDB), args=["mcp"], env=env | {"CTXDB_TOKEN": token}
+            )
+
+            async def scenario(
+                query: str = query, where: tuple = where, server: StdioServerParameters = server
+            ) -> None:
+                async with Client(stdio_client(server)) as mcp:
+                    found = await mcp.call_tool("search_conversations", {"query": query})
+                    assert not found.is_error, found.content
+                    hits = found.structured_content["hits"]
+                    assert where in [(h["conversation_id"], h["turn_id"]) for h in hits], "MCP"
+
+            anyio.run(scenario)
+    finally:
         client.close()
