@@ -108,6 +108,13 @@ class Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
+Provisional = bool
+"""`provisional` of a close, answer or step: inferred by an importer when the session file went
+idle with the turn still open (the close, the last answer read, the tool calls not yet returned).
+Any event of the same kind (and step) that is not provisional supersedes it in derivation
+(`ctxdb.record.superseding`)."""
+
+
 class TurnStarted(Payload):
     project: str | None = Field(default=None, min_length=1, max_length=PROJECT_MAX_CHARS)
     """The turn's project, for a coding host: the git root of its working folder, else the folder
@@ -117,6 +124,7 @@ class TurnStarted(Payload):
 class TurnClosed(Payload):
     status: Literal["ok", "error", "cancelled"] = "ok"
     error_type: str | None = None
+    provisional: Provisional = False
 
 
 class UserSubmission(Payload):
@@ -154,6 +162,7 @@ class ProgressStep(Payload):
     """A summary of the tool call's input (command, path, pattern...): searchable."""
     output: str | None = Field(default=None, max_length=STEP_OUTPUT_MAX_CHARS)
     """What the tool returned (opt-in per host), kept in the TurnLog, not searched."""
+    provisional: Provisional = False
 
 
 class FileHosted(Payload):
@@ -171,6 +180,7 @@ class AssistantCompletion(Payload):
     tokens_out: Count | None = None
     model: str | None = Field(default=None, max_length=256)
     """The model that answered (as the host names it), when the host records it."""
+    provisional: Provisional = False
 
 
 class WorkingSummary(Payload):

@@ -2,7 +2,7 @@
 
 Polars sorts the events of the closed turns, shapes their times (epoch microseconds and the
 TurnLog's ISO text) and computes every per-turn fact that needs no payload (`FACTS`: first and
-closing event, start and last time, event ids, recording kind, feedback count); payloads are
+closing events, start and last time, event ids, recording kind, feedback count); payloads are
 decoded in one msgspec call, and Python assembles each turn's blocks from its block-making events
 only.
 """
@@ -59,7 +59,7 @@ def _facts() -> list[pl.Expr]:
     return [
         pl.len().alias("n"),
         pl.col("row").first().alias("first"),
-        _row_where("turn.closed").first().alias("closed"),
+        _row_where("turn.closed").alias("closes"),
         pl.coalesce(started, pl.col("row").get(ts.arg_min())).alias("started"),
         ts.max().alias("last_ts"),
         pl.col("event_id").alias("event_ids"),

@@ -25,6 +25,7 @@ from pydantic_core import to_json
 
 from ctxdb.contract.events import INT64_MAX
 from ctxdb.contract.refs import make_ref
+from ctxdb.record.superseding import closing_row, current
 
 RecordingKind = Literal["none", "minimal", "rich"]
 TurnStatus = Literal["ok", "cancelled", "error"]
@@ -608,17 +609,18 @@ def assemble_turn(
     `events`: its block-making events in arrival order, each a dict with `event_id`, `type`, the
     decoded `payload`, `ts` (epoch microseconds), `iso` (the same time as TurnLog JSON writes it)
     and `seq` (index among all the turn's events). `facts`: the turn's aggregates
-    (`ctxdb.record.records`), whose row numbers index `columns` (identity, `adapter`, `ts`,
-    `iso` of every event) and `payloads`.
+    (`ctxdb.record.records`; `closes`: its `turn.closed` rows), whose row numbers index
+    `columns` (identity, `adapter`, `ts`, `iso` of every event) and `payloads`.
     """
-    first, closed, started = facts["first"], facts["closed"], facts["started"]
+    first, started = facts["first"], facts["started"]
+    closed = closing_row(facts["closes"], payloads)
     turn_id = columns["turn_id"][first]
     make_ref("ar", "x", turn_id)  # checks the turn id once for every path below
     tp = f"turn_{turn_id}."
     rich = facts["rich"]
     n = facts["n"]
     ts, iso = columns["ts"], columns["iso"]
-    drafts, drafted = _drafts(events, rich, turn_id, tp, n)
+    drafts, drafted = _drafts(current(events), rich, turn_id, tp, n)
     drafts = _one_answer(drafts) if not rich else drafts
     if not any(d.section == Section.COMPLETIONS for d in drafts):
         drafts.append(_missing_completion(turn_id, payloads[closed], iso[closed], ts[closed], n))

@@ -12,7 +12,10 @@ Ids are derived from the transcript, never from the clock: `turn_id` is the prom
 `uuid`, event ids are `cc-<turn_id>-start|prompt|answer|close` and `cc-<tool_use_id>` for a step.
 The hook (`hook.py`) and the importer (`importer.py`) feed the same records through the same
 `TurnMapper`, so a turn captured live and the same turn imported later carry the same event ids,
-and landing keeps one copy.
+and landing keeps one copy. What the importer infers when a transcript went idle with its last
+turn waiting on a tool call (its close, last answer, unanswered tool calls) is `provisional`,
+under ids of its own: when the turn goes on, the events Claude Code writes supersede it
+(`ctxdb.record.superseding`).
 
 A step carries the tool call's input summary (`input`, at most `transcript.INPUT_CHARS`) and,
 only when `output_chars` > 0 (`CTXDB_CLAUDE_CODE_TOOL_OUTPUT`, off by default), the text the tool
@@ -131,6 +134,22 @@ def fit(event: dict[str, Any], key: str) -> dict[str, Any]:
         event["payload"][key] = text[:keep] + TRUNCATED
         size = len(json.dumps(event, ensure_ascii=False).encode("utf-8", "surrogatepass"))
     return event
+
+
+def provisional(event: dict[str, Any]) -> dict[str, Any]:
+    """`event` as inferred when its session went idle with the turn open: marked `provisional`
+    (the contract's `Provisional`), with an id of its own, `<id>-settled-<digest of its
+    content>`, so the events the host writes when the turn goes on (same ids, other content) land
+    beside it and supersede it in derivation, and an unchanged file still writes the same ids."""
+    payload = {**event["payload"], "provisional": True}
+    digest = _digest(event["event_id"], event["occurred_at"], json.dumps(payload, sort_keys=True))
+    base = event["event_id"][: 128 - len(_SETTLED) - 12]
+    marked = {**event, "event_id": f"{base}{_SETTLED}{digest[:12]}", "payload": payload}
+    key = "text" if "text" in payload else "output"
+    return fit(marked, key) if key in payload else marked
+
+
+_SETTLED = "-settled-"
 
 
 def _accounting(turn: dict[str, Any]) -> dict[str, Any]:
@@ -428,11 +447,18 @@ class TurnMapper:
         turn["pending"] = {}
         return events
 
-    def finish(self, settled: bool) -> list[dict[str, Any]]:
+    def finish(self, settled: bool, running: bool = False) -> list[dict[str, Any]]:
         """End of a transcript read by the importer: the last turn is closed only when the
-        transcript has `settled` (no longer written to); a prompt never answered is dropped."""
+        transcript has `settled` (no longer written to); a prompt never answered is dropped. The
+        close is `provisional` when the turn may still be going on: it waits on a tool call
+        without its result, or the host's file cannot tell (`running`)."""
         self.state["candidate"] = None
-        return self.close() if settled else []
+        turn = self.turn
+        if not settled or turn is None:
+            return []
+        waiting = bool(turn["pending"]) and not turn["interrupted"]
+        events = self.close()
+        return [provisional(event) for event in events] if running or waiting else events
 
     def _event(
         self, kind: str, suffix: str, ts: str, payload: dict[str, Any], step: bool = False
