@@ -29,6 +29,7 @@ from pydantic import AwareDatetime, BaseModel
 from pydantic.fields import FieldInfo
 from pydantic.functional_validators import AfterValidator
 from pydantic.types import Strict, StringConstraints
+from pydantic_core import from_json
 
 from ctxdb.contract import events
 
@@ -336,10 +337,12 @@ _REFUSED = (msgspec.MsgspecError, ValueError, ArithmeticError, KeyError, Recursi
 
 def storable(payload: bytes) -> bool:
     """Whether the payload's JSON text holds no `events.payload_problem`, unknown keys included
-    (a typed decode skips them unchecked)."""
+    (a typed decode skips them unchecked). Parsed as the contract parses it (pydantic-core), so a
+    text its parser refuses (nested past its recursion limit under a key a later duplicate
+    replaces) goes to the contract rather than landing here."""
     try:
-        return events.payload_problem(msgspec.json.decode(payload)) is None
-    except (msgspec.MsgspecError, RecursionError):
+        return events.payload_problem(from_json(payload)) is None
+    except (ValueError, RecursionError):
         return False
 
 
