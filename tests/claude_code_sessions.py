@@ -14,6 +14,7 @@ hook process, the way Claude Code runs it.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from dataclasses import dataclass, field
@@ -412,3 +413,26 @@ def replay(source: Path, projects: Path, run: Any) -> Path:
             written = upto
             run(payload)
     return target
+
+
+_SETTLED_ID = re.compile(r"-settled-[0-9a-f]{12}$")
+
+
+def as_hook_closes(event: dict[str, Any]) -> dict[str, Any]:
+    """An imported event as the hook writes it when Claude Code ends the turn: the importer's
+    `provisional` close of a last turn no line ended, under the hook's id and without the flag
+    (every other event unchanged)."""
+    payload = dict(event["payload"])
+    if not payload.pop("provisional", False):
+        return event
+    return {**event, "event_id": _SETTLED_ID.sub("", event["event_id"]), "payload": payload}
+
+
+def is_provisional(payload: str | dict[str, Any]) -> bool:
+    """Whether an event payload (a dict or its JSON text) is `provisional`."""
+    return bool((json.loads(payload) if isinstance(payload, str) else payload).get("provisional"))
+
+
+def hook_ids(rows: list[dict[str, Any]]) -> set[str]:
+    """The ids the hook gives the events of landed `rows` (payloads as JSON text)."""
+    return {as_hook_closes({**r, "payload": json.loads(r["payload"])})["event_id"] for r in rows}

@@ -17,7 +17,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from claude_code_sessions import FIXTURES, fixture_transcripts, installed_command, replay, run_hook
+from claude_code_sessions import (
+    FIXTURES,
+    as_hook_closes,
+    fixture_transcripts,
+    hook_ids,
+    installed_command,
+    is_provisional,
+    replay,
+    run_hook,
+)
 
 from ctxdb.capture import part_files
 from ctxdb.capture.claude_code.config import HookConfig
@@ -89,10 +98,13 @@ def lines_by_id(files: list[Path]) -> dict[str, bytes]:
 
 
 def import_lines(transcript: Path, config: HookConfig) -> dict[str, bytes]:
+    """The import's event lines by id, its provisional close of the last turn as the hook writes
+    it when Claude Code ends that turn (`as_hook_closes`)."""
     mapped = transcript_events(
         transcript, config.identity, settle_s=0, output_chars=config.tool_output_chars
     )
-    return {json.loads(x)["event_id"]: x for x in part_files.encode(mapped.events).splitlines()}
+    events = [as_hook_closes(e) for e in mapped.events]
+    return {json.loads(x)["event_id"]: x for x in part_files.encode(events).splitlines()}
 
 
 @pytest.mark.parametrize("output_chars", [0, 2000], ids=["no-output", "output"])
@@ -213,13 +225,17 @@ def test_hooks_and_import_land_without_conflicts_in_either_order(
         hooked = land(store, settings.landing_uri)
     stats = import_transcripts(written, Path(config.spool).parent, config.identity, settle_s=0)
     both = land(store, settings.landing_uri)
-    if hooks_first:
-        assert (hooked.quarantined, both.quarantined, both.landed) == (0, 0, 0)
-        assert both.duplicates == stats.events
+    everything = landed(settings)
+    inferred = everything.filter(pl.col("payload").map_elements(is_provisional, pl.Boolean))
+    if hooks_first:  # the import adds only its provisional close of each last turn
+        assert (hooked.quarantined, both.quarantined, both.landed) == (0, 0, inferred.height)
+        assert both.duplicates == stats.events - inferred.height
     else:
-        assert both.quarantined == 0 and both.landed == stats.events
-    events = landed(settings)
+        assert both.quarantined == 0 and both.landed == stats.events + inferred.height
+    events = everything.join(inferred, on="event_id", how="anti")
     assert events.height == stats.events == 19
+    rows = inferred.select("event_id", "payload").to_dicts()
+    assert rows and hook_ids(rows) <= set(events["event_id"])  # the hook's own close supersedes
     closed = events.filter(pl.col("type") == "turn.closed").sort("occurred_at")
     assert [json.loads(p)["status"] for p in closed["payload"]] == ["cancelled"] * 3
     ends = [t.isoformat() for t in closed["occurred_at"]]

@@ -72,7 +72,8 @@ def test_hook_captured_turns_are_searchable_by_their_user_only(
     tomato = service.search(as_bob, SearchRequest(query="blight resistant tomatoes", top_k=5))
     assert tomato.hits[0].turn_id == bob_turn
 
-    turns_before = store.read(TURN_LOGS, TURN_LOGS_SCHEMA).height
+    before = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
+    turns_before = before.height
     config = hook_config(ann)
     spool_dir = Path(config.spool).parent
     imported = import_transcripts(
@@ -80,8 +81,11 @@ def test_hook_captured_turns_are_searchable_by_their_user_only(
     )
     assert imported.turns == 2
     again = land(store, settings.landing_uri)
-    assert (again.landed, again.quarantined) == (0, 0)
+    # only the import's provisional close and answer of the last turn, which the hook's supersede
+    assert (again.landed, again.quarantined) == (2, 0)
     derive(store, settings)
     logs = store.read(TURN_LOGS, TURN_LOGS_SCHEMA)
     assert logs.height == turns_before == 3
+    said = ["turn_id", "status", "ended_at", "payload"]
+    assert logs.select(said).sort("turn_id").equals(before.select(said).sort("turn_id"))
     assert logs.filter(pl.col("conversation_id") == ann_session.session_id).height == 2

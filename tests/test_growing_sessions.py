@@ -28,12 +28,13 @@ from ctxdb.landing.run import land
 from ctxdb.record.run import derive
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
-from ctxdb.storage.tables import TURN_LOGS, TURN_LOGS_SCHEMA
+from ctxdb.storage.tables import REPLAY_ARTIFACTS, REPLAY_SCHEMA, TURN_LOGS, TURN_LOGS_SCHEMA
 
 DATA = Path(__file__).parent / "data"
 IDENTITY = Identity(tenant="local", app="coding", user_id="ann")
 COMPARED = ["conversation_id", "turn_id", "status", "error_type", "ended_at", "payload", "title"]
 """What a TurnLog says (not when it was written, nor the ids of the events it came from)."""
+REPLAYED = ["conversation_id", "turn_id", "seq", "name", "data"]
 
 
 def _import_claude_code(path: Path, spool: Path) -> None:
@@ -72,9 +73,19 @@ CASES = {
         lambda source: _cut_lines(source, '"type":"tool_use"'),
         _import_claude_code,
     ),
+    "claude-code-answering": (  # the model at work after a tool returned
+        FIXTURES / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl",
+        lambda source: _cut_lines(source, '"type":"tool_result"'),
+        _import_claude_code,
+    ),
     "codex": (
         DATA / "codex" / "rollout-2026-06-22T12-11-14-019eef3d-abd1-72e1-ab99-dcdb259027c5.jsonl",
         lambda source: _cut_lines(source, '"type":"function_call"'),
+        _importer(rollout_events),
+    ),
+    "codex-before-task-events": (  # a 2025 rollout: no task_started / task_complete lines
+        DATA / "codex" / "rollout-2025-09-19T09-02-12-01996135-afde-7911-97f0-d863511eca56.jsonl",
+        lambda source: _cut_lines(source, '"type":"function_call_output"'),
         _importer(rollout_events),
     ),
     "gemini": (
@@ -92,6 +103,11 @@ def _derived(settings: Settings, import_one: Callable, path: Path) -> pl.DataFra
     assert land(store, settings.landing_uri).quarantined == 0
     derive(store, settings)
     return store.read(TURN_LOGS, TURN_LOGS_SCHEMA).select(COMPARED).sort("ended_at", "turn_id")
+
+
+def _replayed(settings: Settings) -> pl.DataFrame:
+    replay = DeltaStore(settings.delta_uri).read(REPLAY_ARTIFACTS, REPLAY_SCHEMA)
+    return replay.select(REPLAYED).sort(REPLAYED)
 
 
 @pytest.mark.parametrize("host", list(CASES))
@@ -116,3 +132,4 @@ def test_a_turn_running_at_import_takes_what_the_host_wrote_once_the_file_grows(
 
     shutil.copy(source, growing)
     assert _derived(settings, import_one, growing).equals(whole)
+    assert _replayed(settings).equals(_replayed(whole_settings))

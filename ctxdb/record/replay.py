@@ -16,6 +16,7 @@ import polars as pl
 from ctxdb.record.expiry import expires_at_expr
 from ctxdb.record.frames import empty, frame, from_columns
 from ctxdb.record.records import ClosedEvents
+from ctxdb.record.superseding import superseded
 from ctxdb.record.turns import Turn
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import REPLAY_SCHEMA
@@ -41,6 +42,19 @@ def _item(type_: str, payload: dict) -> tuple[str, str, str | None, dict]:
     return STREAM, payload["name"], payload["marker"], data
 
 
+def _superseded_steps(picked: pl.DataFrame, payloads: Sequence) -> set[str]:
+    """The ids of the steps among `picked` that the host's own steps supersede
+    (`ctxdb.record.superseding`), as in the TurnLog."""
+    steps = picked.filter(pl.col("type") == "chat.step")
+    by_turn: dict[tuple[str, str], list[dict]] = {}
+    for conversation, turn, event_id, row in steps.select(
+        "conversation_id", "turn_id", "event_id", "row"
+    ).iter_rows():
+        step = {"type": "chat.step", "event_id": event_id, "payload": payloads[row]}
+        by_turn.setdefault((conversation, turn), []).append(step)
+    return {event_id for group in by_turn.values() for event_id in superseded(group)}
+
+
 def replay_frame(
     events: ClosedEvents, turns: Sequence[Turn], settings: Settings, now: datetime
 ) -> pl.DataFrame:
@@ -48,6 +62,7 @@ def replay_frame(
     kinds = {(t.conversation_id, t.turn_id): t.recording_kind for t in turns}
     data = events.frame
     picked = data.filter(pl.col("type").is_in(REPLAYED))
+    dropped = _superseded_steps(picked, events.payloads)
     rows = picked["row"].to_list()
     columns: dict[str, list] = {name: [] for name in (*IDENTITY, "event_id", "ts")}
     values = {name: picked[name].to_list() for name in columns}
@@ -57,7 +72,7 @@ def replay_frame(
     for i, row in enumerate(rows):
         key = (values["conversation_id"][i], values["turn_id"][i])
         kind = kinds.get(key)
-        if kind is None:
+        if kind is None or values["event_id"][i] in dropped:
             continue
         item = _item(types[i], events.payloads[row])
         if kind == "rich" and item[1] not in ALWAYS:

@@ -42,6 +42,12 @@ def current(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     ]
 
 
+def superseded(events: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The ids of the events among one turn's (arrival order) that `current` leaves out."""
+    kept = {e["event_id"] for e in current(events)}
+    return {e["event_id"] for e in events if e["event_id"] not in kept}
+
+
 def _slot(event: Mapping[str, Any]) -> tuple[str, str]:
     """What one event fills in its turn: the answer, a step by its name, else the event itself."""
     kind = event["type"]

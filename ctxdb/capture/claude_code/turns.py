@@ -13,9 +13,9 @@ Ids are derived from the transcript, never from the clock: `turn_id` is the prom
 The hook (`hook.py`) and the importer (`importer.py`) feed the same records through the same
 `TurnMapper`, so a turn captured live and the same turn imported later carry the same event ids,
 and landing keeps one copy. What the importer infers when a transcript went idle with its last
-turn waiting on a tool call (its close, last answer, unanswered tool calls) is `provisional`,
-under ids of its own: when the turn goes on, the events Claude Code writes supersede it
-(`ctxdb.record.superseding`).
+turn not ended by any line (its close, last answer, unanswered tool calls) is `provisional`,
+under ids of its own: when the turn goes on, or a hook closes it, the events Claude Code writes
+supersede it (`ctxdb.record.superseding`).
 
 A step carries the tool call's input summary (`input`, at most `transcript.INPUT_CHARS`) and,
 only when `output_chars` > 0 (`CTXDB_CLAUDE_CODE_TOOL_OUTPUT`, off by default), the text the tool
@@ -447,18 +447,13 @@ class TurnMapper:
         turn["pending"] = {}
         return events
 
-    def finish(self, settled: bool, running: bool = False) -> list[dict[str, Any]]:
+    def finish(self, settled: bool) -> list[dict[str, Any]]:
         """End of a transcript read by the importer: the last turn is closed only when the
-        transcript has `settled` (no longer written to); a prompt never answered is dropped. The
-        close is `provisional` when the turn may still be going on: it waits on a tool call
-        without its result, or the host's file cannot tell (`running`)."""
+        transcript has `settled` (no longer written to), and then `provisional`ly: nothing in
+        the file says the turn ended, and a turn waiting on a tool or on the model looks the
+        same. A prompt never answered is dropped."""
         self.state["candidate"] = None
-        turn = self.turn
-        if not settled or turn is None:
-            return []
-        waiting = bool(turn["pending"]) and not turn["interrupted"]
-        events = self.close()
-        return [provisional(event) for event in events] if running or waiting else events
+        return [provisional(event) for event in self.close()] if settled else []
 
     def _event(
         self, kind: str, suffix: str, ts: str, payload: dict[str, Any], step: bool = False

@@ -62,7 +62,7 @@ def _rollout_stream(
         events = mapper.feed([Record(INTERRUPT)])
         made += len(events)
         yield from events
-    events = mapper.finish(settled, running=reader.open_task)
+    events = mapper.finish(settled)
     if not made and not events and counts.lines > counts.bad and not reader.saw_meta:
         raise ValueError(OLD_FORMAT)
     yield from events

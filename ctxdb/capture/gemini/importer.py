@@ -43,6 +43,6 @@ def _session_stream(
         mapper = HostMapper(identity, session.session_id, ADAPTER, PREFIX, clean)
         for record in records(session):
             yield from mapper.feed([record])
-        yield from mapper.finish(settled, running=True)  # no line says a turn ended
+        yield from mapper.finish(settled)
     counts = session.counts
     return Summary(session.project_hash, counts.lines, counts.bad, counts.truncated)
