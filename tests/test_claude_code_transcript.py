@@ -245,3 +245,41 @@ def test_messages_typed_during_a_turn_are_its_steers_and_nothing_else(tmp_path: 
     replayed = again.feed(read_from(session.path, final=True).records) + again.finish(True)
     assert replayed == events  # deterministic: no time comes from the clock
     assert mapper.state["queued"] == []
+
+
+def _task_record(task_id: str, description: str) -> str:
+    return json.dumps(
+        {"task_id": task_id, "description": description, "task_type": "local_agent"},
+        separators=(",", ":"),
+    )
+
+
+def test_background_task_records_in_the_queue_are_never_steers(tmp_path: Path) -> None:
+    """Claude Code 2.1.45+ queues a JSON record of each background task (sub-agent) and
+    `remove`s it into the turn when the task ends; the user's own message typed between them is
+    the one a later unnamed `remove` delivers. The line shapes and order are those of a real
+    2.1.45 transcript a probe brought (ElixirTrials/medgemma-hackathon@68bbfa7, branch
+    entire/checkpoints/v1, 00/6c6398d68e/6/full.jsonl: no licence, so not copied here): ctxdb made
+    every task record a user steer and lost the typed one."""
+    session = Session(tmp_path / "s.jsonl", CWD)
+    turn = session.prompt("/gsd:plan-phase 42")
+    msg = session.new_message()
+    session.tool_use("Task", {"description": "Research Phase 42"}, msg)
+    for task_id, what in [("ab876d0", "Research"), ("ad61ff7", "Plan"), ("a20a0bd", "Check")]:
+        _queue(session, "enqueue", _task_record(task_id, what))
+    _queue(session, "enqueue", "We don't want to commit uploads")
+    _queue(session, "enqueue", _task_record("a54e6eb", "Revise Phase 42 plans"))
+    _queue(session, "remove")
+    session.text("Understood: uploads stay out of the commit.")
+    alone = session.prompt("how slow are the tests?")
+    msg = session.new_message()
+    session.tool_use("Task", {"description": "Explore codebase structure"}, msg)
+    _queue(session, "enqueue", _task_record("ac62d8c", "Explore codebase structure"))
+    _queue(session, "remove")
+    session.text("Here is the report.")
+    turns = by_turn(mapped(session))
+    steers = {
+        t: [e["payload"]["text"] for e in turns[t] if e["payload"].get("event_type") == "steer"]
+        for t in (turn, alone)
+    }
+    assert steers == {turn: ["We don't want to commit uploads"], alone: []}

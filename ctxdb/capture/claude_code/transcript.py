@@ -9,7 +9,8 @@ sharing `message.id`; tool results come back as user lines holding `tool_result`
 where the context was compacted (a tool use before it gets no result line); the other types
 (summary, file-history-snapshot, progress, attachment, ...) carry nothing a turn needs and are
 skipped. A `queue-operation` line tracks a message typed while Claude Code was busy: one it
-`remove`s from the queue went into the running turn (a steer) and has no user line of its own.
+`remove`s from the queue went into the running turn (a steer) and has no user line of its own;
+newer versions also queue a record of each background task (JSON with a `task_id`), never a steer.
 A background-task notice (`<task-notification>...` injected as a user line) is not a prompt: it
 is skipped.
 
@@ -290,10 +291,26 @@ def _queue_record(line: dict[str, Any]) -> Record | None:
 
 def is_steer(text: str) -> bool:
     """Whether a queued message delivered into a running turn is the user's words: not a task
-    notice, a local command's output or a slash command (`/name`, `/name args`)."""
+    notice, a background task's record, a local command's output or a slash command (`/name`,
+    `/name args`)."""
     return bool(text) and not (
-        text.startswith((*_NOT_PROMPTS, *_LOCAL_OUTPUT)) or _SLASH_COMMAND.match(text)
+        text.startswith((*_NOT_PROMPTS, *_LOCAL_OUTPUT))
+        or _SLASH_COMMAND.match(text)
+        or _is_task_record(text)
     )
+
+
+def _is_task_record(text: str) -> bool:
+    """Whether a queued entry is Claude Code's record of a background task or sub-agent (a JSON
+    object with `task_id`, `description`, `task_type`: Claude Code 2.1.45 and later queue one per
+    task, delivered into the turn when the task ends), not words the user typed."""
+    if not text.startswith("{"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and "task_id" in value
 
 
 def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
