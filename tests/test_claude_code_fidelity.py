@@ -55,6 +55,9 @@ COMPACTED_MID_TURN = (
     / "-Users-alex-workspace-cli--worktrees-1"
     / "0c275b1b-9732-433e-9e70-9b7bfdb578a3.jsonl"
 )
+TASK_QUEUE = (
+    FIXTURES / "-Users-michael-Code-cipher-box" / "12f1f541-2a05-4a60-a551-14b836a1ad82.jsonl"
+)
 EXPECTED_TURNS = {
     "4d5611e5-241a-462a-8d15-5122611a9569": ["ok", "ok"],
     "258c7280-ae70-4798-800f-63464d01a85d": ["cancelled", "ok"],
@@ -70,6 +73,8 @@ EXPECTED_TURNS = {
     "fe5e1c67-53e7-4862-81ae-d0e013e3270b": ["ok", "ok"],
     # a turn compacted in its middle and finished (Stop hooks ran), a message queued during it
     "0c275b1b-9732-433e-9e70-9b7bfdb578a3": ["ok", "ok", "ok"],
+    # background tasks queued as JSON records; two messages typed into running turns
+    "12f1f541-2a05-4a60-a551-14b836a1ad82": ["ok", "cancelled", "ok", "ok", "ok", "ok", "ok"],
 }
 """Per fixture session, the status of each turn (a person reading the transcript counts these:
 one turn per real prompt; notices and local commands are none)."""
@@ -180,6 +185,28 @@ def test_a_turn_compacted_midway_and_finished_is_answered_with_its_queued_messag
     rows = role_rows_frame(turns, Settings(home=tmp_path / "home"), datetime.now(UTC))
     users = rows.filter((pl.col("role") == "user") & (pl.col("turn_id") == compacted[0]["turn_id"]))
     assert any("wire up the state machine" in text for text in users["text"])
+
+
+def test_queued_background_task_records_are_not_steers_and_typed_messages_are(
+    tmp_path: Path,
+) -> None:
+    """12f1f541 (Claude Code 2.1.49): four background tasks are queued as JSON records and
+    removed into their turns unnamed; the two messages the user typed meanwhile are the only
+    steers, each in the turn it was typed into, and no user text holds a task record."""
+    events = transcript_events(TASK_QUEUE, hook_conf(tmp_path).identity, settle_s=0).events
+    submissions = [e for e in events if e["type"] == "user.submission"]
+    steers = [
+        (e["turn_id"], e["payload"]["text"])
+        for e in submissions
+        if e["payload"].get("event_type") == "steer"
+    ]
+    asked = {e["payload"]["text"]: e["turn_id"] for e in submissions}
+    turn = asked["why is the agent executing weird pythin?"]
+    assert steers == [
+        (turn, "is the pencil mcp down?"),
+        (turn, "I still dont understand why the sub agent is unable to interact with pencil mcp?"),
+    ]
+    assert not [text for text in asked if "task_id" in text]
 
 
 def test_an_interrupted_turn_shows_cancelled_with_no_invented_answer(tmp_path: Path) -> None:

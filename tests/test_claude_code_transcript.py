@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from datetime import datetime
 from pathlib import Path
 
 from claude_code_sessions import Session, coding_session
@@ -17,6 +19,7 @@ from ctxdb.capture.claude_code.turns import (
 )
 from ctxdb.contract import events as contract
 from ctxdb.contract.events import parse_event
+from ctxdb.record.records import build_turn
 
 ANN = Identity("local", "claude-code", "ann")
 CWD = "/home/ann/src/shop"
@@ -283,3 +286,37 @@ def test_background_task_records_in_the_queue_are_never_steers(tmp_path: Path) -
         for t in (turn, alone)
     }
     assert steers == {turn: ["We don't want to commit uploads"], alone: []}
+
+
+def test_a_pasted_image_is_a_context_of_its_prompt_and_an_image_alone_is_a_turn(
+    tmp_path: Path,
+) -> None:
+    """A screenshot pasted with the prompt (as a real Claude Code 2.1.39 transcript a probe
+    brought holds it: a text block, then an `image` block of base64 PNG) was dropped without a
+    trace, and a prompt of an image alone made no turn: each image is now a `user.context` of
+    kind `image` (media type and size; the bytes are not kept), in the prompt's user row."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(60)).decode()
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}
+    session = Session(tmp_path / "s.jsonl", CWD)
+    first = session._line(
+        "user", {"role": "user", "content": [{"type": "text", "text": "I met these errors"}, image]}
+    )["uuid"]
+    session.text("The import path is wrong.")
+    alone = session._line("user", {"role": "user", "content": [image]})["uuid"]
+    session.text("That is the same trace.")
+    turns = by_turn(mapped(session))
+    assert list(turns) == [first, alone]
+    contexts = [e["payload"] for e in turns[first] if e["type"] == "user.context"]
+    assert contexts == [
+        {
+            "kind": "image",
+            "label": "pasted image 1 (image/png, 68 bytes)",
+            "source": "claude_code",
+            "event": {"media_type": "image/png", "bytes": 68},
+        }
+    ]
+    turn = build_turn(
+        [{**e, "occurred_at": datetime.fromisoformat(e["occurred_at"])} for e in turns[alone]]
+    )
+    assert turn is not None and turn.status == "ok"
+    assert [b["type"] for b in turn.blocks][:2] == ["user.prompt", "user.context.image"]

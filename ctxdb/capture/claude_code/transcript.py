@@ -107,7 +107,7 @@ class Record:
     the running turn as a steer) or `cleared` (every queued message taken back). Other hosts'
     readers also give `steer` (a message with its `text` the user sent into the running turn).
     An `assistant` record may name the `model` that wrote it and its message's token `usage`
-    (prompt, output).
+    (prompt, output); a `prompt` lists the `images` pasted into it (media type, bytes).
     """
 
     __slots__ = (
@@ -124,6 +124,7 @@ class Record:
         "api_error",
         "model",
         "usage",
+        "images",
     )
 
     def __init__(
@@ -141,10 +142,12 @@ class Record:
         api_error: bool = False,
         model: str | None = None,
         usage: tuple[int, int] | None = None,
+        images: list[tuple[str, int]] | None = None,
     ) -> None:
         self.kind, self.ts, self.uuid, self.session_id, self.cwd = kind, ts, uuid, session_id, cwd
         self.text, self.message_id, self.api_error = text, message_id, api_error
         self.model, self.usage = model, usage
+        self.images = images or []
         self.texts = texts or []
         self.tool_uses = tool_uses or []
         self.results = results or []
@@ -180,6 +183,23 @@ def _text_of(content: Any) -> str:
         ]
         return "\n".join(p for p in parts if p)
     return ""
+
+
+def _images_of(content: Any) -> list[tuple[str, int]]:
+    """The images pasted into a user message: (media type, size in bytes of the base64 data, 0
+    when the image is given another way)."""
+    if not isinstance(content, list):
+        return []
+    images = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "image":
+            continue
+        source = block.get("source") if isinstance(block.get("source"), dict) else {}
+        media = source.get("media_type")
+        data = source.get("data") if isinstance(source.get("data"), str) else ""
+        size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
+        images.append((media[:128] if isinstance(media, str) and media else "image", size))
+    return images
 
 
 def _command_prompt(text: str) -> str | None:
@@ -259,7 +279,8 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
         ]
         return Record(TOOL_RESULT, results=[r for r in results if r[0]], **common)
     text = _text_of(content).strip()
-    if not text:
+    images = _images_of(content)
+    if not text and not images:
         return None
     if text.startswith(_INTERRUPTED):
         return Record(INTERRUPT, **common)
@@ -272,7 +293,7 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
         if not command:
             return None
         text = command
-    return Record(PROMPT, text=text, **common)
+    return Record(PROMPT, text=text, images=images, **common)
 
 
 def _queue_record(line: dict[str, Any]) -> Record | None:

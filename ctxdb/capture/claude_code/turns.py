@@ -218,6 +218,7 @@ class TurnMapper:
                     "text": self.clean(record.text),
                     "ts": timestamp(record.ts),
                     "cwd": record.cwd,
+                    "images": [list(image) for image in record.images],
                 }
             elif record.kind == INTERRUPT:
                 events += self.start()  # a prompt stopped before any answer is still a turn
@@ -296,6 +297,7 @@ class TurnMapper:
 
     def _open(self, turn_id: str, conversation_id: str, text: str, ts: str) -> list[dict[str, Any]]:
         cwd = self.candidate.get("cwd") if self.candidate else None
+        images = (self.candidate.get("images") if self.candidate else None) or []
         self.state["candidate"] = None
         self.state["turn"] = {
             "turn_id": turn_id,
@@ -318,7 +320,16 @@ class TurnMapper:
         return [
             self._event("turn.started", "start", ts, {"project": project} if project else {}),
             fit(self._event("user.submission", "prompt", ts, prompt), "text"),
+            *(self._image(n, media, size, ts) for n, (media, size) in enumerate(images, 1)),
         ]
+
+    def _image(self, n: int, media: str, size: int, ts: str) -> dict[str, Any]:
+        """A `user.context` of kind `image` for the `n`th image pasted into the prompt: what it
+        was (the bytes are not kept)."""
+        label = f"pasted image {n} ({media}, {size:,} bytes)" if size else f"pasted image {n}"
+        context = {"kind": "image", "label": label, "source": ADAPTER}
+        context["event"] = {"media_type": media, "bytes": size}
+        return self._event("user.context", f"image-{n}", ts, context)
 
     def _queue(self, record: Record) -> list[dict[str, Any]]:
         """Track messages typed while Claude Code was busy (`state["queued"]`: text without
