@@ -28,6 +28,7 @@ EXPLAIN = DATA / "session-2025-12-01T21-45-5b959dae.json"
 FILE_OPS = DATA / "session-2026-01-16T11-01-file-ops-37b7abef.json"
 ANN = Identity("local", "gemini-cli", "ann")
 REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
+SLASH_ERRORS = DATA / "session-2025-12-13T19-01-049d9bb6.json"
 
 
 def test_session_turns_prompts_answers_steps_and_tokens() -> None:
@@ -49,6 +50,22 @@ def test_session_turns_prompts_answers_steps_and_tokens() -> None:
     digest = "fb8e242a6fbbb5c48a1d0be57a8a4cc934d33e0a1caf73ab5d4ecaa17269960c"
     assert {e["agent"] for e in events} == {digest}
     assert len(project_hash("/any/folder")) == 64
+
+
+def test_a_slash_commands_error_after_an_answer_never_replaces_it() -> None:
+    """Errors Gemini CLI writes for slash commands typed after an answer (`/ide`,
+    `/permissions manage`: no user message records them) made the answered turn an `error`
+    whose answer was "Invalid subcommand for /permissions"; the answer stays, the turn is ok."""
+    events = session_events(SLASH_ERRORS, ANN, True, strip_private).events
+    answer = next(
+        e
+        for e in by_type(events, "assistant.completion")
+        if e["payload"]["text"].startswith("I could not find a file named `gemini.md`")
+    )
+    assert not answer["payload"]["error"]
+    closed = [e for e in by_type(events, "turn.closed") if e["turn_id"] == answer["turn_id"]]
+    assert [e["payload"]["status"] for e in closed] == ["ok"]
+    assert "subcommand for /permissions" not in json.dumps(events)
 
 
 def test_request_cancelled_closes_the_turn_cancelled_with_no_invented_answer(

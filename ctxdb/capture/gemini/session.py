@@ -18,7 +18,10 @@ project folder's path.
 prompt unless Gemini CLI itself ignores it (empty, a `/command`, `?`, `<session_context>`,
 `<hook_context>`); a gemini message is the answer so far and its tool calls (a call that did not
 finish is left unanswered, so its turn ends cancelled); info "Request cancelled." is an
-interrupt; an error message is an error answer; other info and warnings are skipped.
+interrupt; an error message is an error answer, unless it follows a final answer (text and no
+tool call: the model is done, so it is a slash command's or the UI's error, such as `/ide` or
+`/permissions` typed afterwards, which Gemini CLI writes with no user message); other info and
+warnings are skipped.
 """
 
 from __future__ import annotations
@@ -76,8 +79,19 @@ def records(session: Session) -> Iterator[Record | Tokens]:
     """The records of a folded session's messages, in order (a message they cannot be made of is
     counted in `session.counts.bad` and skipped)."""
     common: SessionOrigin = {"session_id": session.session_id, "cwd": session.project_hash}
+    answered = False
     for message in session.messages:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "error" and answered:
+            continue  # after a final answer: a slash command's or the UI's error, not the model's
+        if kind in ("user", "gemini"):
+            answered = kind == "gemini" and _final(message)
         yield from guarded(session.counts, _message, message, common)
+
+
+def _final(message: dict[str, Any]) -> bool:
+    """Whether a gemini message is an answer that ends its turn: text and no tool call."""
+    return bool(_text(message.get("content")).strip()) and not message.get("toolCalls")
 
 
 def _message(message: dict[str, Any], common: SessionOrigin) -> Iterator[Record | Tokens]:
