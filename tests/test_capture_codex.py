@@ -23,6 +23,7 @@ DATA = Path(__file__).parent / "data" / "codex"
 COMPACTION = DATA / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
 RESUMED = DATA / "rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-95445d84846a.jsonl"
 STEERED = DATA / "rollout-2026-06-22T12-11-14-019eef3d-abd1-72e1-ab99-dcdb259027c5.jsonl"
+LEGACY_STOPPED = DATA / "rollout-2025-10-31T19-02-58-c61729d4-da6d-46a4-9a29-ec2c614e5e23.jsonl"
 ANN = Identity("local", "codex", "ann")
 SECOND_TURN = "019e162b-0011-7240-abbc-f7b732e49728"
 ABORTED = (
@@ -60,6 +61,20 @@ def test_rollout_turns_prompts_answers_steps_and_tokens() -> None:
     assert {e["adapter"] for e in events} == {ADAPTER}
     assert all(e["event_id"].startswith("cx-") for e in events)
     assert all(e["agent"] == "Users-Sample_User-repos-codemie-ai-codemie-code" for e in events)
+
+
+def test_prompts_a_user_went_on_from_before_any_answer_are_cancelled_turns() -> None:
+    """Codex 0.34 (no task events): the user typed on while Codex worked without writing text
+    ("pause", then "OK, continue" three times). Those prompts were in no turn, and the first,
+    which ran shell calls, ended `error` with an invented answer: each is a cancelled turn."""
+    events = rollout_events(LEGACY_STOPPED, ANN, True, strip_private).events
+    prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
+    assert prompts[1:] == ["pause", "OK, continue", "OK, continue", "OK, continue"]
+    closed = [e["payload"] for e in by_type(events, "turn.closed")]
+    interrupted = {"status": "cancelled", "error_type": "interrupted"}
+    assert closed[:4] == [interrupted] * 4 and closed[4]["status"] == "ok"
+    answers = by_type(events, "assistant.completion")
+    assert [a["payload"]["text"][:5] for a in answers] == ["Done."]
 
 
 def test_a_turn_codex_never_finished_is_cancelled() -> None:

@@ -194,9 +194,10 @@ def _images_of(content: Any) -> list[tuple[str, int]]:
     for block in content:
         if not isinstance(block, dict) or block.get("type") != "image":
             continue
-        source = block.get("source") if isinstance(block.get("source"), dict) else {}
-        media = source.get("media_type")
-        data = source.get("data") if isinstance(source.get("data"), str) else ""
+        source = block.get("source")
+        source = source if isinstance(source, dict) else {}
+        media, data = source.get("media_type"), source.get("data")
+        data = data if isinstance(data, str) else ""
         size = len(data) * 3 // 4 - (len(data) - len(data.rstrip("=")))
         images.append((media[:128] if isinstance(media, str) and media else "image", size))
     return images

@@ -327,8 +327,8 @@ class TurnMapper:
         """A `user.context` of kind `image` for the `n`th image pasted into the prompt: what it
         was (the bytes are not kept)."""
         label = f"pasted image {n} ({media}, {size:,} bytes)" if size else f"pasted image {n}"
-        context = {"kind": "image", "label": label, "source": ADAPTER}
-        context["event"] = {"media_type": media, "bytes": size}
+        event = {"media_type": media, "bytes": size}
+        context = {"kind": "image", "label": label, "source": ADAPTER, "event": event}
         return self._event("user.context", f"image-{n}", ts, context)
 
     def _queue(self, record: Record) -> list[dict[str, Any]]:

@@ -96,7 +96,7 @@ def _texts(content: Any) -> list[str]:
 class RolloutReader:
     """Reads one rollout's lines in order (`records`); `session_id` and `cwd` come from its
     `session_meta` (`saw_meta`: there was one), `open_task` says a turn was started and has not
-    ended."""
+    ended, `unanswered` that a prompt of a rollout without task events has no answer text yet."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -106,6 +106,7 @@ class RolloutReader:
         self.turn_id: str | None = None
         self.prompted: str | None = None
         self.open_task = False
+        self.unanswered = False
         self.totals = (0, 0)
         self.model: str | None = None
 
@@ -155,9 +156,12 @@ class RolloutReader:
             if self.open_task and self.turn_id and self.prompted == self.turn_id:
                 yield Record(STEER, text=text.strip(), **self._common(ts))  # into the running task
                 return
+            if self.unanswered:  # the user went on before any answer: Codex was stopped
+                yield Record(INTERRUPT, **self._common(ts))
             uuid = f"{self.session_id}-L{number}"
             if self.turn_id and self.prompted != self.turn_id:
                 uuid, self.prompted = self.turn_id, self.turn_id
+            self.unanswered = self.turn_id is None  # no task events (before Codex 0.4x) tell
             yield Record(PROMPT, uuid=uuid, text=text.strip(), **self._common(ts))
         elif kind in ("task_complete", "turn_aborted"):
             if kind == "turn_aborted":
@@ -180,6 +184,7 @@ class RolloutReader:
         if kind == "message" and payload.get("role") == "assistant":
             texts = _texts(payload.get("content"))
             if texts:
+                self.unanswered = False
                 yield self._answer(ts, texts=texts)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             call_id = payload.get("call_id")
