@@ -2,7 +2,8 @@
 real sessions have: Claude Code's IDE and slash-command wrappers (a331468564/claude-codex-chat-
 archives, d-kimuson/claude-code-viewer), spec-kit's prompt template as Codex expands it
 (0h-n0/local-voice-assistant-codex; the header is spec-kit's, github/spec-kit, MIT), markdown, and
-a conversation whose prompts share a header."""
+a conversation whose prompts share a header, and Codex's IDE extension's setup header (seen on 7 of
+17 real VS Code rollouts by a probe: the open tab's name was the title)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ COMMAND = (
     "<command-message>orchestrator is running…</command-message>\n"
     "<command-name>/orchestrator</command-name>\n"
     "<command-args>create TODO app by Next.js</command-args>"
+)
+CODEX_IDE = (  # the wrapper of Codex's VS Code extension (codex_vscode 0.104), as rollouts hold it
+    "# Context from my IDE setup:\n\n## Active file: apps/api/app/api/opportunities/route.ts\n\n"
+    "## Open tabs:\n- route.ts: apps/api/app/api/opportunities/route.ts\n"
+    "- .env.local: apps/api/.env.local\n\n## My request for Codex:\n"
+    'why are we adding lang: "en" here?\n'
 )
 SPECKIT_HEADER = (
     "\n## User Input\n\n```text\n{input}\n```\n\n"
@@ -41,6 +48,7 @@ SPECIFY = SPECKIT_HEADER.format(input="Build a local voice assistant: speech in,
     ("prompt", "title"),
     [
         (IDE_OPENED, "读取项目文件，说清楚目前计划"),
+        (CODEX_IDE, 'why are we adding lang: "en" here?'),
         (COMMAND, "create TODO app by Next.js"),
         ("<command-message>mcp</command-message>\n<command-name>/mcp</command-name>", "/mcp"),
         (

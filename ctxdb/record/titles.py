@@ -1,7 +1,8 @@
 """Conversation titles made from prompts, when the host sent no `conversation.title`.
 
 A raw first prompt makes a poor title: hosts wrap it in context the person never typed
-(`<ide_opened_file>…</ide_opened_file>`, `<system-reminder>`, slash-command tags), prompt
+(`<ide_opened_file>…</ide_opened_file>`, `<system-reminder>`, slash-command tags, Codex's IDE
+setup before `## My request for Codex:`), prompt
 templates put the same header before every prompt (spec-kit's `## User Input` / ```` ```text ````
 / `You **MUST** consider the user input…`), and markdown syntax reads as noise. A title here is the
 first meaningful sentence of the first prompt: wrappers dropped (a slash command becomes its
@@ -34,6 +35,11 @@ _USER_INPUT = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _ARGUMENTS = re.compile(r"^\s*ARGUMENTS:[ \t]*(?P<input>\S[^\n]*)$", re.MULTILINE)
+_IDE_REQUEST = re.compile(
+    r"^\s*#{1,6}\s*My request for Codex:[ \t]*\n?(?P<input>.*)", re.MULTILINE | re.DOTALL
+)
+"""Codex's IDE extension puts `# Context from my IDE setup:` (active file, open tabs) before
+what the person typed, under this heading."""
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}(\s|$)")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
@@ -68,6 +74,9 @@ def _unwrapped(prompt: str) -> str:
 
 def _template_input(text: str) -> str:
     """A template's user-input section replaced by what was typed in it (removed when empty)."""
+    request = _IDE_REQUEST.search(text)
+    if request and request.group("input").strip():
+        return request.group("input")
     match = _USER_INPUT.search(text)
     if match:
         typed = match.group("input").strip()
