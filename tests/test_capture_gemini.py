@@ -21,6 +21,9 @@ from ctxdb.capture.gemini.session import project_hash
 from ctxdb.contract.events import parse_event
 from ctxdb.contract.private import strip_private
 from ctxdb.landing import partitions
+from ctxdb.record.records import build_turn
+from ctxdb.record.role_rows import role_rows_frame
+from ctxdb.search.materialize import turn_view
 from ctxdb.settings import Settings
 
 DATA = Path(__file__).parent / "data" / "gemini"
@@ -29,6 +32,7 @@ FILE_OPS = DATA / "session-2026-01-16T11-01-file-ops-37b7abef.json"
 ANN = Identity("local", "gemini-cli", "ann")
 REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
 SLASH_ERRORS = DATA / "session-2025-12-13T19-01-049d9bb6.json"
+TOOLS_ONLY = DATA / "session-2025-11-19T20-45-42f4bde7.json"
 
 
 def test_session_turns_prompts_answers_steps_and_tokens() -> None:
@@ -66,6 +70,32 @@ def test_a_slash_commands_error_after_an_answer_never_replaces_it() -> None:
     closed = [e for e in by_type(events, "turn.closed") if e["turn_id"] == answer["turn_id"]]
     assert [e["payload"]["status"] for e in closed] == ["ok"]
     assert "subcommand for /permissions" not in json.dumps(events)
+
+
+def test_a_turn_that_ran_tools_and_wrote_no_text_shows_no_invented_answer(tmp_path: Path) -> None:
+    """ "install ThrottleStop" ran a shell call and wrote no text before the user typed again:
+    an error turn (`no_answer`) whose answer read "An error occurred.", text nobody wrote. It
+    keeps its status, shows no answer and indexes no assistant row."""
+    events = session_events(TOOLS_ONLY, ANN, True, strip_private).events
+    prompt = next(
+        e
+        for e in by_type(events, "user.submission")
+        if e["payload"]["text"] == "install ThrottleStop"
+    )
+    mine = [
+        {**e, "occurred_at": datetime.fromisoformat(e["occurred_at"])}
+        for e in events
+        if e["turn_id"] == prompt["turn_id"]
+    ]
+    turn = build_turn(mine)
+    assert turn is not None and (turn.status, turn.error_type) == ("error", "no_answer")
+    final = [b for b in turn.blocks if b["type"] == "assistant.completion"]
+    assert [b["text"] for b in final] == [""]
+    rows = role_rows_frame([turn], Settings(home=tmp_path), datetime.now(UTC))
+    assert sorted(rows["role"]) == ["artifact", "user"]
+    doc = {"conversation_id": turn.conversation_id, "turn_id": turn.turn_id, "status": "error"}
+    view = turn_view(doc | {"payload": turn.to_record().model_dump(mode="json")["log"]})
+    assert [m.role for m in view.messages] == ["user"]
 
 
 def test_request_cancelled_closes_the_turn_cancelled_with_no_invented_answer(

@@ -25,6 +25,7 @@ from ctxdb.record.frames import empty, frame, from_columns
 from ctxdb.record.turns import (
     ATTACHMENT,
     COMPLETION,
+    NO_ANSWER,
     NOTE,
     STEP,
     SUMMARY,
@@ -171,8 +172,8 @@ class _TurnRows:
 
 def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     """One turn's role rows: each user submission, the final answer (none for a turn cancelled
-    before any answer) and, for rich recordings, summaries, internal notes and readable
-    attachments."""
+    before any answer, or ended by its agent without one) and, for rich recordings, summaries,
+    internal notes and readable attachments."""
     blocks = turn.blocks
     turn_tag = f"turn:{turn.turn_id}"
     projection = projection_tag(turn)
@@ -180,7 +181,8 @@ def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     _user_rows(out, turn_tag, projection)
     final = [i for i, b in enumerate(blocks) if b["type"] == COMPLETION][-1]
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if turn.error else [])
-    if blocks[final]["text"] or not blocks[final]["meta"].get("cancelled"):
+    meta = blocks[final]["meta"]
+    if blocks[final]["text"] or not (meta.get("cancelled") or meta.get("error_type") == NO_ANSWER):
         out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
     _steps_row(out, turn_tag, projection)
     if turn.recording_kind == "rich":

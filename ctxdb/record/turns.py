@@ -35,6 +35,8 @@ ERROR_TEXT = "An error occurred."
 
 USER_BLOCK_TYPES = frozenset({"user.prompt", "user.followup", "user.steer"})
 COMPLETION = "assistant.completion"
+NO_ANSWER = "no_answer"
+"""The close's `error_type` when a capture host saw the turn end without any answer text."""
 SUMMARY = "conv.working.summary"
 NOTE = "react.note"
 ATTACHMENT = "user.attachment.meta"
@@ -566,7 +568,8 @@ def _missing_completion(
     meta = {"error": not cancelled, "error_type": error_type}
     if cancelled:  # stopped by the user: no answer, and none invented
         meta["cancelled"] = True
-    text = "" if cancelled else ERROR_TEXT
+    # a capture host saw the agent end its turn without text: an error, and no invented text
+    text = "" if cancelled or error_type == NO_ANSWER else ERROR_TEXT
     block = _block(COMPLETION, "assistant", turn_id, at, "", text, meta, PLAIN)
     return Draft(Section.COMPLETIONS, n, n, ts, block)
 
