@@ -25,12 +25,12 @@ from ctxdb.record.frames import empty, frame, from_columns
 from ctxdb.record.turns import (
     ATTACHMENT,
     COMPLETION,
-    NO_ANSWER,
     NOTE,
     STEP,
     SUMMARY,
     USER_BLOCK_TYPES,
     Turn,
+    unanswered,
 )
 from ctxdb.settings import Settings
 from ctxdb.storage.tables import ROLE_ROWS_SCHEMA
@@ -181,8 +181,7 @@ def _turn_rows(turn: Turn) -> list[dict[str, Any]]:
     _user_rows(out, turn_tag, projection)
     final = [i for i, b in enumerate(blocks) if b["type"] == COMPLETION][-1]
     tags = ["chat:assistant", turn_tag, projection] + (["chat:error"] if turn.error else [])
-    meta = blocks[final]["meta"]
-    if blocks[final]["text"] or not (meta.get("cancelled") or meta.get("error_type") == NO_ANSWER):
+    if not unanswered(blocks[final]):
         out.add(final, "assistant", "assistant", tags, blocks[final]["text"])
     _steps_row(out, turn_tag, projection)
     if turn.recording_kind == "rich":

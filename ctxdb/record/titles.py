@@ -2,9 +2,9 @@
 
 A raw first prompt makes a poor title: hosts wrap it in context the person never typed
 (`<ide_opened_file>…</ide_opened_file>`, `<system-reminder>`, slash-command tags, Codex's IDE
-setup before `## My request for Codex:`), prompt
-templates put the same header before every prompt (spec-kit's `## User Input` / ```` ```text ````
-/ `You **MUST** consider the user input…`), and markdown syntax reads as noise. A title here is the
+setup before `## My request for Codex:`), prompt templates put the same header before every
+prompt (spec-kit's `## User Input` / ```` ```text ```` / `You **MUST** consider the user
+input…`), and markdown syntax reads as noise. A title here is the
 first meaningful sentence of the first prompt: wrappers dropped (a slash command becomes its
 arguments, else its name), a template's user-input section replaced by what the person typed, a
 header the conversation's later prompts repeat skipped, markdown syntax removed, cut at a word

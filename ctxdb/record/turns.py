@@ -558,6 +558,14 @@ def _one_answer(drafts: list[Draft]) -> list[Draft]:
     return [d for d in drafts if d.section != Section.COMPLETIONS or d is last]
 
 
+def unanswered(block: Mapping[str, Any]) -> bool:
+    """Whether a block is a completion with no answer to show or index: the empty one of a turn
+    cancelled before any answer, or of a turn its agent ended without text (`NO_ANSWER`)."""
+    meta = block.get("meta") or {}
+    quiet = meta.get("cancelled") or meta.get("error_type") == NO_ANSWER
+    return block.get("type") == COMPLETION and not block.get("text") and bool(quiet)
+
+
 def _missing_completion(
     turn_id: str, closing: Mapping[str, Any], at: str, ts: int, n: int
 ) -> Draft:

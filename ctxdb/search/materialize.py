@@ -17,7 +17,7 @@ from elasticsearch import Elasticsearch
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError, qualify
 from ctxdb.index.mappings import turn_doc_id
-from ctxdb.record.turns import NO_ANSWER, TurnStatus
+from ctxdb.record.turns import TurnStatus, unanswered
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
 from ctxdb.search.models import FileCard, Message, Snippet, Step, StepKind, Target, TurnView
@@ -209,14 +209,6 @@ def _no_answer(block: dict[str, Any]) -> bool:
     )
 
 
-def _unshown(block: dict[str, Any]) -> bool:
-    """A completion with no message to show: cancelled before any answer, or the empty one of a
-    turn its agent ended without text."""
-    meta = block.get("meta") or {}
-    silent = meta.get("error_type") == NO_ANSWER and not block.get("text")
-    return _no_answer(block) or (block.get("type") == "assistant.completion" and silent)
-
-
 def _legacy_status(blocks: list[dict[str, Any]]) -> TurnStatus:
     """The status of a turn indexed before TurnLogs carried one, read off its blocks."""
     if any(_no_answer(b) for b in blocks):
@@ -239,7 +231,7 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
         kind = block.get("type")
         meta = block.get("meta") or {}
         target = block_target(block)
-        if _unshown(block):
+        if unanswered(block):
             continue
         if target in ("user", "assistant") and isinstance(block.get("text"), str):
             messages.append(

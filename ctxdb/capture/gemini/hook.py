@@ -3,10 +3,10 @@
 Gemini CLI runs a command hook with a JSON payload on stdin whose common fields include
 `session_id`, `transcript_path` (the session file) and `hook_event_name`. After each answered turn
 (`AfterAgent`) and when the session ends (`SessionEnd`) the hook re-imports that session file
-whole (`import_sessions`, its last turn closed provisionally until the next prompt closes it
-for good, streamed: memory stays bounded): the events no
-file of an earlier day holds go to the session's file in the day's partition, rewritten only when
-it changed, and landing keeps one copy of each event id. The hook prints `{}`
+whole (`import_sessions`, its last turn closed provisionally until the next prompt closes it for
+good, streamed: memory stays bounded): the events no file of an earlier day holds go to the
+session's file in the day's partition, rewritten only when it changed, and landing keeps one copy
+of each event id. The hook prints `{}`
 (Gemini CLI parses stdout as JSON) and always exits 0; failures are logged, never raised into
 Gemini CLI.
 
