@@ -29,8 +29,10 @@ import polars as pl
 import pytest
 from conftest import delete_prefix_indices
 
+from ctxdb.contract.identity import Principal
 from ctxdb.contract.projects import MAX_DEPTH, PROJECT_MAX_CHARS, project_of, resolve_project
 from ctxdb.index.client import make_client
+from ctxdb.search.service import SearchService
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
@@ -47,6 +49,7 @@ BOB_SHOP = SPOTTER / "d6e0bada-1959-4eec-a9d2-0bfade768d8f.jsonl"
 ANN_ELSEWHERE = DATA / "claude_code" / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
 CODEX = DATA / "codex" / "rollout-2025-09-19T09-02-12-01996135-afde-7911-97f0-d863511eca56.jsonl"
 CODEX_SESSION = "01996135-afde-7911-97f0-d863511eca56"
+ANN = Principal(user_id="ann", tenant="local")
 
 
 # project_of on a real folder tree
@@ -233,6 +236,26 @@ def test_the_context_pack_of_a_project_holds_its_sessions_only(memory: Memory) -
         for item in bob["items"]
         if (ref := item.get("ref"))
     }
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_pack_and_the_turn_list_show_what_the_person_typed(memory: Memory) -> None:
+    """The real Codex VS Code rollout wraps each prompt in `# Context from my IDE setup:`: the
+    pack's session, unfinished and recent-work lines and the conversation's turn list show the
+    request typed under `## My request for Codex:`."""
+    args = ("context", "--json", "--project", str(memory.garden), "--token", memory.tokens["ann"])
+    pack = json.loads(memory.ctxdb(*args).stdout)
+    lines = [item["text"] for item in pack["items"] if CODEX_SESSION in (item.get("ref") or "")]
+    assert lines and all("IDE setup" not in line and "My request" not in line for line in lines)
+    assert any("幫我檢查一下 go.mod" in line for line in lines)
+    with make_client(memory.settings) as client:
+        listed = SearchService(memory.settings, client).conversation_turns(ANN, CODEX_SESSION)
+    prompts = [turn.prompt for turn in listed.turns]
+    assert prompts[0].startswith("幫我檢查一下 go.mod") and not any(
+        "IDE setup" in p for p in prompts
+    )
 
 
 # Existing memories: re-derivation fills the column

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from ctxdb.record.titles import TITLE_CHARS, clean_title, lead_sentence, title_from_prompts
+from ctxdb.record.titles import (
+    TITLE_CHARS,
+    clean_title,
+    lead_sentence,
+    title_from_prompts,
+    typed_text,
+)
 
 IDE_OPENED = (
     "<ide_opened_file>The user opened the file e:\\AI\\TestProject-v2\\.claude\\hooks\\"
@@ -76,6 +82,27 @@ def test_a_title_is_the_first_meaningful_sentence_without_wrappers_or_markdown(
     prompt: str, title: str
 ) -> None:
     assert clean_title(prompt) == title
+
+
+@pytest.mark.parametrize(
+    ("prompt", "typed"),
+    [
+        (IDE_OPENED, "读取项目文件，说清楚目前计划"),
+        (CODEX_IDE, 'why are we adding lang: "en" here?'),
+        (COMMAND, "create TODO app by Next.js"),
+        (
+            "Fix the rounding.\n\nIt is in `cart.py`:\n```\ntotal = a + b\n```",
+            "Fix the rounding. It is in cart.py: total = a + b",
+        ),
+        ("<system-reminder>context only</system-reminder>", ""),
+    ],
+)
+def test_what_was_typed_is_every_line_of_the_prompt_without_wrappers(
+    prompt: str, typed: str
+) -> None:
+    """The pack's "asked:" lines and a conversation's turn list show this: the whole request
+    (not only its first sentence) on one line, without what the host put around it."""
+    assert typed_text(prompt) == typed
 
 
 def test_a_long_title_is_cut_at_a_word_boundary() -> None:

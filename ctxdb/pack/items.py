@@ -15,7 +15,7 @@ import polars as pl
 from ctxdb.contract.refs import Ref, format_ref
 from ctxdb.pack.fit import Candidate, age, candidate
 from ctxdb.pack.tokens import count_tokens, cut_to_tokens
-from ctxdb.record.titles import lead_sentence
+from ctxdb.record.titles import lead_sentence, typed_text
 
 if TYPE_CHECKING:
     from ctxdb.search.models import SearchHit
@@ -60,9 +60,14 @@ def outcome(status: str | None, error_type: str | None) -> str:
     return "answered"
 
 
+def typed_prompt(turn: dict[str, Any]) -> str:
+    """What the person typed in a turn's first prompt, host wrappers dropped ("" when none)."""
+    return typed_text(turn.get("first_user_text") or "")
+
+
 def turn_title(turn: dict[str, Any]) -> str:
     """A turn's prompt (a turn's title is often its conversation's), else its title."""
-    return one_line(turn.get("first_user_text") or turn.get("title") or "(no prompt)", TITLE_CHARS)
+    return one_line(typed_prompt(turn) or turn.get("title") or "(no prompt)", TITLE_CHARS)
 
 
 def sessions(turns: pl.DataFrame, now: datetime) -> list[Candidate]:
@@ -110,7 +115,7 @@ def unfinished(turns: pl.DataFrame, now: datetime) -> list[Candidate]:
     for rank, turn in enumerate(open_turns[:UNFINISHED]):
         ref = turn_ref(turn["conversation_id"], turn["turn_id"])
         when = age(turn["started_at"], now)
-        prompt = one_line(turn.get("first_user_text") or turn_title(turn), LINE_CHARS)
+        prompt = one_line(typed_prompt(turn) or turn_title(turn), LINE_CHARS)
         before = f"- [{outcome(turn['status'], turn['error_type'])}] {prompt} ("
         text = f"{before}{when}) {ref}"
         out.append(
@@ -171,7 +176,7 @@ def work(turns: pl.DataFrame, steps: dict[tuple[str, str], str], now: datetime) 
     for rank, at in enumerate(by_session(shown)[:WORK_TURNS]):
         turn = shown[at]
         files, commands = facts[(turn["conversation_id"], turn["turn_id"])]
-        parts = [f"asked: {one_line(turn.get('first_user_text'), TITLE_CHARS)}"]
+        parts = [f"asked: {one_line(typed_prompt(turn), TITLE_CHARS)}"]
         if files:
             parts.append("edited " + ", ".join(files[:6]))
         if commands:

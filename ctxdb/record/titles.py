@@ -167,6 +167,15 @@ def _outside_fences(lines: list[str]) -> list[str]:
     return out
 
 
+def typed_text(prompt: str) -> str:
+    """What the person typed in a prompt, as plain words on one line: host wrappers dropped (a
+    slash command as its arguments or name), a template's user-input section as what was typed
+    in it, markdown syntax removed; "" when nothing is left."""
+    unwrapped = _unwrapped(prompt)
+    lines = _candidate_lines(_template_input(unwrapped))
+    return " ".join(line.lstrip(_HEADING_MARK) for line in lines) or " ".join(unwrapped.split())
+
+
 def title_from_prompts(prompts: Sequence[str]) -> str | None:
     """The title of a conversation from its prompts in turn order: the first prompt's, else
     the next one that makes any, else the first prompt's words as they are (wrappers dropped);

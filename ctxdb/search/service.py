@@ -27,6 +27,7 @@ from ctxdb.errors import SearchUnavailable
 from ctxdb.index.mappings import ROWS, TURNS, alias_name
 from ctxdb.index.routing import RoutingLookup
 from ctxdb.index.versions import alias_target, index_meta
+from ctxdb.record.titles import typed_text
 from ctxdb.search import lookups, names, sessions, subquestions
 from ctxdb.search.arms import RowHit, lexical_body, parse_hits, semantic_body, trigram_body
 from ctxdb.search.coverage import with_coverage
@@ -287,7 +288,7 @@ class SearchService:
                 ts=doc.get("started_at"),
                 status=doc.get("status") or "ok",
                 error_type=doc.get("error_type"),
-                prompt=clip(doc.get("first_user_text") or "", "", chars),
+                prompt=clip(typed_text(doc.get("first_user_text") or ""), "", chars),
                 answer=clip(doc.get("last_assistant_text") or "", "", chars),
             )
             for position, doc in enumerate(docs, start=1)
