@@ -1,16 +1,21 @@
 """Codex CLI rollouts: `~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl` read into turn records.
 
-Each line is `{timestamp, type, payload}`. `session_meta` names the session (`payload.id`) and
-its folder (`cwd`). `event_msg` lines carry what the user saw: `user_message` (the prompt as
-typed), `task_started` / `task_complete` / `turn_aborted` (a turn began, ended, was interrupted;
-newer versions give each a `turn_id`) and `token_count` (`info.total_token_usage`, running
-totals for the session). `response_item` lines carry what the model saw and did: `message`
-(role user: the prompt plus injected context such as AGENTS.md and `<environment_context>`,
-never read here; role assistant: `output_text` blocks), `function_call` / `custom_tool_call`
-with their `*_output` (linked by `call_id`), `web_search_call`, and `reasoning` (never recorded).
-`turn_context` names the `model` of the turns after it (carried by their answers) and their
-folder (`cwd`, whose git root is the turn's project); `compacted`
-and the other `event_msg` types carry nothing a turn needs.
+Each line is `{timestamp, type, payload}`. The first `session_meta` names the session
+(`payload.id`) and its folder (`cwd`); `codex resume` appends to the same file. A fork writes a
+new file: its own `session_meta`, then the parent's lines up to the chosen prompt copied (the
+parent's `session_meta` and turn ids included, re-stamped with the fork's time), then its own
+turns; the copies are the parent's (its file holds them) and are skipped up to the first turn
+whose UUIDv7 `turn_id` is not older than the fork.
+
+`event_msg` lines carry what the user saw: `user_message` (the prompt as typed), `task_started` /
+`task_complete` / `turn_aborted` (a turn began, ended, was interrupted; newer versions give each a
+`turn_id`) and `token_count` (`info.total_token_usage`, running totals for the session).
+`response_item` lines carry what the model saw and did: `message` (role user: the prompt plus
+injected context such as AGENTS.md and `<environment_context>`, never read here; role assistant:
+`output_text` blocks), `function_call` / `custom_tool_call` with their `*_output` (linked by
+`call_id`), `web_search_call`, and `reasoning` (never recorded). `turn_context` names the `model` of
+the turns after it (carried by their answers) and their folder (`cwd`, whose git root is the turn's
+project); `compacted` and the other `event_msg` types carry nothing a turn needs.
 
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
 `user_message` (so injected context never becomes a prompt; one typed while the task with that
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from ctxdb.capture.claude_code.transcript import (
@@ -80,6 +87,26 @@ def _failed(output: Any) -> bool:
     return isinstance(code, int) and code != 0
 
 
+def _epoch_ms(ts: str | None) -> int | None:
+    """Milliseconds since the epoch of an ISO timestamp, None when it is not one."""
+    try:
+        stamp = datetime.fromisoformat(ts) if ts else None
+    except ValueError:
+        return None
+    if stamp is None:
+        return None
+    return int((stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def _uuid7_ms(value: Any) -> int | None:
+    """When a UUIDv7 was made (milliseconds since the epoch), None for anything else."""
+    try:
+        parsed = uuid.UUID(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return parsed.int >> 80 if parsed is not None and parsed.version == 7 else None
+
+
 def _texts(content: Any) -> list[str]:
     if not isinstance(content, list):
         return []
@@ -103,6 +130,8 @@ class RolloutReader:
         self.cwd: str | None = None
         self.turn_cwd: str | None = None
         self.saw_meta = False
+        self.created_ms: int | None = None
+        self.copied_from: str | None = None
         self.turn_id: str | None = None
         self.prompted: str | None = None
         self.open_task = False
@@ -117,11 +146,9 @@ class RolloutReader:
         payload, ts = line["payload"], line.get("timestamp")
         ts = ts if isinstance(ts, str) else None
         if line.get("type") == "session_meta":
-            self.saw_meta = True
-            if isinstance(payload.get("id"), str) and payload["id"]:
-                self.session_id = payload["id"]
-            if isinstance(payload.get("cwd"), str) and self.cwd is None:
-                self.cwd = payload["cwd"]
+            self._meta(payload, ts)
+        elif self.copied_from and not self._own_turn(line):
+            self._copied(line)
         elif line.get("type") == "turn_context":
             if isinstance(payload.get("model"), str) and payload["model"]:
                 self.model = payload["model"]
@@ -131,6 +158,42 @@ class RolloutReader:
             yield from self._event(number, payload, ts)
         elif line.get("type") == "response_item":
             yield from self._item(number, payload, ts)
+
+    def _meta(self, payload: dict, ts: str | None) -> None:
+        """The first `session_meta` names the file's session; a later one with another id opens
+        the history a fork copied from its parent (`copied_from`)."""
+        session = payload.get("id") if isinstance(payload.get("id"), str) else None
+        if self.saw_meta:
+            if session and session != self.session_id:
+                self.copied_from = self.copied_from or session
+            return
+        self.saw_meta = True
+        self.session_id = session or self.session_id
+        self.cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else None
+        created = payload.get("timestamp") if isinstance(payload.get("timestamp"), str) else ts
+        self.created_ms = _epoch_ms(created)
+
+    def _own_turn(self, line: dict) -> bool:
+        """Whether `line` starts this file's own turns after a fork's copied history: a turn
+        event whose UUIDv7 `turn_id` was made at or after this session began (the copies keep
+        their parent's ids, their line timestamps are the fork's). A turn id that tells no time
+        (Codex before UUIDv7 turn ids) ends the copy too: a copy kept is a duplicate, a turn
+        dropped would be lost."""
+        payload = line["payload"]
+        if line.get("type") != "turn_context" and payload.get("type") != "task_started":
+            return False
+        made = _uuid7_ms(payload.get("turn_id"))
+        if made is None or self.created_ms is None or made >= self.created_ms:
+            self.copied_from = None
+            return True
+        return False
+
+    def _copied(self, line: dict) -> None:
+        """A line of a parent's copied history: its records are the parent's (its own file
+        holds them); only the running token totals carry on."""
+        payload = line["payload"]
+        if line.get("type") == "event_msg" and payload.get("type") == "token_count":
+            self._tokens(payload)
 
     def _common(self, ts: str | None) -> dict[str, Any]:
         return {"ts": ts, "session_id": self.session_id, "cwd": self.turn_cwd or self.cwd}
@@ -168,15 +231,19 @@ class RolloutReader:
                 yield Record(INTERRUPT, **self._common(ts))
             yield Record(STOP, **self._common(ts))
             self.open_task = False
-        elif kind == "token_count":
-            info = payload.get("info")
-            usage = info.get("total_token_usage") if isinstance(info, dict) else None
-            if isinstance(usage, dict):
-                now = (int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
-                delta = (now[0] - self.totals[0], now[1] - self.totals[1])
-                self.totals = now
-                if delta[0] > 0 or delta[1] > 0:
-                    yield Tokens(max(delta[0], 0), max(delta[1], 0))
+        elif kind == "token_count" and (tokens := self._tokens(payload)):
+            yield tokens
+
+    def _tokens(self, payload: dict) -> Tokens | None:
+        """What a `token_count` adds to the session's running totals (None: nothing)."""
+        info = payload.get("info")
+        usage = info.get("total_token_usage") if isinstance(info, dict) else None
+        if not isinstance(usage, dict):
+            return None
+        now = (int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
+        delta = (now[0] - self.totals[0], now[1] - self.totals[1])
+        self.totals = now
+        return Tokens(max(delta[0], 0), max(delta[1], 0)) if delta[0] > 0 or delta[1] > 0 else None
 
     def _item(self, number: int, payload: dict, ts: str | None) -> Iterator[Record]:
         kind = payload.get("type")
