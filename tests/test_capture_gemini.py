@@ -33,6 +33,7 @@ ANN = Identity("local", "gemini-cli", "ann")
 REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
 SLASH_ERRORS = DATA / "session-2025-12-13T19-01-049d9bb6.json"
 TOOLS_ONLY = DATA / "session-2025-11-19T20-45-42f4bde7.json"
+CONTINUED = DATA / "session-2026-04-23T12-52-0ab84937.jsonl"
 
 
 def test_session_turns_prompts_answers_steps_and_tokens() -> None:
@@ -70,6 +71,20 @@ def test_a_slash_commands_error_after_an_answer_never_replaces_it() -> None:
     closed = [e for e in by_type(events, "turn.closed") if e["turn_id"] == answer["turn_id"]]
     assert [e["payload"]["status"] for e in closed] == ["ok"]
     assert "subcommand for /permissions" not in json.dumps(events)
+
+
+def test_gemini_clis_own_please_continue_goes_on_with_the_turn() -> None:
+    """Gemini CLI sends "System: Please continue." itself, as a user message of the same prompt,
+    when its next-speaker check says the model should go on (line 18 of the real session). It
+    made a turn of its own, and the turn the person asked for ended `error`/`no_answer`: the
+    person's two prompts are two turns, the first answered by what came after the continuation."""
+    events = session_events(CONTINUED, ANN, True, strip_private).events
+    prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
+    assert len(prompts) == 2 and "Please continue" not in json.dumps(events)
+    closed = by_type(events, "turn.closed")
+    assert [e["payload"]["status"] for e in closed] == ["ok", "cancelled"]
+    first = by_type(events, "assistant.completion")[0]["payload"]["text"]
+    assert first.startswith("我已經完成了 `GEMINI.md` 的撰寫")
 
 
 def test_a_turn_that_ran_tools_and_wrote_no_text_shows_no_invented_answer(tmp_path: Path) -> None:

@@ -47,6 +47,9 @@ from ctxdb.capture.reading import guarded
 CANCELLED = "Request cancelled."
 IGNORED = ("/", "?", "<session_context>", "<hook_context>")
 """User input Gemini CLI does not treat as conversation (its `isIgnoredUserContent`)."""
+CONTINUE = "System: Please continue."
+"""What Gemini CLI itself sends, as a user message of the same prompt, when the model's stream
+broke off or its next-speaker check says the model should go on: the turn goes on."""
 FINISHED = {"success": False, "error": True}
 """Tool call status -> failed; any other status (cancelled, still running) is unanswered."""
 
@@ -99,7 +102,7 @@ def _message(message: dict[str, Any], common: SessionOrigin) -> Iterator[Record 
     kind, ts = message.get("type"), message.get("timestamp")
     ts = ts if isinstance(ts, str) else None
     text = _text(message.get("content")).strip()
-    if kind == "user" and text and not text.startswith(IGNORED):
+    if kind == "user" and text and not text.startswith(IGNORED) and text != CONTINUE:
         yield Record(PROMPT, ts=ts, uuid=message.get("id"), text=text, **common)
     elif kind == "info" and text == CANCELLED:
         yield Record(INTERRUPT, ts=ts, **common)
