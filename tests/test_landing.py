@@ -112,6 +112,11 @@ def test_events_for_purged_or_foreign_conversations_are_quarantined(tmp_path: Pa
     assert stats.reasons == {"conversation_owner_mismatch": 4, "purged_conversation": 4}
     raw = store.read(RAW_TURN_EVENTS)
     assert set(raw["user_id"]) == {"u1"} and set(raw["conversation_id"]) == {"mine"}
+    quarantined = store.read(QUARANTINED_EVENTS)
+    erased = quarantined.filter(pl.col("reason") == "purged_conversation")
+    assert erased.height == 4 and set(erased["raw_line"]) == {""}  # an erasure stays erased
+    foreign = quarantined.filter(pl.col("reason") == "conversation_owner_mismatch")
+    assert all(json.loads(line)["user_id"] == "u2" for line in foreign["raw_line"])
 
 
 def test_a_crash_between_commits_is_completed_by_the_next_run(

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 
 OWNER = ["tenant", "app", "user_id"]
+PURGED = "purged_conversation"
+NOT_KEPT = ""
+"""The raw line of a refused event of an erased conversation: its bytes are not kept."""
 
 
 def split_conflicts(
@@ -51,7 +54,7 @@ def split_conflicts(
         pairs.join(first, on="conversation_id", how="left")
         .with_columns(
             pl.when(is_purged)
-            .then(pl.lit("purged_conversation"))
+            .then(pl.lit(PURGED))
             .when(mismatch)
             .then(pl.lit("conversation_owner_mismatch"))
             .alias("reason")
@@ -73,12 +76,19 @@ def rejected_to_quarantine(
     rejected: pl.DataFrame, now: datetime, storage_options: StorageOptions | None = None
 ) -> pl.DataFrame:
     """Quarantine rows for events that validated but cannot be accepted, with their raw lines
-    (`raw_lines`; `storage_options`: Delta's, for an `s3://` landing location)."""
+    (`raw_lines`; `storage_options`: Delta's, for an `s3://` landing location); an event of an
+    erased conversation (a host's file imported again after `ctxdb erase`) is refused without
+    its bytes: what was erased never comes back, not even in the quarantine."""
+    erased = (rejected["reason"] == PURGED).to_list()
+    raw = raw_lines(rejected, storage_options).to_list()
     return pl.DataFrame(
         {
             "source_file": rejected["source_file"],
             "line_number": rejected["line_number"],
-            "raw_line": raw_lines(rejected, storage_options),
+            "raw_line": pl.Series(
+                [NOT_KEPT if gone else line for line, gone in zip(raw, erased, strict=True)],
+                dtype=pl.String,
+            ),
             "reason": rejected["reason"],
             "detail": rejected["detail"],
             "event_id": rejected["event_id"],
