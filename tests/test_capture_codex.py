@@ -23,6 +23,7 @@ DATA = Path(__file__).parent / "data" / "codex"
 COMPACTION = DATA / "rollout-2026-05-11T11-26-55-019e1625-789d-76c0-80ab-3724b5ddb799.jsonl"
 RESUMED = DATA / "rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-95445d84846a.jsonl"
 STEERED = DATA / "rollout-2026-06-22T12-11-14-019eef3d-abd1-72e1-ab99-dcdb259027c5.jsonl"
+MCP = DATA / "rollout-2026-06-18T02-33-46-019ed893-d2a6-7c30-a8b8-5a8a49cfa23e.jsonl"
 LEGACY_STOPPED = DATA / "rollout-2025-10-31T19-02-58-c61729d4-da6d-46a4-9a29-ec2c614e5e23.jsonl"
 ANN = Identity("local", "codex", "ann")
 SECOND_TURN = "019e162b-0011-7240-abbc-f7b732e49728"
@@ -61,6 +62,19 @@ def test_rollout_turns_prompts_answers_steps_and_tokens() -> None:
     assert {e["adapter"] for e in events} == {ADAPTER}
     assert all(e["event_id"].startswith("cx-") for e in events)
     assert all(e["agent"] == "Users-Sample_User-repos-codemie-ai-codemie-code" for e in events)
+
+
+def test_mcp_calls_keep_their_server_and_tool_searches_are_steps() -> None:
+    """Codex 0.140+ names an MCP tool within a `namespace` (`mcp__codex_apps__github`,
+    `_create_issue`) and looks tools up with `tool_search_call`: the step carries the full name
+    (which server ran it), and the search is a step of its own with its query as the title."""
+    events = rollout_events(MCP, ANN, True, strip_private).events
+    steps = {e["payload"]["tool"]: e["payload"] for e in by_type(events, "chat.step")}
+    created = steps["mcp__codex_apps__github_create_issue"]
+    assert created["status"] == "ok" and "EntityProcess/agentv-private" in created["input"]
+    assert steps["tool_search"]["title"] == "GitHub create issue issue create repository"
+    assert "_create_issue" not in steps
+    assert [e["payload"]["status"] for e in by_type(events, "turn.closed")] == ["ok"]
 
 
 def test_prompts_a_user_went_on_from_before_any_answer_are_cancelled_turns() -> None:

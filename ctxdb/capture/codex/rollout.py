@@ -107,6 +107,31 @@ def _uuid7_ms(value: Any) -> int | None:
     return parsed.int >> 80 if parsed is not None and parsed.version == 7 else None
 
 
+_CALLS = {
+    "function_call": ("tool", "arguments"),
+    "custom_tool_call": ("tool", "input"),
+    "local_shell_call": ("shell", "action"),
+    "tool_search_call": ("tool_search", "arguments"),
+}
+"""Call items: the name of a call that gives none, and the field holding its input."""
+
+
+def _tool_use(kind: str, call_id: str, payload: dict) -> ToolUse:
+    """The step of a call item; an MCP tool Codex names within a `namespace`
+    (`mcp__codex_apps__github` + `_create_issue`) carries its full name, as the model saw it."""
+    default, field = _CALLS[kind]
+    name = str(payload.get("name") or default)
+    if isinstance(payload.get("namespace"), str):
+        name = payload["namespace"] + name
+    if kind == "custom_tool_call":
+        raw: Any = {"input": payload.get("input")}
+        summary = tool_input_summary(payload.get("input"))
+    else:
+        raw = _arguments(payload.get(field))
+        summary = tool_input_summary(raw)
+    return ToolUse(call_id, name, tool_title(name, raw), summary)
+
+
 def _texts(content: Any) -> list[str]:
     if not isinstance(content, list):
         return []
@@ -253,23 +278,19 @@ class RolloutReader:
             if texts:
                 self.unanswered = False
                 yield self._answer(ts, texts=texts)
-        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+        elif kind in _CALLS:
             call_id = payload.get("call_id")
             if not isinstance(call_id, str) or not call_id:
                 return
-            name = str(payload.get("name") or ("shell" if kind == "local_shell_call" else "tool"))
-            raw = {"input": payload.get("input")}
-            if kind != "custom_tool_call":
-                raw = _arguments(payload.get("arguments" if kind == "function_call" else "action"))
-            summary = tool_input_summary(raw if kind != "custom_tool_call" else raw["input"])
-            tool = ToolUse(call_id, name, tool_title(name, raw), summary)
-            yield self._answer(ts, tool_uses=[tool])
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+            yield self._answer(ts, tool_uses=[_tool_use(kind, call_id, payload)])
+        elif kind in ("function_call_output", "custom_tool_call_output", "tool_search_output"):
             call_id = payload.get("call_id")
             if isinstance(call_id, str) and call_id:
-                yield Record(
-                    TOOL_RESULT, results=[(call_id, _failed(payload.get("output")), "")], **common
+                failed = _failed(payload.get("output")) or payload.get("status") not in (
+                    None,
+                    "completed",
                 )
+                yield Record(TOOL_RESULT, results=[(call_id, failed, "")], **common)
         elif kind == "web_search_call":
             action = payload.get("action")
             call_id = f"{self.session_id}-L{number}"
