@@ -76,6 +76,12 @@ SPECIFY = SPECKIT_HEADER.format(input="Build a local voice assistant: speech in,
         ("<system-reminder>context only</system-reminder>", ""),
         ("```\n```", ""),
         ("Here is my plan\nARGUMENTS: migrate the billing tables", "migrate the billing tables"),
+        (  # a real Gemini CLI prompt (mischa-thisness/M-Gemini, CC0): the quote goes on below
+            'I really want this to go away: "\n╭────╮\n│ You are running Gemini CLI in your home'
+            " directory. It is recommended to run in a project-specific directory. │\n╰────╯",
+            "I really want this to go away",
+        ),
+        ('Rename "cart" to "basket" (', 'Rename "cart" to "basket"'),
     ],
 )
 def test_a_title_is_the_first_meaningful_sentence_without_wrappers_or_markdown(

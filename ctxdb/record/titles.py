@@ -116,7 +116,7 @@ def _cut(text: str) -> str:
         return text
     cut = text[:TITLE_CHARS]
     space = cut.rfind(" ")
-    return (cut[:space] if space > TITLE_CHARS // 3 else cut).rstrip(" ,;:-")
+    return cut[:space] if space > TITLE_CHARS // 3 else cut
 
 
 def _shared_header(lines: list[str], others: Sequence[list[str]]) -> int:
@@ -136,7 +136,23 @@ def clean_title(prompt: str, later: Sequence[str] = ()) -> str:
     one of the `later` prompts of the same conversation repeats is skipped."""
     lines = _candidate_lines(_template_input(_unwrapped(prompt)))
     others = [_candidate_lines(_template_input(_unwrapped(p))) for p in later]
-    return _cut(_lead(lines[_shared_header(lines, others) :]))
+    return _without_dangling(_cut(_lead(lines[_shared_header(lines, others) :])))
+
+
+_OPENERS = "“‘「『([{«"
+_TRAILING = " ,;:-"
+
+
+def _without_dangling(title: str) -> str:
+    """`title` without what opens text it no longer holds (`go away: "` when the quote went on
+    to the next lines): trailing opening quotes and brackets, an unpaired `"`, then separators."""
+    while title and (
+        title[-1] in _OPENERS
+        or (title[-1] == '"' and title.count('"') % 2)
+        or title[-1] in _TRAILING
+    ):
+        title = title[:-1]
+    return title
 
 
 def _lead(lines: list[str]) -> str:
