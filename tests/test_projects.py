@@ -25,14 +25,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import anyio
 import polars as pl
 import pytest
 from conftest import delete_prefix_indices
+from mcp import Client
 
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.projects import MAX_DEPTH, PROJECT_MAX_CHARS, project_of, resolve_project
 from ctxdb.index.client import make_client
 from ctxdb.search.service import SearchService
+from ctxdb.serve.mcp_server import build_server
+from ctxdb.serve.mcp_tools import MemoryTools
+from ctxdb.serve.resolve import Resolver
 from ctxdb.settings import Settings
 from ctxdb.storage.delta import DeltaStore
 from ctxdb.storage.tables import ROLE_ROWS, TURN_LOGS
@@ -255,6 +260,30 @@ def test_the_pack_and_the_turn_list_show_what_the_person_typed(memory: Memory) -
     prompts = [turn.prompt for turn in listed.turns]
     assert prompts[0].startswith("幫我檢查一下 go.mod") and not any(
         "IDE setup" in p for p in prompts
+    )
+
+
+@pytest.mark.es
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_mcp_resource_of_a_folder_project_is_its_pack(memory: Memory) -> None:
+    """`ctxdb://context/{+project}` with the absolute folder a coding host records (the MCP
+    SDK's default policy refused it as an unknown resource): the pack `get_context` gives."""
+    with make_client(memory.settings) as client:
+        service = SearchService(memory.settings, client)
+        tools = MemoryTools(
+            memory.settings, service, Resolver(memory.settings, client), lambda: ANN
+        )
+
+        async def read() -> str:
+            async with Client(build_server(tools)) as mcp:
+                found = await mcp.read_resource(f"ctxdb://context/{memory.garden}")
+            return found.contents[0].text  # type: ignore[union-attr]
+
+        text = anyio.run(read)
+        assert text == tools.get_context(project_or_agent=str(memory.garden)).content[0].text  # type: ignore[union-attr]
+    assert CODEX_SESSION in text and text.startswith(
+        f"# Memory from ctxdb: project {memory.garden}"
     )
 
 

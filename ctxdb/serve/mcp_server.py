@@ -30,6 +30,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from mcp.types import Tool as MCPTool
@@ -180,8 +181,11 @@ def build_server(tools: MemoryTools, verifier: BearerVerifier | None = None) -> 
         "ctxdb://context/{+project}",
         name="project-context-pack",
         description="The context pack of one project (its folder, the git root counts, or an"
-        " agent id).",
+        " agent id): `ctxdb://context//home/ann/shop` for the folder /home/ann/shop.",
         mime_type="text/markdown",
+        # A project is a folder name to match turns by, never a path read from: an absolute
+        # folder is what a coding host records (the SDK's default policy refuses one).
+        security=ResourceSecurity(reject_path_traversal=False, reject_absolute_paths=False),
     )(tools.read_project_context)
     return server
 
