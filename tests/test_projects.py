@@ -249,7 +249,8 @@ def test_the_context_pack_of_a_project_holds_its_sessions_only(memory: Memory) -
 def test_the_pack_and_the_turn_list_show_what_the_person_typed(memory: Memory) -> None:
     """The real Codex VS Code rollout wraps each prompt in `# Context from my IDE setup:`: the
     pack's session, unfinished and recent-work lines and the conversation's turn list show the
-    request typed under `## My request for Codex:`."""
+    request typed under `## My request for Codex:`; a page of the list past its end still
+    names the conversation (title and agent)."""
     args = ("context", "--json", "--project", str(memory.garden), "--token", memory.tokens["ann"])
     pack = json.loads(memory.ctxdb(*args).stdout)
     lines = [item["text"] for item in pack["items"] if CODEX_SESSION in (item.get("ref") or "")]
@@ -257,6 +258,14 @@ def test_the_pack_and_the_turn_list_show_what_the_person_typed(memory: Memory) -
     assert any("幫我檢查一下 go.mod" in line for line in lines)
     with make_client(memory.settings) as client:
         listed = SearchService(memory.settings, client).conversation_turns(ANN, CODEX_SESSION)
+        past_the_end = SearchService(memory.settings, client).conversation_turns(
+            ANN, CODEX_SESSION, offset=500
+        )
+    assert (past_the_end.title, past_the_end.agent, past_the_end.turns) == (
+        listed.title,
+        listed.agent,
+        [],
+    )  # a page past the end still names its conversation
     prompts = [turn.prompt for turn in listed.turns]
     assert prompts[0].startswith("幫我檢查一下 go.mod") and not any(
         "IDE setup" in p for p in prompts

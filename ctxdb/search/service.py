@@ -293,7 +293,7 @@ class SearchService:
             )
             for position, doc in enumerate(docs, start=1)
         ]
-        head = docs[0] if docs else {}
+        head = docs[0] if docs else self._first_turn(principal, conversation_id, now, total)
         return ConversationTurns(
             conversation_id=conversation_id,
             title=head.get("title"),
@@ -302,6 +302,26 @@ class SearchService:
             offset=offset,
             turns=turns,
         )
+
+    def _first_turn(
+        self, principal: Principal, conversation_id: str, now: datetime, total: int
+    ) -> dict[str, Any]:
+        """The first turn of a conversation that has `total` live turns ({} when none), for the
+        title and agent of a page past its end."""
+        if not total:
+            return {}
+        with elasticsearch_errors(self.settings.elasticsearch.url):
+            _, docs = lookups.conversation_turns(
+                self.client,
+                self.turns_alias,
+                principal,
+                conversation_id,
+                now,
+                offset=0,
+                limit=1,
+                routing=self.routing_for(principal, self.turns_alias),
+            )
+        return docs[0] if docs else {}
 
     def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
         """A known turn from its TurnLog; NotFound unless it is the principal's and live."""
