@@ -14,11 +14,14 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import polars as pl
 import pytest
 from claude_code_sessions import FIXTURES, installed_command, replay, run_hook
 
 from ctxdb.landing import partitions
 from ctxdb.settings import Settings
+from ctxdb.storage import tombstones
+from ctxdb.storage.delta import DeltaStore
 
 CTXDB = str(Path(sys.executable).with_name("ctxdb"))
 DATA = Path(__file__).parent / "data"
@@ -241,3 +244,33 @@ def test_folder_import_refuses_symlinks_out_of_the_folder(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "1 sessions" in done.stdout
     assert written(tmp_path, "codex") == [f"{CODEX[2].stem}.jsonl"]
+
+
+@pytest.mark.parametrize("host", ["claude-code", "codex"])
+def test_a_conversation_erased_is_never_imported_again(tmp_path: Path, host: str) -> None:
+    """After `ctxdb erase`, the host's own files still hold the conversation: an import of them
+    writes none of its events to the landing area (before, it wrote them all again, and landing
+    quarantined them), and says how many it left out; the other sessions are imported."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    if host == "claude-code":
+        kept, gone = (
+            TWO_TURNS / "4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+            FIXTURES / ("-workspace/c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"),
+        )
+        erased_id, args, adapter = gone.stem, ["import", "claude-code"], "claude_code"
+    else:
+        kept, gone = CODEX[0], CODEX[-1]
+        erased_id, args, adapter = gone.stem[-36:], ["capture", "codex", "import"], "codex"
+    for source in (kept, gone):
+        shutil.copy(source, folder / source.name)
+    store = DeltaStore.from_settings(Settings(home=tmp_path / "ctxdb"))
+    tombstones.record(store, pl.Series([erased_id]), datetime.now(UTC))  # what erase leaves
+
+    done = ctxdb([*args, str(folder), *SETTLED], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert " events of erased conversations left out" in done.stdout
+    landed = "".join(
+        p.read_text() for p in (tmp_path / "ctxdb" / "landing" / adapter).rglob("*.jsonl")
+    )
+    assert erased_id not in landed and landed.count("\n") > 0

@@ -84,13 +84,14 @@ def import_sessions(
     clean: Callable[[str], str] = strip_private,
     excluded: Callable[[str | None], bool] | None = None,
     progress: Callable[[int], None] | None = None,
+    erased: Callable[[str], bool] | None = None,
 ) -> ImportStats:
     """Write the events of every session file in `paths` that no file of an earlier day holds to
-    `<spool_dir>/import/dt=YYYY-MM-DD/<session>.jsonl` (the day of the import; atomically, only
-    when its bytes changed), except those of `excluded` projects. `read` maps
-    one file: (path, identity, settled, clean) -> `Mapped`; a file untouched for `settle_s`
-    seconds is settled (its last turn is closed). A file that cannot be read or is not a session
-    is counted in `failed` with a one-line reason, and the others are still imported."""
+    `<spool_dir>/import/dt=YYYY-MM-DD/<session>.jsonl` (the day of the import; atomically, only when
+    its bytes changed), except those of `excluded` projects and `erased` conversations. `read` maps
+    one file: (path, identity, settled, clean) -> `Mapped`; a file untouched for `settle_s` seconds
+    is settled (its last turn is closed). A file that cannot be read or is not a session is counted
+    in `failed` with a one-line reason, and the others are still imported."""
     now = time.time()
     return write_sessions(
         paths,
@@ -99,4 +100,5 @@ def import_sessions(
         excluded,
         progress,
         (OSError, ValueError),
+        erased,
     )

@@ -37,7 +37,7 @@ from ctxdb.capture.gemini.session import project_hash
 from ctxdb.capture.hosts import import_sessions
 from ctxdb.cli import hooks
 from ctxdb.cli.app import app
-from ctxdb.settings import get_settings
+from ctxdb.settings import Settings, get_settings
 
 capture_app = typer.Typer(help="Capture agents' turns as they happen.", no_args_is_help=True)
 app.add_typer(capture_app, name="capture")
@@ -212,18 +212,32 @@ def import_claude_code(
             excluded=config.excludes,
             progress=bar.update,
             output_chars=config.tool_output_chars,
+            erased=_erased(settings),
         )
     typer.echo(
         f"{stats.files} transcripts, {stats.lines} lines ({stats.bad_lines} unreadable, "
         f"{stats.truncated} cut off), {stats.turns} turns, {stats.events} events; "
         f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
         + (f"; {stats.skipped} excluded" if stats.skipped else "")
+        + _erased_note(stats)
     )
     _warn_late(stats, config.identity)
     for problem in stats.problems[:20]:
         typer.echo(f"  {problem}", err=True)
     if len(stats.problems) > 20:
         typer.echo(f"  ... and {len(stats.problems) - 20} more", err=True)
+
+
+def _erased(settings: Settings) -> Callable[[str], bool]:
+    """Whether a conversation was erased (`ctxdb erase`): its events are never imported again."""
+    from ctxdb.storage.delta import DeltaStore
+    from ctxdb.storage.tombstones import erased
+
+    return erased(DeltaStore.from_settings(settings))
+
+
+def _erased_note(stats: ImportStats) -> str:
+    return f"; {stats.erased} events of erased conversations left out" if stats.erased else ""
 
 
 def _warn_late(stats: ImportStats, identity: Identity) -> None:
@@ -282,6 +296,7 @@ def _import_host(
             settle_s,
             excluded=excluded(config),
             progress=bar.update,
+            erased=_erased(get_settings()),
         )
     typer.echo(
         f"{stats.files} sessions, {stats.lines} lines ({stats.bad_lines} unreadable, "
@@ -289,6 +304,7 @@ def _import_host(
         f"{stats.written} files written, {stats.unchanged} unchanged under {spool_dir / 'import'}"
         + (f"; {stats.skipped} excluded" if stats.skipped else "")
         + (f"; {stats.failed} failed" if stats.failed else "")
+        + _erased_note(stats)
     )
     _warn_late(stats, identity)
     for problem in stats.problems[:20]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from functools import cache
 
 import polars as pl
 
@@ -49,3 +51,12 @@ def purged_among(store: DeltaStore, conversation_ids: pl.Series) -> pl.DataFrame
         .join(keys, on="conversation_key", how="semi")
         .select("conversation_id")
     )
+
+
+def erased(store: DeltaStore) -> Callable[[str], bool]:
+    """Whether a conversation was erased, from the tombstones as they are now (read once; an
+    importer asks it of every event)."""
+    if not store.exists(PURGED_CONVERSATIONS):
+        return lambda _: False
+    keys = set(store.scan(PURGED_CONVERSATIONS).select("conversation_key").collect().to_series())
+    return cache(lambda conversation_id: conversation_key(conversation_id) in keys)

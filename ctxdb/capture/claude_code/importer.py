@@ -56,6 +56,8 @@ class ImportStats:
     unchanged: int = 0
     failed: int = 0
     skipped: int = 0
+    erased: int = 0
+    """Events of conversations erased (`ctxdb erase`) left out: an erasure stays one."""
     problems: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
     """When each turn read ended (its `turn.closed` time, ISO): the CLI warns of those older than
@@ -157,10 +159,12 @@ def import_transcripts(
     excluded: Callable[[str | None], bool] | None = None,
     progress: Callable[[int], None] | None = None,
     output_chars: int = 0,
+    erased: Callable[[str], bool] | None = None,
 ) -> ImportStats:
-    """Write the events of every transcript in `paths` under `spool_dir`, except those of
-    `excluded` projects; `progress` gets the bytes of each transcript done; steps carry tool
-    output cut to `output_chars` (none when 0, as the hook's `HookConfig.tool_output_chars`)."""
+    """Write the events of every transcript in `paths` under `spool_dir`, except those of `excluded`
+    projects and `erased` conversations; `progress` gets the bytes of each transcript done; steps
+    carry tool output cut to `output_chars` (none when 0, as the hook's
+    `HookConfig.tool_output_chars`)."""
     now = time.time()
     return write_sessions(
         paths,
@@ -168,6 +172,7 @@ def import_transcripts(
         lambda path: output_path(spool_dir, path),
         excluded,
         progress,
+        erased=erased,
     )
 
 
@@ -178,16 +183,17 @@ def write_sessions(
     excluded: Callable[[str | None], bool] | None = None,
     progress: Callable[[int], None] | None = None,
     errors: tuple[type[Exception], ...] = (OSError,),
+    erased: Callable[[str], bool] | None = None,
 ) -> ImportStats:
-    """Publish the events `read` maps from each session file in `paths` that no earlier file of
-    its `target` holds (`_write_session`), except those of `excluded` projects; `progress` gets
-    the bytes of each file done. A file whose reading raises one of `errors` is counted in
-    `failed` with a one-line reason, and the others are still imported."""
+    """Publish the events `read` maps from each session file in `paths` that no earlier file of its
+    `target` holds (`_write_session`), except those of `excluded` projects and `erased`
+    conversations; `progress` gets the bytes of each file done. A file whose reading raises one of
+    `errors` is counted in `failed` with a one-line reason, and the others are still imported."""
     stats = ImportStats()
     published = part_files.Published()
     for path in paths:
         try:
-            done = _write_session(read(path), target(path), published, excluded)
+            done = _write_session(read(path), target(path), published, excluded, erased)
         except errors as exc:
             stats.failed += 1
             stats.problems.append(f"{path}: {exc}")
@@ -206,6 +212,7 @@ def write_sessions(
         stats.ended += written.ended
         stats.turns += len(written.ended)
         stats.events += written.events
+        stats.erased += written.erased
         stats.written += int(written.changed)
         stats.unchanged += int(not written.changed)
         if summary.bad:
@@ -223,6 +230,7 @@ class Written:
     events: int = 0
     ended: list[str] = field(default_factory=list)
     changed: bool = False
+    erased: int = 0
 
 
 def _write_session(
@@ -230,6 +238,7 @@ def _write_session(
     target: Path,
     published: part_files.Published,
     excluded: Callable[[str | None], bool] | None,
+    erased: Callable[[str], bool] | None = None,
 ) -> tuple[Summary, Written] | None:
     """Stream the events of `mapped` that no file of an earlier day holds into the session's
     file in today's partition beside `target` (`part_files.Replacement`: one line held at a
@@ -243,7 +252,9 @@ def _write_session(
             written.events += 1
             if event["type"] == "turn.closed":
                 written.ended.append(event["occurred_at"])
-            if event["event_id"] not in known:
+            if erased is not None and erased(event["conversation_id"]):
+                written.erased += 1
+            elif event["event_id"] not in known:
                 out.write(part_files.encode([event]))
         assert mapped.summary is not None
         if excluded is not None and excluded(mapped.summary.project):
