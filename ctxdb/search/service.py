@@ -269,17 +269,7 @@ class SearchService:
         """A page of one of the principal's conversations, oldest turn first; NotFound unless
         it has live turns."""
         now = datetime.now(UTC)
-        with elasticsearch_errors(self.settings.elasticsearch.url):
-            total, docs = lookups.conversation_turns(
-                self.client,
-                self.turns_alias,
-                principal,
-                conversation_id,
-                now,
-                offset=offset,
-                limit=limit,
-                routing=self.routing_for(principal, self.turns_alias),
-            )
+        total, docs = self._turn_page(principal, conversation_id, now, offset, limit)
         chars = self.settings.search.snippet_chars
         turns = [
             TimelineTurn(
@@ -293,7 +283,9 @@ class SearchService:
             )
             for position, doc in enumerate(docs, start=1)
         ]
-        head = docs[0] if docs else self._first_turn(principal, conversation_id, now, total)
+        # a page past the end: the conversation's first turn names it
+        named = docs or (self._turn_page(principal, conversation_id, now, 0, 1)[1] if total else [])
+        head = named[0] if named else {}
         return ConversationTurns(
             conversation_id=conversation_id,
             title=head.get("title"),
@@ -303,25 +295,21 @@ class SearchService:
             turns=turns,
         )
 
-    def _first_turn(
-        self, principal: Principal, conversation_id: str, now: datetime, total: int
-    ) -> dict[str, Any]:
-        """The first turn of a conversation that has `total` live turns ({} when none), for the
-        title and agent of a page past its end."""
-        if not total:
-            return {}
+    def _turn_page(
+        self, principal: Principal, conversation_id: str, now: datetime, offset: int, limit: int
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """The conversation's live turn count and the turn documents of one page."""
         with elasticsearch_errors(self.settings.elasticsearch.url):
-            _, docs = lookups.conversation_turns(
+            return lookups.conversation_turns(
                 self.client,
                 self.turns_alias,
                 principal,
                 conversation_id,
                 now,
-                offset=0,
-                limit=1,
+                offset=offset,
+                limit=limit,
                 routing=self.routing_for(principal, self.turns_alias),
             )
-        return docs[0] if docs else {}
 
     def turn(self, principal: Principal, conversation_id: str, turn_id: str) -> TurnView:
         """A known turn from its TurnLog; NotFound unless it is the principal's and live."""
