@@ -186,7 +186,8 @@ def _outside_fences(lines: list[str]) -> list[str]:
 def typed_text(prompt: str) -> str:
     """What the person typed in a prompt, as plain words on one line: host wrappers dropped (a
     slash command as its arguments or name), a template's user-input section as what was typed
-    in it, markdown syntax removed; "" when nothing is left."""
+    in it, markdown syntax removed; when no line holds a word, the unwrapped prompt's words as
+    they are ("" when it was only wrappers)."""
     unwrapped = _unwrapped(prompt)
     lines = _candidate_lines(_template_input(unwrapped))
     return " ".join(line.lstrip(_HEADING_MARK) for line in lines) or " ".join(unwrapped.split())
