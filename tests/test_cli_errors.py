@@ -62,9 +62,18 @@ def run_main(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, 
     return int(exited.value.code or 0), capsys.readouterr().err
 
 
+def unprivileged() -> tuple[str, ...]:
+    """The prefix that makes permissions bind the command: chmod does not stop root, so as root
+    it runs without capabilities (still uid 0, so it can reach a checkout private to root, which
+    `nobody` could not)."""
+    if os.geteuid() != 0:
+        return ()
+    return ("setpriv", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--")
+
+
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
-    """A directory another (unprivileged) user may enter: pytest's tmp_path is private to root."""
+    """A scratch directory, its read-only parts made writable again to remove it."""
     path = Path(tempfile.mkdtemp(prefix="ctxdb-ro-", dir="/tmp"))
     path.chmod(0o755)
     yield path
@@ -86,9 +95,7 @@ def test_finding_20_read_only_delta_directory_is_one_line(shared_dir: Path) -> N
             path.chmod(0o555 if read_only else 0o755)
         else:
             path.chmod(0o444 if read_only else 0o644)
-    # chmod does not stop root: as root, the command runs as `nobody`, whom it does stop
-    nobody = ("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups")
-    done = run_cli(["land"], env, nobody if os.geteuid() == 0 else (), cwd=shared_dir)
+    done = run_cli(["land"], env, unprivileged(), cwd=shared_dir)
     assert done.returncode == 1
     # delta-rs may also print a panic note of its own Rust worker thread (not a Python traceback)
     line = assert_one_error_line(done.stderr, alone=False)
@@ -111,9 +118,7 @@ def test_issue_24_finding_6_first_landing_onto_an_unwritable_delta_root_is_one_l
     else:
         delta.mkdir(mode=0o555)
         delta.chmod(0o555)
-        # chmod does not stop root: as root, the command runs as `nobody`, whom it does stop
-        if os.geteuid() == 0:
-            prefix = ("setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups")
+        prefix = unprivileged()
         expected = "permission denied (read-only directory?)"
     done = run_cli(["land"], env, prefix, cwd=shared_dir)
     assert done.returncode == 1
