@@ -34,6 +34,8 @@ REVIEW_TURN = "df8fe184-c1db-4ce5-ac10-075ec086b3c0"
 SLASH_ERRORS = DATA / "session-2025-12-13T19-01-049d9bb6.json"
 TOOLS_ONLY = DATA / "session-2025-11-19T20-45-42f4bde7.json"
 CONTINUED = DATA / "session-2026-04-23T12-52-0ab84937.jsonl"
+CANCELLED_THEN_SLASH = DATA / "session-2025-12-06T07-22-e0f194ce.json"
+API_ERROR_THEN_SLASH = DATA / "session-2025-12-08T17-47-2fd368e7.json"
 
 
 def test_session_turns_prompts_answers_steps_and_tokens() -> None:
@@ -71,6 +73,38 @@ def test_a_slash_commands_error_after_an_answer_never_replaces_it() -> None:
     closed = [e for e in by_type(events, "turn.closed") if e["turn_id"] == answer["turn_id"]]
     assert [e["payload"]["status"] for e in closed] == ["ok"]
     assert "subcommand for /permissions" not in json.dumps(events)
+
+
+@pytest.mark.parametrize(
+    ("session", "prompt", "closed", "answer"),
+    [
+        (CANCELLED_THEN_SLASH, "ssh into my router", ("cancelled", "interrupted"), None),
+        (
+            API_ERROR_THEN_SLASH,
+            "model",
+            ("error", "api_error"),
+            "[API Error: You have exhausted your daily quota on this model.]",
+        ),
+    ],
+)
+def test_a_slash_commands_error_after_a_cancel_or_an_api_error_never_replaces_it(
+    session: Path, prompt: str, closed: tuple[str, str], answer: str | None
+) -> None:
+    """A turn ended by "Request cancelled." or by the model's API error, then `/directory add`
+    or `/ide install` typed (their errors "Please provide at least one path to add.", "agy not
+    found..." follow, no user message records the command): the slash command's error became the
+    turn's answer. The turn keeps its own end and answer; the slash errors are in no event."""
+    events = session_events(session, ANN, True, strip_private).events
+    turn = next(e for e in by_type(events, "user.submission") if e["payload"]["text"] == prompt)
+    mine = [e for e in events if e["turn_id"] == turn["turn_id"]]
+    [close] = by_type(mine, "turn.closed")
+    assert (close["payload"]["status"], close["payload"].get("error_type")) == closed
+    assert [e["payload"]["text"] for e in by_type(mine, "assistant.completion")] == (
+        [answer] if answer else []
+    )
+    said = json.dumps(events)
+    assert "at least one path" not in said and "agy not found" not in said
+    assert "Disconnected" not in said
 
 
 def test_gemini_clis_own_please_continue_goes_on_with_the_turn() -> None:

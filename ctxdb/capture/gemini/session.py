@@ -82,14 +82,31 @@ def records(session: Session) -> Iterator[Record | Tokens]:
     """The records of a folded session's messages, in order (a message they cannot be made of is
     counted in `session.counts.bad` and skipped)."""
     common: SessionOrigin = {"session_id": session.session_id, "cwd": session.project_hash}
-    answered = False
+    ended = False
     for message in session.messages:
-        kind = message.get("type") if isinstance(message, dict) else None
-        if kind == "error" and answered:
-            continue  # after a final answer: a slash command's or the UI's error, not the model's
-        if kind in ("user", "gemini"):
-            answered = kind == "gemini" and _final(message)
+        if isinstance(message, dict):
+            if ended and message.get("type") == "error":
+                continue  # after the turn's end: a slash command's or the UI's, not the model's
+            ended = _ends_turn(message, ended)
         yield from guarded(session.counts, _message, message, common)
+
+
+def _ends_turn(message: dict[str, Any], ended: bool) -> bool:
+    """Whether the turn has ended once `message` is read (`ended`: before it). A final answer,
+    "Request cancelled." or the model's error ends it; a prompt or "System: Please continue."
+    opens it again. Errors after its end come from slash commands typed then (no user message
+    records those), never from the model."""
+    kind, text = message.get("type"), _text(message.get("content")).strip()
+    if kind == "user":
+        return ended and not (text == CONTINUE or _prompt(text))
+    if kind == "gemini":
+        return _final(message)
+    return kind == "error" or (kind == "info" and text == CANCELLED) or ended
+
+
+def _prompt(text: str) -> bool:
+    """Whether a user message's text is a prompt the person typed."""
+    return bool(text) and not text.startswith(IGNORED) and text != CONTINUE
 
 
 def _final(message: dict[str, Any]) -> bool:
@@ -102,7 +119,7 @@ def _message(message: dict[str, Any], common: SessionOrigin) -> Iterator[Record 
     kind, ts = message.get("type"), message.get("timestamp")
     ts = ts if isinstance(ts, str) else None
     text = _text(message.get("content")).strip()
-    if kind == "user" and text and not text.startswith(IGNORED) and text != CONTINUE:
+    if kind == "user" and _prompt(text):
         yield Record(PROMPT, ts=ts, uuid=message.get("id"), text=text, **common)
     elif kind == "info" and text == CANCELLED:
         yield Record(INTERRUPT, ts=ts, **common)
