@@ -25,6 +25,8 @@ RESUMED = DATA / "rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-95445d8484
 STEERED = DATA / "rollout-2026-06-22T12-11-14-019eef3d-abd1-72e1-ab99-dcdb259027c5.jsonl"
 MCP = DATA / "rollout-2026-06-18T02-33-46-019ed893-d2a6-7c30-a8b8-5a8a49cfa23e.jsonl"
 LEGACY_STOPPED = DATA / "rollout-2025-10-31T19-02-58-c61729d4-da6d-46a4-9a29-ec2c614e5e23.jsonl"
+LEGACY_FIRST = DATA / "rollout-2025-11-01T11-34-37-97b66f6c-a160-40e0-bd0f-1fdcbbb9498b.jsonl"
+SHELL_COMMAND = DATA / "rollout-2026-01-10T14-27-32-019ba997-bbca-7483-9a75-07808dcc061c.jsonl"
 ANN = Identity("local", "codex", "ann")
 SECOND_TURN = "019e162b-0011-7240-abbc-f7b732e49728"
 ABORTED = (
@@ -83,12 +85,59 @@ def test_prompts_a_user_went_on_from_before_any_answer_are_cancelled_turns() -> 
     which ran shell calls, ended `error` with an invented answer: each is a cancelled turn."""
     events = rollout_events(LEGACY_STOPPED, ANN, True, strip_private).events
     prompts = [e["payload"]["text"] for e in by_type(events, "user.submission")]
-    assert prompts[1:] == ["pause", "OK, continue", "OK, continue", "OK, continue"]
+    assert prompts[1:5] == ["pause", "OK, continue", "OK, continue", "OK, continue"]
     closed = [e["payload"] for e in by_type(events, "turn.closed")]
     interrupted = {"status": "cancelled", "error_type": "interrupted"}
     assert closed[:4] == [interrupted] * 4 and closed[4]["status"] == "ok"
     answers = by_type(events, "assistant.completion")
     assert [a["payload"]["text"][:5] for a in answers] == ["Done."]
+
+
+def test_the_last_prompt_of_a_rollout_without_task_events_is_a_turn() -> None:
+    """Codex 0.34: the rollout ends with "continue" and nothing after it (Codex was left or
+    closed). That prompt was in no turn; once the file has settled it is a cancelled turn,
+    provisionally (an answer written later supersedes it). The two before it, typed on from
+    before any answer text, are cancelled turns too."""
+    settled = rollout_events(LEGACY_STOPPED, ANN, True, strip_private).events
+    prompts = [e["payload"]["text"] for e in by_type(settled, "user.submission")]
+    assert prompts[5:] == [prompts[5], "continue", "continue"]
+    assert prompts[5].startswith("Yes, and we also need to collect")
+    closed = [e["payload"] for e in by_type(settled, "turn.closed")][5:]
+    interrupted = {"status": "cancelled", "error_type": "interrupted"}
+    assert closed == [interrupted, interrupted, interrupted | {"provisional": True}]
+    growing = rollout_events(LEGACY_STOPPED, ANN, False, strip_private).events
+    assert [e["payload"]["text"] for e in by_type(growing, "user.submission")] == prompts[:-1]
+
+
+def test_failed_calls_are_read_from_each_releases_output() -> None:
+    """A call failed when its output says so the way its release writes it: `shell_command`'s
+    "Exit code: 255" first line (Codex 0.80), the sandbox's "failed in sandbox ... exit code: 2"
+    (0.34). Both were steps of status ok."""
+    steps = by_type(rollout_events(SHELL_COMMAND, ANN, True, strip_private).events, "chat.step")
+    assert [(s["payload"]["title"], s["payload"]["status"]) for s in steps] == [
+        ("git fetch --all --prune", "error"),
+        ("git fetch --all --prune", "ok"),
+    ]
+    legacy = by_type(rollout_events(LEGACY_FIRST, ANN, True, strip_private).events, "chat.step")
+    assert [s["payload"]["status"] for s in legacy] == ["ok"] * 4 + ["error"]
+    assert legacy[-1]["payload"]["title"] == "bash -lc pytest -q"
+
+
+def test_tokens_counted_before_a_turns_first_answer_are_the_turns() -> None:
+    """Codex 0.34-0.57 write a turn's first `token_count` before its first answer item: those
+    tokens were lost (every turn undercounted, a turn answered in one step had none). The
+    first turn of a session counts every token the session's totals say it used."""
+    lines = [json.loads(line) for line in LEGACY_FIRST.read_text().splitlines()]
+    totals = [
+        line["payload"]["info"]["total_token_usage"]
+        for line in lines
+        if line["payload"].get("type") == "token_count" and line["payload"].get("info")
+    ]
+    [answer] = by_type(
+        rollout_events(LEGACY_FIRST, ANN, True, strip_private).events, "assistant.completion"
+    )
+    used = (answer["payload"]["tokens_in"], answer["payload"]["tokens_out"])
+    assert used == (totals[-1]["input_tokens"], totals[-1]["output_tokens"])
 
 
 def test_a_turn_codex_never_finished_is_cancelled() -> None:

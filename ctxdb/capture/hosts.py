@@ -30,7 +30,8 @@ class Tokens(NamedTuple):
 
 class HostMapper(TurnMapper):
     """`TurnMapper` for another host: events carry `adapter` and ids `<prefix>-...`; `Tokens`
-    records fed while a turn is open are added to its completion."""
+    records are added to the completion of the open turn (they open the waiting prompt's turn:
+    some Codex releases count a turn's tokens before its first answer)."""
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class HostMapper(TurnMapper):
         events: list[dict[str, Any]] = []
         for record in records:
             if isinstance(record, Tokens):
+                events += self.start()  # tokens spent on the waiting prompt: its turn began
                 if self.turn is not None:
                     used = self.turn.setdefault("tokens", [0, 0])
                     used[0] += record.tokens_in

@@ -7,10 +7,12 @@ sharing `message.id`; tool results come back as user lines holding `tool_result`
 `system` lines, `stop_hook_summary` (written after the Stop hooks ran: the answer ended) and
 `local_command` (a local command such as `/mcp` ran) mark where turns end, `compact_boundary`
 where the context was compacted (a tool use before it gets no result line); the other types
-(summary, file-history-snapshot, progress, attachment, ...) carry nothing a turn needs and are
+(summary, file-history-snapshot, progress, ...) carry nothing a turn needs and are
 skipped. A `queue-operation` line tracks a message typed while Claude Code was busy: one it
 `remove`s from the queue went into the running turn (a steer) and has no user line of its own;
-newer versions also queue a record of each background task (JSON with a `task_id`), never a steer.
+newer versions also queue a record of each background task (JSON with a `task_id`), never a steer;
+from 2.1.129 the queue lines carry no text and a `queued_command` `attachment` line after the
+`remove` names the message delivered. The other attachments carry nothing a turn needs.
 A background-task notice (`<task-notification>...` injected as a user line) is not a prompt: it
 is skipped.
 
@@ -42,6 +44,8 @@ UNQUEUED = "unqueued"
 DELIVERED = "delivered"
 CLEARED = "cleared"
 NOTICE = "notice"
+NAMED = "named"
+META = "meta"
 STEER = "steer"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
@@ -52,6 +56,9 @@ _INTERRUPTED = "[Request interrupted by user"
 _SLASH_COMMAND = re.compile(r"/[\w:.-]+(\s|$)")
 SYNTHETIC = "<synthetic>"
 """The `message.model` of assistant lines Claude Code writes itself (placeholders, API errors)."""
+THINKING = ("thinking", "redacted_thinking")
+"""Blocks of the model's thinking: never recorded, but they say the model took up the prompt
+(a prompt answered only by thinking is a turn without an answer, not no turn)."""
 TITLE_CHARS = 200
 _SYSTEM_KINDS = {"stop_hook_summary": STOP, "local_command": LOCAL, "compact_boundary": COMPACT}
 
@@ -297,6 +304,18 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     return Record(PROMPT, text=text, images=images, **common)
 
 
+def _meta_record(line: dict[str, Any]) -> Record | None:
+    """A user line Claude Code wrote itself (`isMeta`: a skill's text, a caveat, a scheduled
+    task's prompt): never a prompt; one with text is a `META` record, which ends the open turn
+    when the queue just gave it back (a scheduled prompt starting work of its own)."""
+    if line.get("type") != "user":
+        return None
+    if not _text_of((line.get("message") or {}).get("content")).strip():
+        return None
+    ts = line.get("timestamp") if isinstance(line.get("timestamp"), str) else None
+    return Record(META, ts=ts)
+
+
 def _queue_record(line: dict[str, Any]) -> Record | None:
     """A message typed while Claude Code was busy: `enqueue` (its text), `dequeue` (it comes
     back as the next prompt's user line), `remove` (it went into the running turn with no user
@@ -309,6 +328,27 @@ def _queue_record(line: dict[str, Any]) -> Record | None:
         str(line.get("operation"))
     )
     return Record(kind, ts=ts, text=text) if kind else None
+
+
+def _queued_command(line: dict[str, Any]) -> Record | None:
+    """The message a `remove` delivered into the running turn, as Claude Code 2.1.129 and later
+    name it: an `attachment` line of type `queued_command` (`commandMode` prompt) after a
+    `remove` without `content`. Other attachments carry nothing a turn needs."""
+    attachment = line.get("attachment")
+    if not isinstance(attachment, dict) or attachment.get("type") != "queued_command":
+        return None
+    if attachment.get("commandMode", "prompt") != "prompt":
+        return None
+    prompt = attachment.get("prompt")
+    parts = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else prompt
+    texts = [
+        p["text"]
+        for p in (parts if isinstance(parts, list) else [])
+        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    ]
+    text = "\n".join(texts).strip()
+    ts = line.get("timestamp") if isinstance(line.get("timestamp"), str) else None
+    return Record(NAMED, ts=ts, text=text) if text else None
 
 
 def is_steer(text: str) -> bool:
@@ -346,10 +386,11 @@ def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(blocks, list):
         return None
-    texts, tools = [], []
+    texts, tools, thought = [], [], False
     for block in blocks:
         if not isinstance(block, dict):
             continue
+        thought = thought or block.get("type") in THINKING
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             if block["text"].strip():
                 texts.append(block["text"])
@@ -357,7 +398,7 @@ def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None
             name, tool_input = str(block.get("name") or "tool"), block.get("input")
             title, summary = tool_title(name, tool_input), tool_input_summary(tool_input)
             tools.append(ToolUse(str(block["id"]), name, title, summary))
-    if not texts and not tools:
+    if not texts and not tools and not thought:
         return None
     model = message.get("model")
     return Record(
@@ -398,17 +439,22 @@ def classify(line: Any) -> Record | None:
     `stop_hook_summary`, `local_command` and `compact_boundary`, meta lines (`isMeta`),
     sidechains (sub-agents, `isSidechain`), compaction summaries (`isCompactSummary`), task
     notices, synthetic placeholder answers (`"model": "<synthetic>"` without
-    `isApiErrorMessage`), thinking blocks and empty messages.
+    `isApiErrorMessage`) and empty messages; a message of thinking alone is a record without
+    text (the model took up the prompt).
     """
     if not isinstance(line, dict):
         return None
     kind = line.get("type")
     if kind == "queue-operation":
         return _queue_record(line)
+    if kind == "attachment":
+        return _queued_command(line)
     if kind not in ("user", "assistant", "system"):
         return None
-    if line.get("isMeta") or line.get("isSidechain") or line.get("isCompactSummary"):
+    if line.get("isSidechain") or line.get("isCompactSummary"):
         return None
+    if line.get("isMeta"):
+        return _meta_record(line)
     if line.get("isVisibleInTranscriptOnly"):
         return None
     if kind == "system" and line.get("subtype") not in _SYSTEM_KINDS:

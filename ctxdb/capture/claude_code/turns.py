@@ -47,6 +47,8 @@ from ctxdb.capture.claude_code.transcript import (
     DELIVERED,
     INTERRUPT,
     LOCAL,
+    META,
+    NAMED,
     NOTICE,
     PROMPT,
     QUEUED,
@@ -208,8 +210,11 @@ class TurnMapper:
         for record in records:
             if self.state["project"] is None and record.cwd:
                 self.state["project"] = record.cwd
-            if record.kind in (QUEUED, UNQUEUED, DELIVERED, CLEARED, NOTICE, PROMPT):
+            if record.kind in (QUEUED, UNQUEUED, DELIVERED, NAMED, CLEARED, NOTICE, PROMPT):
                 events += self._queue(record)
+            if record.kind == META and self.state.get("dequeued"):
+                events += self.close()  # a scheduled prompt the queue gave back: the turn is over
+            self.state["dequeued"] = record.kind == UNQUEUED
             if record.kind == PROMPT:
                 events += self.close()
                 self.state["candidate"] = {
@@ -226,6 +231,8 @@ class TurnMapper:
                     self.turn["interrupted"] = True
                     self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
             elif record.kind in (STOP, LOCAL):
+                if record.kind == STOP:  # the host ran the prompt: answered or not, a turn
+                    events += self.start()
                 events += self.close(finished=record.kind == STOP)
                 self.state["candidate"] = None
             elif record.kind == TOOL_RESULT and self.turn is not None:
@@ -335,10 +342,15 @@ class TurnMapper:
         """Track messages typed while Claude Code was busy (`state["queued"]`: text without
         `<private>` spans, time typed). A message leaves the queue by the text it is named with
         (a `remove`, `dequeue`, the prompt or notice line it came back as), else the oldest
-        first; one `delivered` into the running turn is its steer, and `cleared` (the user took
-        them back to edit) empties the queue."""
+        first; one `delivered` into the running turn is its steer (one `named` only after its
+        delivery, Claude Code 2.1.129+, is a steer timed then), and `cleared` (the user took them
+        back to edit) empties the queue."""
         queued: list[list[Any]] = self.state["queued"]
         text = self.clean(record.text)
+        if record.kind == NAMED:  # what a `remove` without text delivered, named after it
+            if text == self.state.get("delivered") or not is_steer(text):
+                return []  # its `remove` named it already
+            return self._steer(text, record.ts)
         if record.kind == QUEUED:
             queued.append([text, record.ts])
             return []
@@ -354,6 +366,7 @@ class TurnMapper:
         typed, typed_at = queued.pop(at) if at is not None else (text, None)
         if record.kind != DELIVERED or not is_steer(typed):
             return []
+        self.state["delivered"] = typed
         return self._steer(typed, typed_at or record.ts)
 
     def _steer(self, text: str, ts: str | None) -> list[dict[str, Any]]:

@@ -58,7 +58,7 @@ def _rollout_stream(
             events = mapper.feed([record])
             made += len(events)
             yield from events
-    if settled and reader.open_task:
+    if settled and (reader.open_task or reader.unanswered):
         events = mapper.feed([Record(INTERRUPT)])
         made += len(events)
         yield from events

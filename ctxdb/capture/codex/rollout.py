@@ -20,8 +20,9 @@ project); `compacted` and the other `event_msg` types carry nothing a turn needs
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
 `user_message` (so injected context never becomes a prompt; one typed while the task with that
 `turn_id` still runs is a steer of that turn, not a turn of its own), the answer is the last
-assistant message of the turn, each call is a step, `task_complete` ends the turn,
-`turn_aborted` ends it as cancelled, and a turn that was started but neither completed nor
+assistant message of the turn, each call is a step, `task_complete` ends the turn
+(answered or not; with its `error`, that error is the answer), `turn_aborted` ends it as
+cancelled, and a turn that was started but neither completed nor
 aborted before the next one (Codex exited mid-turn) is cancelled too. Token counts become
 per-call deltas of the totals, so a `token_count` line written twice adds nothing.
 """
@@ -56,7 +57,12 @@ INJECTED = (
     "<turn_aborted>",
 )
 """Context Codex writes as user input; never a prompt."""
-_EXIT = re.compile(r"Process exited with code (\d+)")
+_EXIT = re.compile(r"Process exited with code (\d+)|\AExit code: (\d+)")
+"""The exit code in a call's text output: `exec_command`'s header, or the first line of
+`shell_command`'s (Codex 0.70-0.108)."""
+_REFUSED = ("failed in sandbox", "exec_command failed", "execution error")
+"""How the output of a call the sandbox or Codex itself failed begins (its command never ran
+to an exit code of its own)."""
 
 
 def _arguments(raw: Any) -> Any:
@@ -72,12 +78,15 @@ def _arguments(raw: Any) -> Any:
 
 
 def _failed(output: Any) -> bool:
-    """True when a call's output reports a non-zero exit code (text or `metadata.exit_code`)."""
+    """True when a call's output reports a non-zero exit code (text or `metadata.exit_code`) or
+    a call that could not run."""
     if not isinstance(output, str):
         return False
+    if output.startswith(_REFUSED):
+        return True
     match = _EXIT.search(output)
     if match:
-        return match.group(1) != "0"
+        return (match.group(1) or match.group(2)) != "0"
     try:
         decoded = json.loads(output)
     except ValueError:
@@ -85,6 +94,14 @@ def _failed(output: Any) -> bool:
     metadata = decoded.get("metadata") if isinstance(decoded, dict) else None
     code = metadata.get("exit_code") if isinstance(metadata, dict) else None
     return isinstance(code, int) and code != 0
+
+
+def _failure(payload: dict) -> str | None:
+    """The message of the error a `task_complete` ended its task with (a usage limit, the
+    service unavailable: `error.message`, newer Codex releases), None when it succeeded."""
+    error = payload.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return message.strip() if isinstance(message, str) and message.strip() else None
 
 
 def _epoch_ms(ts: str | None) -> int | None:
@@ -148,17 +165,21 @@ def _texts(content: Any) -> list[str]:
 class RolloutReader:
     """Reads one rollout's lines in order (`records`); `session_id` and `cwd` come from its
     `session_meta` (`saw_meta`: there was one), `open_task` says a turn was started and has not
-    ended, `unanswered` that a prompt of a rollout without task events has no answer text yet."""
+    ended, `unanswered` that a prompt of a rollout without task events has no answer text yet.
+    A sub-agent's rollout (`source.subagent`: a `/review`, an agent another one spawned) gives no
+    records: its prompts come from its parent (whose rollout holds the review), not the person."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.cwd: str | None = None
         self.turn_cwd: str | None = None
         self.saw_meta = False
+        self.subagent = False
         self.created_ms: int | None = None
         self.copied_from: str | None = None
         self.turn_id: str | None = None
         self.prompted: str | None = None
+        self.said: tuple[str | None, str] | None = None
         self.open_task = False
         self.unanswered = False
         self.totals = (0, 0)
@@ -172,6 +193,8 @@ class RolloutReader:
         ts = ts if isinstance(ts, str) else None
         if line.get("type") == "session_meta":
             self._meta(payload, ts)
+        elif self.subagent:
+            return
         elif self.copied_from and not self._own_turn(line):
             self._copied(line)
         elif line.get("type") == "turn_context":
@@ -194,6 +217,8 @@ class RolloutReader:
             return
         self.saw_meta = True
         self.session_id = session or self.session_id
+        source = payload.get("source")
+        self.subagent = isinstance(source, dict) and "subagent" in source
         self.cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else None
         created = payload.get("timestamp") if isinstance(payload.get("timestamp"), str) else ts
         self.created_ms = _epoch_ms(created)
@@ -241,6 +266,9 @@ class RolloutReader:
             text = payload.get("message")
             if not isinstance(text, str) or not text.strip() or text.lstrip().startswith(INJECTED):
                 return
+            if (ts, text) == self.said:
+                return  # the same message written twice (Codex does for a `/review` request)
+            self.said = (ts, text)
             if self.open_task and self.turn_id and self.prompted == self.turn_id:
                 yield Record(STEER, text=text.strip(), **self._common(ts))  # into the running task
                 return
@@ -254,6 +282,8 @@ class RolloutReader:
         elif kind in ("task_complete", "turn_aborted"):
             if kind == "turn_aborted":
                 yield Record(INTERRUPT, **self._common(ts))
+            elif failure := _failure(payload):
+                yield self._answer(ts, texts=[failure], api_error=True)
             yield Record(STOP, **self._common(ts))
             self.open_task = False
         elif kind == "token_count" and (tokens := self._tokens(payload)):
