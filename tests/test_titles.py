@@ -49,6 +49,15 @@ SPECIFY = SPECKIT_HEADER.format(input="Build a local voice assistant: speech in,
     "feature description."
 )
 
+CC_SDD_INIT = (
+    "<meta>\ndescription: Initialize a new specification with detailed project description\n"
+    "argument-hint: <project-description>\narguments:\n   project-description: env\n</meta>\n\n"
+    "# Spec Initialization\n\n<background_information>\n- **Mission**: Initialize the first"
+    " phase of spec-driven development\n</background_information>"
+)
+"""The head of a cc-sdd prompt as Codex 0.104 recorded it (`/kiro:spec-init env`): a `<meta>`
+block, then the prompt, its sections in tags (its title was `<meta>`)."""
+
 
 @pytest.mark.parametrize(
     ("prompt", "title"),
@@ -82,6 +91,7 @@ SPECIFY = SPECKIT_HEADER.format(input="Build a local voice assistant: speech in,
             "I really want this to go away",
         ),
         ('Rename "cart" to "basket" (', 'Rename "cart" to "basket"'),
+        (CC_SDD_INIT, "Mission: Initialize the first phase of spec-driven development"),
     ],
 )
 def test_a_title_is_the_first_meaningful_sentence_without_wrappers_or_markdown(

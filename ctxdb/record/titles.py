@@ -28,7 +28,9 @@ _CONTEXT = re.compile(rf"<({_CONTEXT_TAGS})\b[^>]*>.*?</\1>", re.DOTALL)
 _UNCLOSED_CONTEXT = re.compile(rf"<({_CONTEXT_TAGS})\b[^>]*>.*", re.DOTALL)
 _COMMAND_NAME = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
 _COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.DOTALL)
-_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
+_FRONT_MATTER = re.compile(r"\A(?:---\n.*?\n---|<meta>\n.*?\n</meta>)\n", re.DOTALL)
+"""A prompt template's header: YAML front matter, or the `<meta>` block of cc-sdd's Codex
+prompts (`description:`, `argument-hint:`, `arguments:`)."""
 _USER_INPUT = re.compile(
     r"^\s*#{1,6}\s*User Input\s*\n+\s*(`{3,}|~{3,})[^\n]*\n(?P<input>.*?)\n?\s*\1[ \t]*\n?"
     r"(?:\s*You \*\*MUST\*\* consider the user input[^\n]*\n?)?",
@@ -42,6 +44,9 @@ _IDE_REQUEST = re.compile(
 what the person typed, under this heading."""
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}#{1,6}(\s|$)")
+_TAG_LINE = re.compile(r"^\s*</?[A-Za-z][\w:.-]*>\s*$")
+"""A line that is only a markup tag (`<instructions>`, `</background_information>`): a
+template's structure, not words."""
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _MARKERS = [
@@ -93,10 +98,11 @@ def plain_line(line: str) -> str:
 
 
 def _candidate_lines(text: str) -> list[str]:
-    """The lines of `text` that can make a title: fence markers and rules out; each line plain."""
+    """The lines of `text` that can make a title: fence markers, rules and lone tags out; each
+    line plain."""
     out = []
     for raw in text.split("\n"):
-        if _FENCE.match(raw) or _TABLE_RULE.match(raw) or _RULE.match(raw):
+        if _FENCE.match(raw) or _TABLE_RULE.match(raw) or _RULE.match(raw) or _TAG_LINE.match(raw):
             continue
         heading = bool(_HEADING.match(raw))
         line = plain_line(raw)
