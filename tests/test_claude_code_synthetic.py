@@ -1,7 +1,9 @@
 """Claude Code's synthetic assistant lines (`"model":"<synthetic>"`) never replace or become an
 answer (issue 40): a placeholder such as "No response requested." written after a real answer
 leaves that answer in place, one written after a prompt makes no turn, and a synthetic API error
-(`isApiErrorMessage`) still ends its turn in error.
+(`isApiErrorMessage`) still ends its turn in error. The one synthetic line that holds the model's
+words is what it had streamed when the user interrupted it (Claude Code 2.1.8x writes it just
+before "[Request interrupted by user]"): the cancelled turn's answer, as the host showed it.
 
 The lines are added to a copy of a real transcript (tests/data/claude_code/-workspace), in the
 shape Claude Code 2.x writes them (the placeholder: `isApiErrorMessage: false`, zero usage)."""
@@ -13,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from claude_code_sessions import FIXTURES
 from host_import_case import by_type
 
@@ -22,6 +25,7 @@ from ctxdb.capture.claude_code.turns import Identity
 SOURCE = FIXTURES / "-workspace" / "c45af7b1-cb7c-4e51-93db-8cbb250a877a.jsonl"
 ANN = Identity("local", "claude-code", "ann")
 PLACEHOLDER = "No response requested."
+INTERRUPTED = "[Request interrupted by user]"
 
 
 def synthetic(after: dict[str, Any], text: str, api_error: bool = False) -> dict[str, Any]:
@@ -123,3 +127,39 @@ def test_a_placeholder_after_a_prompt_makes_no_turn_and_an_api_error_stays(
     assert (failed["text"], failed["error"]) == ("API Error: 529 Overloaded", True)
     closed = {e["turn_id"]: e["payload"] for e in by_type(events, "turn.closed")}
     assert closed[lines[third]["uuid"]] == {"status": "error", "error_type": "api_error"}
+
+
+@pytest.mark.parametrize(("streamed", "answered"), [(True, True), (False, False)])
+def test_what_the_model_had_streamed_when_interrupted_is_the_cancelled_turns_answer(
+    tmp_path: Path, streamed: bool, answered: bool
+) -> None:
+    """The first turn of the real transcript cut after its tool result, then the synthetic
+    line (the first half of its real answer, or the placeholder) and the user's interrupt."""
+    lines = [json.loads(line) for line in SOURCE.read_text().splitlines()]
+    first = _answer_line(lines, 0)
+    real = lines[first]["message"]["content"][0]["text"]
+    partial = real[: len(real) // 2].rstrip()
+    cut = synthetic(lines[4], partial if streamed else PLACEHOLDER)
+    interrupt = {k: lines[1][k] for k in ("isSidechain", "userType", "cwd", "sessionId")} | {
+        "type": "user",
+        "uuid": str(uuid.uuid4()),
+        "parentUuid": cut["uuid"],
+        "timestamp": cut["timestamp"],
+        "message": {"role": "user", "content": [{"type": "text", "text": INTERRUPTED}]},
+    }
+    rebuilt = [*lines[:5], cut, interrupt, *lines[first + 2 :]]
+    path = tmp_path / SOURCE.name
+    path.write_text("\n".join(json.dumps(line) for line in rebuilt) + "\n")
+    events = transcript_events(path, ANN, settle_s=0).events
+    mine = [e for e in events if e["turn_id"] == lines[1]["uuid"]]
+    [closed] = by_type(mine, "turn.closed")
+    assert closed["payload"] == {"status": "cancelled", "error_type": "interrupted"}
+    answers = [e["payload"]["text"] for e in by_type(mine, "assistant.completion")]
+    assert answers == ([partial] if answered else [])
+    assert len(by_type(events, "user.submission")) == len(
+        by_type(original_events(), "user.submission")
+    )
+
+
+def original_events() -> list[dict[str, Any]]:
+    return transcript_events(SOURCE, ANN, settle_s=0).events

@@ -5,6 +5,9 @@ their shape is used here:
 
 - a prompt the model answered with thinking alone (then its Stop hooks ran) is a turn that ended
   `error`/`no_answer`; before, the prompt was in no turn;
+- a prompt whose calls to the model all failed (`system` `api_error` lines, Claude Code 2.1.89,
+  retried) is a turn that ended `error`/`api_error` with the error as its answer; a retry that
+  answers makes it an ordinary answered turn. Before, the prompt was in no turn;
 - from 2.1.129 the `queue-operation` lines name no message: the one a `remove` delivered into the
   running turn is named only by the `attachment` line of type `queued_command` written after it.
   Those steers were lost;
@@ -145,3 +148,38 @@ def test_a_scheduled_prompt_ends_the_turn_before_it_in_a_session_without_stop_ho
     [answer] = by_type(events, "assistant.completion")
     assert answer["payload"]["text"].startswith("Let me check the project structure")
     assert "morning review" not in json.dumps(events)
+
+
+def api_error(session: str, at: str, attempt: int) -> dict[str, Any]:
+    """A failed call to the model as Claude Code 2.1.89 writes it (retried after `retryInMs`)."""
+    body = {"error": {"code": "1311", "message": "plan does not include this model"}}
+    return {
+        "type": "system",
+        "subtype": "api_error",
+        "level": "error",
+        "error": {"status": 429, "headers": {}, "requestID": None, "error": body},
+        "retryInMs": 586.2 * attempt,
+        "retryAttempt": attempt,
+        "maxRetries": 10,
+        "timestamp": at,
+        "sessionId": session,
+        "uuid": f"5c4ed01e-0000-4000-8000-00000000000{attempt}",
+    }
+
+
+def test_a_prompt_whose_calls_to_the_model_all_failed_is_an_api_error_turn(
+    tmp_path: Path,
+) -> None:
+    short = lines_of(SHORT)
+    session = short[3]["sessionId"]
+    failed = [api_error(session, f"2026-02-10T21:11:5{n}.000Z", n) for n in (7, 8)]
+    events = events_of(tmp_path, "failed", [*short[:4], *failed])
+    [answer] = by_type(events, "assistant.completion")
+    assert answer["payload"]["text"] == "API Error: 429 plan does not include this model"
+    [closed] = by_type(events, "turn.closed")
+    assert (closed["payload"]["status"], closed["payload"]["error_type"]) == ("error", "api_error")
+
+    retried = events_of(tmp_path, "retried", [*short[:4], failed[0], *short[4:7]])
+    [answer] = by_type(retried, "assistant.completion")
+    assert answer["payload"]["text"].startswith("Let me check the project structure")
+    assert not answer["payload"]["error"]

@@ -6,7 +6,8 @@ assistant message is written as one line per content block (`text`, `thinking`, 
 sharing `message.id`; tool results come back as user lines holding `tool_result` blocks. Of the
 `system` lines, `stop_hook_summary` (written after the Stop hooks ran: the answer ended) and
 `local_command` (a local command such as `/mcp` ran) mark where turns end, `compact_boundary`
-where the context was compacted (a tool use before it gets no result line); the other types
+where the context was compacted (a tool use before it gets no result line), `api_error` a call to
+the model that failed (the turn's error answer unless a retry answers); the other types
 (summary, file-history-snapshot, progress, ...) carry nothing a turn needs and are
 skipped. A `queue-operation` line tracks a message typed while Claude Code was busy: one it
 `remove`s from the queue went into the running turn (a steer) and has no user line of its own;
@@ -46,6 +47,7 @@ CLEARED = "cleared"
 NOTICE = "notice"
 NAMED = "named"
 META = "meta"
+PARTIAL = "partial"
 STEER = "steer"
 
 _COMMAND = re.compile(r"<command-name>\s*(?P<name>[^<]*?)\s*</command-name>")
@@ -56,6 +58,8 @@ _INTERRUPTED = "[Request interrupted by user"
 _SLASH_COMMAND = re.compile(r"/[\w:.-]+(\s|$)")
 SYNTHETIC = "<synthetic>"
 """The `message.model` of assistant lines Claude Code writes itself (placeholders, API errors)."""
+PLACEHOLDERS = ("No response requested.", "(no content)")
+"""Synthetic answers Claude Code writes in place of one (never the model's words)."""
 THINKING = ("thinking", "redacted_thinking")
 """Blocks of the model's thinking: never recorded, but they say the model took up the prompt
 (a prompt answered only by thinking is a turn without an answer, not no turn)."""
@@ -304,6 +308,20 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     return Record(PROMPT, text=text, images=images, **common)
 
 
+def _api_error(line: dict[str, Any]) -> str:
+    """The text of a `system` `api_error` line (a failed call to the model, retried): "API
+    Error: <status> <message>", as Claude Code shows it."""
+    error = line.get("error") if isinstance(line.get("error"), dict) else {}
+    status = error.get("status")
+    message, body = None, error
+    while isinstance(body, dict) and message is None:  # the provider's body, nested
+        found = body.get("message")
+        message = found if isinstance(found, str) and found.strip() else None
+        body = body.get("error")
+    head = f"API Error: {status}" if isinstance(status, int) else "API Error"
+    return f"{head} {message.strip()}" if message else head
+
+
 def _meta_record(line: dict[str, Any]) -> Record | None:
     """A user line Claude Code wrote itself (`isMeta`: a skill's text, a caveat, a scheduled
     task's prompt): never a prompt; one with text is a `META` record, which ends the open turn
@@ -378,10 +396,12 @@ def _is_task_record(text: str) -> bool:
 def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
     """The record of an assistant line; None for a synthetic placeholder (`SYNTHETIC` model,
     e.g. "No response requested."), which Claude Code writes without the model answering.
-    A synthetic API error message (`isApiErrorMessage`) is kept: it is the turn's error."""
+    A synthetic API error message (`isApiErrorMessage`) is kept: it is the turn's error; other
+    synthetic text is a `PARTIAL` record (what the model had streamed when the user
+    interrupted it, Claude Code 2.1.8x)."""
     message = line.get("message") or {}
     if message.get("model") == SYNTHETIC and not line.get("isApiErrorMessage"):
-        return None
+        return _partial(message, common)
     content = message.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(blocks, list):
@@ -411,6 +431,22 @@ def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None
         usage=message_usage(message.get("usage")),
         **common,
     )
+
+
+def _partial(message: dict[str, Any], common: LineOrigin) -> Record | None:
+    """A synthetic line's text other than a placeholder, as a `PARTIAL` record (the turn takes it
+    as its answer only when an interrupt follows it at once); None otherwise."""
+    content = message.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    texts = [
+        b["text"]
+        for b in (blocks if isinstance(blocks, list) else [])
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
+    text = "\n\n".join(t for t in texts if t.strip()).strip()
+    if not text or text in PLACEHOLDERS:
+        return None
+    return Record(PARTIAL, texts=[text], **common)
 
 
 def _count(value: Any) -> int:
@@ -457,7 +493,7 @@ def classify(line: Any) -> Record | None:
         return _meta_record(line)
     if line.get("isVisibleInTranscriptOnly"):
         return None
-    if kind == "system" and line.get("subtype") not in _SYSTEM_KINDS:
+    if kind == "system" and line.get("subtype") not in (*_SYSTEM_KINDS, "api_error"):
         return None
     common: LineOrigin = {
         "ts": line.get("timestamp") if isinstance(line.get("timestamp"), str) else None,
@@ -466,6 +502,8 @@ def classify(line: Any) -> Record | None:
         "cwd": line.get("cwd") if isinstance(line.get("cwd"), str) else None,
     }
     if kind == "system":
+        if line["subtype"] == "api_error":
+            return Record(ASSISTANT, texts=[_api_error(line)], api_error=True, **common)
         return Record(_SYSTEM_KINDS[line["subtype"]], **common)
     if kind == "user":
         return _user_record(line, common)

@@ -50,6 +50,7 @@ from ctxdb.capture.claude_code.transcript import (
     META,
     NAMED,
     NOTICE,
+    PARTIAL,
     PROMPT,
     QUEUED,
     STEER,
@@ -230,6 +231,7 @@ class TurnMapper:
                 if self.turn is not None:
                     self.turn["interrupted"] = True
                     self.turn["last_ts"] = timestamp(record.ts, self.turn["last_ts"])
+                    self._take_partial()
             elif record.kind in (STOP, LOCAL):
                 if record.kind == STOP:  # the host ran the prompt: answered or not, a turn
                     events += self.start()
@@ -243,7 +245,23 @@ class TurnMapper:
                 events += self._steer(record.text, record.ts)
             elif record.kind == ASSISTANT:
                 events += self._answer(record)
+            if record.kind == PARTIAL and self.turn is not None:
+                self.state["partial"] = [
+                    record.texts[0],
+                    timestamp(record.ts, self.turn["last_ts"]),
+                ]
+            elif record.kind not in (QUEUED, UNQUEUED, DELIVERED, NAMED):
+                self.state["partial"] = None
         return events
+
+    def _take_partial(self) -> None:
+        """What the model had streamed when the user interrupted it (the synthetic line Claude
+        Code writes just before the interrupt) becomes the turn's last answer text."""
+        partial = self.state.get("partial")
+        if partial and self.turn is not None:
+            text, ts = partial
+            self.turn.update(text=strip_private_open(self.clean(text)), text_ts=ts, error=False)
+            self.turn["message_id"] = None
 
     def _results(self, record: Record) -> list[dict[str, Any]]:
         turn = self.turn
