@@ -33,6 +33,7 @@ from ctxdb.search.models import (
     SearchRequest,
     SearchResponse,
     TurnView,
+    message_kind,
     status_marker,
 )
 from ctxdb.settings import Settings, get_settings
@@ -145,6 +146,7 @@ def render_response(response: SearchResponse) -> str:
         lines.append(
             f"{i}. {hit.conversation_id}/{hit.turn_id}{ordinal}{title} {when} "
             f"score={score}{matched}{' (weak match)' if hit.weak else ''}"
+            + status_marker(hit.status, hit.error_type)
         )
         for snippet in hit.snippets:
             lines.append(f"     {snippet.target}: {snippet.text}")
@@ -165,14 +167,19 @@ def render_response(response: SearchResponse) -> str:
     return "\n".join(lines)
 
 
+def _step_status(status: str | None) -> str:
+    """A step's status after its text, unless it went as planned."""
+    return f" [{status}]" if status and status not in ("ok", "complete") else ""
+
+
 def render_turn(view: TurnView) -> str:
     """The text of `ctxdb turn`: heading (with the status marker), messages, steps, files."""
     heading = f"{view.conversation_id}/{view.turn_id} #{view.ordinal} {view.title or ''}".rstrip()
     lines = [heading + status_marker(view.status, view.error_type)]
-    lines += [f"  {m.role}: {m.text}" for m in view.messages]
+    lines += [f"  {m.role}{message_kind(m.event_type)}: {m.text}" for m in view.messages]
     if view.status == "cancelled" and not any(m.role == "assistant" for m in view.messages):
         lines.append(f"  {NO_ANSWER}")
-    lines += [f"  step: {s.tool or s.kind}: {s.text}" for s in view.steps]
+    lines += [f"  step: {s.tool or s.kind}: {s.text}{_step_status(s.status)}" for s in view.steps]
     lines += [f"  attachment: {a.filename} {a.ref or a.path}" for a in view.attachments]
     lines += [f"  file: {f.filename} {f.ref or f.path}" for f in view.files]
     lines += [f"  citation: {json.dumps(c)}" for c in view.citations]

@@ -247,9 +247,7 @@ def optional_writer_lease(
     with ExitStack() as stack:
         try:
             lease = stack.enter_context(
-                writer_lease(
-                    es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, replicas=replicas
-                )
+                writer_lease(es, prefix, operation, ttl_s=ttl_s, wait_s=wait_s, replicas=replicas)
             )
         except (TransportError, ApiError) as exc:
             if isinstance(exc, ConflictError):
@@ -356,8 +354,6 @@ def acquire(
             f" {_left_s(other)} s, at {other['expires_at']})"
         )
     return lease
-
-
 
 
 def _live_holder(es: Elasticsearch, index: str, name: str) -> dict | None:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 WHOLE = Shard(0, 1)
 """The one part of an unsplit build."""
 
+
 @dataclass
 class SyncReport:
     """What one sync of one index did."""

@@ -64,9 +64,7 @@ def _candidates(settings: Settings, jvm_dir: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def find_jdk(
-    settings: Settings, minimum: int = MIN_JAVA_MAJOR, jvm_dir: Path | None = None
-) -> Jdk:
+def find_jdk(settings: Settings, minimum: int = MIN_JAVA_MAJOR, jvm_dir: Path | None = None) -> Jdk:
     """The first JDK >= `minimum` (explicit homes first, then the newest in `jvm_dir`, default
     `JVM_DIR`)."""
     jvm_dir = jvm_dir or JVM_DIR

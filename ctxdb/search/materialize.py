@@ -17,10 +17,21 @@ from elasticsearch import Elasticsearch
 from ctxdb.contract.identity import Principal
 from ctxdb.contract.refs import RefError, qualify
 from ctxdb.index.mappings import turn_doc_id
+from ctxdb.record.titles import typed_text
 from ctxdb.record.turns import TurnStatus, unanswered
 from ctxdb.search.arms import RowHit
 from ctxdb.search.filters import turn_filter
-from ctxdb.search.models import FileCard, Message, Snippet, Step, StepKind, Target, TurnView
+from ctxdb.search.models import (
+    CUT_OFF,
+    ERROR_ANSWER,
+    FileCard,
+    Message,
+    Snippet,
+    Step,
+    StepKind,
+    Target,
+    TurnView,
+)
 from ctxdb.text import words
 
 MAX_SNIPPETS_PER_TARGET = 3
@@ -62,7 +73,7 @@ def snippets_from_payload(
     payload: dict[str, Any], targets: Sequence[Target], query: str, chars: int
 ) -> list[Snippet]:
     """Snippets for `targets` from the TurnLog blocks, in block order, a few per target (steps:
-    those matching the most query words)."""
+    those matching the most query words; a user message: what was typed, host wrappers out)."""
     counts: dict[Target, int] = {}
     out: list[Snippet] = []
     blocks = payload.get("blocks") or []
@@ -74,6 +85,8 @@ def snippets_from_payload(
         if target == "steps":
             text, matched = steps[id(block)]
             text = text if best and matched == best else None
+        elif target == "user" and isinstance(text, str):
+            text = typed_text(text)  # what was typed, without the host's wrappers
         if target is None or target not in targets or not isinstance(text, str) or not text.strip():
             continue
         if counts.get(target, 0) >= MAX_SNIPPETS_PER_TARGET:
@@ -217,6 +230,16 @@ def _legacy_status(blocks: list[dict[str, Any]]) -> TurnStatus:
     return "error" if final and (final[0].get("meta") or {}).get("error") else "ok"
 
 
+def _answer_kind(target: str, meta: dict[str, Any], doc: dict[str, Any]) -> str | None:
+    """An answer's `event_type`: the error the turn failed with, or what a turn the user
+    interrupted had written so far; None for an ordinary answer (or a user message)."""
+    if target != "assistant":
+        return None
+    if meta.get("error"):
+        return ERROR_ANSWER
+    return CUT_OFF if doc.get("status") == "cancelled" else None
+
+
 def turn_view(doc: dict[str, Any]) -> TurnView:
     """Reconstruct a turn (messages, steps, attachment cards, hosted files, citations) from its
     TurnLog."""
@@ -240,7 +263,7 @@ def turn_view(doc: dict[str, Any]) -> TurnView:
                     text=block["text"],
                     ts=block.get("ts"),
                     path=block.get("path"),
-                    event_type=meta.get("event_type"),
+                    event_type=meta.get("event_type") or _answer_kind(target, meta, doc),
                 )
             )
         elif kind == "user.attachment.meta":

@@ -225,6 +225,13 @@ class TurnHit(BaseModel):
     title: str | None = None
     agent: str | None = None
     weak: bool = Field(default=False, description=f"A weak match: relevance below {WEAK_BELOW}.")
+    status: str = Field(
+        default="ok", description="How the turn ended: ok, cancelled (interrupted) or error."
+    )
+    error_type: str | None = Field(
+        default=None,
+        description="Why a cancelled or failed turn ended (interrupted, api_error...).",
+    )
 
 
 class SearchHit(TurnHit):
@@ -348,6 +355,26 @@ def status_marker(status: str, error_type: str | None) -> str:
     if status == "error":
         return f" [error: {error_type}]" if error_type else " [error]"
     return ""
+
+
+ERROR_ANSWER = "error"
+"""The `event_type` of an answer that is the error a turn failed with (its text is the host's
+or the model provider's message, not the assistant's words)."""
+CUT_OFF = "interrupted"
+"""The `event_type` of the answer of a turn the user interrupted: what it had written so far."""
+_MESSAGE_KINDS = {
+    "user.followup": "follow-up",
+    "user.steer": "steer",
+    ERROR_ANSWER: "error",
+    CUT_OFF: "cut off",
+}
+
+
+def message_kind(event_type: str | None) -> str:
+    """The label text outputs put after a message's role: "" for a prompt or an answer, else
+    " (steer)", " (follow-up)", " (error)" or " (cut off)"."""
+    label = _MESSAGE_KINDS.get((event_type or "").removeprefix("event."))
+    return f" ({label})" if label else ""
 
 
 class TurnView(BaseModel):

@@ -338,6 +338,8 @@ class SearchService:
             ordinal=position if position is not None else doc.get("ordinal"),
             title=doc.get("title"),
             agent=doc.get("agent"),
+            status=doc.get("status") or "ok",
+            error_type=doc.get("error_type"),
             snippets=snippets_from_payload(
                 doc.get("payload") or {},
                 request.snippet_targets,
@@ -762,6 +764,8 @@ class SearchService:
             ordinal=found.get("ordinal"),
             title=found.get("title"),
             agent=found.get("agent") or best.agent,
+            status=found.get("status") or "ok",
+            error_type=found.get("error_type"),
             relevance=round(strength, 4),
             weak=is_weak(strength),
             snippets=snippets,

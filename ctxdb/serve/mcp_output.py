@@ -16,7 +16,14 @@ from pydantic import BaseModel, Field
 
 from ctxdb.contract.refs import Ref, format_ref
 from ctxdb.record.turns import TurnStatus
-from ctxdb.search.models import NO_ANSWER, Answer, ConversationList, TurnHit, status_marker
+from ctxdb.search.models import (
+    NO_ANSWER,
+    Answer,
+    ConversationList,
+    TurnHit,
+    message_kind,
+    status_marker,
+)
 
 TRUNCATED = "…[truncated]"
 _SPACE = re.compile(r"\s+")
@@ -157,7 +164,7 @@ def render_search(out: SearchOut) -> str:
         weak = " (weak match)" if hit.weak else ""
         lines.append(
             f"{i}. {hit.conversation_id}/{hit.turn_id}{ordinal}{title} {_when(hit.ts)}{matched}"
-            f"{weak}"
+            f"{weak}{status_marker(hit.status, hit.error_type)}"
         )
         if hit.snippet:
             whole = f"get_turn(conversation_id={hit.conversation_id!r}, turn_id={hit.turn_id!r})"
@@ -199,7 +206,7 @@ def render_turn(out: TurnOut) -> str:
             f"get_turn(conversation_id={out.conversation_id!r}, turn_id={out.turn_id!r}, "
             f"message={m.index}, offset={m.next_offset})"
         )
-        lines.append(f"[{m.index}] {m.role}: {_piece(m, more)}")
+        lines.append(f"[{m.index}] {m.role}{message_kind(m.event_type)}: {_piece(m, more)}")
     if out.status == "cancelled" and not any(m.role == "assistant" for m in out.messages):
         lines.append(NO_ANSWER)
     lines += [_file_line("attachment", a) for a in out.attachments]

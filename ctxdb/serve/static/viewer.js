@@ -143,7 +143,8 @@ function renderHits(response) {
       el("a", { href: turnHref(hit.conversation_id, hit.turn_id), class: "hit-link",
                 text: `${shortTitle(hit.title || hit.conversation_id)} · turn ${hit.ordinal ?? hit.turn_id}` }),
       el("div", { class: "meta", text: `${when(hit.ts)} · matched in ${hit.matched_targets.map(targetLabel).join(", ")}` }),
-      hit.weak ? el("span", { class: "badge", text: "weak match", title: "Nothing in this turn matches the query strongly" }) : null);
+      hit.weak ? el("span", { class: "badge", text: "weak match", title: "Nothing in this turn matches the query strongly" }) : null,
+      statusBadge(hit.status, hit.error_type));
     for (const s of hit.snippets) li.append(snippetItem(s));
     if (hit.explain) li.append(el("div", { class: "explain", text: explainText(hit.explain) }));
     ol.append(li);
@@ -244,11 +245,14 @@ function fileItem(card, conversationId) {
   return li;
 }
 
-const FOLLOW_UPS = { "user.followup": "follow-up", "user.steer": "steer", "event.user.followup": "follow-up", "event.user.steer": "steer" };
+// What a message is beside a prompt or an answer (its event_type; ctxdb/search/models.py names
+// the same kinds for the text outputs): typed into the running turn, or an answer that is the
+// turn's error or what an interrupted turn had written so far.
+const MESSAGE_KINDS = { "user.followup": "follow-up", "user.steer": "steer", "event.user.followup": "follow-up", "event.user.steer": "steer", "error": "error", "interrupted": "cut off" };
 
 function messageItem(m) {
   const who = m.role === "user" ? (currentUser || "You") : "Assistant";
-  const kind = FOLLOW_UPS[m.event_type];
+  const kind = MESSAGE_KINDS[m.event_type];
   return el("div", { class: `message ${m.role}` },
     el("div", { class: "meta", text: [who, kind, when(m.ts)].filter(Boolean).join(" · ") }), markdown(m.text));
 }
