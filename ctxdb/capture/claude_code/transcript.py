@@ -311,8 +311,8 @@ def _user_record(line: dict[str, Any], common: LineOrigin) -> Record | None:
 def _api_error(line: dict[str, Any]) -> str:
     """The text of a `system` `api_error` line (a failed call to the model, retried): "API
     Error: <status> <message>", as Claude Code shows it."""
-    error = line.get("error") if isinstance(line.get("error"), dict) else {}
-    status = error.get("status")
+    error = line.get("error")
+    status = error.get("status") if isinstance(error, dict) else None
     message, body = None, error
     while isinstance(body, dict) and message is None:  # the provider's body, nested
         found = body.get("message")
