@@ -182,18 +182,20 @@ class Batch:
         self.rest = 0
 
 
+def _texts_of(content: Any) -> list[str]:
+    """The non-empty texts of a message's content: a plain string, or its `text` blocks."""
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    return [
+        b["text"]
+        for b in (blocks if isinstance(blocks, list) else [])
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        if b["text"]
+    ]
+
+
 def _text_of(content: Any) -> str:
     """The text of a user message: a plain string, or the `text` blocks of a block list."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [
-            b.get("text", "")
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-        ]
-        return "\n".join(p for p in parts if p)
-    return ""
+    return "\n".join(_texts_of(content))
 
 
 def _images_of(content: Any) -> list[tuple[str, int]]:
@@ -357,14 +359,7 @@ def _queued_command(line: dict[str, Any]) -> Record | None:
         return None
     if attachment.get("commandMode", "prompt") != "prompt":
         return None
-    prompt = attachment.get("prompt")
-    parts = [{"type": "text", "text": prompt}] if isinstance(prompt, str) else prompt
-    texts = [
-        p["text"]
-        for p in (parts if isinstance(parts, list) else [])
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-    ]
-    text = "\n".join(texts).strip()
+    text = _text_of(attachment.get("prompt")).strip()
     ts = line.get("timestamp") if isinstance(line.get("timestamp"), str) else None
     return Record(NAMED, ts=ts, text=text) if text else None
 
@@ -436,14 +431,7 @@ def _assistant_record(line: dict[str, Any], common: LineOrigin) -> Record | None
 def _partial(message: dict[str, Any], common: LineOrigin) -> Record | None:
     """A synthetic line's text other than a placeholder, as a `PARTIAL` record (the turn takes it
     as its answer only when an interrupt follows it at once); None otherwise."""
-    content = message.get("content")
-    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-    texts = [
-        b["text"]
-        for b in (blocks if isinstance(blocks, list) else [])
-        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
-    ]
-    text = "\n\n".join(t for t in texts if t.strip()).strip()
+    text = "\n\n".join(t for t in _texts_of(message.get("content")) if t.strip()).strip()
     if not text or text in PLACEHOLDERS:
         return None
     return Record(PARTIAL, texts=[text], **common)

@@ -20,11 +20,11 @@ project); `compacted` and the other `event_msg` types carry nothing a turn needs
 `records` turns the lines into the records `HostMapper` understands: the prompt is the
 `user_message` (so injected context never becomes a prompt; one typed while the task with that
 `turn_id` still runs is a steer of that turn, not a turn of its own), the answer is the last
-assistant message of the turn, each call is a step, `task_complete` ends the turn
-(answered or not; with its `error`, that error is the answer), `turn_aborted` ends it as
-cancelled, and a turn that was started but neither completed nor
-aborted before the next one (Codex exited mid-turn) is cancelled too. Token counts become
-per-call deltas of the totals, so a `token_count` line written twice adds nothing.
+assistant message of the turn, each call is a step, `task_complete` ends the turn (answered or
+not; with its `error`, that error is the answer), `turn_aborted` ends it as cancelled, and a turn
+that was started but neither completed nor aborted before the next one (Codex exited mid-turn)
+is cancelled too. Token counts become per-call deltas of the totals, so a `token_count` line
+written twice adds nothing.
 """
 
 from __future__ import annotations
